@@ -1,0 +1,38 @@
+# Two entry points, as the README opens with: `make serve` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Where pip finds the CPU build of torch on a machine without a local wheel
+# (for example PyTorch's CPU wheel index); empty means the default configuration.
+TORCH_INDEX ?=
+TORCH_VERSION ?= 2.13.0
+
+.PHONY: install serve test simulate-demo clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	@if command -v nvidia-smi >/dev/null 2>&1; then \
+	  echo "GPU host: installing torch==$(TORCH_VERSION) (CUDA build)"; \
+	  $(BIN)/pip install -q "torch==$(TORCH_VERSION)"; \
+	else \
+	  echo "CPU host: installing the CPU build of torch==$(TORCH_VERSION)"; \
+	  $(BIN)/pip install -q "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)); \
+	fi
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+serve: install
+	$(BIN)/gridpfn serve --host 127.0.0.1 --port 8000
+
+simulate-demo: install
+	$(BIN)/gridpfn simulate --network ieee33 --delta 0.1 -n 5000 --seed 0 -o scenarios.parquet
+
+test: install
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,115 @@
+"""One interface for every method: a fitted context answers queries with a predictive distribution.
+
+The service, the batch jobs and the benchmarks only use what is defined here, so a DVA-PFN,
+the exact GP and Bayesian linear regression are interchangeable behind it.
+Arrays are numpy, shaped (m queries, k outputs); quantile() adds a leading levels axis.
+"""
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+from scipy import special
+
+
+@dataclass
+class Timing:
+    """Wall-clock seconds spent fitting the context and predicting the queries."""
+
+    fit_s: float = 0.0
+    predict_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        return self.fit_s + self.predict_s
+
+
+class Predictive(ABC):
+    """Predictive distribution for m queries and k outputs."""
+
+    timing: Timing
+
+    @property
+    @abstractmethod
+    def mean(self) -> np.ndarray: ...
+
+    @property
+    @abstractmethod
+    def std(self) -> np.ndarray: ...
+
+    @abstractmethod
+    def quantile(self, levels: Sequence[float]) -> np.ndarray:
+        """(len(levels), m, k) values q with P(y <= q) = level."""
+
+    @abstractmethod
+    def cdf(self, values: np.ndarray | float) -> np.ndarray:
+        """(m, k) probabilities P(y <= value); values broadcast against (m, k)."""
+
+    @abstractmethod
+    def log_prob(self, y: np.ndarray) -> np.ndarray:
+        """(m, k) log-density of observed y; the NLL reported by the benchmarks."""
+
+    def p_outside(self, low: float, high: float) -> np.ndarray:
+        """(m, k) probability of leaving the band [low, high]."""
+        return np.clip(1.0 - (self.cdf(high) - self.cdf(low)), 0.0, 1.0)
+
+    def interval(self, coverage: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+        """Central interval holding `coverage` of the mass."""
+        tail = (1.0 - coverage) / 2.0
+        low, high = self.quantile([tail, 1.0 - tail])
+        return low, high
+
+
+@dataclass
+class GaussianPredictive(Predictive):
+    """Independent normals per query and output (exact GP, Bayesian linear regression)."""
+
+    mu: np.ndarray
+    sigma: np.ndarray
+    timing: Timing = field(default_factory=Timing)
+
+    @property
+    def mean(self) -> np.ndarray:
+        return self.mu
+
+    @property
+    def std(self) -> np.ndarray:
+        return self.sigma
+
+    def quantile(self, levels: Sequence[float]) -> np.ndarray:
+        z = special.ndtri(np.asarray(levels, dtype=np.float64))
+        return self.mu[None] + z[:, None, None] * self.sigma[None]
+
+    def cdf(self, values: np.ndarray | float) -> np.ndarray:
+        return special.ndtr((np.asarray(values, dtype=np.float64) - self.mu) / self.sigma)
+
+    def log_prob(self, y: np.ndarray) -> np.ndarray:
+        z = (np.asarray(y, dtype=np.float64) - self.mu) / self.sigma
+        return -0.5 * z**2 - np.log(self.sigma) - 0.5 * np.log(2 * np.pi)
+
+
+class Method(ABC):
+    """A way to turn a context into predictions: fit once, predict many query batches."""
+
+    name: str = "method"
+
+    @abstractmethod
+    def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> Any:
+        """Condition on a context (n, d), (n, k); returns an opaque fitted state."""
+
+    @abstractmethod
+    def predict(self, fitted: Any, query_x: np.ndarray) -> Predictive:
+        """Predict (m, d) queries against a fitted state."""
+
+    def __call__(self, context_x: np.ndarray, context_y: np.ndarray, query_x: np.ndarray) -> Predictive:
+        """Fit and predict in one call, with both times recorded on the result."""
+        t0 = time.perf_counter()
+        fitted = self.fit(context_x, context_y)
+        t1 = time.perf_counter()
+        result = self.predict(fitted, query_x)
+        t2 = time.perf_counter()
+        result.timing = Timing(fit_s=t1 - t0, predict_s=t2 - t1)
+        return result

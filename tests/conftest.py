@@ -1,0 +1,58 @@
+"""Shared fixtures: a real Redis server for the tests that need one.
+
+Uses the server at REDIS_URL when set; otherwise starts a throwaway `redis-server` on a
+free port and stops it afterwards. No redis-server binary is a failure, not a skip.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    """URL of a reachable Redis server (REDIS_URL, or a throwaway one started here)."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        yield url
+        return
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail(
+            "tests need a Redis server: set REDIS_URL, or install redis-server "
+            "(Debian/Ubuntu: `apt-get install redis-server`; macOS: `brew install redis`)",
+            pytrace=False,
+        )
+    port = _free_port()
+    workdir = tempfile.mkdtemp(prefix="gridpfn-redis-")
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                break
+        except OSError:
+            time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail(f"redis-server did not start on port {port}", pytrace=False)
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.terminate()
+    proc.wait(timeout=10)
+    shutil.rmtree(workdir, ignore_errors=True)
