@@ -1,0 +1,150 @@
+"""Frozen configurations that round-trip to JSON files: model architecture, priors, training.
+
+Defaults of `ModelConfig` follow the paper's 64-D settings (Tables 12-13); the shipped
+checkpoints record the exact config they were trained with in their model card.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+T = TypeVar("T")
+
+
+def _from_dict(cls: type[T], data: dict[str, Any]) -> T:
+    """Build a (possibly nested) frozen dataclass from a dict, refusing unknown keys."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = set(data) - set(fields)
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown field(s) {sorted(unknown)}; expected some of {sorted(fields)}")
+    kwargs = {}
+    for name, value in data.items():
+        ftype = fields[name].type
+        nested = _NESTED.get(ftype) if isinstance(ftype, str) else None
+        if nested is not None and isinstance(value, dict):
+            value = _from_dict(nested, value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+class _FileConfig:
+    """Mixin: to_dict / from_dict / save / load as JSON."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]):
+        return _from_dict(cls, data)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path):
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+@dataclass(frozen=True)
+class ModelConfig(_FileConfig):
+    """DVA-PFN architecture."""
+
+    d_in: int = 64
+    backbone: Literal["transformer", "cnn"] = "transformer"
+    attention: Literal["dva", "va"] = "dva"
+    emb_dim: int = 64  # width of the input (x) stream, which makes queries and keys
+    value_dim: int = 64  # width of the output (y) stream, which carries values
+    n_layers: int = 4
+    n_heads: int = 8
+    ffn_dim: int = 1024  # transformer feed-forward width
+    kernel_size: int = 5  # cnn: depthwise convolution kernel
+    cnn_channels: int = 8  # cnn: channels of the per-token convolution
+    head_dim: int = 128  # hidden width of the bar-logit head
+    n_bars: int = 500
+    base: Literal["ridge", "none"] = "ridge"  # in-context mean function under the attention
+    ridge_lambda: float = 1e-3  # ridge penalty, relative to the number of context points
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.backbone not in ("transformer", "cnn"):
+            raise ValueError(f"backbone: expected 'transformer' or 'cnn', got {self.backbone!r}")
+        if self.attention not in ("dva", "va"):
+            raise ValueError(f"attention: expected 'dva' or 'va', got {self.attention!r}")
+        if self.base not in ("ridge", "none"):
+            raise ValueError(f"base: expected 'ridge' or 'none', got {self.base!r}")
+        for name in ("emb_dim", "value_dim"):
+            if getattr(self, name) % self.n_heads:
+                raise ValueError(f"{name}: must be divisible by n_heads={self.n_heads}")
+        if self.attention == "va" and self.emb_dim != self.value_dim:
+            raise ValueError("value_dim: vanilla attention uses one joint stream, so value_dim must equal emb_dim")
+
+
+@dataclass(frozen=True)
+class GPPriorConfig(_FileConfig):
+    """GP prior of the paper (Table 11): x ~ U[0,1]^d, RBF kernel, noise, random output shift."""
+
+    kind: Literal["gp"] = "gp"
+    dim: int = 1
+    lengthscale: float = 0.6
+    variance: float = 0.01
+    noise: float = 1e-2
+    shift_low: float = 1.0
+    shift_high: float = 1.0
+
+
+@dataclass(frozen=True)
+class PowerFlowPriorConfig(_FileConfig):
+    """Feeder variations around a base network; every dataset is one feeder and one load regime."""
+
+    kind: Literal["powerflow"] = "powerflow"
+    network: str = "ieee33"
+    load_level: tuple[float, float] = (0.5, 1.5)  # global multiplier on base loads
+    delta: tuple[float, float] = (0.02, 0.6)  # perturbation half-width, sampled log-uniformly
+    pf_spread: tuple[float, float] = (0.0, 0.3)  # relative spread of Q/P per bus
+    p_correlated: float = 0.4  # share of datasets with a common-factor perturbation
+    correlation: tuple[float, float] = (0.2, 0.8)  # common-factor share when correlated
+    p_dg: float = 0.3  # share of datasets with distributed generation
+    dg_buses: tuple[int, int] = (1, 6)  # how many buses get DG
+    dg_level: tuple[float, float] = (0.2, 1.5)  # DG size relative to the bus base load
+    line_scale: tuple[float, float] = (0.7, 1.4)  # global line-impedance multiplier
+    line_jitter: float = 0.15  # per-line log-normal sigma on impedances
+    noise: float = 0.0  # measurement noise on |V| (p.u.)
+
+
+@dataclass(frozen=True)
+class TrainConfig(_FileConfig):
+    """Training run: model, prior, optimisation and checkpointing."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    prior: dict = field(default_factory=lambda: PowerFlowPriorConfig().to_dict())
+    steps: int = 20000
+    batch_size: int = 8
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    warmup_steps: int = 500
+    grad_clip: float = 1.0
+    n_context: tuple[int, int] = (50, 500)  # context size drawn per batch
+    n_query: int = 100
+    outputs_per_dataset: int = 4  # outputs trained per dataset (all share one x-stream pass)
+    val_datasets: int = 16
+    val_every: int = 200
+    checkpoint_minutes: float = 3.0
+    border_samples: int = 64  # prior datasets used to place the bar borders
+    seed: int = 0
+    device: str = "auto"
+
+    def prior_config(self) -> GPPriorConfig | PowerFlowPriorConfig:
+        kind = self.prior.get("kind", "powerflow")
+        if kind == "gp":
+            return GPPriorConfig.from_dict(self.prior)
+        if kind == "powerflow":
+            return PowerFlowPriorConfig.from_dict(self.prior)
+        raise ValueError(f"prior.kind: expected 'gp' or 'powerflow', got {kind!r}")
+
+
+_NESTED = {"ModelConfig": ModelConfig}

@@ -1,0 +1,297 @@
+"""DVA-PFN: a prior-data fitted network whose attention sees inputs only.
+
+Read top to bottom:
+1. `RidgeBase` fits a ridge regression to the context in closed form inside the forward pass.
+   Its leave-one-out residuals are what the attention layers carry as values, and its query
+   prediction is the location the bar distribution is placed around — the role a mean
+   function plays in a GP. (`base="none"` gives the plain PFN of the paper.)
+2. Two streams: the input stream `hx` (from x only) makes attention queries and keys; the
+   output stream `hy` (from context targets only) makes values. The attention weights are
+   computed once per layer and reused for all k outputs.
+3. Context points attend to context points; queries attend to context points only, so the
+   context can be encoded once (`encode_context`) and any number of query chunks answered
+   against it (`predict`). Training uses the very same two calls.
+4. A head maps each query's streams to logits over the bars of a bar distribution of the
+   standardised residual.
+
+`attention="va"` is the vanilla PFN for comparison: one joint x+y stream per output that
+makes queries, keys and values alike.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from models.config import ModelConfig
+
+_EPS = 1e-12
+
+
+@dataclass
+class Standardisation:
+    """Per-dataset input statistics and the in-context base fit, shared by all queries."""
+
+    x_mean: torch.Tensor  # (B, d)
+    x_std: torch.Tensor  # (B, d)
+    y_mean: torch.Tensor  # (B, k) float64
+    y_scale: torch.Tensor  # (B, k) float64: scale of the standardised residual
+    beta: torch.Tensor | None  # (B, d, k) float64 ridge coefficients
+    gram_chol: torch.Tensor | None  # (B, d, d) float64 Cholesky factor of X'X + lambda n I
+    n_context: int
+
+
+@dataclass
+class ContextCache:
+    """A context encoded once: statistics plus every layer's keys and values."""
+
+    stats: Standardisation
+    keys: list[torch.Tensor] = field(default_factory=list)  # per layer: (B, H, n, dh) or (B, k, H, n, dh) for VA
+    values: list[torch.Tensor] = field(default_factory=list)  # per layer: (B, k, H, n, dv)
+
+    @property
+    def n_outputs(self) -> int:
+        return self.stats.y_mean.shape[-1]
+
+
+class RidgeBase:
+    """Closed-form in-context ridge fit (float64): coefficients, leverages, LOO residuals."""
+
+    @staticmethod
+    def fit(xs: torch.Tensor, y: torch.Tensor, ridge_lambda: float, use_ridge: bool, x_mean, x_std) -> tuple[Standardisation, torch.Tensor, torch.Tensor]:
+        """Return statistics, standardised context targets (B, k, n) and leverage feature (B, n)."""
+        n, d = xs.shape[-2], xs.shape[-1]
+        y64 = y.double()
+        y_mean = y64.mean(dim=-2)  # (B, k)
+        yc = y64 - y_mean[..., None, :]
+        if not use_ridge:
+            scale = yc.pow(2).mean(dim=-2).sqrt() + 1e-9 * (y_mean.abs() + 1.0)
+            stats = Standardisation(x_mean, x_std, y_mean, scale, None, None, n)
+            values = (yc / scale[..., None, :]).transpose(-1, -2)
+            return stats, values, torch.zeros(xs.shape[:-1], dtype=xs.dtype, device=xs.device)
+        x64 = xs.double()
+        gram = x64.transpose(-1, -2) @ x64
+        gram = gram + ridge_lambda * n * torch.eye(d, dtype=gram.dtype, device=gram.device)
+        chol = torch.linalg.cholesky(gram)
+        beta = torch.cholesky_solve(x64.transpose(-1, -2) @ yc, chol)  # (B, d, k)
+        leverage = RidgeBase._leverage(x64, chol) + 1.0 / n  # (B, n), H_ii incl. intercept
+        residual = yc - x64 @ beta
+        loo = residual / (1.0 - leverage).clamp_min(1e-6)[..., None]
+        scale = loo.pow(2).mean(dim=-2).sqrt() + 1e-9 * (y_mean.abs() + 1.0)
+        stats = Standardisation(x_mean, x_std, y_mean, scale, beta, chol, n)
+        values = (loo / scale[..., None, :]).transpose(-1, -2)
+        return stats, values, RidgeBase.leverage_feature(leverage, n, d)
+
+    @staticmethod
+    def _leverage(x64: torch.Tensor, chol: torch.Tensor) -> torch.Tensor:
+        solved = torch.linalg.solve_triangular(chol, x64.transpose(-1, -2), upper=False)  # L^-1 X'
+        return solved.pow(2).sum(dim=-2)
+
+    @staticmethod
+    def leverage_feature(leverage: torch.Tensor, n: int, d: int) -> torch.Tensor:
+        """Leverage relative to its context average (d+1)/n, log-compressed: an input-only feature."""
+        return torch.log1p((leverage * n / (d + 1)).clamp(0.0, 1e4)).float()
+
+    @staticmethod
+    def predict(stats: Standardisation, xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Base prediction (B, k, m) float64 and leverage feature (B, m) for queries."""
+        if stats.beta is None:
+            loc = stats.y_mean[..., None].expand(*stats.y_mean.shape, xs.shape[-2])
+            return loc, torch.zeros(xs.shape[:-1], dtype=xs.dtype, device=xs.device)
+        x64 = xs.double()
+        loc = (x64 @ stats.beta).transpose(-1, -2) + stats.y_mean[..., None]
+        h = RidgeBase._leverage(x64, stats.gram_chol) + 1.0 / stats.n_context
+        in_sample = h / (1.0 + h)  # what the leverage would be had the query been in the context
+        return loc, RidgeBase.leverage_feature(in_sample, stats.n_context, xs.shape[-1])
+
+
+def _split_heads(t: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """(..., N, D) -> (..., H, N, D/H)."""
+    *lead, n, dim = t.shape
+    return t.view(*lead, n, n_heads, dim // n_heads).transpose(-3, -2)
+
+
+def _merge_heads(t: torch.Tensor) -> torch.Tensor:
+    """(..., H, N, dh) -> (..., N, H*dh)."""
+    *lead, h, n, dh = t.shape
+    return t.transpose(-3, -2).reshape(*lead, n, h * dh)
+
+
+class TokenFFN(nn.Module):
+    """Transformer token mixer: pre-norm feed-forward."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.up = nn.Linear(dim, hidden)
+        self.down = nn.Linear(hidden, dim)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.down(F.gelu(self.up(self.norm(h))))
+
+
+class TokenConv(nn.Module):
+    """CNN token mixer: depthwise 1-D convolutions along each token's embedding.
+
+    The paper convolves along the sequence of points; that would make predictions depend on
+    the order of the context rows, so we convolve along the embedding axis and keep the
+    model a function of the context *set*.
+    """
+
+    def __init__(self, dim: int, channels: int, kernel_size: int):
+        super().__init__()
+        pad = kernel_size // 2
+        self.norm = nn.LayerNorm(dim)
+        self.expand = nn.Conv1d(1, channels, kernel_size, padding=pad)
+        self.depthwise = nn.Conv1d(channels, channels, kernel_size, padding=pad, groups=channels)
+        self.project = nn.Conv1d(channels, 1, 1)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        shape = h.shape
+        t = self.norm(h).reshape(-1, 1, shape[-1])
+        t = self.project(F.gelu(self.depthwise(F.gelu(self.expand(t)))))
+        return t.reshape(shape)
+
+
+def _token_mixer(cfg: ModelConfig, dim: int) -> nn.Module:
+    if cfg.backbone == "cnn":
+        return TokenConv(dim, cfg.cnn_channels, cfg.kernel_size)
+    return TokenFFN(dim, cfg.ffn_dim)
+
+
+class Layer(nn.Module):
+    """One attention layer. DVA: queries/keys from the x stream, values from the y stream."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.dva = cfg.attention == "dva"
+        self.n_heads = cfg.n_heads
+        qk_dim = cfg.emb_dim
+        self.norm_qk = nn.LayerNorm(qk_dim)
+        self.norm_v = nn.LayerNorm(cfg.value_dim)
+        self.w_q = nn.Linear(qk_dim, qk_dim, bias=False)
+        self.w_k = nn.Linear(qk_dim, qk_dim, bias=False)
+        self.w_v = nn.Linear(cfg.value_dim, cfg.value_dim, bias=False)
+        self.w_o = nn.Linear(cfg.value_dim, cfg.value_dim)
+        self.mix_y = _token_mixer(cfg, cfg.value_dim)
+        self.mix_x = _token_mixer(cfg, qk_dim) if self.dva else None
+
+    def keys_values(self, hx: torch.Tensor | None, hy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys from context inputs (DVA) or joint tokens (VA); values from the y stream."""
+        source = hx if self.dva else hy
+        keys = _split_heads(self.w_k(self.norm_qk(source)), self.n_heads)
+        values = _split_heads(self.w_v(self.norm_v(hy)), self.n_heads)
+        return keys, values
+
+    def attention_weights(self, hx: torch.Tensor | None, hy: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """Softmax over context points: (B, H, N, n) for DVA, (B, k, H, N, n) for VA."""
+        source = hx if self.dva else hy
+        queries = _split_heads(self.w_q(self.norm_qk(source)), self.n_heads)
+        scores = queries @ keys.transpose(-1, -2) / math.sqrt(queries.shape[-1])
+        return scores.softmax(dim=-1)
+
+    def forward(self, hx, hy, keys, values, attention_log: list | None = None):
+        weights = self.attention_weights(hx, hy, keys)
+        if attention_log is not None:
+            attention_log.append(weights)
+        if self.dva:  # one set of weights for all k outputs
+            mixed = torch.einsum("bhqn,bkhnd->bkhqd", weights, values)
+        else:
+            mixed = weights @ values
+        hy = hy + self.w_o(_merge_heads(mixed))
+        hy = hy + self.mix_y(hy)
+        if self.dva:
+            hx = hx + self.mix_x(hx)
+        return hx, hy
+
+
+class DVAPFN(nn.Module):
+    """The network. `encode_context` once, then `predict` any number of query chunks."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed_x = nn.Linear(cfg.d_in + 1, cfg.emb_dim)  # +1: leverage feature
+        self.embed_y = nn.Linear(1, cfg.value_dim)
+        self.query_token = nn.Parameter(torch.zeros(cfg.value_dim))
+        self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.n_layers))
+        head_in = cfg.value_dim + (cfg.emb_dim if cfg.attention == "dva" else 0)
+        self.head = nn.Sequential(
+            nn.LayerNorm(head_in), nn.Linear(head_in, cfg.head_dim), nn.GELU(), nn.Linear(cfg.head_dim, cfg.n_bars)
+        )
+        # Bar borders of the standardised residual; set from prior samples before training.
+        self.register_buffer("borders", torch.linspace(-4.0, 4.0, cfg.n_bars + 1))
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        nn.init.zeros_(self.head[-1].weight)  # start at the prior: equal mass in every bar
+
+    # -- inputs ---------------------------------------------------------------------------
+    def _standardise_x(self, x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        return (x - mean[..., None, :]) / std[..., None, :]
+
+    def _x_tokens(self, xs: torch.Tensor, leverage: torch.Tensor, k: int) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """x stream (B, N, D) for DVA; for VA the x embedding is folded into each output's tokens."""
+        ex = self.embed_x(torch.cat([xs, leverage[..., None]], dim=-1))
+        if self.cfg.attention == "dva":
+            return ex, None
+        return None, ex[:, None].expand(-1, k, -1, -1)
+
+    # -- the two calls ----------------------------------------------------------------------
+    def encode_context(self, context_x: torch.Tensor, context_y: torch.Tensor) -> ContextCache:
+        """Encode (B, n, d) inputs and (B, n, k) targets into per-layer keys and values."""
+        x_mean = context_x.mean(dim=-2)
+        x_std = context_x.std(dim=-2, unbiased=False).clamp_min(1e-6 * (x_mean.abs() + 1e-6))
+        xs = self._standardise_x(context_x, x_mean, x_std)
+        stats, values, leverage = RidgeBase.fit(
+            xs, context_y, self.cfg.ridge_lambda, self.cfg.base == "ridge", x_mean, x_std
+        )
+        k = values.shape[1]
+        hx, joint = self._x_tokens(xs, leverage, k)
+        hy = self.embed_y(values.to(xs.dtype)[..., None])  # (B, k, n, Dv)
+        if joint is not None:
+            hy = hy + joint
+        cache = ContextCache(stats)
+        for layer in self.layers:
+            keys, vals = layer.keys_values(hx, hy)
+            cache.keys.append(keys)
+            cache.values.append(vals)
+            hx, hy = layer(hx, hy, keys, vals)
+        return cache
+
+    def predict(self, cache: ContextCache, query_x: torch.Tensor, attention_log: list | None = None):
+        """Logits (B, k, m, n_bars), location (B, k, m) and scale (B, k, 1), both float64.
+
+        The predictive distribution of y is `loc + scale * z` with z ~ bars(logits).
+        """
+        stats = cache.stats
+        xs = self._standardise_x(query_x, stats.x_mean, stats.x_std)
+        loc, leverage = RidgeBase.predict(stats, xs)
+        k, m = cache.n_outputs, query_x.shape[-2]
+        hx, joint = self._x_tokens(xs, leverage, k)
+        hy = self.query_token.expand(query_x.shape[0], k, m, -1)
+        if joint is not None:
+            hy = hy + joint
+        for layer, keys, vals in zip(self.layers, cache.keys, cache.values):
+            hx, hy = layer(hx, hy, keys, vals, attention_log)
+        features = hy if hx is None else torch.cat([hy, hx[:, None].expand(-1, k, -1, -1)], dim=-1)
+        return self.head(features), loc, stats.y_scale[..., None]
+
+    def predict_base(self, stats: Standardisation, query_x: torch.Tensor):
+        """The in-context base prediction alone: location (B, k, m) float64 and leverage feature."""
+        return RidgeBase.predict(stats, self._standardise_x(query_x, stats.x_mean, stats.x_std))
+
+    def forward(self, context_x, context_y, query_x):
+        return self.predict(self.encode_context(context_x, context_y), query_x)
+
+    def standardised_target(self, y: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """(B, m, k) observed targets -> (B, k, m) standardised residuals the bars describe."""
+        return ((y.double().transpose(-1, -2) - loc) / scale).float()

@@ -1,0 +1,22 @@
+"""What every prior returns: a batch of datasets sharing one size."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+
+@dataclass
+class PriorBatch:
+    """B datasets of N points: inputs (B, N, d) and targets (B, N, k)."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+class Prior(Protocol):
+    d_in: int
+    n_outputs: int
+
+    def sample(self, batch_size: int, n_points: int, generator: torch.Generator) -> PriorBatch: ...

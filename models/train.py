@@ -1,0 +1,210 @@
+"""Prior-data training: bar-distribution NLL on held-out points of synthetic datasets.
+
+AdamW with linear warmup then cosine decay, random context sizes, periodic validation on
+fixed prior datasets, and atomic checkpoints (model, optimizer, progress) every few minutes so
+a run killed at any moment resumes where its last checkpoint left off (`resume=True`).
+Each step's data comes from a generator seeded by (seed, step): a resumed run sees exactly
+the datasets an uninterrupted one would have.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm import tqdm
+
+from models.bar_distribution import BarDistribution
+from models.config import TrainConfig
+from models.model import DVAPFN
+from models.priors import make_prior
+
+log = logging.getLogger(__name__)
+
+LATEST = "latest.json"
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+@dataclass
+class Progress:
+    """What a run has done so far; saved with every checkpoint."""
+
+    step: int = 0
+    train_seconds: float = 0.0
+    datasets_seen: int = 0
+    best_val_nll: float = math.inf
+    best_step: int = -1
+    history: list = field(default_factory=list)  # [step, train_loss, val_nll]
+    device: str = "cpu"
+
+
+def _generator(seed: int, stream: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed * 1_000_003 + stream)
+
+
+class Trainer:
+    """Owns one run directory: config, checkpoints, best weights."""
+
+    def __init__(self, config: TrainConfig, run_dir: str | Path, resume: bool = False):
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.device = resolve_device(config.device)
+        self.prior = make_prior(config.prior_config())
+        self.model = DVAPFN(config.model).to(self.device)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        self.progress = Progress(device=str(self.device))
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        saved = self.run_dir / "config.json"
+        if resume and (self.run_dir / LATEST).exists():
+            self._load_latest()
+        else:
+            if (self.run_dir / LATEST).exists():
+                raise ValueError(f"run_dir: {self.run_dir} already holds a run; pass resume=True or use a new directory")
+            self._set_borders()
+        config.save(saved)
+        self.val_batch = self.prior.sample(config.val_datasets, max(config.n_context) + config.n_query, _generator(config.seed, -1))
+
+    # -- data -----------------------------------------------------------------------------
+    def _split(self, x, y, n_context: int, generator: torch.Generator):
+        """Pick outputs per dataset and split points into context and held-out queries."""
+        k_total = y.shape[-1]
+        k = min(self.config.outputs_per_dataset, k_total)
+        pick = torch.rand(y.shape[0], k_total, generator=generator).argsort(dim=-1)[:, :k]
+        y = torch.gather(y, -1, pick[:, None, :].expand(-1, y.shape[1], -1))
+        x, y = x.to(self.device), y.to(self.device)
+        return x[:, :n_context], y[:, :n_context], x[:, n_context:], y[:, n_context:]
+
+    def _set_borders(self) -> None:
+        """Borders of equal prior mass for the standardised residuals the model will predict."""
+        cfg = self.config
+        g = _generator(cfg.seed, -2)
+        samples = []
+        for _ in range(max(1, cfg.border_samples // cfg.batch_size)):
+            n_context = int(torch.randint(cfg.n_context[0], cfg.n_context[1] + 1, (1,), generator=g))
+            batch = self.prior.sample(cfg.batch_size, n_context + cfg.n_query, g)
+            cx, cy, qx, qy = self._split(batch.x, batch.y, n_context, g)
+            with torch.no_grad():
+                stats = self.model.encode_context(cx, cy).stats
+                loc, _ = self.model.predict_base(stats, qx)
+                samples.append(self.model.standardised_target(qy, loc, stats.y_scale[..., None]).flatten())
+        bar = BarDistribution.from_samples(torch.cat(samples).cpu(), cfg.model.n_bars)
+        self.model.borders.copy_(bar.borders.to(self.model.borders))
+
+    # -- optimisation ----------------------------------------------------------------------
+    def _lr(self, step: int) -> float:
+        cfg = self.config
+        if step < cfg.warmup_steps:
+            return cfg.lr * (step + 1) / cfg.warmup_steps
+        progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+        return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+    def loss(self, cx, cy, qx, qy) -> torch.Tensor:
+        """Mean NLL of held-out targets under the predicted bar distribution."""
+        logits, loc, scale = self.model(cx, cy, qx)
+        z = self.model.standardised_target(qy, loc, scale)
+        bar = BarDistribution(self.model.borders)
+        return -bar.log_prob(logits, z).mean()
+
+    def validate(self) -> float:
+        cfg = self.config
+        self.model.eval()
+        with torch.no_grad():
+            g = _generator(cfg.seed, -3)
+            losses = []
+            for start in range(0, cfg.val_datasets, cfg.batch_size):
+                x = self.val_batch.x[start : start + cfg.batch_size]
+                y = self.val_batch.y[start : start + cfg.batch_size]
+                losses.append(float(self.loss(*self._split(x, y, max(cfg.n_context), g))))
+        self.model.train()
+        return sum(losses) / len(losses)
+
+    def run(self, max_minutes: float | None = None, show_progress: bool = True) -> Progress:
+        """Train until `config.steps` or `max_minutes`, checkpointing along the way."""
+        cfg, p = self.config, self.progress
+        started = time.monotonic()
+        last_ckpt = started
+        bar = tqdm(total=cfg.steps, initial=p.step, disable=not show_progress, mininterval=10, desc="train")
+        loss_ema = None
+        while p.step < cfg.steps:
+            t0 = time.monotonic()
+            g = _generator(cfg.seed, p.step)
+            n_context = int(torch.randint(cfg.n_context[0], cfg.n_context[1] + 1, (1,), generator=g))
+            batch = self.prior.sample(cfg.batch_size, n_context + cfg.n_query, g)
+            for group in self.optimizer.param_groups:
+                group["lr"] = self._lr(p.step)
+            loss = self.loss(*self._split(batch.x, batch.y, n_context, g))
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+            self.optimizer.step()
+            p.step += 1
+            p.datasets_seen += cfg.batch_size
+            p.train_seconds += time.monotonic() - t0
+            value = loss.item()
+            loss_ema = value if loss_ema is None else 0.98 * loss_ema + 0.02 * value
+            bar.update(1)
+            if p.step % cfg.val_every == 0 or p.step == cfg.steps:
+                val = self.validate()
+                p.history.append([p.step, loss_ema, val])
+                bar.set_postfix(loss=f"{loss_ema:.3f}", val_nll=f"{val:.3f}", steps_s=f"{p.step / max(p.train_seconds, 1e-9):.2f}")
+                log.info("step %d train %.4f val %.4f (%.2f steps/s)", p.step, loss_ema, val, p.step / max(p.train_seconds, 1e-9))
+                if val < p.best_val_nll:
+                    p.best_val_nll, p.best_step = val, p.step
+                    self._atomic_save_weights(self.run_dir / "best.safetensors")
+            now = time.monotonic()
+            out_of_time = max_minutes is not None and now - started > max_minutes * 60
+            if now - last_ckpt > cfg.checkpoint_minutes * 60 or out_of_time or p.step == cfg.steps:
+                self.save_checkpoint()
+                last_ckpt = now
+            if out_of_time:
+                break
+        bar.close()
+        return p
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def _atomic_save_weights(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        save_file({k: v.detach().contiguous().cpu() for k, v in self.model.state_dict().items()}, str(tmp))
+        os.replace(tmp, path)
+
+    def save_checkpoint(self) -> Path:
+        """Write ckpt-<step>/ completely, then point latest.json at it, then drop older ones."""
+        name = f"ckpt-{self.progress.step:08d}"
+        final = self.run_dir / name
+        tmp = self.run_dir / (name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        save_file({k: v.detach().contiguous().cpu() for k, v in self.model.state_dict().items()}, str(tmp / "model.safetensors"))
+        torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+        (tmp / "progress.json").write_text(json.dumps(self.progress.__dict__, indent=1))
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        latest_tmp = self.run_dir / (LATEST + ".tmp")
+        latest_tmp.write_text(json.dumps({"checkpoint": name}))
+        os.replace(latest_tmp, self.run_dir / LATEST)
+        for old in self.run_dir.glob("ckpt-*"):
+            if old.name != name:
+                shutil.rmtree(old, ignore_errors=True)
+        log.info("checkpoint %s written", final)
+        return final
+
+    def _load_latest(self) -> None:
+        name = json.loads((self.run_dir / LATEST).read_text())["checkpoint"]
+        ckpt = self.run_dir / name
+        self.model.load_state_dict(load_file(str(ckpt / "model.safetensors"), device=str(self.device)))
+        self.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location=self.device, weights_only=True))
+        saved = json.loads((ckpt / "progress.json").read_text())
+        self.progress = Progress(**saved)
+        log.info("resumed %s at step %d", self.run_dir, self.progress.step)
