@@ -1,0 +1,106 @@
+"""A bar distribution over a standardised residual, mapped back to physical units.
+
+The DVA-PFN predicts z, the query's residual around an in-context fit, standardised per
+dataset; the answer the service gives is y = loc + scale * z. This wrapper exposes that as
+the common Predictive interface (float64 numpy, (m, k) per query and output), including the
+-log(scale) Jacobian in log_prob so NLLs compare with the GP and linear baselines.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from models.bar_distribution import BarDistribution
+from models.predictive import Predictive, Timing
+
+
+def _finite_array(name: str, value, allow_inf: bool = False) -> np.ndarray:
+    arr = np.asarray(value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value, dtype=np.float64)
+    bad = np.isnan(arr) if allow_inf else ~np.isfinite(arr)
+    if bad.any():
+        raise ValueError(f"{name} must be {'free of NaN' if allow_inf else 'finite'}; found {int(bad.sum())} bad entries")
+    return arr
+
+
+@dataclass
+class BarPredictive(Predictive):
+    """Predictive y = loc + scale * z with z ~ bar(logits); logits (m, k, n_bars), loc (m, k)."""
+
+    bar: BarDistribution
+    logits: torch.Tensor
+    loc: np.ndarray
+    scale: np.ndarray
+    timing: Timing = field(default_factory=Timing)
+
+    def __post_init__(self) -> None:
+        logits = torch.as_tensor(self.logits).detach()
+        if logits.ndim != 3 or logits.shape[-1] != self.bar.n_bars:
+            raise ValueError(f"logits must be shaped (m, k, {self.bar.n_bars}), got {tuple(logits.shape)}")
+        if torch.isnan(logits).any() or torch.isposinf(logits).any():
+            raise ValueError("logits must be free of NaN and +inf")
+        self.logits = logits.to(torch.float64)
+        shape = tuple(logits.shape[:2])
+        loc = _finite_array("loc", self.loc)
+        if loc.shape != shape:
+            raise ValueError(f"loc must be shaped (m, k) = {shape}, got {loc.shape}")
+        scale = _finite_array("scale", self.scale)
+        try:
+            scale = np.broadcast_to(scale, shape)
+        except ValueError as exc:
+            raise ValueError(f"scale must broadcast to (m, k) = {shape}, got {scale.shape}") from exc
+        if not (scale > 0).all():
+            raise ValueError("scale must be > 0")
+        self.loc, self.scale = loc, np.ascontiguousarray(scale)
+        self._bar64 = BarDistribution(self.bar.borders.detach().to(device=logits.device, dtype=torch.float64))
+
+    def _torch(self, arr: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(arr, dtype=torch.float64, device=self.logits.device)
+
+    def _standardise(self, name: str, values: np.ndarray) -> torch.Tensor:
+        try:
+            values = np.broadcast_to(values, self.loc.shape)
+        except ValueError as exc:
+            raise ValueError(f"{name} must broadcast to (m, k) = {self.loc.shape}, got {values.shape}") from exc
+        return self._torch((values - self.loc) / self.scale)
+
+    @staticmethod
+    def _np(t: torch.Tensor) -> np.ndarray:
+        return t.detach().cpu().numpy().astype(np.float64, copy=False)
+
+    @property
+    def mean(self) -> np.ndarray:
+        return self.loc + self.scale * self._np(self._bar64.mean(self.logits))
+
+    @property
+    def std(self) -> np.ndarray:
+        return self.scale * np.sqrt(self._np(self._bar64.variance(self.logits)))
+
+    def quantile(self, levels: Sequence[float]) -> np.ndarray:
+        lv = np.asarray(levels, dtype=np.float64)
+        if lv.ndim != 1 or not np.all((lv > 0) & (lv < 1)):
+            raise ValueError(f"levels must be a 1-D sequence inside (0, 1), got {lv!r}")
+        z = self._np(self._bar64.quantile(self.logits, self._torch(lv)))
+        return self.loc[None] + self.scale[None] * z
+
+    def cdf(self, values: np.ndarray | float) -> np.ndarray:
+        v = _finite_array("values", values, allow_inf=True)
+        z = self._standardise("values", v)
+        return self._np(self._bar64.cdf(self.logits, z))
+
+    def log_prob(self, y: np.ndarray) -> np.ndarray:
+        v = _finite_array("y", y)
+        z = self._standardise("y", v)
+        return self._np(self._bar64.log_prob(self.logits, z)) - np.log(self.scale)
+
+    def sample(self, n: int, seed: int | None = None) -> np.ndarray:
+        """(n, m, k) draws in physical units."""
+        gen = torch.Generator(device=self.logits.device)
+        if seed is None:
+            gen.seed()
+        else:
+            gen.manual_seed(seed)
+        z = self._np(self._bar64.sample(self.logits, n, generator=gen))
+        return self.loc[None] + self.scale[None] * z

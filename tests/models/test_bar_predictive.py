@@ -1,0 +1,137 @@
+"""BarPredictive: the bar distribution in physical units behind the common Predictive interface."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import integrate
+
+from models.bar_distribution import BarDistribution
+from models.bar_predictive import BarPredictive
+
+BORDERS = torch.tensor([-2.0, -1.0, 0.0, 0.5, 1.5, 3.0])  # float32 borders, as a model buffer holds them
+M, K = 4, 3
+
+
+def make(logits=None, loc=None, scale=None, seed=0) -> BarPredictive:
+    gen = torch.Generator().manual_seed(seed)
+    if logits is None:
+        logits = torch.randn(M, K, 5, generator=gen) * 2.0
+    if loc is None:
+        loc = 1.0 + 0.01 * np.arange(M * K, dtype=np.float64).reshape(M, K)
+    if scale is None:
+        scale = np.array([1e-3, 2e-3, 5e-4])
+    return BarPredictive(BarDistribution(BORDERS), logits, loc, scale)
+
+
+def test_outputs_are_float64_numpy_with_interface_shapes():
+    pred = make()
+    assert pred.mean.shape == (M, K) and pred.mean.dtype == np.float64
+    assert pred.std.shape == (M, K) and pred.std.dtype == np.float64
+    assert pred.quantile([0.05, 0.5, 0.95]).shape == (3, M, K)
+    assert pred.cdf(1.0).shape == (M, K)
+    assert pred.log_prob(np.full((M, K), 1.0)).shape == (M, K)
+    assert pred.p_outside(0.95, 1.05).shape == (M, K)
+    assert pred.sample(5, seed=1).shape == (5, M, K)
+    low, high = pred.interval(0.9)
+    assert (low < pred.mean).all() and (pred.mean < high).all()
+
+
+def test_one_bucket_maps_through_loc_and_scale():
+    logits = torch.full((M, K, 5), -1e4)
+    logits[..., 2] = 1e4  # all mass on [0, 0.5)
+    loc = np.full((M, K), 1.02)
+    pred = make(logits=logits, loc=loc, scale=2e-3)
+    assert np.allclose(pred.mean, 1.02 + 2e-3 * 0.25, rtol=0, atol=1e-15)
+    assert np.allclose(pred.std, 2e-3 * 0.5 / math.sqrt(12), rtol=1e-12)
+    assert np.allclose(pred.cdf(1.02 + 2e-3 * 0.125), 0.25, atol=1e-12)
+    assert np.allclose(pred.log_prob(np.full((M, K), 1.0205)), -math.log(2e-3 * 0.5), rtol=1e-12)
+    assert np.allclose(pred.quantile([0.5])[0], 1.02 + 2e-3 * 0.25, atol=1e-15)
+
+
+def test_quantile_inverts_cdf_in_physical_units_including_tails():
+    pred = make()
+    levels = [1e-9, 1e-3, 0.02, 0.3, 0.5, 0.77, 0.99, 1 - 1e-6]
+    q = pred.quantile(levels)
+    for i, level in enumerate(levels):
+        assert np.allclose(pred.cdf(q[i]), level, rtol=1e-9, atol=1e-15)
+    # the extreme quantiles leave the outer borders mapped to physical units
+    assert (q[0] < pred.loc + pred.scale * BORDERS[0].item()).all()
+    assert (q[-1] > pred.loc + pred.scale * BORDERS[-1].item()).all()
+
+
+def test_log_prob_includes_jacobian_and_integrates_to_one():
+    pred = make()
+    for i, j in [(0, 0), (2, 1), (3, 2)]:
+        loc, scale = pred.loc[i, j], pred.scale[i, j]
+
+        def density(y: float) -> float:
+            full = np.full((M, K), y)
+            return float(np.exp(pred.log_prob(full)[i, j]))
+
+        edges = [loc + scale * b for b in BORDERS[1:-1].tolist()]
+        total = integrate.quad(density, -np.inf, edges[0])[0] + integrate.quad(density, edges[-1], np.inf)[0]
+        total += sum(integrate.quad(density, a, b)[0] for a, b in zip(edges[:-1], edges[1:]))
+        assert total == pytest.approx(1.0, abs=1e-8)
+    y = pred.loc + pred.scale * 0.3
+    z_lp = pred._bar64.log_prob(pred.logits, torch.full((M, K), 0.3, dtype=torch.float64)).numpy()
+    assert np.allclose(pred.log_prob(y), z_lp - np.log(pred.scale), rtol=1e-10)
+
+
+def test_p_outside_of_the_inner_band_is_the_outer_bucket_mass():
+    logits = torch.randn(M, K, 5, generator=torch.Generator().manual_seed(3)).double()
+    loc = np.full((M, K), 1.0)
+    pred = make(logits=logits, loc=loc, scale=1e-2)
+    p = torch.softmax(logits, -1).numpy()
+    outside = pred.p_outside(1.0 + 1e-2 * BORDERS[1].item(), 1.0 + 1e-2 * BORDERS[-2].item())
+    assert np.allclose(outside, p[..., 0] + p[..., -1], rtol=1e-6)
+    # an infinite band holds everything; p_outside stays in [0, 1]
+    assert np.allclose(pred.p_outside(-np.inf, np.inf), 0.0)
+    assert np.allclose(pred.cdf(-np.inf), 0.0) and np.allclose(pred.cdf(np.inf), 1.0)
+
+
+def test_samples_match_mean_and_std():
+    pred = make()
+    draws = pred.sample(100_000, seed=0)
+    se = pred.std / math.sqrt(draws.shape[0])
+    assert (np.abs(draws.mean(0) - pred.mean) < 5 * se).all()
+    assert np.allclose(draws.std(0), pred.std, rtol=0.05)
+
+
+@pytest.mark.parametrize("scale", [3e-3, np.full(K, 3e-3), np.full((1, K), 3e-3), np.full((M, 1), 3e-3)])
+def test_scale_broadcasts(scale):
+    ref = make(scale=np.full((M, K), 3e-3))
+    pred = make(scale=scale)
+    assert np.allclose(pred.std, ref.std) and np.allclose(pred.mean, ref.mean)
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(logits=torch.zeros(M, K, 4)), "logits"),
+        (dict(logits=torch.zeros(M, 5)), "logits"),
+        (dict(logits=torch.full((M, K, 5), float("nan"))), "logits"),
+        (dict(loc=np.zeros((M, K + 1))), "loc"),
+        (dict(loc=np.full((M, K), np.nan)), "loc"),
+        (dict(scale=np.zeros(K)), "scale"),
+        (dict(scale=np.ones(K + 1)), "scale"),
+        (dict(scale=-1.0), "scale"),
+    ],
+)
+def test_bad_construction_raises(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        make(**kwargs)
+
+
+def test_bad_queries_raise():
+    pred = make()
+    with pytest.raises(ValueError, match="levels"):
+        pred.quantile([0.0, 0.5])
+    with pytest.raises(ValueError, match="values"):
+        pred.cdf(np.full((M, K), np.nan))
+    with pytest.raises(ValueError, match="values"):
+        pred.cdf(np.zeros((M + 1, K)))
+    with pytest.raises(ValueError, match="y"):
+        pred.log_prob(np.full((M, K), np.inf))
