@@ -1,0 +1,46 @@
+"""Tiny checkpoints for tests: real files through the real registry, no training needed."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from gridsim.network import network
+from models.config import ModelConfig
+from models.model import DVAPFN
+from models.registry import write_checkpoint
+
+TINY_CONFIG = ModelConfig(
+    emb_dim=16, value_dim=16, n_layers=2, n_heads=4, ffn_dim=32, head_dim=32, n_bars=32, cnn_channels=4
+)
+
+
+def tiny_model(config: ModelConfig = TINY_CONFIG, seed: int = 0) -> DVAPFN:
+    """A random-init model whose head is not zero, so outputs depend on the inputs."""
+    torch.manual_seed(seed)
+    model = DVAPFN(config)
+    torch.nn.init.normal_(model.head[-1].weight, std=0.1)
+    return model
+
+
+def tiny_card(name: str, version: str = "0.0.1", feeder: str = "ieee33") -> dict:
+    net = network(feeder)
+    return {
+        "name": name,
+        "version": version,
+        "description": "untrained tiny model for tests; its predictions are not meaningful",
+        "architecture": {"backbone": "transformer", "attention": "dva"},
+        "network": feeder,
+        "features": list(net.feature_names),
+        "outputs": list(net.output_names),
+        "context_size": {"min": 8, "max": 2000},
+        "training": {"steps": 0},
+    }
+
+
+def build_tiny_registry(root: str | Path, names: tuple[str, ...] = ("tiny-dva",)) -> Path:
+    """Write one tiny checkpoint per name under `root` and return root."""
+    root = Path(root)
+    for i, name in enumerate(names):
+        write_checkpoint(tiny_model(seed=i), tiny_card(name), root / name / "0.0.1")
+    return root
