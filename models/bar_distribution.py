@@ -45,7 +45,8 @@ class BarDistribution(nn.Module):
         """Borders of equal prior mass: the 0, 1/n_bars, ..., 1 quantiles of `samples`.
 
         Ties (atoms in the prior) are spread apart by a tiny step so borders stay strictly
-        increasing; the step is 1e-6 of the sample range (or magnitude when the range is 0).
+        increasing, also after a cast to float32 (model buffers): 1e-6 of the sample range per
+        bar, at least 4 float32 ulps of the largest magnitude.
         """
         if int(n_bars) != n_bars or n_bars < 2:
             raise ValueError(f"n_bars must be an integer >= 2, got {n_bars}")
@@ -61,7 +62,7 @@ class BarDistribution(nn.Module):
         borders = ordered[lo] + (pos - lo) * (ordered[hi] - ordered[lo])
         spread = float(ordered[-1] - ordered[0])
         magnitude = float(ordered.abs().max())
-        step = 1e-6 * max(spread / n_bars, magnitude * 1e-3 if spread == 0 else 0.0, 1e-12)
+        step = max(1e-6 * spread / n_bars, 4 * torch.finfo(torch.float32).eps * magnitude) or 1e-6
         ramp = torch.arange(borders.numel(), dtype=torch.float64) * step
         borders = torch.cummax(borders - ramp, dim=0).values + ramp
         return cls(borders)

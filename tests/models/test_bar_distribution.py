@@ -54,10 +54,16 @@ def test_from_samples_equal_mass_and_strict_with_ties():
     assert torch.allclose(fractions, torch.full((10,), 0.1, dtype=torch.float64), atol=2e-3)
     assert bar.n_bars == 10
 
-    atoms = torch.cat([torch.zeros(5000), torch.ones(100), torch.randn(1000, generator=gen)])
+    atoms = torch.cat([torch.zeros(5000), torch.ones(3000), torch.randn(1000, generator=gen)])
     tied = BarDistribution.from_samples(atoms, 50)
     assert (tied.borders[1:] > tied.borders[:-1]).all()
     assert tied.borders.numel() == 51
+    as_float32 = tied.borders.float()  # model buffers hold float32 borders
+    assert (as_float32[1:] > as_float32[:-1]).all()
+    constant = BarDistribution.from_samples(torch.full((100,), 3.0), 8).borders.float()
+    assert (constant[1:] > constant[:-1]).all()
+    zeros = BarDistribution.from_samples(torch.zeros(100), 8).borders.float()
+    assert (zeros[1:] > zeros[:-1]).all()
     with pytest.raises(ValueError, match="n_bars"):
         BarDistribution.from_samples(samples, 1)
     with pytest.raises(ValueError, match="finite"):
