@@ -1,0 +1,48 @@
+"""Turn a Predictive into the arrays a response carries, and cut a batched answer per request."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from models.predictive import Predictive
+
+
+@dataclass(frozen=True)
+class AnswerSpec:
+    """What a request asks for besides mean and std."""
+
+    quantiles: tuple[float, ...] = ()
+    band: tuple[float, float] | None = None
+
+
+@dataclass
+class Answer:
+    """Arrays shaped (m, k); quantiles (levels, m, k); p_outside None when no band was asked."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    quantiles: np.ndarray
+    p_outside: np.ndarray | None
+
+    def rows(self, start: int, stop: int) -> "Answer":
+        return Answer(self.mean[start:stop], self.std[start:stop], self.quantiles[:, start:stop],
+                      None if self.p_outside is None else self.p_outside[start:stop])
+
+    def all_finite(self) -> bool:
+        parts = [self.mean, self.std, self.quantiles] + ([self.p_outside] if self.p_outside is not None else [])
+        return all(bool(np.isfinite(part).all()) for part in parts)
+
+
+def summarize(pred: Predictive, spec: AnswerSpec) -> Answer:
+    """Evaluate the predictive once for every statistic the spec asks for."""
+    mean = np.asarray(pred.mean, dtype=np.float64)
+    std = np.asarray(pred.std, dtype=np.float64)
+    if spec.quantiles:
+        quantiles = np.asarray(pred.quantile(list(spec.quantiles)), dtype=np.float64)
+    else:
+        quantiles = np.empty((0,) + mean.shape)
+    p_outside = None
+    if spec.band is not None:
+        p_outside = np.asarray(pred.p_outside(*spec.band), dtype=np.float64)
+    return Answer(mean, std, quantiles, p_outside)

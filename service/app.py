@@ -1,0 +1,99 @@
+"""The FastAPI application: middleware, error handlers, routers, and a lifespan that loads the
+registry once, warms every model (and the exact GP) and opens the store before serving.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+from fastapi import FastAPI
+
+from service import errors
+from service.body_limit import BodyLimitMiddleware
+from service.metrics import HTTPMetricsMiddleware, Metrics
+from service.routers import context_sets, gp, health, models, predict, simulate
+from service.runtime import N_FEATURES, N_OUTPUTS, Runtime
+from service.settings import Settings
+from service.store import open_store
+
+log = logging.getLogger(__name__)
+
+
+def _load_registry(settings: Settings) -> Any:
+    from models.registry import load_registry
+
+    try:
+        return load_registry(settings.model_dir, device=settings.device)
+    except Exception as exc:  # an unusable model dir leaves the service alive but not ready
+        log.error("could not load the model registry at %s: %s", settings.model_dir, exc)
+        return SimpleNamespace(models={}, errors={"*": f"{type(exc).__name__}: {exc}"})
+
+
+def _warm(rt: Runtime) -> None:
+    """One fit + predict per model and one GP fit, so the first request pays no first-call costs."""
+    rng = np.random.default_rng(0)
+    for name, loaded in list(rt.registry.models.items()):
+        sizes = loaded.card.get("context_size") or {}
+        n = int(min(max(16, int(sizes.get("min", 1))), int(sizes.get("max", 16))))
+        x, y = rng.normal(size=(n, N_FEATURES)), 1.0 + 0.01 * rng.normal(size=(n, N_OUTPUTS))
+        try:
+            encoded = loaded.method.fit(x, y)
+            for m in (1, 8):
+                loaded.method.predict(encoded, rng.normal(size=(m, N_FEATURES))).quantile([0.5])
+        except Exception as exc:
+            log.exception("warm-up of model %s failed; it will not be served", name)
+            rt.registry.models.pop(name)
+            rt.registry.errors[name] = f"warm-up failed: {type(exc).__name__}: {exc}"
+    x, y = rng.normal(size=(16, N_FEATURES)), 1.0 + 0.01 * rng.normal(size=(16, N_OUTPUTS))
+    rt.gp_method.predict(rt.gp_method.fit(x, y), x[:2])
+
+
+def _gp_method(settings: Settings) -> Any:
+    from models.gp import ExactGP
+
+    return ExactGP(linear_term=False, max_iter=settings.gp_max_iter)
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI):
+    settings: Settings = app.state.settings
+    if settings.torch_threads:
+        import torch
+
+        torch.set_num_threads(settings.torch_threads)
+    registry = await asyncio.to_thread(_load_registry, settings)
+    store = open_store(settings.redis_url, settings.store_timeout_s)
+    rt = Runtime(settings, registry, store, _gp_method(settings), app.state.metrics)
+    app.state.runtime = rt
+    await asyncio.to_thread(_warm, rt)
+    rt.ready = True
+    log.info("ready: models %s, refused %s, store %s", sorted(registry.models), sorted(registry.errors), store.kind)
+    try:
+        yield
+    finally:
+        rt.ready = False
+        await rt.close()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    app = FastAPI(
+        title="GridPFN",
+        version="0.1.0",
+        description="Pretrained DVA-PFN power-flow surrogates for the IEEE 33-bus feeder: per-bus voltage "
+                    "distributions for load vectors, conditioned on a context set. Errors are RFC 9457 "
+                    "problem+json. With GRIDPFN_API_KEYS set, /v1 needs `Authorization: Bearer <key>`.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = Metrics()
+    errors.install(app)
+    for module in (health, models, context_sets, predict, gp, simulate):
+        app.include_router(module.router)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(HTTPMetricsMiddleware, metrics=app.state.metrics)
+    return app

@@ -1,0 +1,103 @@
+"""Micro-batching: concurrent small predicts on one (model, context) share one forward pass.
+
+Requests are collected for `window_s` or until `max_rows` query rows, sent to the worker pool as
+one `method.predict` call, and each caller gets its own rows back. Under load this turns many
+tiny forward passes (dominated by per-call overhead) into a few wider ones.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable
+
+import numpy as np
+
+from service.answers import Answer, AnswerSpec, summarize
+from service.pool import WorkerPool
+
+
+@dataclass
+class BatchResult:
+    """One caller's rows of a shared forward pass."""
+
+    answer: Answer
+    predict_s: float
+    batch_rows: int
+    batch_requests: int
+
+
+@dataclass
+class _Batch:
+    method: Any
+    encoded: Any
+    items: list[tuple[np.ndarray, AnswerSpec, asyncio.Future]] = field(default_factory=list)
+    rows: int = 0
+    timer: asyncio.TimerHandle | None = None
+
+
+def _compute(method: Any, encoded: Any, items: list[tuple[np.ndarray, AnswerSpec, Any]]) -> list[BatchResult]:
+    """Worker-thread side: one predict for all rows, statistics once per distinct spec."""
+    t0 = time.perf_counter()
+    queries = np.concatenate([qx for qx, _, _ in items], axis=0)
+    pred = method.predict(encoded, queries)
+    per_spec: dict[AnswerSpec, Answer] = {}
+    for _, spec, _ in items:
+        if spec not in per_spec:
+            per_spec[spec] = summarize(pred, spec)
+    elapsed = time.perf_counter() - t0
+    results, start = [], 0
+    for qx, spec, _ in items:
+        stop = start + qx.shape[0]
+        results.append(BatchResult(per_spec[spec].rows(start, stop), elapsed, queries.shape[0], len(items)))
+        start = stop
+    return results
+
+
+class MicroBatcher:
+    """Collects small requests per key; see module docstring."""
+
+    def __init__(self, pool: WorkerPool, window_s: float, max_rows: int,
+                 on_batch: Callable[[int, int], None] | None = None) -> None:
+        self.pool, self.window_s, self.max_rows = pool, window_s, max_rows
+        self._pending: dict[Hashable, _Batch] = {}
+        self._on_batch = on_batch or (lambda rows, requests: None)
+        self._tasks: set[asyncio.Task] = set()
+
+    async def predict(self, key: Hashable, method: Any, encoded: Any, queries: np.ndarray,
+                      spec: AnswerSpec) -> BatchResult:
+        loop = asyncio.get_running_loop()
+        batch = self._pending.get(key)
+        if batch is None:
+            batch = self._pending[key] = _Batch(method, encoded)
+            batch.timer = loop.call_later(self.window_s, self._flush, key, batch)
+        future = loop.create_future()
+        batch.items.append((queries, spec, future))
+        batch.rows += queries.shape[0]
+        if batch.rows >= self.max_rows:
+            self._flush(key, batch)
+        return await future
+
+    def _flush(self, key: Hashable, batch: _Batch) -> None:
+        if self._pending.get(key) is not batch:
+            return  # already flushed by the row limit
+        del self._pending[key]
+        if batch.timer is not None:
+            batch.timer.cancel()
+        task = asyncio.get_running_loop().create_task(self._run(batch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, batch: _Batch) -> None:
+        futures = [future for _, _, future in batch.items]
+        try:
+            results = await self.pool.run(_compute, batch.method, batch.encoded, batch.items)
+        except Exception as exc:  # every waiter sees the same failure (PoolFull, model error)
+            for future in futures:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        self._on_batch(batch.rows, len(futures))
+        for future, result in zip(futures, results):
+            if not future.done():
+                future.set_result(result)

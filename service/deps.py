@@ -1,0 +1,21 @@
+"""Router helpers: the runtime dependency and the documented error responses."""
+from __future__ import annotations
+
+from fastapi import Request
+
+from service.errors import PROBLEM_MEDIA_TYPE
+from service.runtime import Runtime
+from service.schemas import Problem
+
+
+def get_runtime(request: Request) -> Runtime:
+    return request.app.state.runtime
+
+
+def problems(*statuses: int) -> dict[int | str, dict]:
+    """OpenAPI `responses` entries: each status answers problem+json."""
+    words = {401: "missing or invalid API key", 404: "unknown model or context set", 413: "too many rows or too big a body",
+             422: "invalid input (field, expected shape or range named)", 503: "busy or store unreachable (Retry-After)"}
+    return {status: {"model": Problem, "description": words.get(status, "error"),
+                     "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+            for status in statuses}

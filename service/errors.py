@@ -1,0 +1,142 @@
+"""One error shape for every failure: RFC 9457 problem details (`application/problem+json`).
+
+Handlers turn our ProblemError, FastAPI's validation errors, Starlette's HTTP errors and any
+unexpected exception into {type, title, status, detail, errors: [{location, field, message,
+expected}]} so clients parse one format whatever went wrong.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+log = logging.getLogger(__name__)
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+TYPE_PREFIX = "urn:gridpfn:problem:"
+
+
+def field_error(field: str, message: str, expected: str | None = None, location: str = "body") -> dict[str, Any]:
+    """One entry of a problem's `errors` list."""
+    return {"location": location, "field": field, "message": message, "expected": expected}
+
+
+class ProblemError(Exception):
+    """An HTTP error answered as problem+json; raise it anywhere in a request."""
+
+    def __init__(
+        self,
+        status: int,
+        slug: str,
+        title: str,
+        detail: str,
+        errors: Iterable[dict[str, Any]] = (),
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status, self.slug, self.title, self.detail = status, slug, title, detail
+        self.errors = list(errors)
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "type": TYPE_PREFIX + self.slug,
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+            "errors": self.errors,
+        }
+
+
+def invalid(field: str, message: str, expected: str | None = None, location: str = "body") -> ProblemError:
+    """422 for a value that parsed but cannot be used (wrong shape, out of range)."""
+    return ProblemError(422, "validation-error", "Invalid request", f"{field}: {message}",
+                        [field_error(field, message, expected, location)])
+
+
+def not_found(what: str, key: str, field: str, location: str = "path") -> ProblemError:
+    return ProblemError(404, "not-found", f"Unknown {what}", f"no {what} {key!r}",
+                        [field_error(field, f"unknown {what}", f"an existing {what}", location)])
+
+
+def too_large(field: str, detail: str, expected: str) -> ProblemError:
+    return ProblemError(413, "too-large", "Request too large", detail, [field_error(field, detail, expected)])
+
+
+def unavailable(slug: str, title: str, detail: str, retry_after_s: int = 1) -> ProblemError:
+    return ProblemError(503, slug, title, detail, headers={"Retry-After": str(retry_after_s)})
+
+
+def problem_response(problem: ProblemError) -> Response:
+    return Response(orjson.dumps(problem.body()), status_code=problem.status,
+                    media_type=PROBLEM_MEDIA_TYPE, headers=problem.headers)
+
+
+def _expected_from(err: dict[str, Any]) -> str | None:
+    """Human wording of the constraint pydantic checked (range, length, type)."""
+    ctx = err.get("ctx") or {}
+    if "expected" in ctx:
+        return str(ctx["expected"])
+    bounds = [f"{name} {ctx[key]}" for key, name in
+              (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if key in ctx]
+    if bounds:
+        return "a number " + " and ".join(bounds)
+    if "pattern" in ctx:
+        return f"a string matching {ctx['pattern']}"
+    if "min_length" in ctx or "max_length" in ctx:
+        return f"length between {ctx.get('min_length', 0)} and {ctx.get('max_length', 'any')}"
+    kind = err.get("type", "")
+    if kind == "finite_number":
+        return "a finite number (no NaN or infinity)"
+    if kind.endswith("_type") or kind.endswith("_parsing"):
+        return kind.removesuffix("_type").removesuffix("_parsing")
+    return None
+
+
+def _field_path(loc: Iterable[Any]) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
+
+
+def validation_problem(exc: RequestValidationError) -> ProblemError:
+    """Pydantic's error list, renamed into the problem shape (one entry per bad field)."""
+    errors = []
+    for err in exc.errors():
+        loc = list(err.get("loc", ()))
+        location = str(loc.pop(0)) if loc and loc[0] in ("body", "query", "path", "header") else "body"
+        errors.append(field_error(_field_path(loc) or location, err.get("msg", "invalid"), _expected_from(err), location))
+    detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5]) or "invalid request"
+    if len(errors) > 5:
+        detail += f"; and {len(errors) - 5} more"
+    return ProblemError(422, "validation-error", "Invalid request", detail, errors)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that give every error the problem shape."""
+
+    @app.exception_handler(ProblemError)
+    async def _problem(_: Request, exc: ProblemError) -> Response:
+        return problem_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> Response:
+        return problem_response(validation_problem(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> Response:
+        slug = {401: "unauthorized", 404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
+        problem = ProblemError(exc.status_code, slug, str(exc.detail), str(exc.detail), headers=dict(exc.headers or {}))
+        return problem_response(problem)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return problem_response(ProblemError(500, "internal-error", "Internal server error",
+                                             f"unexpected {type(exc).__name__}; see the server log"))

@@ -1,0 +1,70 @@
+"""Prometheus metrics, one registry per app so several apps (tests) never collide."""
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class Metrics:
+    """Request, inference, GP, queue and cache metrics of one service instance."""
+
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.requests = Counter("gridpfn_http_requests", "HTTP requests", ["method", "route", "status"], registry=r)
+        self.latency = Histogram("gridpfn_http_request_seconds", "HTTP request latency",
+                                 ["method", "route", "status"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.inference = Histogram("gridpfn_model_inference_seconds", "model time per call",
+                                   ["model", "stage"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.gp = Histogram("gridpfn_gp_seconds", "exact GP time per call", ["stage"],
+                            buckets=_LATENCY_BUCKETS, registry=r)
+        self.encodes = Counter("gridpfn_context_encodes", "contexts encoded by a model", ["model"], registry=r)
+        self.gp_fits = Counter("gridpfn_gp_fits", "exact GP fits", registry=r)
+        self.cache = Counter("gridpfn_cache_lookups", "in-process cache lookups", ["cache", "result"], registry=r)
+        self.running = Gauge("gridpfn_pool_running", "jobs running in the worker pool", registry=r)
+        self.queued = Gauge("gridpfn_queue_depth", "jobs waiting for a worker", registry=r)
+        self.rejected = Counter("gridpfn_rejected", "requests refused for load", ["reason"], registry=r)
+        self.batch_rows = Histogram("gridpfn_microbatch_rows", "query rows per micro-batch",
+                                    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r)
+        self.batch_requests = Counter("gridpfn_microbatch_requests", "requests served by micro-batches", registry=r)
+
+    def depth(self, running: int, waiting: int) -> None:
+        self.running.set(running)
+        self.queued.set(waiting)
+
+    def batch(self, rows: int, requests: int) -> None:
+        self.batch_rows.observe(rows)
+        self.batch_requests.inc(requests)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class HTTPMetricsMiddleware:
+    """Counts and times every request by route template (not raw path, to bound label values)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            labels = (scope["method"], route, str(status))
+            self.metrics.requests.labels(*labels).inc()
+            self.metrics.latency.labels(*labels).observe(time.perf_counter() - start)

@@ -1,0 +1,32 @@
+"""POST /v1/simulate: ground-truth AC power flow for given load vectors, to check any answer."""
+from __future__ import annotations
+
+import numpy as np
+from fastapi import APIRouter, Depends
+from starlette.responses import Response
+
+from service.auth import require_api_key
+from service.fast_json import OrjsonRoute
+from service.deps import get_runtime, problems
+from service.errors import too_large
+from service.gridsim_calls import solve
+from service.inference import json_response
+from service.runtime import N_FEATURES, Runtime
+from service.schemas import SimulateRequest, SimulateResponse
+
+router = APIRouter(prefix="/v1", tags=["simulate"], route_class=OrjsonRoute, dependencies=[Depends(require_api_key)])
+
+
+@router.post("/simulate", response_model=SimulateResponse, responses=problems(401, 413, 422, 503),
+             summary="AC power flow |V| p.u. per bus for each load vector")
+async def simulate(body: SimulateRequest, rt: Runtime = Depends(get_runtime)) -> Response:
+    limit = rt.settings.max_simulate
+    if len(body.loads) > limit:
+        raise too_large("loads", f"{len(body.loads)} load vectors is over the limit",
+                        f"at most {limit} (GRIDPFN_MAX_SIMULATE); more: POST /v1/batch-jobs")
+    loads = rt.check_queries_shape(body.loads, N_FEATURES, "loads")
+    names, vm_pu, converged = await rt.run(solve, loads, body.network)
+    rows = [row if ok and np.isfinite(row).all() else None
+            for row, ok in zip(np.asarray(vm_pu, dtype=np.float64).tolist(), converged.tolist())]
+    return json_response({"network": body.network, "outputs": names, "vm_pu": rows,
+                          "converged": [row is not None for row in rows]})

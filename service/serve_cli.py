@@ -1,0 +1,34 @@
+"""`gridpfn serve`: run the HTTP service with uvicorn."""
+from __future__ import annotations
+
+import argparse
+import logging
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("serve", help="serve the HTTP API (settings from GRIDPFN_* env vars)")
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    parser.add_argument("--model-dir", default=None, help="overrides GRIDPFN_MODEL_DIR")
+    parser.add_argument("--access-log", action="store_true", help="log every request (off: it costs latency)")
+    parser.set_defaults(func=serve)
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from service.app import create_app
+    from service.settings import Settings, is_loopback
+
+    overrides = {"model_dir": args.model_dir} if args.model_dir else {}
+    settings = Settings(**overrides)
+    if not settings.api_keys and not is_loopback(args.host):
+        log.warning("serving on %s beyond loopback with no API keys: anyone who reaches this port can use "
+                    "the API; set GRIDPFN_API_KEYS", args.host)
+    log.info("serving on http://%s:%d (docs at /docs), store: %s", args.host, args.port,
+             "redis" if settings.redis_url else "embedded")
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, access_log=args.access_log,
+                log_config=None, lifespan="on")
+    return 0

@@ -1,0 +1,65 @@
+"""Service configuration from `GRIDPFN_*` environment variables (pydantic-settings).
+
+One frozen object built at start; everything tunable about limits, caches and the store lives here
+so operators change behaviour without touching code.
+"""
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from typing_extensions import Annotated
+
+
+class Settings(BaseSettings):
+    """Every knob of the HTTP service; env var = GRIDPFN_ + upper-case field name."""
+
+    model_config = SettingsConfigDict(env_prefix="GRIDPFN_", frozen=True, extra="ignore")
+
+    model_dir: Path = Field(Path("models/registry"), description="root of the checkpoint registry")
+    device: str | None = Field(None, description="torch device for the models (default: the card's / cpu)")
+    redis_url: str | None = Field(None, description="Redis URL for the context-set store; unset = embedded store")
+    api_keys: Annotated[tuple[str, ...], NoDecode] = Field((), description="comma-separated bearer keys for /v1")
+
+    max_queries: int = Field(10_000, ge=1, description="most query rows in one predict / simulate-free request")
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="largest request body accepted")
+    max_context_rows: int = Field(5_000, ge=1, description="largest context set stored or sent inline")
+    max_simulate: int = Field(1_000, ge=1, description="most power flows in one /v1/simulate or simulated context")
+    gp_max_context: int = Field(1_000, ge=1, description="largest context the on-demand exact GP fits")
+    gp_max_iter: int = Field(100, ge=0, description="L-BFGS iterations of the exact GP's hyperparameter fit")
+    gp_max_queries: int = Field(10_000, ge=1, description="most queries the exact GP answers in one request")
+
+    context_ttl_s: int = Field(24 * 3600, ge=1, description="lifetime of a stored context set")
+    encoded_cache_size: int = Field(32, ge=1, description="encoded contexts (per model+context) kept in process")
+    gp_cache_size: int = Field(8, ge=1, description="fitted GPs (per context) kept in process")
+
+    workers: int = Field(2, ge=1, description="threads running model / GP work")
+    queue_size: int = Field(64, ge=0, description="jobs waiting for a worker before 503")
+    batch_window_ms: float = Field(1.5, ge=0, description="how long the micro-batcher collects single queries")
+    batch_max_queries: int = Field(64, ge=1, description="query rows that close a micro-batch early")
+    torch_threads: int | None = Field(None, ge=1, description="torch intra-op threads (default: torch's)")
+    store_timeout_s: float = Field(1.0, gt=0, description="socket timeout of store operations")
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(key.strip() for key in value.split(",") if key.strip())
+        return value
+
+    @field_validator("redis_url", "device", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if value == "" else value
+
+
+def is_loopback(host: str) -> bool:
+    """True when `host` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
