@@ -5,7 +5,8 @@ Paper protocol (all options at their defaults): every P_i and Q_i independently 
 
 - correlation c in [0, 1]: each relative perturbation is u = c*g + (1-c)*e, with one common
   g ~ U(-1, 1) per scenario (shared by all P and Q) and independent e ~ U(-1, 1); stays in
-  [-1, 1], so the protocol bounds still hold. c = 1 moves all loads together.
+  [-1, 1], so the protocol bounds still hold; any two loads correlate c^2 / (c^2 + (1-c)^2).
+  c = 1 moves all loads together.
 - pf_spread s in [0, 1): each Q_i is further multiplied by an independent factor in [1-s, 1+s],
   spreading power factors beyond the protocol (Q in base_q*(1-delta)(1-s) .. (1+delta)(1+s)).
 - load_level L > 0: global multiplier on every P and Q (peak/valley studies).
