@@ -133,6 +133,26 @@ class TokenFFN(nn.Module):
         return self.down(F.gelu(self.up(self.norm(h))))
 
 
+def conv1d_same(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
+    """`conv(x)` for x (T, C_in, D) with 'same' zero padding, as one matmul per group.
+
+    Equal to nn.Conv1d's result; built from a banded (Toeplitz) matrix because CPU conv1d
+    is slow on many very short sequences, which is exactly our shape (one per token).
+    """
+    weight, groups = conv.weight, conv.groups  # (C_out, C_in / groups, K)
+    c_out, c_in_g, size = weight.shape
+    length = x.shape[-1]
+    pos = torch.arange(length, device=x.device)
+    offset = pos[None, :] - pos[:, None] + size // 2  # [out, in] -> kernel tap
+    valid = (offset >= 0) & (offset < size)
+    band = weight[..., offset.clamp(0, size - 1)] * valid  # (C_out, C_in_g, D_out, D_in)
+    if groups == 1:
+        y = torch.einsum("tid,oied->toe", x, band)
+    else:  # depthwise: one input channel per output channel
+        y = torch.einsum("tcd,ced->tce", x, band[:, 0])
+    return y + conv.bias[None, :, None] if conv.bias is not None else y
+
+
 class TokenConv(nn.Module):
     """CNN token mixer: depthwise 1-D convolutions along each token's embedding.
 
@@ -152,8 +172,9 @@ class TokenConv(nn.Module):
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         shape = h.shape
         t = self.norm(h).reshape(-1, 1, shape[-1])
-        t = self.project(F.gelu(self.depthwise(F.gelu(self.expand(t)))))
-        return t.reshape(shape)
+        t = F.gelu(conv1d_same(t, self.expand))
+        t = F.gelu(conv1d_same(t, self.depthwise))
+        return conv1d_same(t, self.project).reshape(shape)
 
 
 def _token_mixer(cfg: ModelConfig, dim: int) -> nn.Module:

@@ -33,6 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("pandapower").setLevel(logging.WARNING)  # it announces missing optional plotting libs
     try:
         result = args.func(args)
     except ValueError as exc:

@@ -1,0 +1,53 @@
+"""`gridpfn train` and `gridpfn export`: train on a prior, then publish a run into the registry."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    train = subparsers.add_parser("train", help="train a DVA-PFN on a prior (resumable)")
+    train.add_argument("--config", required=True, type=Path, help="TrainConfig JSON file")
+    train.add_argument("--run-dir", type=Path, help="where checkpoints go (default runs/<config stem>)")
+    train.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    train.add_argument("--max-minutes", type=float, help="stop (with a checkpoint) after this many minutes")
+    train.add_argument("--steps", type=int, help="override the config's total steps (e.g. to extend a run)")
+    train.set_defaults(func=_train)
+
+    export = subparsers.add_parser("export", help="publish a run's best weights as a registry checkpoint")
+    export.add_argument("--run-dir", required=True, type=Path)
+    export.add_argument("--name", required=True)
+    export.add_argument("--version", required=True)
+    export.add_argument("--registry", type=Path, help="registry root (default: the package's models/registry)")
+    export.add_argument("--card", type=Path, help="JSON with extra card fields (e.g. the accuracy summary)")
+    export.set_defaults(func=_export)
+
+
+def _train(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from models.config import TrainConfig
+    from models.train import Trainer
+
+    config = TrainConfig.load(args.config)
+    if args.steps:
+        config = dataclasses.replace(config, steps=args.steps)
+    run_dir = args.run_dir or Path("runs") / args.config.stem
+    trainer = Trainer(config, run_dir, resume=args.resume)
+    progress = trainer.run(max_minutes=args.max_minutes)
+    log.info("stopped at step %d, best validation NLL %.4f at step %d", progress.step, progress.best_val_nll, progress.best_step)
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from models.export import export_run
+    from models.registry import DEFAULT_ROOT
+
+    extra = json.loads(args.card.read_text()) if args.card else {}
+    out = export_run(args.run_dir, args.name, args.version, args.registry or DEFAULT_ROOT, extra)
+    print(out)
+    return 0

@@ -1,0 +1,53 @@
+"""Publish a training run's best weights as a registry checkpoint with its model card."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from safetensors.torch import load_file
+
+from gridsim.network import network
+from models.config import TrainConfig
+from models.model import DVAPFN
+from models.registry import write_checkpoint
+from models.train import LATEST
+
+
+def export_run(run_dir: str | Path, name: str, version: str, registry_root: str | Path, extra: dict[str, Any] | None = None) -> Path:
+    """Card = architecture, prior, feature/output order, context sizes, training record, extras."""
+    run_dir = Path(run_dir)
+    config = TrainConfig.load(run_dir / "config.json")
+    latest = json.loads((run_dir / LATEST).read_text())["checkpoint"]
+    progress = json.loads((run_dir / latest / "progress.json").read_text())
+    model = DVAPFN(config.model)
+    model.load_state_dict(load_file(str(run_dir / "best.safetensors")))
+    prior = config.prior_config()
+    net = network(getattr(prior, "network", "ieee33"))
+    threads = int(os.environ.get("OMP_NUM_THREADS", "0")) or os.cpu_count() or 1
+    card = {
+        "name": name,
+        "version": version,
+        "architecture": {"backbone": config.model.backbone, "attention": config.model.attention, "base": config.model.base},
+        "network": net.name,
+        "prior": prior.to_dict(),
+        "features": list(net.feature_names),
+        "outputs": list(net.output_names),
+        "context_size": {"min": config.n_context[0], "max": config.n_context[1]},
+        "training": {
+            "steps": progress["step"],
+            "best_step": progress["best_step"],
+            "datasets": progress["datasets_seen"],
+            "batch_size": config.batch_size,
+            "wall_hours": round(progress["train_seconds"] / 3600, 3),
+            "device": progress["device"],
+            "cpu_threads": threads if progress["device"] == "cpu" else None,
+            "lr": config.lr,
+            "seed": config.seed,
+        },
+        "validation_nll": progress["best_val_nll"],
+        "validation_nll_units": "standardised residual (z) of the prior's held-out points",
+        **(extra or {}),
+    }
+    return write_checkpoint(model, card, Path(registry_root) / name / version)
