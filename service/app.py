@@ -49,13 +49,14 @@ def _warm(rt: Runtime) -> None:
             rt.registry.models.pop(name)
             rt.registry.errors[name] = f"warm-up failed: {type(exc).__name__}: {exc}"
     x, y = rng.normal(size=(16, N_FEATURES)), 1.0 + 0.01 * rng.normal(size=(16, N_OUTPUTS))
-    rt.gp_method.predict(rt.gp_method.fit(x, y), x[:2])
+    quick_gp = _gp_method(rt.settings, max_iter=1)  # exercises the GP code paths, not its optimiser
+    quick_gp.predict(quick_gp.fit(x, y), x[:2])
 
 
-def _gp_method(settings: Settings) -> Any:
+def _gp_method(settings: Settings, max_iter: int | None = None) -> Any:
     from models.gp import ExactGP
 
-    return ExactGP(linear_term=False, max_iter=settings.gp_max_iter)
+    return ExactGP(linear_term=False, max_iter=settings.gp_max_iter if max_iter is None else max_iter)
 
 
 @asynccontextmanager

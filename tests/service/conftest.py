@@ -1,0 +1,135 @@
+"""Service fixtures: real uvicorn servers on free loopback ports, a tiny real checkpoint, real Redis."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import uvicorn
+
+from models.testing import build_tiny_registry
+from service.app import create_app
+from service.settings import Settings
+
+MODEL = "tiny-dva"
+PROBLEM = "application/problem+json"
+
+# Small limits so every limit can be hit cheaply; the same for both stores.
+LIMITS = dict(max_queries=200, max_body_bytes=1_000_000, max_context_rows=300, max_simulate=50,
+              gp_max_context=60, gp_max_iter=5, batch_window_ms=1.0)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    """A uvicorn server in a background thread, stopped by `stop()`."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.app = create_app(settings)
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> "Server":
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.server.started:
+                return self
+            if not self.thread.is_alive():
+                raise RuntimeError("server thread died during start-up")
+            time.sleep(0.02)
+        raise RuntimeError("server did not start within 60 s")
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=15)
+
+
+@contextmanager
+def running(settings: Settings):
+    server = Server(settings).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory) -> Path:
+    return build_tiny_registry(tmp_path_factory.mktemp("registry"))
+
+
+@pytest.fixture(scope="session")
+def memory_server(model_dir):
+    with running(Settings(model_dir=model_dir, redis_url=None, **LIMITS)) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def redis_server(model_dir, redis_url):
+    with running(Settings(model_dir=model_dir, redis_url=redis_url, **LIMITS)) as server:
+        yield server
+
+
+@pytest.fixture(params=["memory", "redis"])
+def server(request):
+    """Each main-flow test runs against the embedded store and against real Redis."""
+    return request.getfixturevalue(f"{request.param}_server")
+
+
+@pytest.fixture
+def client(server):
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def scenarios():
+    """Real power-flow scenarios: (x (200, 64), vm_pu (200, 32))."""
+    import gridsim
+
+    result = gridsim.simulate(200, 0.1, 123)
+    assert result.converged.all()
+    return result.x, result.vm_pu
+
+
+def metric(client: httpx.Client, name: str, **labels: str) -> float:
+    """Current value of one Prometheus sample (0 when absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith("#"):
+            continue
+        key, _, value = line.rpartition(" ")
+        sample, _, label_text = key.partition("{")
+        if sample == name and ",".join(sorted(label_text.rstrip("}").split(","))) == want:
+            return float(value)
+    return 0.0
+
+
+def assert_problem(response: httpx.Response, status: int, field: str | None = None) -> dict:
+    """The RFC 9457 shape every error must have; returns the body."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith(PROBLEM)
+    body = response.json()
+    assert body["status"] == status and body["type"].startswith("urn:gridpfn:problem:")
+    assert isinstance(body["title"], str) and isinstance(body["detail"], str) and isinstance(body["errors"], list)
+    if field is not None:
+        assert any(e["field"] == field for e in body["errors"]), body
+        assert all({"location", "field", "message", "expected"} <= set(e) for e in body["errors"])
+    return body
+
+
+def rows(a: np.ndarray) -> list:
+    return np.asarray(a).tolist()

@@ -1,0 +1,111 @@
+"""Every bad input gets the one problem+json shape with the right status and the field named."""
+from __future__ import annotations
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.service.conftest import LIMITS, MODEL, assert_problem, rows
+
+
+@pytest.fixture(scope="module")
+def api(memory_server):
+    with httpx.Client(base_url=memory_server.url, timeout=60) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def cid(api, scenarios):
+    x, y = scenarios
+    return api.post("/v1/context-sets", json={"x": rows(x[:40]), "y": rows(y[:40])}).json()["id"]
+
+
+def predict(api, **body):
+    return api.post("/v1/predict", json={"model": MODEL, **body})
+
+
+def test_nan_and_infinity_literals_name_the_field(api, cid):
+    for literal in ("NaN", "Infinity", "-Infinity"):
+        row = ", ".join(["0.1"] * 5 + [literal] + ["0.1"] * 58)
+        raw = f'{{"model": "{MODEL}", "context_id": "{cid}", "queries": [[{row}]]}}'
+        response = api.post("/v1/predict", content=raw, headers={"content-type": "application/json"})
+        body = assert_problem(response, 422, "queries[0][5]")
+        assert "finite" in body["errors"][0]["expected"]
+
+
+def test_nan_in_context_names_the_field(api, scenarios):
+    x, y = scenarios
+    raw = ('{"model": "%s", "queries": [%s], "context": {"x": %s, "y": [[NaN%s]]}}'
+           % (MODEL, rows(x[0]), rows(x[:1]), ", 1.0" * 31))
+    response = api.post("/v1/predict", content=raw, headers={"content-type": "application/json"})
+    assert_problem(response, 422, "context.y[0][0]")
+
+
+def test_wrong_lengths(api, cid, scenarios):
+    x, y = scenarios
+    body = assert_problem(predict(api, context_id=cid, queries=[rows(x[0]), rows(x[1][:63])]), 422, "queries[1]")
+    assert body["errors"][0]["expected"] == "64 finite numbers"
+    assert_problem(api.post("/v1/context-sets", json={"x": rows(x[:10]), "y": rows(y[:9])}), 422, "body.y")
+    assert_problem(api.post("/v1/context-sets", json={"x": rows(x[:10]), "y": rows(y[:10, :31])}), 422, "body.y[0]")
+    assert_problem(api.post("/v1/simulate", json={"loads": [[0.1] * 65]}), 422, "loads[0]")
+
+
+def test_malformed_requests(api, cid, scenarios):
+    assert_problem(api.post("/v1/predict", content=b"{not json", headers={"content-type": "application/json"}), 422)
+    assert_problem(predict(api, queries=[rows(scenarios[0][0])]), 422)  # neither context nor context_id
+    assert_problem(predict(api, context_id=cid, queries=[rows(scenarios[0][0])], quantiles=[1.5]), 422,
+                   "quantiles[0]")
+    body = assert_problem(predict(api, context_id=cid, queries=[rows(scenarios[0][0])], voltage_band=[1.05, 0.95]), 422)
+    assert "voltage_band" in body["detail"]
+    assert_problem(predict(api, context_id="xyz", queries=[rows(scenarios[0][0])]), 422, "context_id")
+    assert_problem(api.post("/v1/context-sets", json={}), 422)
+    assert_problem(api.post("/v1/context-sets", json={"simulate": {"delta": -1}}), 422, "simulate.delta")
+
+
+def test_unknown_model_and_context(api, cid, scenarios):
+    query = [rows(scenarios[0][0])]
+    assert_problem(api.post("/v1/predict", json={"model": "no-such", "context_id": cid, "queries": query}), 404, "model")
+    assert_problem(api.get("/v1/models/no-such"), 404, "name")
+    assert_problem(predict(api, context_id="0" * 64, queries=query), 404, "context_id")
+    assert_problem(api.get("/v1/context-sets/" + "0" * 64), 404, "context_id")
+    assert_problem(api.delete("/v1/context-sets/" + "0" * 64), 404, "context_id")
+    assert_problem(api.get("/v1/nothing-here"), 404)
+
+
+def test_context_size_outside_model_range(api, scenarios):
+    x, y = scenarios
+    response = predict(api, context={"x": rows(x[:5]), "y": rows(y[:5])}, queries=[rows(x[0])])
+    body = assert_problem(response, 422, "context")
+    assert body["errors"][0]["expected"] == "between 8 and 2000 rows (model card context_size)"
+
+
+def test_limits_answer_413(api, cid, scenarios):
+    x, y = scenarios
+    many = rows(np.repeat(x[:1], LIMITS["max_queries"] + 1, axis=0))
+    assert_problem(predict(api, context_id=cid, queries=many), 413, "queries")
+    big = b'{"pad": "' + b"x" * LIMITS["max_body_bytes"] + b'"}'
+    assert_problem(api.post("/v1/predict", content=big, headers={"content-type": "application/json"}), 413, "body")
+
+    def chunks():
+        for _ in range(20):
+            yield b" " * 100_000  # no Content-Length: the streamed size is counted
+
+    assert_problem(api.post("/v1/predict", content=chunks(), headers={"content-type": "application/json"}), 413)
+    assert_problem(api.post("/v1/simulate", json={"loads": rows(np.repeat(x[:1], 51, axis=0))}), 413, "loads")
+    assert_problem(api.post("/v1/context-sets", json={"simulate": {"n": 51}}), 413, "simulate.n")
+    over = LIMITS["max_context_rows"] + 1
+    tall_x, tall_y = rows(np.repeat(x[:1], over, axis=0)), rows(np.repeat(y[:1], over, axis=0))
+    assert_problem(api.post("/v1/context-sets", json={"x": tall_x, "y": tall_y}), 413, "body.x")
+
+
+def test_gp_over_configured_size_points_to_batch_jobs(api, scenarios):
+    x, y = scenarios
+    context = {"x": rows(x[:61]), "y": rows(y[:61])}
+    for response in (api.post("/v1/gp/predict", json={"context": context, "queries": rows(x[:1])}),
+                     predict(api, context=context, queries=rows(x[:1]), compare_gp=True)):
+        body = assert_problem(response, 422, "context")
+        assert body["type"].endswith("gp-too-large") and "/v1/batch-jobs" in body["detail"]
+
+
+def test_wrong_method_is_a_problem_too(api):
+    assert_problem(api.get("/v1/predict"), 405)
