@@ -138,10 +138,10 @@ class BarDistribution(nn.Module):
         logits, y = self._align(logits, y)
         b, w, s_left, s_right = self._geometry(logits)
         p = torch.softmax(logits, dim=-1)
-        below = torch.cumsum(p, dim=-1) - p
-        idx = self._bucket_index(y, b)
-        p_idx = p.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
-        below_idx = below.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
+        idx = self._bucket_index(y, b).unsqueeze(-1)
+        p_idx = p.gather(-1, idx).squeeze(-1)
+        below_idx = torch.cumsum(p, dim=-1).gather(-1, idx).squeeze(-1) - p_idx
+        idx = idx.squeeze(-1)
         frac = ((y - b[idx]) / w[idx]).clamp(0.0, 1.0)
         interior = below_idx + p_idx * frac
         root2 = math.sqrt(2.0)
@@ -158,11 +158,12 @@ class BarDistribution(nn.Module):
         b, w, s_left, s_right = self._geometry(logits)
         p = torch.softmax(logits, dim=-1)
         cum = torch.cumsum(p, dim=-1)
-        below = cum - p
-        idx = torch.searchsorted(cum[..., :-1].contiguous(), q.contiguous(), right=False)
+        # first bucket whose cumulative mass reaches q; a q above the rounded total lands in the right tail
+        idx = torch.searchsorted(cum, q.contiguous(), right=False).clamp_(max=self.n_bars - 1)
         p_idx = p.gather(-1, idx)
+        below_idx = cum.gather(-1, idx) - p_idx
         tiny = torch.finfo(logits.dtype).tiny
-        frac = ((q - below.gather(-1, idx)) / p_idx.clamp_min(tiny)).clamp(0.0, 1.0)
+        frac = ((q - below_idx) / p_idx.clamp_min(tiny)).clamp(0.0, 1.0)
         interior = b[idx] + frac * w[idx]
         # Tail quantiles invert P(left tail <= y) = p0 * erfc(.) and P(right tail > y) = p_last * erfc(.).
         g_left = (q / (2.0 * p[..., :1].clamp_min(tiny))).clamp(tiny, 0.5)
@@ -187,15 +188,15 @@ class BarDistribution(nn.Module):
     def mean(self, logits: Tensor) -> Tensor:
         logits = self._check_logits(logits)
         means, _ = self._bucket_moments(logits)
-        return (torch.softmax(logits, dim=-1) * means).sum(-1)
+        return torch.softmax(logits, dim=-1) @ means
 
     def variance(self, logits: Tensor) -> Tensor:
         """Within-bucket variance plus spread of bucket means (no E[y^2] - mean^2 cancellation)."""
         logits = self._check_logits(logits)
         means, variances = self._bucket_moments(logits)
         p = torch.softmax(logits, dim=-1)
-        mu = (p * means).sum(-1, keepdim=True)
-        return (p * (variances + (means - mu) ** 2)).sum(-1)
+        mu = (p @ means).unsqueeze(-1)
+        return p @ variances + (p * (means - mu).square_()).sum(-1)
 
     def sample(self, logits: Tensor, n: int, generator: torch.Generator | None = None) -> Tensor:
         """n draws per distribution: (n, ...). Bucket by multinomial, then uniform or half-normal within."""

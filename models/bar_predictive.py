@@ -25,6 +25,10 @@ def _finite_array(name: str, value, allow_inf: bool = False) -> np.ndarray:
     return arr
 
 
+# Logits per chunk (2 Mi, 16 MiB as float64): each method's temporaries stay bounded whatever m is.
+_CHUNK_ELEMENTS = 1 << 21
+
+
 @dataclass
 class BarPredictive(Predictive):
     """Predictive y = loc + scale * z with z ~ bar(logits); logits (m, k, n_bars), loc (m, k)."""
@@ -39,9 +43,9 @@ class BarPredictive(Predictive):
         logits = torch.as_tensor(self.logits).detach()
         if logits.ndim != 3 or logits.shape[-1] != self.bar.n_bars:
             raise ValueError(f"logits must be shaped (m, k, {self.bar.n_bars}), got {tuple(logits.shape)}")
-        if torch.isnan(logits).any() or torch.isposinf(logits).any():
-            raise ValueError("logits must be free of NaN and +inf")
-        self.logits = logits.to(torch.float64)
+        if not logits.is_floating_point() or torch.isnan(logits).any() or torch.isposinf(logits).any():
+            raise ValueError("logits must be floating point, free of NaN and +inf")
+        self.logits = logits  # kept in its own dtype; each chunk is upcast to float64 when used
         shape = tuple(logits.shape[:2])
         loc = _finite_array("loc", self.loc)
         if loc.shape != shape:
@@ -55,6 +59,7 @@ class BarPredictive(Predictive):
             raise ValueError("scale must be > 0")
         self.loc, self.scale = loc, np.ascontiguousarray(scale)
         self._bar64 = BarDistribution(self.bar.borders.detach().to(device=logits.device, dtype=torch.float64))
+        self._moments: tuple[np.ndarray, np.ndarray] | None = None
 
     def _torch(self, arr: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(arr, dtype=torch.float64, device=self.logits.device)
@@ -66,34 +71,48 @@ class BarPredictive(Predictive):
             raise ValueError(f"{name} must broadcast to (m, k) = {self.loc.shape}, got {values.shape}") from exc
         return self._torch((values - self.loc) / self.scale)
 
-    @staticmethod
-    def _np(t: torch.Tensor) -> np.ndarray:
-        return t.detach().cpu().numpy().astype(np.float64, copy=False)
+    def _by_rows(self, fn, z: torch.Tensor | None = None, axis: int = 0) -> np.ndarray:
+        """fn(float64 logits chunk[, z chunk]) over query chunks, so temporaries stay bounded for any m."""
+        m, k, n_bars = self.logits.shape
+        step = max(1, _CHUNK_ELEMENTS // max(k * n_bars, 1))
+        parts = []
+        for start in range(0, max(m, 1), step):
+            rows = slice(start, start + step)
+            lg = self.logits[rows].to(torch.float64)
+            out = fn(lg) if z is None else fn(lg, z[rows])
+            parts.append(out.detach().cpu().numpy().astype(np.float64, copy=False))
+        return np.concatenate(parts, axis=axis)
+
+    def _z_moments(self) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and variance of the standardised residual, computed once."""
+        if self._moments is None:
+            both = self._by_rows(lambda lg: torch.stack([self._bar64.mean(lg), self._bar64.variance(lg)]), axis=1)
+            self._moments = (both[0], both[1])
+        return self._moments
 
     @property
     def mean(self) -> np.ndarray:
-        return self.loc + self.scale * self._np(self._bar64.mean(self.logits))
+        return self.loc + self.scale * self._z_moments()[0]
 
     @property
     def std(self) -> np.ndarray:
-        return self.scale * np.sqrt(self._np(self._bar64.variance(self.logits)))
+        return self.scale * np.sqrt(self._z_moments()[1])
 
     def quantile(self, levels: Sequence[float]) -> np.ndarray:
         lv = np.asarray(levels, dtype=np.float64)
         if lv.ndim != 1 or not np.all((lv > 0) & (lv < 1)):
             raise ValueError(f"levels must be a 1-D sequence inside (0, 1), got {lv!r}")
-        z = self._np(self._bar64.quantile(self.logits, self._torch(lv)))
+        levels_t = self._torch(lv)
+        z = self._by_rows(lambda lg: self._bar64.quantile(lg, levels_t), axis=1)
         return self.loc[None] + self.scale[None] * z
 
     def cdf(self, values: np.ndarray | float) -> np.ndarray:
         v = _finite_array("values", values, allow_inf=True)
-        z = self._standardise("values", v)
-        return self._np(self._bar64.cdf(self.logits, z))
+        return self._by_rows(self._bar64.cdf, self._standardise("values", v))
 
     def log_prob(self, y: np.ndarray) -> np.ndarray:
         v = _finite_array("y", y)
-        z = self._standardise("y", v)
-        return self._np(self._bar64.log_prob(self.logits, z)) - np.log(self.scale)
+        return self._by_rows(self._bar64.log_prob, self._standardise("y", v)) - np.log(self.scale)
 
     def sample(self, n: int, seed: int | None = None) -> np.ndarray:
         """(n, m, k) draws in physical units."""
@@ -102,5 +121,5 @@ class BarPredictive(Predictive):
             gen.seed()
         else:
             gen.manual_seed(seed)
-        z = self._np(self._bar64.sample(self.logits, n, generator=gen))
+        z = self._by_rows(lambda lg: self._bar64.sample(lg, n, generator=gen), axis=1)
         return self.loc[None] + self.scale[None] * z
