@@ -17,6 +17,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from models.predictive import GaussianPredictive, Method
+from models.validation import check_context, check_queries
 
 log = logging.getLogger(__name__)
 
@@ -25,34 +26,6 @@ log = logging.getLogger(__name__)
 _one_blas_thread = threadpool_limits.wrap(limits=1, user_api="blas")
 
 _REL_FLOOR = 1e-12  # smallest std reported, relative to the output's magnitude: never 0
-
-
-def _as_2d(name: str, value, cols: int | None = None) -> np.ndarray:
-    try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be a numeric array: {exc}") from exc
-    want = f"(rows, {cols})" if cols is not None else "(rows, columns)"
-    if arr.ndim != 2:
-        raise ValueError(f"{name} must be a 2-D array shaped {want}, got shape {arr.shape}")
-    if cols is not None and arr.shape[1] != cols:
-        raise ValueError(f"{name} must be shaped {want}, got {arr.shape}")
-    if arr.shape[1] < 1:
-        raise ValueError(f"{name} must have at least one column, got shape {arr.shape}")
-    if not np.isfinite(arr).all():
-        raise ValueError(f"{name} must be finite; found NaN or inf")
-    return arr
-
-
-def check_context(context_x, context_y) -> tuple[np.ndarray, np.ndarray]:
-    """Validated float64 context (n, d), (n, k) with n >= 2."""
-    x = _as_2d("context_x", context_x)
-    y = _as_2d("context_y", context_y)
-    if y.shape[0] != x.shape[0]:
-        raise ValueError(f"context_y must have as many rows as context_x ({x.shape[0]}), got shape {y.shape}")
-    if x.shape[0] < 2:
-        raise ValueError(f"context_x must have at least 2 rows, got {x.shape[0]}")
-    return x, y
 
 
 def _floor(y_mean: np.ndarray, y_sd: np.ndarray) -> np.ndarray:
@@ -112,7 +85,7 @@ def _standardised_svd(x: np.ndarray, y: np.ndarray):
 
 @_one_blas_thread
 def _predict(fit: LinearFit, query_x) -> GaussianPredictive:
-    xq = _as_2d("query_x", query_x, cols=fit.x_mean.shape[0])
+    xq = check_queries(query_x, d=fit.x_mean.shape[0])
     xs = (xq - fit.x_mean) / fit.x_scale
     mu = fit.y_mean + fit.y_scale * (xs @ fit.w)
     proj = xs @ fit.vt.T  # (m, r)
