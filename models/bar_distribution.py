@@ -196,7 +196,7 @@ class BarDistribution(nn.Module):
         means, variances = self._bucket_moments(logits)
         p = torch.softmax(logits, dim=-1)
         mu = (p @ means).unsqueeze(-1)
-        return p @ variances + (p * (means - mu).square_()).sum(-1)
+        return p @ variances + (p * (means - mu).square()).sum(-1)
 
     def sample(self, logits: Tensor, n: int, generator: torch.Generator | None = None) -> Tensor:
         """n draws per distribution: (n, ...). Bucket by multinomial, then uniform or half-normal within."""

@@ -67,7 +67,6 @@ class ModelConfig(_FileConfig):
     head_dim: int = 128  # hidden width of the bar-logit head
     n_bars: int = 500
     base: Literal["ridge", "none"] = "ridge"  # in-context mean function under the attention
-    ridge_lambda: float = 1e-3  # ridge penalty, relative to the number of context points
     dropout: float = 0.0
 
     def __post_init__(self) -> None:

@@ -40,7 +40,8 @@ class Standardisation:
     y_mean: torch.Tensor  # (B, k) float64
     y_scale: torch.Tensor  # (B, k) float64: scale of the standardised residual
     beta: torch.Tensor | None  # (B, d, k) float64 ridge coefficients
-    gram_chol: torch.Tensor | None  # (B, d, d) float64 Cholesky factor of X'X + lambda n I
+    right_vectors: torch.Tensor | None  # (B, r, d) float64 right singular vectors of the context inputs
+    leverage_weights: torch.Tensor | None  # (B, r) float64: 1 / (s^2 + lambda) at the fixed leverage penalty
     n_context: int
 
 
@@ -57,11 +58,18 @@ class ContextCache:
         return self.stats.y_mean.shape[-1]
 
 
+# Ridge penalties tried per output, relative to n (inputs are standardised, so s_j^2 ~ n);
+# the one with the smallest leave-one-out error wins, like a GP choosing its hyperparameters.
+RIDGE_GRID = (1e-9, 1e-7, 1e-5, 1e-3, 1e-1, 10.0)
+# The penalty of the leverage feature: fixed, so that feature depends on inputs only.
+LEVERAGE_LAMBDA = 1e-4
+
+
 class RidgeBase:
-    """Closed-form in-context ridge fit (float64): coefficients, leverages, LOO residuals."""
+    """Closed-form in-context ridge fit (float64, one SVD): coefficients, leverages, LOO residuals."""
 
     @staticmethod
-    def fit(xs: torch.Tensor, y: torch.Tensor, ridge_lambda: float, use_ridge: bool, x_mean, x_std) -> tuple[Standardisation, torch.Tensor, torch.Tensor]:
+    def fit(xs: torch.Tensor, y: torch.Tensor, use_ridge: bool, x_mean, x_std) -> tuple[Standardisation, torch.Tensor, torch.Tensor]:
         """Return statistics, standardised context targets (B, k, n) and leverage feature (B, n)."""
         n, d = xs.shape[-2], xs.shape[-1]
         y64 = y.double()
@@ -69,26 +77,29 @@ class RidgeBase:
         yc = y64 - y_mean[..., None, :]
         if not use_ridge:
             scale = yc.pow(2).mean(dim=-2).sqrt() + 1e-9 * (y_mean.abs() + 1.0)
-            stats = Standardisation(x_mean, x_std, y_mean, scale, None, None, n)
+            stats = Standardisation(x_mean, x_std, y_mean, scale, None, None, None, n)
             values = (yc / scale[..., None, :]).transpose(-1, -2)
             return stats, values, torch.zeros(xs.shape[:-1], dtype=xs.dtype, device=xs.device)
         x64 = xs.double()
-        gram = x64.transpose(-1, -2) @ x64
-        gram = gram + ridge_lambda * n * torch.eye(d, dtype=gram.dtype, device=gram.device)
-        chol = torch.linalg.cholesky(gram)
-        beta = torch.cholesky_solve(x64.transpose(-1, -2) @ yc, chol)  # (B, d, k)
-        leverage = RidgeBase._leverage(x64, chol) + 1.0 / n  # (B, n), H_ii incl. intercept
-        residual = yc - x64 @ beta
-        loo = residual / (1.0 - leverage).clamp_min(1e-6)[..., None]
+        u, s, vh = torch.linalg.svd(x64, full_matrices=False)  # (B, n, r), (B, r), (B, r, d)
+        s2 = s.pow(2)
+        lam = torch.tensor(RIDGE_GRID, dtype=s.dtype, device=s.device) * n  # (L,)
+        shrink = s2[:, None, :] / (s2[:, None, :] + lam[None, :, None])  # (B, L, r)
+        uy = u.transpose(-1, -2) @ yc  # (B, r, k)
+        fitted = torch.einsum("bnr,blr,brk->blnk", u, shrink, uy)
+        leverage = torch.einsum("bnr,blr->bln", u.pow(2), shrink) + 1.0 / n
+        loo = (yc[:, None] - fitted) / (1.0 - leverage).clamp_min(1e-6)[..., None]  # (B, L, n, k)
+        best = loo.pow(2).mean(dim=-2).argmin(dim=1)  # (B, k)
+        loo = torch.gather(loo, 1, best[:, None, None, :].expand(-1, 1, n, -1))[:, 0]  # (B, n, k)
+        coef = s[:, None, :] / (s2[:, None, :] + lam[None, :, None])  # (B, L, r)
+        coef = torch.gather(coef, 1, best[..., None].expand(-1, -1, coef.shape[-1]))  # (B, k, r)
+        beta = vh.transpose(-1, -2) @ (coef.transpose(-1, -2) * uy)  # (B, d, k)
         scale = loo.pow(2).mean(dim=-2).sqrt() + 1e-9 * (y_mean.abs() + 1.0)
-        stats = Standardisation(x_mean, x_std, y_mean, scale, beta, chol, n)
+        lev_weights = 1.0 / (s2 + LEVERAGE_LAMBDA * n)
+        fixed_leverage = (u.pow(2) * (s2 * lev_weights)[:, None, :]).sum(-1) + 1.0 / n
+        stats = Standardisation(x_mean, x_std, y_mean, scale, beta, vh, lev_weights, n)
         values = (loo / scale[..., None, :]).transpose(-1, -2)
-        return stats, values, RidgeBase.leverage_feature(leverage, n, d)
-
-    @staticmethod
-    def _leverage(x64: torch.Tensor, chol: torch.Tensor) -> torch.Tensor:
-        solved = torch.linalg.solve_triangular(chol, x64.transpose(-1, -2), upper=False)  # L^-1 X'
-        return solved.pow(2).sum(dim=-2)
+        return stats, values, RidgeBase.leverage_feature(fixed_leverage, n, d)
 
     @staticmethod
     def leverage_feature(leverage: torch.Tensor, n: int, d: int) -> torch.Tensor:
@@ -103,7 +114,8 @@ class RidgeBase:
             return loc, torch.zeros(xs.shape[:-1], dtype=xs.dtype, device=xs.device)
         x64 = xs.double()
         loc = (x64 @ stats.beta).transpose(-1, -2) + stats.y_mean[..., None]
-        h = RidgeBase._leverage(x64, stats.gram_chol) + 1.0 / stats.n_context
+        proj = x64 @ stats.right_vectors.transpose(-1, -2)  # (B, m, r)
+        h = (proj.pow(2) * stats.leverage_weights[:, None, :]).sum(-1) + 1.0 / stats.n_context
         in_sample = h / (1.0 + h)  # what the leverage would be had the query been in the context
         return loc, RidgeBase.leverage_feature(in_sample, stats.n_context, xs.shape[-1])
 
@@ -257,11 +269,13 @@ class DVAPFN(nn.Module):
 
     # -- inputs ---------------------------------------------------------------------------
     def _standardise_x(self, x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+        """Context-standardised inputs, in the precision given (float64 keeps the base fit exact)."""
         return (x - mean[..., None, :]) / std[..., None, :]
 
     def _x_tokens(self, xs: torch.Tensor, leverage: torch.Tensor, k: int) -> tuple[torch.Tensor | None, torch.Tensor]:
         """x stream (B, N, D) for DVA; for VA the x embedding is folded into each output's tokens."""
-        ex = self.embed_x(torch.cat([xs, leverage[..., None]], dim=-1))
+        xs = xs.to(self.embed_x.weight.dtype)
+        ex = self.embed_x(torch.cat([xs, leverage[..., None].to(xs.dtype)], dim=-1))
         if self.cfg.attention == "dva":
             return ex, None
         return None, ex[:, None].expand(-1, k, -1, -1)
@@ -272,12 +286,10 @@ class DVAPFN(nn.Module):
         x_mean = context_x.mean(dim=-2)
         x_std = context_x.std(dim=-2, unbiased=False).clamp_min(1e-6 * (x_mean.abs() + 1e-6))
         xs = self._standardise_x(context_x, x_mean, x_std)
-        stats, values, leverage = RidgeBase.fit(
-            xs, context_y, self.cfg.ridge_lambda, self.cfg.base == "ridge", x_mean, x_std
-        )
+        stats, values, leverage = RidgeBase.fit(xs, context_y, self.cfg.base == "ridge", x_mean, x_std)
         k = values.shape[1]
         hx, joint = self._x_tokens(xs, leverage, k)
-        hy = self.embed_y(values.to(xs.dtype)[..., None])  # (B, k, n, Dv)
+        hy = self.embed_y(values.to(self.embed_y.weight.dtype)[..., None])  # (B, k, n, Dv)
         if joint is not None:
             hy = hy + joint
         cache = ContextCache(stats)

@@ -29,7 +29,7 @@ class PFNMethod(Method):
     @torch.inference_mode()
     def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> ContextCache:
         context_x, context_y = check_context(context_x, context_y, d=self.d_in)
-        cx = torch.as_tensor(context_x, dtype=torch.float32, device=self.device)[None]
+        cx = torch.as_tensor(context_x, dtype=torch.float64, device=self.device)[None]
         cy = torch.as_tensor(context_y, dtype=torch.float64, device=self.device)[None]
         return self.model.encode_context(cx, cy)
 
@@ -39,7 +39,7 @@ class PFNMethod(Method):
         query_x = check_queries(query_x, d=self.d_in)
         logits, locs = [], []
         for start in range(0, len(query_x), self.query_chunk):
-            chunk = torch.as_tensor(query_x[start : start + self.query_chunk], dtype=torch.float32, device=self.device)
+            chunk = torch.as_tensor(query_x[start : start + self.query_chunk], dtype=torch.float64, device=self.device)
             lg, loc, scale = self.model.predict(cache, chunk[None])
             logits.append(lg[0].transpose(0, 1).float().cpu())
             locs.append(loc[0].transpose(0, 1).cpu())

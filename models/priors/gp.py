@@ -36,4 +36,4 @@ class GPPrior:
         z = torch.randn(batch_size, n_points, 1, generator=generator, dtype=torch.float64)
         shift = cfg.shift_low + (cfg.shift_high - cfg.shift_low) * torch.rand(batch_size, 1, 1, generator=generator, dtype=torch.float64)
         y = chol @ z + shift
-        return PriorBatch(x.float().to(self.device), y.to(self.device))
+        return PriorBatch(x.to(self.device), y.to(self.device))

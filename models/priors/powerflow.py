@@ -96,4 +96,4 @@ class PowerFlowPrior:
             missing -= int(ok.sum())
         x = torch.cat(xs)[:batch_size]
         y = torch.cat(ys)[:batch_size]
-        return PriorBatch(x.float().to(self.device), y.to(self.device))
+        return PriorBatch(x.to(self.device), y.to(self.device))
