@@ -263,3 +263,12 @@ def test_borders_are_saved_as_buffer():
     assert torch.equal(state["borders"], torch.tensor(BORDERS, dtype=torch.float64))
     restored = BarDistribution(state["borders"])
     assert restored.n_bars == 5
+
+
+def test_gradients_of_all_differentiable_methods_match_finite_differences():
+    bar = make()
+    logits = random_logits((3,), seed=11).requires_grad_(True)
+    y = torch.tensor([-4.0, 0.2, 3.7], dtype=torch.float64)
+    for fn in (bar.mean, bar.variance, lambda lg: bar.log_prob(lg, y), lambda lg: bar.cdf(lg, y),
+               lambda lg: bar.quantile(lg, torch.tensor([0.01, 0.5, 0.99]))):
+        assert torch.autograd.gradcheck(fn, (logits,))
