@@ -16,7 +16,8 @@ _VM = [0.9970, 0.9829, 0.9755, 0.9681, 0.9497, 0.9462, 0.9413, 0.9351, 0.9292, 0
        0.9477, 0.9452, 0.9337, 0.9255, 0.9220, 0.9178, 0.9169, 0.9166]
 
 NOMINAL_LOADS = [round(v / 1000, 4) for v in _KW + _KVAR]
-EXAMPLE_CONTEXT_ID = "0" * 64  # replaced by the id printed by POST /v1/context-sets
+# The id POST /v1/context-sets answers for CONTEXT_SIMULATE (content-addressed, so fixed; a test checks it).
+EXAMPLE_CONTEXT_ID = "4e2407e75b4b36f15ac44c6521736f460d66a0ff2de36889fea6084142908d37"
 
 
 def _scaled(factor: float) -> tuple[list[float], list[float]]:
@@ -36,7 +37,6 @@ PREDICT_BY_ID = {
     "queries": [NOMINAL_LOADS],
     "quantiles": [0.05, 0.5, 0.95],
     "voltage_band": [0.95, 1.05],
-    "compare_gp": True,
 }
 PREDICT_INLINE = {
     "model": "tiny-dva",
@@ -44,7 +44,8 @@ PREDICT_INLINE = {
     "queries": [NOMINAL_LOADS],
     "quantiles": [0.05, 0.5, 0.95],
     "voltage_band": [0.95, 1.05],
+    "compare_gp": True,
 }
-GP_BY_ID = {"context": CONTEXT_INLINE, "queries": [NOMINAL_LOADS], "quantiles": [0.05, 0.95],
+GP_INLINE = {"context": CONTEXT_INLINE, "queries": [NOMINAL_LOADS], "quantiles": [0.05, 0.95],
             "voltage_band": [0.95, 1.05]}
 SIMULATE = {"network": "ieee33", "loads": [NOMINAL_LOADS]}

@@ -79,7 +79,7 @@ class PredictRequest(QueryOptions):
 
 
 class GPPredictRequest(QueryOptions):
-    model_config = ConfigDict(json_schema_extra={"examples": [ex.GP_BY_ID]})
+    model_config = ConfigDict(json_schema_extra={"examples": [ex.GP_INLINE]})
 
 
 class SimulateRequest(BaseModel):

@@ -20,7 +20,7 @@ MODEL = "tiny-dva"
 PROBLEM = "application/problem+json"
 
 # Small limits so every limit can be hit cheaply; the same for both stores.
-LIMITS = dict(max_queries=200, max_body_bytes=1_000_000, max_context_rows=300, max_simulate=50,
+LIMITS = dict(max_queries=200, max_body_bytes=2_000_000, max_context_rows=600, max_simulate=500,
               gp_max_context=60, gp_max_iter=5, batch_window_ms=1.0)
 
 

@@ -142,3 +142,18 @@ def test_metrics_exposition(client):
                  "gridpfn_pool_running", "gridpfn_model_inference_seconds"):
         assert name in text
     assert metric(client, "gridpfn_http_requests_total", method="GET", route="/healthz", status="200") >= 1
+
+
+def test_documented_examples_work(client):
+    """The examples shown at /docs, sent as they are, succeed (the by-id one after its context exists)."""
+    from service import examples
+
+    created = client.post("/v1/context-sets", json=examples.CONTEXT_SIMULATE)
+    assert created.status_code == 201 and created.json()["id"] == examples.EXAMPLE_CONTEXT_ID
+    assert client.post("/v1/context-sets", json=examples.CONTEXT_UPLOAD).status_code == 201
+    for path, body in (("/v1/predict", examples.PREDICT_BY_ID), ("/v1/predict", examples.PREDICT_INLINE),
+                       ("/v1/gp/predict", examples.GP_INLINE), ("/v1/simulate", examples.SIMULATE)):
+        response = client.post(path, json=body)
+        assert response.status_code == 200, (path, response.text)
+    schema = client.get("/openapi.json").json()["components"]["schemas"]
+    assert schema["PredictRequest"]["examples"][0] == examples.PREDICT_BY_ID

@@ -87,12 +87,13 @@ def test_limits_answer_413(api, cid, scenarios):
     assert_problem(api.post("/v1/predict", content=big, headers={"content-type": "application/json"}), 413, "body")
 
     def chunks():
-        for _ in range(20):
+        for _ in range(21):
             yield b" " * 100_000  # no Content-Length: the streamed size is counted
 
     assert_problem(api.post("/v1/predict", content=chunks(), headers={"content-type": "application/json"}), 413)
-    assert_problem(api.post("/v1/simulate", json={"loads": rows(np.repeat(x[:1], 51, axis=0))}), 413, "loads")
-    assert_problem(api.post("/v1/context-sets", json={"simulate": {"n": 51}}), 413, "simulate.n")
+    over_simulate = LIMITS["max_simulate"] + 1
+    assert_problem(api.post("/v1/simulate", json={"loads": rows(np.repeat(x[:1], over_simulate, axis=0))}), 413, "loads")
+    assert_problem(api.post("/v1/context-sets", json={"simulate": {"n": over_simulate}}), 413, "simulate.n")
     over = LIMITS["max_context_rows"] + 1
     tall_x, tall_y = rows(np.repeat(x[:1], over, axis=0)), rows(np.repeat(y[:1], over, axis=0))
     assert_problem(api.post("/v1/context-sets", json={"x": tall_x, "y": tall_y}), 413, "body.x")

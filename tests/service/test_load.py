@@ -1,0 +1,62 @@
+"""Behaviour under load: micro-batching of concurrent single queries, and 503 when the pool is full."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import httpx
+import numpy as np
+
+from service.settings import Settings
+from tests.service.conftest import MODEL, assert_problem, metric, rows, running
+
+
+def test_concurrent_single_queries_share_forward_passes(model_dir, scenarios):
+    x, y = scenarios
+    settings = Settings(model_dir=model_dir, batch_window_ms=50, batch_max_queries=64, gp_max_iter=1)
+    with running(settings) as server:
+        with httpx.Client(base_url=server.url, timeout=30) as c:
+            cid = c.post("/v1/context-sets", json={"x": rows(x[:30]), "y": rows(y[:30])}).json()["id"]
+            together = c.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows(x[50:58]),
+                                                   "quantiles": [0.1, 0.9]}).json()
+
+        async def fire():
+            async with httpx.AsyncClient(base_url=server.url, timeout=30) as ac:
+                requests = [ac.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": [rows(x[50 + i])],
+                                                         "quantiles": [0.1, 0.9] if i % 2 else [0.5]})
+                            for i in range(8)]
+                return [r.json() for r in await asyncio.gather(*requests)]
+
+        answers = asyncio.run(fire())
+        assert max(a["timing"]["batch_rows"] for a in answers) >= 2  # they were batched
+        for i, answer in enumerate(answers):  # each got its own row and its own statistics back
+            np.testing.assert_allclose(answer["mean"], [together["mean"][i]], rtol=1e-5, atol=1e-7)
+            assert set(answer["quantiles"]) == ({"0.1", "0.9"} if i % 2 else {"0.5"})
+            if i % 2:
+                np.testing.assert_allclose(answer["quantiles"]["0.9"], [together["quantiles"]["0.9"][i]], rtol=1e-5)
+        with httpx.Client(base_url=server.url) as c:
+            assert metric(c, "gridpfn_microbatch_requests_total") >= 8
+
+
+def test_full_queue_answers_503_with_retry_after(model_dir, scenarios):
+    x, y = scenarios
+    settings = Settings(model_dir=model_dir, workers=1, queue_size=0, gp_max_iter=20, gp_max_context=200)
+    with running(settings) as server, httpx.Client(base_url=server.url, timeout=120) as c:
+        cid = c.post("/v1/context-sets", json={"x": rows(x[:30]), "y": rows(y[:30])}).json()["id"]
+        assert c.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows(x[:1])}).status_code == 200
+        slow: dict = {}
+        gp_request = {"context": {"x": rows(x[:100]), "y": rows(y[:100])}, "queries": rows(x[:1])}
+        worker = threading.Thread(target=lambda: slow.update(r=httpx.post(f"{server.url}/v1/gp/predict",
+                                                                          json=gp_request, timeout=300)))
+        worker.start()
+        deadline = time.monotonic() + 30
+        while metric(c, "gridpfn_pool_running") < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        response = c.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows(x[:1])})
+        body = assert_problem(response, 503)
+        assert body["type"].endswith("overloaded") and int(response.headers["retry-after"]) >= 1
+        assert metric(c, "gridpfn_rejected_total", reason="queue_full") >= 1
+        worker.join(timeout=300)
+        assert slow["r"].status_code == 200  # the admitted job still finished
+        assert c.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows(x[:1])}).status_code == 200
