@@ -62,7 +62,9 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.device = resolve_device(config.device)
         self.prior = make_prior(config.prior_config())
-        self.model = DVAPFN(config.model).to(self.device)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)  # the initial weights are part of the run's identity
+            self.model = DVAPFN(config.model).to(self.device)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         self.progress = Progress(device=str(self.device))
         self.run_dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,77 @@
+"""The registry loads good checkpoints and refuses bad ones with a reason, the rest still loading."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from models.registry import CheckpointError, load_checkpoint, load_registry
+from models.testing import build_tiny_registry
+
+
+@pytest.fixture()
+def registry_root(tmp_path):
+    return build_tiny_registry(tmp_path / "reg", names=("good", "victim"))
+
+
+def test_loads_models_with_cards_and_predicts(registry_root):
+    registry = load_registry(registry_root, device="cpu")
+    assert set(registry.models) == {"good", "victim"} and registry.errors == {}
+    model = registry.get("good")
+    assert model.device == "cpu" and model.card["device"] == "cpu"
+    rng = np.random.default_rng(0)
+    x = rng.random((120, 64))
+    y = 1.0 - 0.01 * x[:, :32]
+    pred = model.method.predict(model.method.fit(x[:100], y[:100]), x[100:])
+    assert pred.mean.shape == (20, 32) and np.isfinite(pred.std).all() and (pred.std > 0).all()
+
+
+def test_corrupted_weights_are_refused_while_the_rest_load(registry_root):
+    weights = registry_root / "victim" / "0.0.1" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-10] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    registry = load_registry(registry_root, device="cpu")
+    assert set(registry.models) == {"good"}
+    assert "sha256" in registry.errors["victim/0.0.1"]
+
+
+def test_incompatible_config_is_refused(registry_root):
+    card_path = registry_root / "victim" / "0.0.1" / "card.json"
+    card = json.loads(card_path.read_text())
+    card["config"]["n_layers"] = 3
+    card_path.write_text(json.dumps(card))
+    with pytest.raises(CheckpointError, match="tensor names differ"):
+        load_checkpoint(card_path.parent, device="cpu")
+    card["config"]["n_bars"] = 7
+    card["config"]["n_layers"] = 2
+    card_path.write_text(json.dumps(card))
+    with pytest.raises(CheckpointError, match="shape"):
+        load_checkpoint(card_path.parent, device="cpu")
+    assert set(load_registry(registry_root, device="cpu").models) == {"good"}
+
+
+def test_missing_card_field_and_missing_weights(registry_root, tmp_path):
+    card_path = registry_root / "victim" / "0.0.1" / "card.json"
+    card = json.loads(card_path.read_text())
+    del card["outputs"]
+    card_path.write_text(json.dumps(card))
+    with pytest.raises(CheckpointError, match="outputs"):
+        load_checkpoint(card_path.parent, device="cpu")
+    shutil.copytree(registry_root / "good", tmp_path / "copy")
+    (tmp_path / "copy" / "0.0.1" / "model.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="missing"):
+        load_checkpoint(tmp_path / "copy" / "0.0.1", device="cpu")
+
+
+def test_shipped_registry_loads_without_errors():
+    """Every checkpoint committed under models/registry must load and pass its checks."""
+    from models.registry import DEFAULT_ROOT
+
+    if not any(DEFAULT_ROOT.glob("*/*/card.json")):
+        pytest.fail("no shipped checkpoints under models/registry")
+    registry = load_registry(DEFAULT_ROOT, device="cpu")
+    assert registry.errors == {}
+    assert len(registry.models) >= 1

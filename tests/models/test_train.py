@@ -1,0 +1,63 @@
+"""Training smoke test, resumability and the CLI (tiny models, a few dozen steps)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from models.config import GPPriorConfig, ModelConfig, TrainConfig
+from models.train import Trainer
+from service.cli import main
+
+TINY = ModelConfig(d_in=1, emb_dim=16, value_dim=16, n_layers=1, n_heads=2, ffn_dim=32, head_dim=32, n_bars=20, base="none")
+
+
+def _config(**overrides) -> TrainConfig:
+    base = dict(
+        model=TINY, prior=GPPriorConfig(dim=1, lengthscale=0.3, variance=1.0, noise=1e-4).to_dict(), steps=60, batch_size=8, lr=3e-3, warmup_steps=5,
+        n_context=(10, 30), n_query=20, val_every=20, val_datasets=16, border_samples=32, checkpoint_minutes=100.0,
+    )
+    return TrainConfig(**{**base, **overrides})
+
+
+def test_validation_nll_goes_down(tmp_path):
+    trainer = Trainer(_config(), tmp_path / "run")
+    before = trainer.validate()
+    progress = trainer.run(show_progress=False)
+    assert progress.step == 60
+    assert progress.best_val_nll < before - 0.05, (before, progress.history)
+    assert (tmp_path / "run" / "best.safetensors").exists()
+
+
+def test_resumed_run_equals_uninterrupted_run(tmp_path):
+    straight = Trainer(_config(steps=20, val_every=10), tmp_path / "a")
+    straight.run(show_progress=False)
+    first = Trainer(_config(steps=20, val_every=10), tmp_path / "b")
+    first.run(max_minutes=0.0, show_progress=False)  # one step, then a checkpoint
+    assert first.progress.step == 1
+    resumed = Trainer(_config(steps=20, val_every=10), tmp_path / "b", resume=True)
+    assert resumed.progress.step == 1
+    resumed.run(show_progress=False)
+    for name, tensor in straight.model.state_dict().items():
+        torch.testing.assert_close(tensor, resumed.model.state_dict()[name], atol=1e-5, rtol=1e-4)
+
+
+def test_refuses_to_overwrite_a_run_without_resume(tmp_path):
+    Trainer(_config(steps=2), tmp_path / "run").run(show_progress=False)
+    with pytest.raises(ValueError, match="run_dir"):
+        Trainer(_config(steps=2), tmp_path / "run")
+
+
+def test_train_and_export_cli(tmp_path):
+    cfg_path = tmp_path / "tiny.json"
+    _config(steps=5, val_every=5, model=ModelConfig(emb_dim=16, value_dim=16, n_layers=1, n_heads=2, ffn_dim=32, head_dim=32, n_bars=20),
+            prior={"kind": "powerflow"}, n_context=(70, 80), n_query=10, val_datasets=4, batch_size=2, border_samples=4).save(cfg_path)
+    run_dir = tmp_path / "run"
+    assert main(["train", "--config", str(cfg_path), "--run-dir", str(run_dir)]) == 0
+    assert main(["export", "--run-dir", str(run_dir), "--name", "t", "--version", "1.0.0", "--registry", str(tmp_path / "reg")]) == 0
+    card = json.loads((tmp_path / "reg" / "t" / "1.0.0" / "card.json").read_text())
+    assert card["training"]["steps"] == 5 and card["features"][0] == "p_mw_bus2" and len(card["outputs"]) == 32
+    weights = load_file(str(tmp_path / "reg" / "t" / "1.0.0" / "model.safetensors"))
+    assert weights["borders"].shape == (21,)
