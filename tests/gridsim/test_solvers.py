@@ -93,7 +93,7 @@ def test_non_convergence_is_flagged_and_masked_not_dropped(solver):
     assert np.isnan(result.vm_pu[2]).all() and np.isnan(result.va_degree[2]).all()
     assert np.isfinite(result.vm_pu[:2]).all()
     alone = gridsim.solve(normal[:2], solver=solver)
-    assert np.abs(result.vm_pu[:2] - alone.vm_pu).max() <= 1e-12
+    assert np.abs(result.vm_pu[:2] - alone.vm_pu).max() <= 1e-10  # the solver tolerance
     frame = result.to_frame()
     assert len(frame) == 3 and frame["converged"].tolist() == [True, True, False]
     assert np.array_equal(frame[list(net.feature_names)].to_numpy(), x)  # the load vector is kept
