@@ -87,12 +87,18 @@ def _solve_rows(net: Network, x: np.ndarray, solver: str, device, progress: Call
     vm = np.empty((len(x), net.n_load))
     va = np.empty_like(vm)
     converged = np.empty(len(x), dtype=bool)
+    n = net.n_load
     for start in range(0, len(x), SOLVE_CHUNK):
         stop = min(len(x), start + SOLVE_CHUNK)
-        s_load = net.loads_to_pu(torch.from_numpy(x[start:stop]).to(device))
+        # numpy for the conversions: single-threaded, so no OpenMP barriers on a busy machine
+        s = np.empty((stop - start, n), dtype=np.complex128)
+        np.divide(x[start:stop, :n], net.sn_mva, out=s.real)
+        np.divide(x[start:stop, n:], net.sn_mva, out=s.imag)
+        s_load = torch.from_numpy(s).to(device)
         v, ok, _ = solve_batched(z, w, s_load)
-        vm[start:stop] = v.abs().cpu().numpy()
-        va[start:stop] = torch.rad2deg(torch.angle(v)).cpu().numpy()
+        v = v.cpu().numpy()
+        vm[start:stop] = np.abs(v)
+        va[start:stop] = np.degrees(np.angle(v))
         converged[start:stop] = ok.cpu().numpy()
         if progress is not None:
             progress(stop - start)
