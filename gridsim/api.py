@@ -74,7 +74,8 @@ def _check_x(x, net: Network) -> np.ndarray:
                          f"[{net.feature_names[0]} .. {net.feature_names[-1]}], got {np.shape(x)}")
     if not np.isfinite(array).all():
         bad = np.argwhere(~np.isfinite(array))[0]
-        raise ValueError(f"x: expected finite values, got {array[tuple(bad)]} at row {bad[0]} ({net.feature_names[bad[1]]})")
+        raise ValueError(f"x: expected finite values, got {array[tuple(bad)]} at row {bad[0]} "
+                         f"({net.feature_names[bad[1]]})")
     return array
 
 
