@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from service import errors
 from service.body_limit import BodyLimitMiddleware
 from service.metrics import HTTPMetricsMiddleware, Metrics
-from service.routers import context_sets, gp, health, models, predict, simulate
+from service.routers import batch_jobs, context_sets, gp, health, models, predict, simulate
 from service.runtime import N_FEATURES, N_OUTPUTS, Runtime
 from service.settings import Settings
 from service.store import open_store
@@ -77,6 +77,7 @@ async def lifespan(app: FastAPI):
         yield
     finally:
         rt.ready = False
+        await batch_jobs.shutdown(app)
         await rt.close()
 
 
@@ -93,8 +94,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = Metrics()
     errors.install(app)
-    for module in (health, models, context_sets, predict, gp, simulate):
+    for module in (health, models, context_sets, predict, gp, simulate, batch_jobs):
         app.include_router(module.router)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    # batch-job uploads stream to disk under their own limit (GRIDPFN_JOB_MAX_UPLOAD_BYTES)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, exempt=("/v1/batch-jobs",))
     app.add_middleware(HTTPMetricsMiddleware, metrics=app.state.metrics)
     return app

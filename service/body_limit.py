@@ -7,10 +7,13 @@ from service.errors import problem_response, too_large
 
 
 class BodyLimitMiddleware:
-    """Checks Content-Length up front, and counts streamed bytes for chunked bodies."""
+    """Checks Content-Length up front, and counts streamed bytes for chunked bodies.
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    Paths under `exempt` (file uploads that stream to disk) enforce their own limit instead.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int, exempt: tuple[str, ...] = ()) -> None:
+        self.app, self.max_bytes, self.exempt = app, max_bytes, exempt
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, size: str) -> None:
         problem = too_large("body", f"request body of {size} bytes is over the limit",
@@ -18,7 +21,8 @@ class BodyLimitMiddleware:
         await problem_response(problem)(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "DELETE", "OPTIONS"):
+        if (scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "DELETE", "OPTIONS")
+                or scope["path"].startswith(self.exempt)):
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])

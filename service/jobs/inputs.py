@@ -1,0 +1,211 @@
+"""Uploaded CSV / Parquet files -> the job's input: Parquet with one row group per chunk.
+
+Validation streams the file in row batches (bounded memory whatever its size) and stops at the
+first bad cell, naming its row (1-based, header excluded) and column. The canonical input has the
+model's feature columns in card order as float64, written so that row group i is chunk i, which is
+what lets a resumed worker read exactly the chunk it needs.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+
+CSV_BLOCK_BYTES = 4 << 20
+PARQUET_MAGIC = b"PAR1"
+
+
+class InputError(ValueError):
+    """A refused upload: where (row, column) and what was expected."""
+
+    def __init__(self, message: str, expected: str, row: int | None = None, column: str | None = None) -> None:
+        where = ", ".join(p for p in (f"row {row}" if row is not None else "", f"column {column!r}" if column else "") if p)
+        super().__init__(f"{where}: {message}" if where else message)
+        self.message, self.expected, self.row, self.column = message, expected, row, column
+
+
+def detect_format(path: Path, filename: str | None = None) -> str:
+    """'parquet' by magic bytes (or name), 'csv' otherwise."""
+    with open(path, "rb") as handle:
+        if handle.read(4) == PARQUET_MAGIC:
+            return "parquet"
+    if filename and filename.lower().endswith((".parquet", ".pq")):
+        raise InputError("the file is named .parquet but is not a Parquet file", "a Parquet or CSV file")
+    return "csv"
+
+
+def _check_columns(names: Sequence[str], features: Sequence[str]) -> None:
+    dupes = sorted({n for n in names if list(names).count(n) > 1})
+    if dupes:
+        raise InputError(f"column(s) {dupes} appear more than once", "each feature column once", column=dupes[0])
+    missing = [f for f in features if f not in names]
+    extra = [n for n in names if n not in set(features)]
+    if missing:
+        raise InputError(f"missing column(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}",
+                         f"the {len(features)} feature columns of the model card", column=missing[0])
+    if extra:
+        raise InputError(f"unexpected column(s) {extra[:5]}{' ...' if len(extra) > 5 else ''}",
+                         f"only the {len(features)} feature columns of the model card", column=extra[0])
+
+
+def _first_non_number(values: pa.Array) -> int | None:
+    """Index of the first value that is not text of a number (None if all are)."""
+    for i, value in enumerate(values.to_pylist()):
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            return i
+    return None
+
+
+def _as_float(column: pa.ChunkedArray | pa.Array, name: str, offset: int) -> np.ndarray:
+    """float64 values of one batch column, refusing non-numbers, missing values, NaN and infinity."""
+    kind = column.type
+    if not (pa.types.is_floating(kind) or pa.types.is_integer(kind) or pa.types.is_decimal(kind)):
+        bad = _first_non_number(column) if pa.types.is_string(kind) or pa.types.is_large_string(kind) else 0
+        row = offset + (bad or 0) + 1
+        raise InputError(f"type {kind} is not numeric", "numbers (float64)", row, name)
+    if column.null_count:
+        idx = pc.index(pc.is_null(column), True).as_py()
+        raise InputError("missing value (empty or NaN)", "a finite number", offset + idx + 1, name)
+    values = column.to_numpy() if isinstance(column, pa.Array) else column.to_numpy()
+    values = np.asarray(values, dtype=np.float64)
+    finite = np.isfinite(values)
+    if not finite.all():
+        idx = int(np.argmin(finite))
+        raise InputError(f"value {values[idx]} is not finite", "a finite number", offset + idx + 1, name)
+    return values
+
+
+class ChunkWriter:
+    """Writes float64 feature batches so that every row group holds exactly `chunk_rows` rows."""
+
+    def __init__(self, path: Path, features: Sequence[str], chunk_rows: int) -> None:
+        self.schema = pa.schema([(f, pa.float64()) for f in features])
+        self.path, self.tmp, self.chunk_rows = path, path.with_suffix(".tmp"), chunk_rows
+        self.writer = pq.ParquetWriter(self.tmp, self.schema, compression="none")
+        self.pending: list[pa.Table] = []
+        self.pending_rows = self.rows = 0
+
+    def write(self, columns: list[np.ndarray]) -> None:
+        table = pa.Table.from_arrays([pa.array(c) for c in columns], schema=self.schema)
+        self.pending.append(table)
+        self.pending_rows += table.num_rows
+        self.rows += table.num_rows
+        while self.pending_rows >= self.chunk_rows:
+            self._flush(self.chunk_rows)
+
+    def _flush(self, n: int) -> None:
+        table = pa.concat_tables(self.pending)
+        self.writer.write_table(table.slice(0, n), row_group_size=n)
+        rest = table.slice(n)
+        self.pending, self.pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
+
+    def close(self) -> int:
+        if self.pending_rows:
+            self._flush(self.pending_rows)
+        self.writer.close()
+        os.replace(self.tmp, self.path)
+        return self.rows
+
+    def abort(self) -> None:
+        self.writer.close()
+        self.tmp.unlink(missing_ok=True)
+
+
+def _parquet_batches(path: Path, features: Sequence[str], batch_rows: int) -> Iterator[pa.RecordBatch]:
+    try:
+        source = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise InputError(f"unreadable Parquet file: {exc}", "a valid Parquet file") from exc
+    _check_columns(source.schema_arrow.names, features)
+    yield from source.iter_batches(batch_size=batch_rows, columns=list(features))
+
+
+def _csv_header(path: Path, features: Sequence[str]) -> None:
+    with open(path, "rb") as handle:
+        header = handle.readline().decode("utf-8", "replace").strip().split(",")
+    names = [h.strip().strip('"') for h in header if h.strip()]
+    if not names:
+        raise InputError("the file is empty", "a header row with the feature names, then data rows")
+    _check_columns(names, features)
+
+
+def _open_csv(path: Path, features: Sequence[str], as_text: bool = False):
+    kind = pa.string() if as_text else pa.float64()
+    return pcsv.open_csv(path, read_options=pcsv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+                         convert_options=pcsv.ConvertOptions(column_types={f: kind for f in features},
+                                                             strings_can_be_null=True))
+
+
+def _locate_csv_type_error(path: Path, features: Sequence[str], exc: Exception) -> InputError:
+    """Re-read as text to name the first cell that is not a number."""
+    offset = 0
+    try:
+        for batch in _open_csv(path, features, as_text=True):
+            for name in features:
+                column = batch.column(batch.schema.get_field_index(name))
+                valid = pc.indices_nonzero(pc.is_valid(column)).to_pylist()
+                bad = _first_non_number(column.drop_null())
+                if bad is not None:
+                    row = valid[bad]
+                    return InputError(f"{column[row].as_py()!r} is not a number", "a finite number",
+                                      offset + row + 1, name)
+            offset += batch.num_rows
+    except pa.ArrowInvalid as text_exc:
+        exc = text_exc
+    return InputError(f"unreadable CSV: {exc}", "a comma-separated file with a header row and numbers")
+
+
+def _csv_batches(path: Path, features: Sequence[str]) -> Iterator[pa.RecordBatch]:
+    _csv_header(path, features)
+    try:
+        reader = _open_csv(path, features)
+        while True:
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                return
+            yield batch
+    except pa.ArrowInvalid as exc:
+        raise _locate_csv_type_error(path, features, exc) from exc
+
+
+def ingest(path: Path, fmt: str, features: Sequence[str], dest: Path, chunk_rows: int, max_rows: int) -> int:
+    """Validate `path` (csv/parquet) and write the canonical input to `dest`; returns the row count."""
+    batches = _parquet_batches(path, features, chunk_rows) if fmt == "parquet" else _csv_batches(path, features)
+    writer = ChunkWriter(dest, features, chunk_rows)
+    try:
+        offset = 0
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            names = batch.schema.names
+            writer.write([_as_float(batch.column(names.index(f)), f, offset) for f in features])
+            offset += batch.num_rows
+            if offset > max_rows:
+                raise InputError(f"more than {max_rows} rows", f"at most {max_rows} rows (GRIDPFN_JOB_MAX_ROWS)")
+        if offset == 0:
+            raise InputError("the file has no data rows", "at least one row of load vectors")
+        return writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+
+
+def write_simulated(x_chunks: Iterator[np.ndarray], features: Sequence[str], dest: Path, chunk_rows: int) -> int:
+    """Canonical input from generated (m, d) load-vector chunks."""
+    writer = ChunkWriter(dest, features, chunk_rows)
+    try:
+        for x in x_chunks:
+            writer.write([x[:, j] for j in range(x.shape[1])])
+        return writer.close()
+    except BaseException:
+        writer.abort()
+        raise

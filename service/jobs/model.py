@@ -1,0 +1,68 @@
+"""What a job is: its immutable spec, its lifecycle states, and the columns of its result."""
+from __future__ import annotations
+
+import math
+from enum import Enum
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict
+
+
+class JobState(str, Enum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
+
+
+class JobSpec(BaseModel):
+    """Everything a worker needs besides the files in the job's directory; fixed at submit."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    model: str
+    model_version: str
+    context_id: str
+    network: str
+    features: tuple[str, ...]
+    outputs: tuple[str, ...]
+    quantiles: tuple[float, ...] = ()
+    voltage_band: Optional[tuple[float, float]] = None
+    with_ground_truth: bool = False
+    rows: int
+    chunk_rows: int
+    source: str  # "csv", "parquet" or "simulate"
+    created_at: float
+
+    @property
+    def chunks(self) -> int:
+        return math.ceil(self.rows / self.chunk_rows)
+
+    def chunk_size(self, index: int) -> int:
+        return min(self.chunk_rows, self.rows - index * self.chunk_rows)
+
+
+def quantile_label(level: float) -> str:
+    return f"q{float(level)!r}"
+
+
+def result_columns(spec: JobSpec) -> list[str]:
+    """Input features, then per statistic one column per bus: mean, std, quantiles, p_outside_band,
+    and with ground truth the solved voltage, the error (mean - truth) and the convergence flag."""
+    columns = list(spec.features)
+    stats = ["mean", "std"] + [quantile_label(q) for q in spec.quantiles]
+    if spec.voltage_band is not None:
+        stats.append("p_outside")
+    if spec.with_ground_truth:
+        stats += ["true", "err"]
+    for stat in stats:
+        columns += [f"{stat}_{name}" for name in spec.outputs]
+    if spec.with_ground_truth:
+        columns.append("converged")
+    return columns

@@ -1,0 +1,102 @@
+"""Result files: one Parquet part per chunk, assembled in chunk order into result.parquet.
+
+Parts are written to a temporary name and renamed, so a part either exists whole or not at all;
+rewriting a part after a crash gives the same bytes. Assembly copies part by part (one chunk in
+memory), checks each part's row count against the spec, and is itself atomic, so the result holds
+every input row exactly once, in input order.
+"""
+from __future__ import annotations
+
+import io
+import os
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+
+from service.answers import Answer
+from service.jobs.model import JobSpec, result_columns
+
+COMPRESSION = "none"  # float columns barely compress; "none" keeps the writer off the critical path
+
+
+class JobFiles:
+    """Paths of one job under the shared jobs directory."""
+
+    def __init__(self, root: Path, job_id: str) -> None:
+        self.dir = Path(root) / job_id
+        self.input, self.context = self.dir / "input.parquet", self.dir / "context.bin"
+        self.parts, self.result = self.dir / "parts", self.dir / "result.parquet"
+
+    def part(self, index: int) -> Path:
+        return self.parts / f"part-{index:06d}.parquet"
+
+    def remove_parts(self) -> None:
+        shutil.rmtree(self.parts, ignore_errors=True)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def chunk_table(spec: JobSpec, inputs: pa.Table, answer: Answer,
+                truth: tuple[np.ndarray, np.ndarray] | None = None) -> pa.Table:
+    """Input columns then the statistics (float32) in `result_columns` order."""
+    blocks = [answer.mean, answer.std] + [answer.quantiles[i] for i in range(len(spec.quantiles))]
+    if spec.voltage_band is not None:
+        blocks.append(answer.p_outside)
+    arrays = list(inputs.columns)
+    for block in blocks:
+        block32 = np.asarray(block, dtype=np.float32)
+        arrays += [pa.array(block32[:, j]) for j in range(block32.shape[1])]
+    if spec.with_ground_truth:
+        vm, converged = truth
+        missing = ~converged
+        for values in (vm, answer.mean - vm):
+            values32 = np.asarray(values, dtype=np.float32)
+            arrays += [pa.array(values32[:, j], mask=missing) for j in range(values32.shape[1])]
+        arrays.append(pa.array(converged))
+    return pa.Table.from_arrays(arrays, names=result_columns(spec))
+
+
+def write_part(files: JobFiles, index: int, table: pa.Table) -> None:
+    files.parts.mkdir(parents=True, exist_ok=True)
+    tmp = files.part(index).with_suffix(".tmp")
+    pq.write_table(table, tmp, compression=COMPRESSION)
+    os.replace(tmp, files.part(index))
+
+
+def assemble(files: JobFiles, spec: JobSpec) -> int:
+    """Concatenate the parts in order into result.parquet; returns the row count."""
+    tmp = files.result.with_suffix(".tmp")
+    writer, total = None, 0
+    try:
+        for index in range(spec.chunks):
+            table = pq.read_table(files.part(index))
+            if table.num_rows != spec.chunk_size(index):
+                raise RuntimeError(f"part {index} has {table.num_rows} rows, expected {spec.chunk_size(index)}")
+            if writer is None:
+                writer = pq.ParquetWriter(tmp, table.schema, compression=COMPRESSION)
+            writer.write_table(table, row_group_size=table.num_rows)
+            total += table.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+    if total != spec.rows:
+        raise RuntimeError(f"assembled {total} rows, the input has {spec.rows}")
+    os.replace(tmp, files.result)
+    shutil.rmtree(files.parts, ignore_errors=True)
+    return total
+
+
+def csv_stream(path: Path) -> Iterator[bytes]:
+    """result.parquet as CSV text, one row group at a time (header once)."""
+    source = pq.ParquetFile(path)
+    for index in range(source.num_row_groups):
+        buffer = io.BytesIO()
+        pcsv.write_csv(source.read_row_group(index), buffer,
+                       write_options=pcsv.WriteOptions(include_header=index == 0))
+        yield buffer.getvalue()

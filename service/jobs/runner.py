@@ -1,0 +1,153 @@
+"""Run one job: encode the context once, then chunk after chunk from the last one recorded.
+
+Shared by `gridpfn worker` and the embedded executor. A chunk is: read row group i of the input,
+one forward pass + statistics, optional ground-truth power flow, write part i, record i+1 as done.
+Recording fails when the job was cancelled or taken over; the runner then stops without touching
+the job again. Memory is bounded by one chunk whatever the file size.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from service.answers import AnswerSpec, summarize
+from service.context_sets import ContextSet
+from service.jobs import results
+from service.jobs.model import JobSpec, JobState
+from service.jobs.results import JobFiles
+from service.jobs.states import JobStates
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ChunkTimes:
+    """Seconds per stage, summed over a run (logged; the bench prints them)."""
+
+    read: float = 0.0
+    predict: float = 0.0
+    stats: float = 0.0
+    truth: float = 0.0
+    write: float = 0.0
+    encode: float = 0.0
+    assemble: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def line(self) -> str:
+        parts = {k: v for k, v in vars(self).items() if k != "extra"}
+        return " ".join(f"{k}={v:.2f}s" for k, v in parts.items())
+
+
+@dataclass
+class RunContext:
+    """What a runner needs from its host process."""
+
+    states: JobStates
+    jobs_dir: Any
+    models: Callable[[str], Any]  # name -> LoadedModel; KeyError when absent
+    owner: str
+    max_attempts: int = 5
+    chunk_pause_s: float = 0.0
+    heartbeat: Callable[[], None] = lambda: None
+    should_stop: Callable[[], bool] = lambda: False  # shutdown requested: leave at the next chunk boundary
+    times: ChunkTimes = field(default_factory=ChunkTimes)
+
+
+def _stop_reason(ctx: RunContext, job_id: str) -> str:
+    job = ctx.states.get(job_id)
+    return "deleted" if job is None else job["state"].value
+
+
+def run_job(ctx: RunContext, job_id: str) -> JobState | None:
+    """Process `job_id` to a final state; returns it (None when another process owns the outcome)."""
+    done = ctx.states.claim(job_id, ctx.owner, ctx.max_attempts)
+    if done is None:
+        log.info("job %s is not active (%s); nothing to do", job_id, _stop_reason(ctx, job_id))
+        return None
+    spec: JobSpec = ctx.states.get(job_id)["spec"]
+    files = JobFiles(ctx.jobs_dir, job_id)
+    log.info("job %s: %s rows in %d chunks, starting at chunk %d (owner %s)", job_id, spec.rows, spec.chunks, done,
+             ctx.owner)
+    try:
+        finished = _run_chunks(ctx, spec, files, done)
+    except Exception as exc:
+        log.exception("job %s failed", job_id)
+        ctx.states.finish(job_id, ctx.owner, JobState.FAILED, f"{type(exc).__name__}: {exc}")
+        return JobState.FAILED
+    if not finished:
+        reason = _stop_reason(ctx, job_id)
+        log.info("job %s stopped at a chunk boundary: %s", job_id, reason)
+        if reason in ("cancelled", "deleted"):
+            files.remove_parts()
+        return None
+    t0 = time.perf_counter()
+    results.assemble(files, spec)
+    ctx.times.assemble += time.perf_counter() - t0
+    if not ctx.states.finish(job_id, ctx.owner, JobState.DONE):
+        return None
+    log.info("job %s done: %s", job_id, ctx.times.line())
+    return JobState.DONE
+
+
+def _run_chunks(ctx: RunContext, spec: JobSpec, files: JobFiles, start: int) -> bool:
+    """False when the job was cancelled or taken over meanwhile."""
+    times = ctx.times
+    if start >= spec.chunks:
+        return True
+    try:
+        loaded = ctx.models(spec.model)
+    except KeyError:
+        raise RuntimeError(f"model {spec.model!r} is not loaded in this worker") from None
+    if str(loaded.version) != spec.model_version:
+        log.warning("job %s was submitted for %s %s, this worker serves %s", spec.id, spec.model,
+                    spec.model_version, loaded.version)
+    t0 = time.perf_counter()
+    context = ContextSet.from_bytes(spec.context_id, files.context.read_bytes())
+    encoded = loaded.method.fit(context.x, context.y)  # once per job (per process), reused by every chunk
+    times.encode += time.perf_counter() - t0
+    ctx.heartbeat()
+    answer_spec = AnswerSpec(spec.quantiles, spec.voltage_band)
+    source = pq.ParquetFile(files.input)
+    for index in range(start, spec.chunks):
+        t0 = time.perf_counter()
+        inputs = source.read_row_group(index)
+        x = np.column_stack([inputs.column(j).to_numpy() for j in range(inputs.num_columns)])
+        t1 = time.perf_counter()
+        predictive = loaded.method.predict(encoded, x)
+        t2 = time.perf_counter()
+        answer = summarize(predictive, answer_spec)
+        del predictive
+        if not answer.all_finite():
+            raise RuntimeError(f"model produced NaN or infinity in chunk {index} "
+                               f"(rows {index * spec.chunk_rows + 1}..{index * spec.chunk_rows + len(x)})")
+        t3 = time.perf_counter()
+        truth = _ground_truth(x, spec.network) if spec.with_ground_truth else None
+        t4 = time.perf_counter()
+        results.write_part(files, index, results.chunk_table(spec, inputs, answer, truth))
+        t5 = time.perf_counter()
+        times.read += t1 - t0
+        times.predict += t2 - t1
+        times.stats += t3 - t2
+        times.truth += t4 - t3
+        times.write += t5 - t4
+        rows_done = min(spec.rows, (index + 1) * spec.chunk_rows)
+        if not ctx.states.record_chunk(spec.id, ctx.owner, index + 1, rows_done):
+            return False
+        ctx.heartbeat()
+        if ctx.should_stop() and index + 1 < spec.chunks:
+            return False
+        if ctx.chunk_pause_s:
+            time.sleep(ctx.chunk_pause_s)
+    return True
+
+
+def _ground_truth(x: np.ndarray, network: str) -> tuple[np.ndarray, np.ndarray]:
+    import gridsim
+
+    result = gridsim.solve(x, network=network)
+    return np.asarray(result.vm_pu), np.asarray(result.converged, dtype=bool)

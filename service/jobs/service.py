@@ -1,0 +1,147 @@
+"""What the HTTP router calls: create, inspect, cancel and delete jobs; run them when embedded.
+
+With a Redis URL, records live in Redis and jobs go onto the stream for `gridpfn worker`
+processes. Without one (the embedded mode), records live in memory and a one-thread executor
+inside the server runs the same `run_job`; they do not survive a server restart.
+Inputs, parts and results live on the shared filesystem (`GRIDPFN_JOBS_DIR`), not in Redis:
+a million-row job is ~0.5 GB in and ~1 GB out, which would crowd the memory that Redis needs for
+context sets, while Redis keeps only what must be atomic and shared (state, chunk progress, owner).
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import redis
+
+from service.jobs import inputs
+from service.jobs.model import JobSpec, JobState
+from service.jobs.queue import RedisJobQueue
+from service.jobs.results import JobFiles
+from service.jobs.runner import RunContext, run_job
+from service.jobs.settings import JobSettings
+from service.jobs.states import JobStates, MemoryJobStates, RedisJobStates
+
+log = logging.getLogger(__name__)
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex
+
+
+class JobService:
+    """Job bookkeeping for one server process."""
+
+    def __init__(self, job_settings: JobSettings, redis_url: str | None, registry: Any,
+                 timeout_s: float = 2.0) -> None:
+        self.settings = job_settings
+        self.root = Path(job_settings.jobs_dir)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.registry = registry
+        self.queue: RedisJobQueue | None = None
+        self.executor: ThreadPoolExecutor | None = None
+        if redis_url:
+            client = redis.Redis.from_url(redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+            self.states: JobStates = RedisJobStates(client, job_settings.job_queue, job_settings.job_ttl_s)
+            self.queue = RedisJobQueue(client, job_settings.job_queue)
+        else:
+            self.states = MemoryJobStates()
+            self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gridpfn-job")
+        self.mode = "redis" if redis_url else "embedded"
+
+    def files(self, job_id: str) -> JobFiles:
+        return JobFiles(self.root, job_id)
+
+    # --- submit -----------------------------------------------------------------------------------
+    def prepare_upload(self, job_id: str, upload: Path, filename: str | None, features: list[str]) -> tuple[int, str]:
+        """Validate and convert an uploaded file into the job's input; (rows, format). Raises InputError."""
+        fmt = inputs.detect_format(upload, filename)
+        files = self.files(job_id)
+        files.dir.mkdir(parents=True, exist_ok=True)
+        rows = inputs.ingest(upload, fmt, features, files.input, self.settings.job_chunk_rows,
+                             self.settings.job_max_rows)
+        return rows, fmt
+
+    def prepare_simulated(self, job_id: str, sim: Any, features: list[str]) -> int:
+        """Sample n load vectors like gridsim.simulate(n, delta, seed) does, written chunk by chunk."""
+        import gridsim
+
+        net = gridsim.network(sim.network)
+        rng = np.random.default_rng(sim.seed)
+        step = self.settings.job_chunk_rows
+
+        def chunks() -> Iterator[np.ndarray]:
+            for start in range(0, sim.n, step):
+                yield gridsim.sample_loads(net, min(step, sim.n - start), sim.delta, rng)
+
+        files = self.files(job_id)
+        files.dir.mkdir(parents=True, exist_ok=True)
+        return inputs.write_simulated(chunks(), features, files.input, step)
+
+    def enqueue(self, spec: JobSpec, context_bytes: bytes) -> None:
+        """Store the context snapshot and the record, then queue the job (all inputs are in place)."""
+        self.files(spec.id).context.write_bytes(context_bytes)
+        self.states.create(spec)
+        if self.queue is not None:
+            self.queue.put(spec.id)
+        else:
+            self.executor.submit(self._run_embedded, spec.id)
+
+    def _run_embedded(self, job_id: str) -> None:
+        ctx = RunContext(self.states, self.root, lambda name: self.registry.models[name], owner="embedded",
+                         max_attempts=self.settings.job_max_attempts, chunk_pause_s=self.settings.job_chunk_pause_s)
+        try:
+            run_job(ctx, job_id)
+        except Exception:  # the executor would swallow it silently
+            log.exception("embedded job %s crashed", job_id)
+
+    def spec_for(self, job_id: str, loaded: Any, context_id: str, options: Any, rows: int, source: str) -> JobSpec:
+        card = loaded.card
+        return JobSpec(id=job_id, model=loaded.name, model_version=str(loaded.version), context_id=context_id,
+                       network=str(card.get("network", "ieee33")), features=tuple(card["features"]),
+                       outputs=tuple(card["outputs"]), quantiles=tuple(float(q) for q in options.quantiles),
+                       voltage_band=tuple(options.voltage_band) if options.voltage_band else None,
+                       with_ground_truth=bool(options.with_ground_truth), rows=rows,
+                       chunk_rows=self.settings.job_chunk_rows, source=source, created_at=time.time())
+
+    # --- inspect / cancel ---------------------------------------------------------------------------
+    def status(self, job_id: str) -> dict[str, Any] | None:
+        job = self.states.get(job_id)
+        if job is None:
+            return None
+        spec: JobSpec = job["spec"]
+        state: JobState = job["state"]
+        rate = None
+        if job["started_at"] is not None:
+            elapsed = (job["finished_at"] or time.time()) - job["started_at"]
+            rate = job["rows_done"] / elapsed if elapsed > 0 else None
+        errors = [] if not job["error"] else [{"location": "job", "field": "job", "message": job["error"],
+                                               "expected": None}]
+        return {"id": spec.id, "state": state.value, "model": spec.model, "model_version": spec.model_version,
+                "context_id": spec.context_id, "source": spec.source, "rows_total": spec.rows,
+                "rows_done": job["rows_done"], "chunks_total": spec.chunks, "chunks_done": job["chunks_done"],
+                "rows_per_s": rate, "attempts": job["attempts"], "quantiles": list(spec.quantiles),
+                "voltage_band": list(spec.voltage_band) if spec.voltage_band else None,
+                "with_ground_truth": spec.with_ground_truth, "created_at": spec.created_at,
+                "started_at": job["started_at"], "finished_at": job["finished_at"], "errors": errors,
+                "result": f"/v1/batch-jobs/{spec.id}/result" if state == JobState.DONE else None}
+
+    def cancel(self, job_id: str) -> bool:
+        return self.states.cancel(job_id)
+
+    def delete(self, job_id: str) -> bool:
+        existed = self.states.delete(job_id)
+        self.files(job_id).remove()
+        return existed
+
+    def close(self) -> None:
+        """Embedded jobs cannot outlive the server: cancel them so the executor thread stops at a chunk boundary."""
+        if self.executor is not None:
+            for job_id in self.states.active():
+                self.states.cancel(job_id)
+            self.executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,77 @@
+"""The `gridpfn worker` loop: take jobs from the Redis stream, run them, acknowledge them.
+
+A job is acknowledged only once it reached a final state (or turned out not to be active), so a
+worker killed at any point leaves it pending; after `job_claim_idle_s` without a heartbeat another
+worker (or this one restarted) reclaims it and resumes from the last recorded chunk.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+from typing import Any
+
+import redis
+
+from service.jobs.queue import RedisJobQueue
+from service.jobs.runner import RunContext, run_job
+from service.jobs.settings import JobSettings
+from service.jobs.states import RedisJobStates
+
+log = logging.getLogger(__name__)
+
+
+class Worker:
+    """One consumer of the job stream; `stop()` (or SIGTERM/SIGINT) ends it after the current chunk."""
+
+    def __init__(self, redis_url: str, registry: Any, job_settings: JobSettings, name: str | None = None) -> None:
+        self.settings = job_settings
+        # no socket timeout: XREADGROUP blocks on purpose; connection failures still raise
+        self.client = redis.Redis.from_url(redis_url, socket_connect_timeout=5, health_check_interval=30)
+        self.queue = RedisJobQueue(self.client, job_settings.job_queue)
+        self.states = RedisJobStates(self.client, job_settings.job_queue, job_settings.job_ttl_s)
+        self.registry = registry
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}"
+        self.stopping = threading.Event()
+
+    def stop(self, *_: Any) -> None:
+        self.stopping.set()
+
+    def install_signals(self) -> None:
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+
+    def run_once(self, block_ms: int = 1000) -> bool:
+        """Take and process at most one job; False when none was waiting."""
+        delivery = self.queue.take(self.name, int(self.settings.job_claim_idle_s * 1000), block_ms)
+        if delivery is None:
+            return False
+        log.info("worker %s took job %s%s", self.name, delivery.job_id, " (reclaimed)" if delivery.reclaimed else "")
+        ctx = RunContext(self.states, self.settings.jobs_dir, lambda n: self.registry.models[n], owner=self.name,
+                         max_attempts=self.settings.job_max_attempts, chunk_pause_s=self.settings.job_chunk_pause_s,
+                         heartbeat=lambda: self.queue.heartbeat(self.name, delivery.message_id),
+                         should_stop=self.stopping.is_set)
+        run_job(ctx, delivery.job_id)
+        if self.stopping.is_set() and self._still_ours(delivery.job_id):
+            log.info("worker %s stopping; job %s stays pending for another worker", self.name, delivery.job_id)
+            return True
+        self.queue.ack(delivery.message_id)
+        return True
+
+    def _still_ours(self, job_id: str) -> bool:
+        job = self.states.get(job_id)
+        return job is not None and not job["state"].terminal
+
+    def serve_forever(self) -> None:
+        self.queue.ensure_group()
+        log.info("worker %s waiting for jobs on %s (models: %s)", self.name, self.queue.stream,
+                 sorted(self.registry.models))
+        while not self.stopping.is_set():
+            try:
+                self.run_once()
+            except redis.ConnectionError as exc:
+                log.warning("redis unreachable (%s); retrying in 2 s", exc)
+                self.stopping.wait(2.0)
+        log.info("worker %s stopped", self.name)
