@@ -1,8 +1,9 @@
 """Micro-batching: concurrent small predicts on one (model, context) share one forward pass.
 
 Requests are collected for `window_s` or until `max_rows` query rows, sent to the worker pool as
-one `method.predict` call, and each caller gets its own rows back. Under load this turns many
-tiny forward passes (dominated by per-call overhead) into a few wider ones.
+one `method.predict` call, and each caller gets its own rows back. While a forward pass for the
+same key occupies every worker, the next batch keeps collecting until one finishes (or it fills up), so
+under load batches grow with the arrival rate instead of queueing many one-row passes.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ class _Batch:
     items: list[tuple[np.ndarray, AnswerSpec, asyncio.Future]] = field(default_factory=list)
     rows: int = 0
     timer: asyncio.TimerHandle | None = None
+    due: bool = False  # the window has passed; waiting only for the key's running pass
 
 
 def _compute(method: Any, encoded: Any, items: list[tuple[np.ndarray, AnswerSpec, Any]]) -> list[BatchResult]:
@@ -63,6 +65,8 @@ class MicroBatcher:
         self._pending: dict[Hashable, _Batch] = {}
         self._on_batch = on_batch or (lambda rows, requests: None)
         self._tasks: set[asyncio.Task] = set()
+        self._running: dict[Hashable, int] = {}
+        self.max_running = pool.workers  # passes per key at once; more would only queue in the pool
 
     async def predict(self, key: Hashable, method: Any, encoded: Any, queries: np.ndarray,
                       spec: AnswerSpec) -> BatchResult:
@@ -70,7 +74,7 @@ class MicroBatcher:
         batch = self._pending.get(key)
         if batch is None:
             batch = self._pending[key] = _Batch(method, encoded)
-            batch.timer = loop.call_later(self.window_s, self._flush, key, batch)
+            batch.timer = loop.call_later(self.window_s, self._window_passed, key, batch)
         future = loop.create_future()
         batch.items.append((queries, spec, future))
         batch.rows += queries.shape[0]
@@ -78,18 +82,24 @@ class MicroBatcher:
             self._flush(key, batch)
         return await future
 
+    def _window_passed(self, key: Hashable, batch: _Batch) -> None:
+        batch.due = True
+        if self._running.get(key, 0) < self.max_running:
+            self._flush(key, batch)
+
     def _flush(self, key: Hashable, batch: _Batch) -> None:
         if self._pending.get(key) is not batch:
             return  # already flushed by the row limit
         del self._pending[key]
         if batch.timer is not None:
             batch.timer.cancel()
-        task = asyncio.get_running_loop().create_task(self._run(batch))
+        task = asyncio.get_running_loop().create_task(self._run(key, batch))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run(self, batch: _Batch) -> None:
+    async def _run(self, key: Hashable, batch: _Batch) -> None:
         futures = [future for _, _, future in batch.items]
+        self._running[key] = self._running.get(key, 0) + 1
         try:
             results = await self.pool.run(_compute, batch.method, batch.encoded, batch.items)
         except Exception as exc:  # every waiter sees the same failure (PoolFull, model error)
@@ -97,6 +107,13 @@ class MicroBatcher:
                 if not future.done():
                     future.set_exception(exc)
             return
+        finally:
+            self._running[key] -= 1
+            if not self._running[key]:
+                del self._running[key]
+            waiting = self._pending.get(key)
+            if waiting is not None and waiting.due:
+                self._flush(key, waiting)
         self._on_batch(batch.rows, len(futures))
         for future, result in zip(futures, results):
             if not future.done():

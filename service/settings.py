@@ -39,7 +39,10 @@ class Settings(BaseSettings):
     queue_size: int = Field(64, ge=0, description="jobs waiting for a worker before 503")
     batch_window_ms: float = Field(1.5, ge=0, description="how long the micro-batcher collects single queries")
     batch_max_queries: int = Field(64, ge=1, description="query rows that close a micro-batch early")
-    torch_threads: int | None = Field(None, ge=1, description="torch intra-op threads (default: torch's)")
+    torch_threads: int | None = Field(1, ge=1, description="torch intra-op threads per process; 1 suits `workers` "
+                                      "threads on a small shared CPU (intra-op spinning contends badly); unset = torch's")
+    gil_switch_ms: float | None = Field(None, gt=0, description="sys.setswitchinterval in ms (unset: Python's 5 ms); "
+                                        "lower lets the event loop run between worker-thread steps")
     store_timeout_s: float = Field(1.0, gt=0, description="socket timeout of store operations")
 
     @field_validator("api_keys", mode="before")
