@@ -64,7 +64,8 @@ def test_compose_stack_is_valid_and_complete(gpu_stack):
         health = service["healthcheck"]
         assert seconds(health["start_period"]) >= 120, "start_period must cover model loading and warm-up"
         assert health["test"][0] == "CMD"
-    assert "/readyz" in " ".join(api["healthcheck"]["test"])
+    assert api["healthcheck"]["test"] == ["CMD", "python", "/opt/gridpfn/healthcheck.py", "api"]
+    assert worker["healthcheck"]["test"] == ["CMD", "python", "/opt/gridpfn/healthcheck.py", "worker"]
     # --scale worker=N needs a worker with no fixed name and no host port
     assert "container_name" not in worker and "ports" not in worker
     assert [p["target"] for p in api["ports"]] == [8000]
@@ -192,7 +193,9 @@ def test_dockerfile_contract(gpu_stack):
     users = [rest for keyword, rest in final if keyword == "USER"]
     assert users and users[-1].split(":")[0] not in {"0", "root"}, "the runtime stage must not run as root"
     health = [rest for keyword, rest in final if keyword == "HEALTHCHECK"]
-    assert health and "/readyz" in health[-1] and "--start-period" in health[-1]
+    assert health and '"/opt/gridpfn/healthcheck.py", "api"' in health[-1] and "--start-period" in health[-1]
+    copies = [rest.split() for keyword, rest in final if keyword == "COPY"]
+    assert ["docker/healthcheck.py", "/opt/gridpfn/healthcheck.py"] in copies
     cmd = [rest for keyword, rest in final if keyword == "CMD"][-1]
     assert __import__("json").loads(cmd) == gpu_stack["services"]["api"]["command"]
     env = " ".join(rest for keyword, rest in final if keyword == "ENV")
