@@ -66,8 +66,8 @@ def _iterate(s_neg, m, w_real, v, tol, max_iter):
     for k in range(1, max_iter + 1):
         current = torch.view_as_real(s_neg / v).reshape(g, rows, 2 * n)
         new_real = torch.baddbmm(w_real, current, m)  # (G, rows, 2n)
-        low, high = torch.aminmax(new_real - torch.view_as_real(v).reshape(g, rows, 2 * n), dim=-1)
-        step = torch.maximum(high, -low)  # max |change| of any re/im part; NaN propagates
+        # max |change| of any re/im part; NaN propagates (abs + amax: ~5x faster than aminmax here)
+        step = (new_real - torch.view_as_real(v).reshape(g, rows, 2 * n)).abs_().amax(-1)
         v = torch.view_as_complex(new_real.view(g, rows, n, 2))
         if k == 1:  # no rate estimate yet; only an exact fixed point (e.g. no load) passes
             error = torch.where(step == 0, 0.0, math.inf).to(step.dtype)
