@@ -49,3 +49,11 @@ def test_simulate_bad_arguments_exit_2_with_message(tmp_path, capsys, args, mess
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
     assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+def test_simulate_with_pandapower_solver_matches_batched(tmp_path):
+    out_pp, out_b = tmp_path / "pp.csv", tmp_path / "b.csv"
+    assert main(["simulate", "-n", "3", "--delta", "0.5", "--seed", "4", "--solver", "pandapower", "-o", str(out_pp)]) == 0
+    assert main(["simulate", "-n", "3", "--delta", "0.5", "--seed", "4", "-o", str(out_b)]) == 0
+    vm_pp, vm_b = pd.read_csv(out_pp).filter(like="vm_pu_"), pd.read_csv(out_b).filter(like="vm_pu_")
+    assert vm_pp.shape == (3, 32) and np.abs(vm_pp.to_numpy() - vm_b.to_numpy()).max() <= 1e-9
