@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from fastapi import FastAPI
 
-from service import errors
+from service import errors, openapi
 from service.body_limit import BodyLimitMiddleware
 from service.metrics import HTTPMetricsMiddleware, Metrics
 from service.routers import batch_jobs, context_sets, gp, health, models, predict, simulate
@@ -97,6 +97,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = Metrics()
     errors.install(app)
+    openapi.install(app)
     for module in (health, models, context_sets, predict, gp, simulate, batch_jobs):
         app.include_router(module.router)
     # batch-job uploads stream to disk under their own limit (GRIDPFN_JOB_MAX_UPLOAD_BYTES)

@@ -5,6 +5,8 @@ small context whose voltages follow the feeder's nominal profile scaled with the
 """
 from __future__ import annotations
 
+import functools
+
 # Nominal (kW, kvar) at buses 2..33.
 _KW = [100, 90, 120, 60, 60, 200, 200, 60, 60, 45, 60, 60, 120, 60, 60, 60,
        90, 90, 90, 90, 90, 90, 420, 420, 60, 60, 60, 120, 200, 150, 210, 60]
@@ -16,8 +18,9 @@ _VM = [0.9970, 0.9829, 0.9755, 0.9681, 0.9497, 0.9462, 0.9413, 0.9351, 0.9292, 0
        0.9477, 0.9452, 0.9337, 0.9255, 0.9220, 0.9178, 0.9169, 0.9166]
 
 NOMINAL_LOADS = [round(v / 1000, 4) for v in _KW + _KVAR]
-# The id POST /v1/context-sets answers for CONTEXT_SIMULATE (content-addressed, so fixed; a test checks it).
-EXAMPLE_CONTEXT_ID = "4e2407e75b4b36f15ac44c6521736f460d66a0ff2de36889fea6084142908d37"
+# Placeholder in the static examples; /openapi.json shows the id POST /v1/context-sets answers for
+# CONTEXT_SIMULATE (content-addressed, computed once with gridsim), so the two examples chain.
+EXAMPLE_CONTEXT_ID = "0" * 64
 
 
 def _scaled(factor: float) -> tuple[list[float], list[float]]:
@@ -49,3 +52,15 @@ PREDICT_INLINE = {
 GP_INLINE = {"context": CONTEXT_INLINE, "queries": [NOMINAL_LOADS], "quantiles": [0.05, 0.95],
             "voltage_band": [0.95, 1.05]}
 SIMULATE = {"network": "ieee33", "loads": [NOMINAL_LOADS]}
+
+
+@functools.lru_cache(maxsize=1)
+def simulated_context_id() -> str:
+    """The content-addressed id of CONTEXT_SIMULATE's context set."""
+    import gridsim
+
+    from service.context_sets import context_id
+
+    spec = CONTEXT_SIMULATE["simulate"]
+    result = gridsim.simulate(spec["n"], spec["delta"], spec["seed"], network=spec["network"])
+    return context_id(result.x[result.converged], result.vm_pu[result.converged])

@@ -148,12 +148,13 @@ def test_documented_examples_work(client):
     """The examples shown at /docs, sent as they are, succeed (the by-id one after its context exists)."""
     from service import examples
 
+    schema = client.get("/openapi.json").json()["components"]["schemas"]
+    by_id = schema["PredictRequest"]["examples"][0]
     created = client.post("/v1/context-sets", json=examples.CONTEXT_SIMULATE)
-    assert created.status_code == 201 and created.json()["id"] == examples.EXAMPLE_CONTEXT_ID
+    assert created.status_code == 201 and created.json()["id"] == by_id["context_id"]
+    assert by_id == {**examples.PREDICT_BY_ID, "context_id": by_id["context_id"]}
     assert client.post("/v1/context-sets", json=examples.CONTEXT_UPLOAD).status_code == 201
-    for path, body in (("/v1/predict", examples.PREDICT_BY_ID), ("/v1/predict", examples.PREDICT_INLINE),
+    for path, body in (("/v1/predict", by_id), ("/v1/predict", examples.PREDICT_INLINE),
                        ("/v1/gp/predict", examples.GP_INLINE), ("/v1/simulate", examples.SIMULATE)):
         response = client.post(path, json=body)
         assert response.status_code == 200, (path, response.text)
-    schema = client.get("/openapi.json").json()["components"]["schemas"]
-    assert schema["PredictRequest"]["examples"][0] == examples.PREDICT_BY_ID
