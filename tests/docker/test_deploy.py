@@ -6,6 +6,8 @@ The commands the containers run are exercised against real Redis in test_contain
 """
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -146,7 +148,7 @@ def test_env_example_uses_the_service_setting_names(gpu_stack):
 
 def test_env_example_values_are_valid_settings(monkeypatch):
     """Every documented line, uncommented, is accepted by the service's settings classes."""
-    for name in [n for n in list(__import__("os").environ) if n.startswith("GRIDPFN_")]:
+    for name in [n for n in list(os.environ) if n.startswith("GRIDPFN_")]:
         monkeypatch.delenv(name)
     for line in env_text().splitlines():
         match = re.match(r"^#?\s*(GRIDPFN_[A-Z0-9_]+)=(.*)$", line)
@@ -197,7 +199,7 @@ def test_dockerfile_contract(gpu_stack):
     copies = [rest.split() for keyword, rest in final if keyword == "COPY"]
     assert ["docker/healthcheck.py", "/opt/gridpfn/healthcheck.py"] in copies
     cmd = [rest for keyword, rest in final if keyword == "CMD"][-1]
-    assert __import__("json").loads(cmd) == gpu_stack["services"]["api"]["command"]
+    assert json.loads(cmd) == gpu_stack["services"]["api"]["command"]
     env = " ".join(rest for keyword, rest in final if keyword == "ENV")
     assert "GRIDPFN_MODEL_DIR=/opt/gridpfn/models" in env
     runs = " ".join(rest for keyword, rest in steps if keyword == "RUN")
@@ -227,3 +229,17 @@ def test_dockerignore_matcher_follows_docker_rules():
     assert not dockerignored("src/a/b.py", patterns)
     assert dockerignored("src/a/b.pyc", patterns) and not dockerignored("src/keep.pyc", patterns)
     assert dockerignored("docs/x/y.md", patterns)
+
+
+def test_scale_out_host_uses_shared_redis_and_shared_jobs_dir(tmp_path):
+    """A second host of a scaled-out deployment: one shared Redis, one shared jobs filesystem."""
+    shared = "rediss://:secret@redis.internal.example:6380/0"
+    env = env_text() + f"\nGRIDPFN_REDIS_URL={shared}\nDEPLOY_JOBS_VOLUME=/mnt/shared/gridpfn-jobs\n"
+    result = compose_config(tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    config = json.loads(result.stdout)
+    for name in ("api", "worker"):
+        service = config["services"][name]
+        assert service["environment"]["GRIDPFN_REDIS_URL"] == shared
+        (jobs,) = [v for v in service["volumes"] if v["target"] == "/var/lib/gridpfn/jobs"]
+        assert jobs["type"] == "bind" and jobs["source"] == "/mnt/shared/gridpfn-jobs"
