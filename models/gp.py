@@ -53,10 +53,15 @@ def _robust_cholesky(k_mat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     todo = torch.ones_like(mean_diag, dtype=torch.bool)
     eye = torch.eye(k_mat.shape[-1], dtype=k_mat.dtype, device=k_mat.device)
     for rel in _JITTERS:
-        idx = todo.nonzero().flatten()
-        trial = k_mat[idx] + (rel * mean_diag[idx])[:, None, None] * eye if rel else k_mat[idx]
-        factor, info = torch.linalg.cholesky_ex(trial)
-        ok = (info == 0) & torch.isfinite(factor).flatten(1).all(1)
+        if not rel:  # the common case: no copies, one batched call
+            idx = torch.arange(len(k_mat), device=k_mat.device)
+            factor, info = torch.linalg.cholesky_ex(k_mat)
+        else:
+            idx = todo.nonzero().flatten()
+            factor, info = torch.linalg.cholesky_ex(k_mat[idx] + (rel * mean_diag[idx])[:, None, None] * eye)
+        ok = (info == 0) & torch.isfinite(factor.diagonal(dim1=-2, dim2=-1)).all(1)
+        if bool(ok.all()) and not rel:
+            return factor, jitter
         chol[idx[ok]] = factor[ok]
         jitter[idx[ok]] = rel * mean_diag[idx[ok]]
         todo[idx[ok]] = False
@@ -189,15 +194,17 @@ class ExactGP(Method):
 
     predict() returns the predictive distribution of a new *observation*: its std is
     sqrt(var_f + noise variance), in original output units.
-    opt_points: contexts larger than this are first optimised on a random subset of that size
-    (None: always all points); polish_iter L-BFGS-B iterations on all points follow.
+    opt_points: for contexts larger than this the hyperparameters maximise the marginal
+    likelihood of a random subset of that size (cost ~ n^3 per L-BFGS step), then polish_iter
+    L-BFGS-B iterations on all points follow (default 0); the posterior always uses all points.
+    None: optimise on all points. The defaults keep 500 points x 32 outputs within ~20 s on 2 cores.
     """
 
     name = "exact_gp"
 
     def __init__(self, linear_term: bool = False, device: str | torch.device | None = None,
-                 max_iter: int = 200, dtype: torch.dtype = torch.float64, min_noise: float = 1e-8,
-                 opt_points: int | None = 256, polish_iter: int = 5, query_chunk: int | None = None,
+                 max_iter: int = 50, dtype: torch.dtype = torch.float64, min_noise: float = 1e-8,
+                 opt_points: int | None = 256, polish_iter: int = 0, query_chunk: int | None = None,
                  chunk_elements: int = 2**22, seed: int = 0) -> None:
         if max_iter < 0 or polish_iter < 0:
             raise ValueError(f"max_iter, polish_iter: expected >= 0, got {max_iter}, {polish_iter}")
@@ -233,26 +240,29 @@ class ExactGP(Method):
         return torch.cat([p[name].flatten() for name in self._sizes(1)])
 
     def _initial(self, x: torch.Tensor, y: torch.Tensor) -> Params:
-        """Per output, the best of a few standard starting points by marginal likelihood."""
+        """Per output, the best of a few starting points by marginal likelihood.
+
+        Length scales around sqrt(d) (standardised units) for ordinary smooth functions, plus long
+        ones with a matching large signal variance: in that limit the RBF acts like a low-order
+        polynomial, which is what near-linear maps (power flow) want and hard to reach by descent.
+        """
         k, d = y.shape[0], x.shape[1]
         best, best_nll = None, None
-        for ell_mult in (0.5, 1.0, 2.0, 4.0):
-            for noise in (1e-2, 1e-4):
+        for ell_mult, signal in ((1.0, 1.0), (4.0, 1.0), (16.0, 16.0), (64.0, 256.0)):
+            for noise in (1e-2, 1e-5):
                 cand = {"lengthscale": torch.full((k, d), math.log(ell_mult * math.sqrt(d))),
-                        "signal": torch.full((k,), math.log(0.5 if self.linear_term else 1.0)),
+                        "signal": torch.full((k,), math.log(signal * (0.5 if self.linear_term else 1.0))),
                         "noise": torch.full((k,), max(math.log(noise), self.noise_bounds[0]))}
                 if self.linear_term:
                     cand["linear"] = torch.full((k, d), math.log(0.5 / d))
                 cand = {name: v.to(x) for name, v in cand.items()}
-                with torch.no_grad():
-                    nll, _ = _nll(x, y, cand, grad=False)
+                nll, _ = _nll(x, y, cand, grad=False)
                 if best is None:
                     best, best_nll = cand, nll
                     continue
                 better = nll < best_nll
                 for name, value in best.items():
-                    mask = better if value.ndim == 1 else better[:, None]
-                    best[name] = torch.where(mask, cand[name], value)
+                    best[name] = torch.where(better if value.ndim == 1 else better[:, None], cand[name], value)
                 best_nll = torch.minimum(best_nll, nll)
         return best
 
@@ -300,8 +310,9 @@ class ExactGP(Method):
             idx = torch.randperm(n, generator=gen)[: self.opt_points].to(self.device)
             params = self._initial(x[idx], y[:, idx])
             params, iters, ok = self._optimise(x[idx], y[:, idx], params, self.max_iter)
-            params, more, ok = self._optimise(x, y, params, self.polish_iter)
-            iters += more
+            if self.polish_iter:
+                params, more, ok = self._optimise(x, y, params, self.polish_iter)
+                iters += more
         else:
             params = self._initial(x, y)
             params, iters, ok = self._optimise(x, y, params, self.max_iter)
