@@ -74,6 +74,8 @@ async def predict(rt: Runtime, req: PredictRequest) -> Response:
                                               encoded.value, queries, spec)
         except PoolFull as exc:
             raise rt.overloaded(exc) from exc
+        except ValueError as exc:
+            raise rt.rejected(exc) from exc
         answer, predict_s, batch_rows = result.answer, result.predict_s, result.batch_rows
     else:
         (answer, predict_s), batch_rows = await rt.run(_direct, loaded.method, encoded.value, queries, spec), queries.shape[0]

@@ -60,6 +60,14 @@ class Runtime:
             return await self.pool.run(fn, *args)
         except PoolFull as exc:
             raise self.overloaded(exc) from exc
+        except ValueError as exc:  # the project's convention: bad input -> ValueError naming the field
+            raise self.rejected(exc) from exc
+
+    @staticmethod
+    def rejected(exc: ValueError) -> ProblemError:
+        return ProblemError(422, "input-rejected", "Input rejected by the model", str(exc),
+                            [{"location": "body", "field": str(exc).split(":")[0], "message": str(exc),
+                              "expected": "inputs within the model's supported range"}])
 
     def overloaded(self, exc: Exception) -> ProblemError:
         self.metrics.rejected.labels("queue_full").inc()

@@ -13,7 +13,12 @@ from typing_extensions import Annotated
 from service import examples as ex
 
 Finite = Annotated[float, Field(allow_inf_nan=False)]
-Matrix = Annotated[list[list[Finite]], Field(min_length=1)]
+# Physical ranges, generous: IEEE 33-bus loads are < 1 MW per bus, voltages ~0.9-1.05 p.u. Outside
+# them the models' arithmetic is not meaningful (1e30 MW overflows the PFN), so they are a 422.
+Load = Annotated[float, Field(allow_inf_nan=False, ge=-1000.0, le=1000.0, description="MW or Mvar")]
+Voltage = Annotated[float, Field(allow_inf_nan=False, ge=0.0, le=5.0, description="|V| in p.u.")]
+Matrix = Annotated[list[list[Load]], Field(min_length=1)]
+VoltageMatrix = Annotated[list[list[Voltage]], Field(min_length=1)]
 ContextId = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="sha256 id from POST /v1/context-sets")]
 Level = Annotated[float, Field(gt=0.0, lt=1.0)]
 
@@ -22,7 +27,7 @@ class ContextData(BaseModel):
     """An inline context: x (n, 64 loads in card feature order), y (n, 32 voltages p.u.)."""
 
     x: Matrix
-    y: Matrix
+    y: VoltageMatrix
 
 
 class SimulateSpec(BaseModel):
@@ -40,7 +45,7 @@ class ContextSetCreate(BaseModel):
     model_config = ConfigDict(json_schema_extra={"examples": [ex.CONTEXT_SIMULATE, ex.CONTEXT_UPLOAD]})
 
     x: Optional[Matrix] = None
-    y: Optional[Matrix] = None
+    y: Optional[VoltageMatrix] = None
     simulate: Optional[SimulateSpec] = None
 
     @model_validator(mode="after")

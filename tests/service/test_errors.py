@@ -110,3 +110,12 @@ def test_gp_over_configured_size_points_to_batch_jobs(api, scenarios):
 
 def test_wrong_method_is_a_problem_too(api):
     assert_problem(api.get("/v1/predict"), 405)
+
+
+def test_values_outside_physical_ranges(api, cid, scenarios):
+    x, y = scenarios
+    body = assert_problem(predict(api, context_id=cid, queries=[[1e30] * 64]), 422, "queries[0][0]")
+    assert "1000" in body["errors"][0]["expected"]
+    bad_y = rows(y[:10])
+    bad_y[3][7] = 40.0
+    assert_problem(predict(api, context={"x": rows(x[:10]), "y": bad_y}, queries=rows(x[:1])), 422, "context.y[3][7]")
