@@ -13,12 +13,17 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from typing_extensions import Annotated
 
 
+# models.registry.DEFAULT_ROOT, spelled out so reading settings never imports torch.
+_PACKAGE_REGISTRY = Path(__file__).resolve().parents[1] / "models" / "registry"
+
+
 class Settings(BaseSettings):
     """Every knob of the HTTP service; env var = GRIDPFN_ + upper-case field name."""
 
     model_config = SettingsConfigDict(env_prefix="GRIDPFN_", frozen=True, extra="ignore")
 
-    model_dir: Path = Field(Path("models/registry"), description="root of the checkpoint registry")
+    model_dir: Path = Field(_PACKAGE_REGISTRY, description="root of the checkpoint registry (default: the "
+                                                           "package's models/registry, wherever the server starts)")
     device: str | None = Field(None, description="torch device for the models (default: the card's / cpu)")
     redis_url: str | None = Field(None, description="Redis URL for the context-set store; unset = embedded store")
     api_keys: Annotated[tuple[str, ...], NoDecode] = Field((), description="comma-separated bearer keys for /v1")
