@@ -57,7 +57,8 @@ def _warm(rt: Runtime) -> None:
 def _gp_method(settings: Settings, max_iter: int | None = None) -> Any:
     from models.gp import ExactGP
 
-    return ExactGP(linear_term=False, max_iter=settings.gp_max_iter if max_iter is None else max_iter)
+    max_iter = settings.gp_max_iter if max_iter is None else max_iter
+    return ExactGP(linear_term=False) if max_iter is None else ExactGP(linear_term=False, max_iter=max_iter)
 
 
 @asynccontextmanager

@@ -50,10 +50,15 @@ def json_response(body: dict[str, Any], status: int = 200) -> Response:
                     media_type="application/json")
 
 
-async def _gp_answer(rt: Runtime, ctx: Any, queries: np.ndarray, spec: AnswerSpec) -> tuple[Answer, dict]:
+def _check_gp(rt: Runtime, ctx: Any, queries: np.ndarray) -> None:
+    """Refuse GP work over the configured sizes before any model time is spent."""
+    rt.check_gp_context(ctx)
     if queries.shape[0] > rt.settings.gp_max_queries:
         raise too_large("queries", f"{queries.shape[0]} rows is over the exact-GP limit",
                         f"at most {rt.settings.gp_max_queries} rows (GRIDPFN_GP_MAX_QUERIES); more: POST /v1/batch-jobs")
+
+
+async def _gp_answer(rt: Runtime, ctx: Any, queries: np.ndarray, spec: AnswerSpec) -> tuple[Answer, dict]:
     fitted, hit = await rt.gp_fitted(ctx)
     answer, predict_s = await rt.run(_direct, rt.gp_method, fitted.value, queries, spec)
     rt.metrics.gp.labels("predict").observe(predict_s)
@@ -67,6 +72,8 @@ async def predict(rt: Runtime, req: PredictRequest) -> Response:
     rt.check_context_size(loaded, ctx)
     queries = rt.check_queries(req.queries, len(loaded.card.get("features") or ()) or ctx.x.shape[1])
     spec = _spec(req)
+    if req.compare_gp:
+        _check_gp(rt, ctx, queries)
     encoded, hit = await rt.encoded(loaded, ctx)
     if queries.shape[0] <= BATCHABLE_ROWS:
         try:
@@ -78,7 +85,8 @@ async def predict(rt: Runtime, req: PredictRequest) -> Response:
             raise rt.rejected(exc) from exc
         answer, predict_s, batch_rows = result.answer, result.predict_s, result.batch_rows
     else:
-        (answer, predict_s), batch_rows = await rt.run(_direct, loaded.method, encoded.value, queries, spec), queries.shape[0]
+        answer, predict_s = await rt.run(_direct, loaded.method, encoded.value, queries, spec)
+        batch_rows = queries.shape[0]
     rt.metrics.inference.labels(loaded.name, "predict").observe(predict_s)
     timing: dict[str, Any] = {
         "pfn_ms": (predict_s + (0.0 if hit else encoded.seconds)) * 1e3,
@@ -106,6 +114,7 @@ async def gp_predict(rt: Runtime, req: GPPredictRequest) -> Response:
     t0 = time.perf_counter()
     ctx = await rt.context_of(req)
     queries = rt.check_queries(req.queries, ctx.x.shape[1])
+    _check_gp(rt, ctx, queries)
     spec = _spec(req)
     answer, timing = await _gp_answer(rt, ctx, queries, spec)
     body = {"model": "exact-gp", "context_id": ctx.id, "outputs": OUTPUT_NAMES, **_arrays(answer, spec, "exact GP")}

@@ -90,7 +90,7 @@ class Runtime:
         limit = self.settings.max_queries
         if len(queries) > limit:
             raise too_large(field, f"{len(queries)} rows is over the limit", f"at most {limit} rows")
-        return self.check_queries_shape(queries, width, field)
+        return self.as_matrix(queries, width, field)
 
     def inline_context(self, x: list[list[float]], y: list[list[float]], field: str = "context") -> ContextSet:
         """Validate an uploaded or inline context's shape and build its content-addressed set."""
@@ -99,12 +99,13 @@ class Runtime:
                             f"at most {self.settings.max_context_rows} rows (GRIDPFN_MAX_CONTEXT_ROWS)")
         if len(x) != len(y):
             raise invalid(f"{field}.y", f"has {len(y)} rows but x has {len(x)}", f"{len(x)} rows, one per x row")
-        xa = self.check_queries_shape(x, N_FEATURES, f"{field}.x")
-        ya = self.check_queries_shape(y, N_OUTPUTS, f"{field}.y")
+        xa = self.as_matrix(x, N_FEATURES, f"{field}.x")
+        ya = self.as_matrix(y, N_OUTPUTS, f"{field}.y")
         return ContextSet.build(xa, ya)
 
     @staticmethod
-    def check_queries_shape(rows: list[list[float]], width: int, field: str) -> np.ndarray:
+    def as_matrix(rows: list[list[float]], width: int, field: str) -> np.ndarray:
+        """(len(rows), width) float64 array; 422 naming the first row of another length."""
         for i, row in enumerate(rows):
             if len(row) != width:
                 raise invalid(f"{field}[{i}]", f"has {len(row)} values", f"{width} finite numbers")
@@ -149,8 +150,8 @@ class Runtime:
         self.metrics.cache.labels("encoded_context", "hit" if hit else "miss").inc()
         return cached, hit
 
-    async def gp_fitted(self, ctx: ContextSet) -> tuple[Cached, bool]:
-        """The exact GP fitted on ctx (LRU per context id); 422 past the configured size."""
+    def check_gp_context(self, ctx: ContextSet) -> None:
+        """422 pointing to batch jobs when the context is over the on-demand GP's configured size."""
         limit = self.settings.gp_max_context
         if ctx.rows > limit:
             raise ProblemError(
@@ -159,6 +160,10 @@ class Runtime:
                 "submit the study as a batch job (POST /v1/batch-jobs) or use a smaller context",
                 [{"location": "body", "field": "context", "message": f"{ctx.rows} rows",
                   "expected": f"at most {limit} rows (GRIDPFN_GP_MAX_CONTEXT); larger: POST /v1/batch-jobs"}])
+
+    async def gp_fitted(self, ctx: ContextSet) -> tuple[Cached, bool]:
+        """The exact GP fitted on ctx (LRU per context id)."""
+        self.check_gp_context(ctx)
 
         async def compute() -> Cached:
             t0 = time.perf_counter()

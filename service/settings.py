@@ -33,7 +33,8 @@ class Settings(BaseSettings):
     max_context_rows: int = Field(5_000, ge=1, description="largest context set stored or sent inline")
     max_simulate: int = Field(1_000, ge=1, description="most power flows in one /v1/simulate or simulated context")
     gp_max_context: int = Field(1_000, ge=1, description="largest context the on-demand exact GP fits")
-    gp_max_iter: int = Field(100, ge=0, description="L-BFGS iterations of the exact GP's hyperparameter fit")
+    gp_max_iter: int | None = Field(None, ge=0, description="L-BFGS iterations of the exact GP's hyperparameter "
+                                                           "fit (unset: models.gp's default)")
     gp_max_queries: int = Field(10_000, ge=1, description="most queries the exact GP answers in one request")
 
     context_ttl_s: int = Field(24 * 3600, ge=1, description="lifetime of a stored context set")

@@ -24,7 +24,7 @@ async def simulate(body: SimulateRequest, rt: Runtime = Depends(get_runtime)) ->
     if len(body.loads) > limit:
         raise too_large("loads", f"{len(body.loads)} load vectors is over the limit",
                         f"at most {limit} (GRIDPFN_MAX_SIMULATE); more: POST /v1/batch-jobs")
-    loads = rt.check_queries_shape(body.loads, N_FEATURES, "loads")
+    loads = rt.as_matrix(body.loads, N_FEATURES, "loads")
     names, vm_pu, converged = await rt.run(solve, loads, body.network)
     rows = [row if ok and np.isfinite(row).all() else None
             for row, ok in zip(np.asarray(vm_pu, dtype=np.float64).tolist(), converged.tolist())]
