@@ -1,0 +1,92 @@
+"""Workers dying and jobs being cancelled, with real Redis and real worker processes.
+
+A worker SIGKILLed mid-job leaves the job pending on the stream; another worker reclaims it after
+the claim idle time, resumes from the last recorded chunk, and the result equals an uninterrupted run.
+"""
+from __future__ import annotations
+
+import re
+import time
+import uuid
+
+import httpx
+import numpy as np
+import pandas as pd
+import pytest
+import redis
+
+from tests.service.batch_support import (FEATURES, WorkerProcess, context_id, done, fetch_frame, job_server, loads,
+                                         submit_file, wait_for, worker_env)
+from tests.service.conftest import assert_problem
+
+CHUNK = 150
+ROWS = 3000
+
+
+@pytest.fixture(scope="module")
+def stack(model_dir, redis_url, tmp_path_factory):
+    jobs_dir = tmp_path_factory.mktemp("jobs-recovery")
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    with job_server(model_dir, jobs_dir, redis_url, job_chunk_rows=CHUNK, job_queue=queue) as server:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            yield client, jobs_dir, queue, worker_env(redis_url, model_dir, jobs_dir, queue, GRIDPFN_JOB_CLAIM_IDLE_S=1.0)
+
+
+def _pending(redis_url: str, queue: str) -> int:
+    return int(redis.Redis.from_url(redis_url).xpending(f"{queue}:stream", "workers")["pending"])
+
+
+def test_cancel_then_worker_killed_mid_job_another_finishes(stack, redis_url, tmp_path):
+    client, jobs_dir, queue, env = stack
+    cid = context_id(client)
+    frame = loads(ROWS, seed=22)
+    path = tmp_path / "loads.parquet"
+    frame.to_parquet(path, index=False)
+
+    queued = submit_file(client, path, cid).json()  # no worker yet: cancelled while queued
+    response = client.delete(f"/v1/batch-jobs/{queued['id']}")
+    assert response.status_code == 202 and response.json()["state"] == "cancelled"
+
+    first = WorkerProcess(tmp_path / "first.log", {**env, "GRIDPFN_JOB_CHUNK_PAUSE_S": "0.05"})
+    try:
+        first.wait_ready()
+        running = submit_file(client, path, cid).json()  # cancelled while running
+        wait_for(client, running["id"], lambda s: s["chunks_done"] >= 2)
+        response = client.delete(f"/v1/batch-jobs/{running['id']}")
+        assert response.status_code == 202 and response.json()["state"] == "cancelled"
+        deadline = time.monotonic() + 10
+        while _pending(redis_url, queue) and time.monotonic() < deadline:  # acked at the next chunk boundary
+            time.sleep(0.05)
+        assert _pending(redis_url, queue) == 0
+        status = client.get(f"/v1/batch-jobs/{running['id']}").json()
+        assert status["state"] == "cancelled" and status["chunks_done"] < ROWS // CHUNK
+        assert_problem(client.get(f"/v1/batch-jobs/{running['id']}/result"), 409)
+        assert not (jobs_dir / running["id"] / "parts").exists()  # the worker cleaned up its parts
+        assert client.get(f"/v1/batch-jobs/{queued['id']}").json()["attempts"] == 0  # skipped, never run
+
+        job = submit_file(client, path, cid).json()  # the worker is free again: this one it dies on
+        wait_for(client, job["id"], lambda s: s["chunks_done"] >= 5)
+        first.kill()
+    finally:
+        first.stop()
+    killed_at = client.get(f"/v1/batch-jobs/{job['id']}").json()
+    assert killed_at["state"] == "running" and 5 <= killed_at["chunks_done"] < ROWS // CHUNK
+    assert _pending(redis_url, queue) == 1  # still owned by the dead worker
+
+    reference = submit_file(client, path, cid).json()  # the same input, to run uninterrupted
+    second = WorkerProcess(tmp_path / "second.log", env)
+    try:
+        second.wait_ready()
+        final = wait_for(client, job["id"], done, timeout_s=60)
+        assert final["attempts"] == 2 and final["rows_done"] == ROWS
+        resumed = re.search(rf"job {job['id']}: .* starting at chunk (\d+)", second.text())
+        assert resumed and int(resumed.group(1)) >= killed_at["chunks_done"], second.text()  # not from scratch
+        uninterrupted = fetch_frame(client, wait_for(client, reference["id"], done)["id"])
+        assert client.get(f"/v1/batch-jobs/{reference['id']}").json()["attempts"] == 1
+    finally:
+        second.stop()
+    recovered = fetch_frame(client, job["id"])
+    assert len(recovered) == ROWS
+    pd.testing.assert_frame_equal(recovered[FEATURES], frame)  # each row exactly once, in input order
+    pd.testing.assert_frame_equal(recovered, uninterrupted)  # and the same values, bit for bit
+    assert np.isfinite(recovered.drop(columns=FEATURES).to_numpy()).all()
