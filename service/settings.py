@@ -24,11 +24,11 @@ class Settings(BaseSettings):
 
     model_dir: Path = Field(_PACKAGE_REGISTRY, description="root of the checkpoint registry (default: the "
                                                            "package's models/registry, wherever the server starts)")
-    device: str | None = Field(None, description="torch device for the models (default: the card's / cpu)")
+    device: str | None = Field(None, description="torch device for the models (default: cuda when available, else cpu)")
     redis_url: str | None = Field(None, description="Redis URL for the context-set store; unset = embedded store")
     api_keys: Annotated[tuple[str, ...], NoDecode] = Field((), description="comma-separated bearer keys for /v1")
 
-    max_queries: int = Field(10_000, ge=1, description="most query rows in one predict / simulate-free request")
+    max_queries: int = Field(10_000, ge=1, description="most query rows in one /v1/predict or /v1/gp/predict request")
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="largest request body accepted")
     max_context_rows: int = Field(5_000, ge=1, description="largest context set stored or sent inline")
     max_simulate: int = Field(1_000, ge=1, description="most power flows in one /v1/simulate or simulated context")
