@@ -99,3 +99,15 @@ def test_context_set_round_trip(make_store):
         await sets.store.close()
 
     run(scenario())
+
+
+def test_entries_expire_after_their_ttl(make_store):
+    async def scenario():
+        store = make_store()
+        await store.set("gridpfn:test:short", b"v", 1)
+        assert await store.get("gridpfn:test:short") == b"v"
+        await asyncio.sleep(1.1)
+        assert await store.get("gridpfn:test:short") is None
+        await store.close()
+
+    run(scenario())
