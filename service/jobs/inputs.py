@@ -74,8 +74,7 @@ def _as_float(column: pa.ChunkedArray | pa.Array, name: str, offset: int) -> np.
     if column.null_count:
         idx = pc.index(pc.is_null(column), True).as_py()
         raise InputError("missing value (empty or NaN)", "a finite number", offset + idx + 1, name)
-    values = column.to_numpy() if isinstance(column, pa.Array) else column.to_numpy()
-    values = np.asarray(values, dtype=np.float64)
+    values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
     finite = np.isfinite(values)
     if not finite.all():
         idx = int(np.argmin(finite))
@@ -145,18 +144,21 @@ def _open_csv(path: Path, features: Sequence[str], as_text: bool = False):
 
 
 def _locate_csv_type_error(path: Path, features: Sequence[str], exc: Exception) -> InputError:
-    """Re-read as text to name the first cell that is not a number."""
+    """Re-read as text to name the first row (and its first column) holding something not a number."""
     offset = 0
     try:
         for batch in _open_csv(path, features, as_text=True):
-            for name in features:
+            found: list[tuple[int, int, str]] = []
+            for position, name in enumerate(features):
                 column = batch.column(batch.schema.get_field_index(name))
-                valid = pc.indices_nonzero(pc.is_valid(column)).to_pylist()
                 bad = _first_non_number(column.drop_null())
                 if bad is not None:
-                    row = valid[bad]
-                    return InputError(f"{column[row].as_py()!r} is not a number", "a finite number",
-                                      offset + row + 1, name)
+                    row = pc.indices_nonzero(pc.is_valid(column)).to_pylist()[bad]
+                    found.append((row, position, name))
+            if found:
+                row, _, name = min(found)
+                value = batch.column(batch.schema.get_field_index(name))[row].as_py()
+                return InputError(f"{value!r} is not a number", "a finite number", offset + row + 1, name)
             offset += batch.num_rows
     except pa.ArrowInvalid as text_exc:
         exc = text_exc

@@ -71,7 +71,7 @@ class Worker:
         while not self.stopping.is_set():
             try:
                 self.run_once()
-            except redis.ConnectionError as exc:
-                log.warning("redis unreachable (%s); retrying in 2 s", exc)
+            except redis.RedisError as exc:
+                log.warning("redis error (%s: %s); retrying in 2 s", type(exc).__name__, exc)
                 self.stopping.wait(2.0)
         log.info("worker %s stopped", self.name)

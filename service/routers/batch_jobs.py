@@ -61,8 +61,10 @@ class BatchSimulate(BatchOptions):
     simulate: SimulateSpec
 
 
-def get_jobs(request: Request) -> JobService:
-    """The app's JobService, built on first use from the runtime (Redis URL, registry) and JobSettings."""
+async def get_jobs(request: Request) -> JobService:
+    """The app's JobService, built on first use from the runtime (Redis URL, registry) and JobSettings.
+
+    async on purpose: it runs on the event loop, so two first requests cannot build two services."""
     state = request.app.state
     if getattr(state, "jobs", None) is None:
         rt: Runtime = state.runtime
@@ -135,6 +137,9 @@ async def _submit_upload(request: Request, rt: Runtime, jobs: JobService) -> tup
         staged = files.dir / "upload"
         try:
             await asyncio.to_thread(_copy, upload.file, staged)
+            if staged.stat().st_size > jobs.settings.job_max_upload_bytes:
+                raise too_large("file", f"upload of {staged.stat().st_size} bytes",
+                                f"at most {jobs.settings.job_max_upload_bytes} bytes (GRIDPFN_JOB_MAX_UPLOAD_BYTES)")
             rows, fmt = await asyncio.to_thread(jobs.prepare_upload, job_id, staged, upload.filename,
                                                 list(loaded.card["features"]))
         except InputError as exc:
