@@ -135,6 +135,9 @@ def _explained_variance(k_star: torch.Tensor, chol_inv: torch.Tensor) -> torch.T
 class GPFit:
     """A fitted context: everything predict() needs, so repeated query batches reuse it.
 
+    Only L^-1 is kept (not L as well): predictions need just L^-1 and alpha, and one (k, n, n)
+    tensor instead of two halves what a cached fit costs (32 x 1000 x 1000 float64 = 256 MB).
+
     Parameters are stored in standardised units (inputs z-scored with the context's mean and
     std, each output z-scored); the properties convert to original units.
     """
@@ -146,12 +149,11 @@ class GPFit:
     y_scale: torch.Tensor  # (k,)
     params: Params  # log-parameters: lengthscale (k, d), signal (k,), noise (k,), [linear (k, d)]
     jitter: torch.Tensor  # (k,) extra diagonal the final Cholesky needed (usually 0)
-    chol: torch.Tensor  # (k, n, n) lower Cholesky factor of the training kernel
-    chol_inv: torch.Tensor  # (k, n, n) its inverse, so predictive variances are matmuls
+    chol_inv: torch.Tensor  # (k, n, n) inverse of the lower Cholesky factor L of the training kernel
     alpha: torch.Tensor  # (k, n) K^-1 y (standardised)
     log_marginal_likelihood_standardized: np.ndarray  # (k,) LML of the z-scored outputs
-    n_iter: int = 0
-    converged: bool = True
+    n_iter: int = 0  # L-BFGS-B iterations, subset and polish stages together
+    converged: bool = True  # L-BFGS-B's success flag (False when max_iter ran out first)
 
     @property
     def log_marginal_likelihood(self) -> np.ndarray:
@@ -340,7 +342,7 @@ class ExactGP(Method):
         if not (torch.isfinite(alpha).all() and torch.isfinite(lml).all() and torch.isfinite(chol_inv).all()):
             raise FloatingPointError("GP fit produced non-finite weights or marginal likelihood")
         return GPFit(x=x, x_mean=x_mean, x_scale=x_scale, y_mean=y_mean, y_scale=y_scale,
-                     params=params, jitter=jitter, chol=chol, chol_inv=chol_inv, alpha=alpha,
+                     params=params, jitter=jitter, chol_inv=chol_inv, alpha=alpha,
                      log_marginal_likelihood_standardized=_np(lml), n_iter=iters, converged=ok)
 
     # --------------------------------------------------------------- predict
