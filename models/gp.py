@@ -11,7 +11,8 @@ scales, variances and noise stay where float64 Cholesky is meaningful instead of
 or 1e30) and its line search and stopping rules are mature. The gradient is written out by hand
 (dNLL/dK = 0.5 (K^-1 - alpha alpha^T) contracted with dK/dtheta through two matmuls): about half
 the time and memory of autograd through the Cholesky and the (k, n, n) kernel graph.
-Large contexts are first optimised on a random subset (cost ~ n^3), then polished on all points.
+Contexts above opt_points are optimised on a random subset (cost ~ n^3 per step), optionally
+polished on all points; the posterior always conditions on every point.
 """
 from __future__ import annotations
 
@@ -211,7 +212,8 @@ class ExactGP(Method):
     opt_points: for contexts larger than this the hyperparameters maximise the marginal
     likelihood of a random subset of that size (cost ~ n^3 per L-BFGS step), then polish_iter
     L-BFGS-B iterations on all points follow (default 0); the posterior always uses all points.
-    None: optimise on all points. The defaults keep 500 points x 32 outputs within ~20 s on 2 cores.
+    None: optimise on all points. With the defaults, 500 points x 32 outputs + 4500 queries take
+    20-30 s on the shared 2-core machine (bench/gp_speed.py); run with OMP_WAIT_POLICY=PASSIVE there.
     """
 
     name = "exact_gp"
