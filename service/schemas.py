@@ -1,13 +1,14 @@
 """Request and response bodies of the /v1 API, with the examples shown at /docs.
 
-Numbers must be finite (NaN/inf -> 422 naming the field); row lengths are checked against the
-model card in the routers because they depend on the model.
+Numbers must be finite and in physical range, rows 64 loads or 32 voltages long (the IEEE 33-bus
+convention); anything else is a 422 naming the field and the expected shape or range.
 """
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 from typing_extensions import Annotated
 
 from service import examples as ex
@@ -17,8 +18,25 @@ Finite = Annotated[float, Field(allow_inf_nan=False)]
 # them the models' arithmetic is not meaningful (1e30 MW overflows the PFN), so they are a 422.
 Load = Annotated[float, Field(allow_inf_nan=False, ge=-1000.0, le=1000.0, description="MW or Mvar")]
 Voltage = Annotated[float, Field(allow_inf_nan=False, ge=0.0, le=5.0, description="|V| in p.u.")]
-Matrix = Annotated[list[list[Load]], Field(min_length=1)]
-VoltageMatrix = Annotated[list[list[Voltage]], Field(min_length=1)]
+
+
+def _exactly(n: int, what: str):
+    """Row-length check whose error carries the expected shape (a plain max_length would not)."""
+
+    def check(row: list[float]) -> list[float]:
+        if len(row) != n:
+            raise PydanticCustomError("row_length", "has {got} values", {"got": len(row), "expected": f"exactly {n} {what}"})
+        return row
+
+    return AfterValidator(check)
+
+
+LoadRow = Annotated[list[Load], _exactly(64, "loads: P then Q at buses 2..33"),
+                    Field(json_schema_extra={"minItems": 64, "maxItems": 64})]
+VoltageRow = Annotated[list[Voltage], _exactly(32, "voltages: |V| p.u. at buses 2..33"),
+                       Field(json_schema_extra={"minItems": 32, "maxItems": 32})]
+Matrix = Annotated[list[LoadRow], Field(min_length=1)]
+VoltageMatrix = Annotated[list[VoltageRow], Field(min_length=1)]
 ContextId = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="sha256 id from POST /v1/context-sets")]
 Level = Annotated[float, Field(gt=0.0, lt=1.0)]
 
