@@ -193,7 +193,7 @@ _REQUEST_DOC = {"requestBody": {"required": True, "content": {
 
 
 @router.post("", status_code=202, summary="Submit a batch job (file upload or simulate spec)",
-             responses=problems(404, 413, 422), openapi_extra=_REQUEST_DOC)
+             responses=problems(400, 404, 413, 415, 422), openapi_extra=_REQUEST_DOC)
 async def submit(request: Request, rt: Runtime = Depends(get_runtime), jobs: JobService = Depends(get_jobs)) -> Response:
     """Answers 202 with the job's status and `Location: /v1/batch-jobs/{id}`."""
     length = request.headers.get("content-length")
