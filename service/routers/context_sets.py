@@ -77,4 +77,5 @@ async def delete(context_id: str = IdPath, rt: Runtime = Depends(get_runtime)) -
         raise not_found("context set", context_id, "context_id")
     rt.encoded_cache.discard_where(lambda key: key[-1] == context_id)
     rt.gp_cache.discard(context_id)
+    rt.recent_contexts.pop(context_id, None)
     return Response(status_code=204)

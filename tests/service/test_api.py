@@ -158,3 +158,17 @@ def test_documented_examples_work(client):
                        ("/v1/gp/predict", examples.GP_INLINE), ("/v1/simulate", examples.SIMULATE)):
         response = client.post(path, json=body)
         assert response.status_code == 200, (path, response.text)
+
+
+def test_context_deleted_by_another_process_is_gone_here_too(redis_server, redis_url, scenarios):
+    """The in-process copy of a hot context never outlives the stored one (TTL checked per request)."""
+    import httpx
+    import redis
+
+    x, y = scenarios
+    with httpx.Client(base_url=redis_server.url, timeout=60) as client:
+        cid = upload(client, x[120:140], y[120:140])
+        request = {"model": MODEL, "context_id": cid, "queries": rows(x[:1])}
+        assert client.post("/v1/predict", json=request).status_code == 200
+        redis.Redis.from_url(redis_url).delete(f"gridpfn:ctx:{cid}")  # as another server would
+        assert client.post("/v1/predict", json=request).status_code == 404
