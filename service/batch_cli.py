@@ -21,12 +21,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     worker.set_defaults(func=run_worker)
 
     batch = subparsers.add_parser("batch", help="submit, watch and fetch batch jobs over HTTP")
-    batch.add_argument("--url", default=os.environ.get("GRIDPFN_URL", "http://127.0.0.1:8000"),
-                       help="server URL (default $GRIDPFN_URL or http://127.0.0.1:8000)")
-    batch.add_argument("--api-key", default=os.environ.get("GRIDPFN_API_KEY"), help="bearer key ($GRIDPFN_API_KEY)")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=os.environ.get("GRIDPFN_URL", "http://127.0.0.1:8000"),
+                        help="server URL (default $GRIDPFN_URL or http://127.0.0.1:8000)")
+    common.add_argument("--api-key", default=os.environ.get("GRIDPFN_API_KEY"), help="bearer key ($GRIDPFN_API_KEY)")
     commands = batch.add_subparsers(dest="batch_command", required=True)
 
-    submit = commands.add_parser("submit", help="upload a CSV/Parquet file of load vectors")
+    submit = commands.add_parser("submit", parents=[common], help="upload a CSV/Parquet file of load vectors")
     submit.add_argument("file")
     submit.add_argument("--context", required=True, help="context set id (POST /v1/context-sets)")
     submit.add_argument("--model", required=True)
@@ -37,16 +38,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     submit.add_argument("-o", "--output", default=None, help="with --wait: fetch the result to this file")
     submit.set_defaults(func=batch_submit)
 
-    status = commands.add_parser("status", help="print a job's status as JSON")
+    status = commands.add_parser("status", parents=[common], help="print a job's status as JSON")
     status.add_argument("job_id")
     status.set_defaults(func=batch_status)
 
-    fetch = commands.add_parser("fetch", help="download a finished job's result")
+    fetch = commands.add_parser("fetch", parents=[common], help="download a finished job's result")
     fetch.add_argument("job_id")
     fetch.add_argument("-o", "--output", required=True, help="out.parquet or out.csv")
     fetch.set_defaults(func=batch_fetch)
 
-    cancel = commands.add_parser("cancel", help="cancel a running job (or delete a finished one)")
+    cancel = commands.add_parser("cancel", parents=[common], help="cancel a running job (or delete a finished one)")
     cancel.add_argument("job_id")
     cancel.set_defaults(func=batch_cancel)
 

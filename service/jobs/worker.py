@@ -1,7 +1,7 @@
 """The `gridpfn worker` loop: take jobs from the Redis stream, run them, acknowledge them.
 
-A job is acknowledged only once it reached a final state (or turned out not to be active), so a
-worker killed at any point leaves it pending; after `job_claim_idle_s` without a heartbeat another
+A job is acknowledged only once it reached a final state (or no longer exists), so a worker killed
+at any point, or one whose job was taken over, leaves it pending; after `job_claim_idle_s` without a heartbeat another
 worker (or this one restarted) reclaims it and resumes from the last recorded chunk.
 """
 from __future__ import annotations
@@ -54,13 +54,15 @@ class Worker:
                          heartbeat=lambda: self.queue.heartbeat(self.name, delivery.message_id),
                          should_stop=self.stopping.is_set)
         run_job(ctx, delivery.job_id)
-        if self.stopping.is_set() and self._still_ours(delivery.job_id):
-            log.info("worker %s stopping; job %s stays pending for another worker", self.name, delivery.job_id)
+        if self._still_active(delivery.job_id):
+            # stopping, or taken over by another worker: acking would drop it from the pending list
+            # that lets a worker reclaim it should its current owner die too
+            log.info("worker %s leaves job %s pending (still active)", self.name, delivery.job_id)
             return True
         self.queue.ack(delivery.message_id)
         return True
 
-    def _still_ours(self, job_id: str) -> bool:
+    def _still_active(self, job_id: str) -> bool:
         job = self.states.get(job_id)
         return job is not None and not job["state"].terminal
 

@@ -59,7 +59,7 @@ def test_cli_submit_wait_status_fetch(stack, tmp_path, capsys):
     path = tmp_path / "loads.parquet"
     frame.to_parquet(path, index=False)
     out = tmp_path / "out.parquet"
-    assert main(["batch", "--url", server.url, "submit", str(path), "--context", cid, "--model", MODEL,
+    assert main(["batch", "submit", "--url", server.url, str(path), "--context", cid, "--model", MODEL,
                  "--quantiles", "0.1,0.9", "--wait", "-o", str(out)]) == 0
     captured = capsys.readouterr()
     job_id = captured.out.strip().splitlines()[0]
@@ -68,13 +68,13 @@ def test_cli_submit_wait_status_fetch(stack, tmp_path, capsys):
     pd.testing.assert_frame_equal(result[FEATURES], frame)
     assert "q0.1_vm_pu_bus2" in result and "p_outside_vm_pu_bus2" not in result
 
-    assert main(["batch", "--url", server.url, "status", job_id]) == 0
+    assert main(["batch", "status", "--url", server.url, job_id]) == 0
     assert '"state": "done"' in capsys.readouterr().out
     again = tmp_path / "again.csv"
-    assert main(["batch", "--url", server.url, "fetch", job_id, "-o", str(again)]) == 0
+    assert main(["batch", "fetch", "--url", server.url, job_id, "-o", str(again)]) == 0
     np.testing.assert_allclose(pd.read_csv(again).to_numpy(), result.to_numpy(), rtol=1e-6)
     with pytest.raises(SystemExit):
-        main(["batch", "--url", server.url, "status", "f" * 32])
+        main(["batch", "status", "--url", server.url, "f" * 32])
     assert '"status": 404' in capsys.readouterr().err
 
 
