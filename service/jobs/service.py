@@ -20,6 +20,7 @@ import numpy as np
 import redis
 
 from service.jobs import inputs
+from service.jobs.janitor import sweep
 from service.jobs.model import JobSpec, JobState
 from service.jobs.queue import RedisJobQueue
 from service.jobs.results import JobFiles
@@ -53,6 +54,8 @@ class JobService:
             self.states = MemoryJobStates()
             self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gridpfn-job")
         self.mode = "redis" if redis_url else "embedded"
+        if self.executor is not None:  # the workers sweep in Redis mode; embedded, nobody else will
+            sweep(self.root, self.states, job_settings.job_ttl_s)
 
     def files(self, job_id: str) -> JobFiles:
         return JobFiles(self.root, job_id)

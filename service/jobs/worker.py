@@ -11,16 +11,20 @@ import os
 import signal
 import socket
 import threading
+import time
 from typing import Any
 
 import redis
 
+from service.jobs.janitor import sweep
 from service.jobs.queue import RedisJobQueue
 from service.jobs.runner import RunContext, run_job
 from service.jobs.settings import JobSettings
 from service.jobs.states import RedisJobStates
 
 log = logging.getLogger(__name__)
+
+SWEEP_EVERY_S = 600.0
 
 
 class Worker:
@@ -70,8 +74,12 @@ class Worker:
         self.queue.ensure_group()
         log.info("worker %s waiting for jobs on %s (models: %s)", self.name, self.queue.stream,
                  sorted(self.registry.models))
+        next_sweep = 0.0
         while not self.stopping.is_set():
             try:
+                if time.monotonic() >= next_sweep:
+                    sweep(self.settings.jobs_dir, self.states, self.settings.job_ttl_s)
+                    next_sweep = time.monotonic() + SWEEP_EVERY_S
                 self.run_once()
             except redis.RedisError as exc:
                 log.warning("redis error (%s: %s); retrying in 2 s", type(exc).__name__, exc)

@@ -177,3 +177,27 @@ def test_client_imports_without_torch():
             "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]\n"
             "assert not any(m.startswith(('models', 'gridsim', 'service.jobs')) for m in sys.modules)\n")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
+
+
+def test_janitor_removes_only_old_orphaned_job_directories(tmp_path):
+    import os
+    import time
+
+    from service.jobs.janitor import sweep
+    from service.jobs.model import JobSpec
+    from service.jobs.states import MemoryJobStates
+
+    states = MemoryJobStates()
+    now = time.time()
+    dirs = {name: tmp_path / (name * 32) for name in "abc"}
+    for directory in dirs.values():
+        (directory / "parts").mkdir(parents=True)
+    os.utime(dirs["a"], (now - 7200, now - 7200))  # old, no record -> removed
+    os.utime(dirs["b"], (now - 7200, now - 7200))  # old, but its job still has a record -> kept
+    states.create(JobSpec(id="b" * 32, model=MODEL, model_version="1", context_id="0" * 64, network="ieee33",
+                          features=tuple(FEATURES), outputs=tuple(OUTPUTS), rows=1, chunk_rows=1, source="csv",
+                          created_at=now))
+    # "c": recent, no record (an upload still being validated) -> kept; "not-a-job": not a job id -> kept
+    (tmp_path / "not-a-job").mkdir()
+    assert sweep(tmp_path, states, max_age_s=3600, now=now) == ["a" * 32]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["b" * 32, "c" * 32, "not-a-job"])
