@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 from contextlib import asynccontextmanager
 from types import SimpleNamespace
 from typing import Any
@@ -68,8 +67,6 @@ async def lifespan(app: FastAPI):
         import torch
 
         torch.set_num_threads(settings.torch_threads)
-    if settings.gil_switch_ms:
-        sys.setswitchinterval(settings.gil_switch_ms / 1000.0)
     registry = await asyncio.to_thread(_load_registry, settings)
     store = open_store(settings.redis_url, settings.store_timeout_s)
     rt = Runtime(settings, registry, store, _gp_method(settings), app.state.metrics)

@@ -47,8 +47,6 @@ class Settings(BaseSettings):
     batch_max_queries: int = Field(64, ge=1, description="query rows that close a micro-batch early")
     torch_threads: int | None = Field(1, ge=1, description="torch intra-op threads per process; 1 suits `workers` "
                                       "threads on a small shared CPU (intra-op spinning contends badly); unset = torch's")
-    gil_switch_ms: float | None = Field(None, gt=0, description="sys.setswitchinterval in ms (unset: Python's 5 ms); "
-                                        "lower lets the event loop run between worker-thread steps")
     store_timeout_s: float = Field(1.0, gt=0, description="socket timeout of store operations")
 
     @field_validator("api_keys", mode="before")
