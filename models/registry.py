@@ -73,6 +73,7 @@ def write_checkpoint(model: DVAPFN, card: dict[str, Any], directory: str | Path)
     directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / (WEIGHTS + ".tmp")
     save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}, str(tmp))
+    os.chmod(tmp, 0o644)
     os.replace(tmp, directory / WEIGHTS)
     card = {**card, "config": model.cfg.to_dict(), "weights_sha256": sha256_file(directory / WEIGHTS)}
     card_tmp = directory / (CARD + ".tmp")
