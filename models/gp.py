@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from scipy import optimize
 
+from models.validation import check_context, check_queries
 from models.predictive import GaussianPredictive, Method
 
 log = logging.getLogger(__name__)
@@ -192,18 +193,6 @@ def _np(t: torch.Tensor) -> np.ndarray:
     return t.detach().cpu().numpy().astype(np.float64)
 
 
-def _validate(name: str, value: np.ndarray, cols: int | None, min_rows: int) -> np.ndarray:
-    arr = np.asarray(value, dtype=np.float64)
-    want = f"(rows >= {min_rows}, {cols if cols is not None else 'columns >= 1'})"
-    if arr.ndim != 2:
-        raise ValueError(f"{name}: expected a 2-D array shaped {want}, got shape {arr.shape}")
-    if arr.shape[0] < min_rows or arr.shape[1] < 1 or (cols is not None and arr.shape[1] != cols):
-        raise ValueError(f"{name}: expected shape {want}, got {arr.shape}")
-    if not np.isfinite(arr).all():
-        raise ValueError(f"{name}: expected finite values, found NaN or inf")
-    return arr
-
-
 class ExactGP(Method):
     """Exact GP regression per output, hyperparameters by maximum marginal likelihood.
 
@@ -310,10 +299,7 @@ class ExactGP(Method):
     # ------------------------------------------------------------------- fit
     def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> GPFit:
         """Standardise, maximise the batched marginal likelihood, factorise the final kernels."""
-        cx = _validate("context_x", context_x, None, 2)
-        cy = _validate("context_y", context_y, None, 2)
-        if cy.shape[0] != cx.shape[0]:
-            raise ValueError(f"context_y: expected {cx.shape[0]} rows like context_x, got shape {cy.shape}")
+        cx, cy = check_context(context_x, context_y)
         x_raw = torch.as_tensor(cx, dtype=self.dtype, device=self.device)
         y_raw = torch.as_tensor(cy, dtype=self.dtype, device=self.device)
         x_mean, x_scale = _scale(x_raw)
@@ -351,7 +337,7 @@ class ExactGP(Method):
     def predict(self, fitted: GPFit, query_x: np.ndarray) -> GaussianPredictive:
         """Predictive mean and std (noise included) in original units, in bounded query chunks."""
         n, d = fitted.x.shape
-        qx = _validate("query_x", query_x, d, 1)
+        qx = check_queries(query_x, d)
         k = fitted.alpha.shape[0]
         chunk = self.query_chunk or max(1, self.chunk_elements // (k * n))
         p = fitted.params

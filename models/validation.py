@@ -13,7 +13,7 @@ def as_matrix(name: str, value, cols: int | None = None, min_rows: int = 1) -> n
     expected = f"(n, {cols})" if cols is not None else "(n, d)"
     if arr.ndim != 2:
         raise ValueError(f"{name}: expected shape {expected}, got {arr.shape}")
-    if cols is not None and arr.shape[1] != cols:
+    if (cols is not None and arr.shape[1] != cols) or arr.shape[1] < 1:
         raise ValueError(f"{name}: expected shape {expected}, got {arr.shape}")
     if arr.shape[0] < min_rows:
         raise ValueError(f"{name}: expected at least {min_rows} rows, got {arr.shape[0]}")
