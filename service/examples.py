@@ -54,6 +54,15 @@ GP_INLINE = {"context": CONTEXT_INLINE, "queries": [NOMINAL_LOADS], "quantiles":
 SIMULATE = {"network": "ieee33", "loads": [NOMINAL_LOADS]}
 
 
+def _simulated(n: int, seed: int) -> tuple[list, list]:
+    """n real power flows (rounded for a compact example)."""
+    import gridsim
+
+    result = gridsim.simulate(n, 0.1, seed)
+    ok = result.converged
+    return (result.x[ok].round(5).tolist(), result.vm_pu[ok].round(6).tolist())
+
+
 @functools.lru_cache(maxsize=1)
 def simulated_context_id() -> str:
     """The content-addressed id of CONTEXT_SIMULATE's context set."""
@@ -64,3 +73,18 @@ def simulated_context_id() -> str:
     spec = CONTEXT_SIMULATE["simulate"]
     result = gridsim.simulate(spec["n"], spec["delta"], spec["seed"], network=spec["network"])
     return context_id(result.x[result.converged], result.vm_pu[result.converged])
+
+
+@functools.lru_cache(maxsize=4)
+def live(model: str, min_rows: int) -> dict[str, list[dict]]:
+    """Examples for the served registry: its model name, inline contexts of a size it accepts, and
+    the id the simulate example really gets, so every example at /docs runs as shown."""
+    x, y = _simulated(max(min_rows, 8), seed=1)
+    small_x, small_y = _simulated(20, seed=2)
+    by_id = {**PREDICT_BY_ID, "model": model, "context_id": simulated_context_id()}
+    inline = {**PREDICT_INLINE, "model": model, "context": {"x": x, "y": y}}
+    return {
+        "PredictRequest": [by_id, inline],
+        "GPPredictRequest": [{**GP_INLINE, "context": {"x": small_x, "y": small_y}}],
+        "ContextSetCreate": [CONTEXT_SIMULATE, {"x": small_x, "y": small_y}],
+    }

@@ -1,5 +1,6 @@
-"""/openapi.json with examples that chain: the predict-by-id example carries the real id of the
-simulate example's context set (computed once, on the first schema request)."""
+"""/openapi.json with examples that run as shown against this server: the served model's name,
+inline contexts of a size its card accepts, and the real content-addressed id of the simulate
+example's context set (built with gridsim once, on the first schema request)."""
 from __future__ import annotations
 
 import logging
@@ -12,12 +13,15 @@ from service import examples
 log = logging.getLogger(__name__)
 
 
-def _replace(node: Any, old: str, new: str) -> Any:
-    if isinstance(node, dict):
-        return {k: _replace(v, old, new) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_replace(v, old, new) for v in node]
-    return new if node == old else node
+def _live_examples(app: FastAPI) -> dict[str, list[dict]]:
+    runtime = getattr(app.state, "runtime", None)
+    models = sorted(runtime.registry.models.items()) if runtime is not None else []
+    if not models:
+        name, min_rows = examples.PREDICT_BY_ID["model"], 8
+    else:
+        name, loaded = models[0]
+        min_rows = int((loaded.card.get("context_size") or {}).get("min", 8))
+    return examples.live(name, min_rows)
 
 
 def install(app: FastAPI) -> None:
@@ -27,9 +31,11 @@ def install(app: FastAPI) -> None:
         if app.openapi_schema is None:
             schema = build()
             try:
-                schema = _replace(schema, examples.EXAMPLE_CONTEXT_ID, examples.simulated_context_id())
-            except Exception:  # the docs still work, with a placeholder id
-                log.exception("could not compute the example context id")
+                components = schema["components"]["schemas"]
+                for model_name, model_examples in _live_examples(app).items():
+                    components[model_name]["examples"] = model_examples
+            except Exception:  # the docs still work, with the static examples
+                log.exception("could not build the live examples")
             app.openapi_schema = schema
         return app.openapi_schema
 
