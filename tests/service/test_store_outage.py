@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -23,8 +24,6 @@ def own_redis():
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:
-            import socket
-
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 break
         except OSError:
