@@ -5,6 +5,7 @@ free port and stops it afterwards. No redis-server binary is a failure, not a sk
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 # Before anything imports torch: on a small shared CPU, OpenMP threads that spin while
@@ -25,13 +26,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def redis_url():
-    """URL of a reachable Redis server (REDIS_URL, or a throwaway one started here)."""
-    url = os.environ.get("REDIS_URL")
-    if url:
-        yield url
-        return
+@contextlib.contextmanager
+def throwaway_redis():
+    """Start a private `redis-server` on a free port; yields (process, url); stops it afterwards."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.fail(
@@ -46,17 +43,30 @@ def redis_url():
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                break
-        except OSError:
-            time.sleep(0.05)
-    else:
-        proc.kill()
-        pytest.fail(f"redis-server did not start on port {port}", pytrace=False)
-    yield f"redis://127.0.0.1:{port}/0"
-    proc.terminate()
-    proc.wait(timeout=10)
-    shutil.rmtree(workdir, ignore_errors=True)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            pytest.fail(f"redis-server did not start on port {port}", pytrace=False)
+        yield proc, f"redis://127.0.0.1:{port}/0"
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    """URL of a reachable Redis server (REDIS_URL, or a throwaway one started here)."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        yield url
+        return
+    with throwaway_redis() as (_, url):
+        yield url

@@ -17,7 +17,7 @@ import pytest
 from service.jobs.settings import JobSettings
 from service.settings import Settings
 from tests.docker.deploy_files import (
-    COMPOSE, COMPOSE_CPU, DOCKERFILE, ENV_EXAMPLE, REPO, TEST_KEYS, compose_config, compose_variables,
+    COMPOSE, COMPOSE_CPU, ENV_EXAMPLE, REPO, TEST_KEYS, compose_config, compose_variables,
     dockerfile_instructions, dockerignored, env_example_names, env_text, resolved, tool,
 )
 

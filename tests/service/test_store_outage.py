@@ -1,38 +1,20 @@
 """The store going away mid-run: context-id requests -> 503, inline-context requests keep working."""
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
-import tempfile
-import time
 
 import httpx
 import pytest
 
 from service.settings import Settings
-from tests.service.conftest import MODEL, assert_problem, free_port, rows, running
+from tests.conftest import throwaway_redis
+from tests.service.conftest import MODEL, assert_problem, rows, running
 
 
 @pytest.fixture
 def own_redis():
     """A throwaway redis-server this test may kill."""
-    port, workdir = free_port(), tempfile.mkdtemp(prefix="gridpfn-outage-")
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", workdir],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                break
-        except OSError:
-            time.sleep(0.05)
-    yield proc, f"redis://127.0.0.1:{port}/0"
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait(timeout=10)
-    shutil.rmtree(workdir, ignore_errors=True)
+    with throwaway_redis() as server:
+        yield server
 
 
 def test_store_outage(own_redis, model_dir, scenarios):
