@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import logging
 import os
 import platform
@@ -86,13 +87,13 @@ def _evaluate(methods, x, y):
 
 def _table(title: str, rows: dict, note: str = "") -> list[str]:
     ls_mae = rows["least squares"]["max_mae"]
-    out = [f"### {title}", "", note, "" if note else "",
+    out = [f"### {title}", ""] + ([note, ""] if note else []) + [
            "| method | max MSE | max MAE | mean MAE | MAE / LS | NLL | cov95 mean | cov95 worst | time all 32 buses (s) |",
            "|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
         out.append(f"| {name} | {r['max_mse']:.2e} | {r['max_mae']:.2e} | {r['mean_mae']:.2e} | {r['max_mae'] / ls_mae:.2f} | "
                    f"{r['nll']:.2f} | {r['coverage_mean']:.3f} | {r['coverage_worst']:.3f} | {r['seconds']:.3f} |")
-    return [line for line in out if line is not None] + [""]
+    return out + [""]
 
 
 def _verdicts(results: dict, pfn_names: list[str]) -> list[str]:
@@ -140,7 +141,7 @@ def main() -> None:
              f"Protocol: {N_CONTEXT} context and {N_TEST} test scenarios per delta, each P and Q uniform within +-delta of base, "
              f"ground truth from the {args.solver} solver, seed 1000 + 100*delta. MAE/MSE are the maximum over the 32 buses; "
              "NLL is the mean negative log-density per bus and point (p.u.); time is fit + predict for all 32 buses.", ""]
-    results = {}
+    results, variation_results = {}, {}
     for delta in args.deltas:
         x, y = _dataset(delta, seed=1000 + int(round(100 * delta)), solver=args.solver)
         results[delta] = _evaluate(methods, x, y)
@@ -160,6 +161,7 @@ def main() -> None:
         for title, make in variations:
             x, y = make()
             rows = _evaluate(methods, x, y)
+            variation_results[title] = rows
             lines += _table(title, rows)
             for name in pfn_names:
                 r, ls = rows[name], rows["least squares"]
@@ -172,6 +174,9 @@ def main() -> None:
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(text + "\n")
     os.replace(tmp, args.out)
+    summary = {"generated_by": f"bench/accuracy.py --solver {args.solver}", "machine": lines[3],
+               "protocol": {f"delta={d:.2f}": rows for d, rows in results.items()}, "variations": variation_results}
+    args.out.with_suffix(".json").write_text(json.dumps(summary, indent=1) + "\n")
     print(text)
 
 
