@@ -25,7 +25,8 @@ class InputError(ValueError):
     """A refused upload: where (row, column) and what was expected."""
 
     def __init__(self, message: str, expected: str, row: int | None = None, column: str | None = None) -> None:
-        where = ", ".join(p for p in (f"row {row}" if row is not None else "", f"column {column!r}" if column else "") if p)
+        parts = (f"row {row}" if row is not None else "", f"column {column!r}" if column else "")
+        where = ", ".join(p for p in parts if p)
         super().__init__(f"{where}: {message}" if where else message)
         self.message, self.expected, self.row, self.column = message, expected, row, column
 
@@ -120,11 +121,12 @@ class ChunkWriter:
 
 def _parquet_batches(path: Path, features: Sequence[str], batch_rows: int) -> Iterator[pa.RecordBatch]:
     try:
-        source = pq.ParquetFile(path)
+        source = pq.ParquetFile(path, pre_buffer=False)  # pre-buffering would read ahead the whole file
     except (pa.ArrowException, OSError) as exc:
         raise InputError(f"unreadable Parquet file: {exc}", "a valid Parquet file") from exc
     _check_columns(source.schema_arrow.names, features)
-    yield from source.iter_batches(batch_size=batch_rows, columns=list(features))
+    for group in range(source.num_row_groups):  # one row group in memory at a time
+        yield from source.iter_batches(batch_size=batch_rows, row_groups=[group], columns=list(features))
 
 
 def _csv_header(path: Path, features: Sequence[str]) -> None:

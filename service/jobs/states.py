@@ -157,7 +157,8 @@ class MemoryJobStates(JobStates):
                 return None
             job["attempts"] += 1
             if job["attempts"] > max_attempts:
-                job.update(state=JobState.FAILED, finished_at=time.time(), error=f"gave up after {max_attempts} attempts")
+                job.update(state=JobState.FAILED, finished_at=time.time(),
+                           error=f"gave up after {max_attempts} attempts")
                 return None
             job.update(state=JobState.RUNNING, owner=owner)
             job["started_at"] = job["started_at"] or time.time()

@@ -181,7 +181,8 @@ async def _submit_simulated(request: Request, rt: Runtime, jobs: JobService) -> 
 
 _REQUEST_DOC = {"requestBody": {"required": True, "content": {
     "multipart/form-data": {"schema": {"type": "object", "required": ["file", "model", "context_id"], "properties": {
-        "file": {"type": "string", "format": "binary", "description": "CSV (header row) or Parquet; the 64 feature columns"},
+        "file": {"type": "string", "format": "binary",
+                 "description": "CSV (header row) or Parquet; the 64 feature columns"},
         "model": {"type": "string"}, "context_id": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
         "quantiles": {"type": "string", "example": "0.05,0.5,0.95"},
         "voltage_band": {"type": "string", "example": "0.95,1.05"},
@@ -194,7 +195,8 @@ _REQUEST_DOC = {"requestBody": {"required": True, "content": {
 
 @router.post("", status_code=202, summary="Submit a batch job (file upload or simulate spec)",
              responses=problems(400, 404, 413, 415, 422), openapi_extra=_REQUEST_DOC)
-async def submit(request: Request, rt: Runtime = Depends(get_runtime), jobs: JobService = Depends(get_jobs)) -> Response:
+async def submit(request: Request, rt: Runtime = Depends(get_runtime),
+                 jobs: JobService = Depends(get_jobs)) -> Response:
     """Answers 202 with the job's status and `Location: /v1/batch-jobs/{id}`."""
     length = request.headers.get("content-length")
     if length and length.isdigit() and int(length) > jobs.settings.job_max_upload_bytes:

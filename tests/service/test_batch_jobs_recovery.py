@@ -29,7 +29,8 @@ def stack(model_dir, redis_url, tmp_path_factory):
     queue = f"test-{uuid.uuid4().hex[:8]}"
     with job_server(model_dir, jobs_dir, redis_url, job_chunk_rows=CHUNK, job_queue=queue) as server:
         with httpx.Client(base_url=server.url, timeout=60) as client:
-            yield client, jobs_dir, queue, worker_env(redis_url, model_dir, jobs_dir, queue, GRIDPFN_JOB_CLAIM_IDLE_S=1.0)
+            env = worker_env(redis_url, model_dir, jobs_dir, queue, GRIDPFN_JOB_CLAIM_IDLE_S=1.0)
+            yield client, jobs_dir, queue, env
 
 
 def _pending(redis_url: str, queue: str) -> int:
