@@ -144,6 +144,9 @@ def test_request_errors(embedded, tmp_path):
                    "file")
     assert_problem(client.post("/v1/batch-jobs", json={"model": MODEL, "context_id": cid}), 422, "simulate")
     assert_problem(client.post("/v1/batch-jobs", content=b"x", headers={"content-type": "text/plain"}), 415)
+    huge = b'{"pad": "' + b"x" * (1 << 20) + b'"}'  # JSON submissions carry a spec, never data
+    assert_problem(client.post("/v1/batch-jobs", content=huge, headers={"content-type": "application/json"}), 413,
+                   "body")
     assert_problem(client.get("/v1/batch-jobs/" + "a" * 32), 404, "job_id")
     assert_problem(client.get("/v1/batch-jobs/not-an-id"), 422)
 
