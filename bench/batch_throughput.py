@@ -43,15 +43,19 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _registry(kind: str, workdir: Path) -> tuple[Path, str, str]:
+def _registry(kind: str, workdir: Path, wanted: str | None = None) -> tuple[Path, str, str]:
     """(model dir, model name, what it is)."""
     from models.registry import load_registry
 
     default = ROOT / "models" / "registry"
     if kind == "registry":
         if default.is_dir() and any(default.glob("*/*/card.json")):
-            name = sorted(load_registry(default, warmup=False).models)[0]
-            return default, name, f"trained checkpoint {name} from models/registry"
+            registry = load_registry(default, warmup=False)
+            name = wanted or sorted(registry.models)[-1]
+            if name not in registry.models:
+                raise SystemExit(f"--name {name!r}: models/registry serves {sorted(registry.models)}")
+            version = registry.get(name).version
+            return default, name, f"trained checkpoint {name} {version} from models/registry"
         kind = "shipped"
         print("no trained checkpoint under models/registry: using the shipped architecture, untrained")
     from models.testing import tiny_card, tiny_model
@@ -130,6 +134,7 @@ def main() -> int:
     parser.add_argument("--context", type=int, default=500, help="simulated context points")
     parser.add_argument("--quantiles", default="0.05,0.5,0.95")
     parser.add_argument("--model", choices=("registry", "shipped", "tiny"), default="registry")
+    parser.add_argument("--name", default=None, help="with --model registry: which checkpoint (default: last by name)")
     parser.add_argument("--chunk-rows", type=int, default=None, help="GRIDPFN_JOB_CHUNK_ROWS (default: setting's)")
     parser.add_argument("--worker-threads", type=int, default=2)
     parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL"))
@@ -141,7 +146,7 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="gridpfn-batch-bench-"))
     procs: list[subprocess.Popen] = []
     try:
-        model_dir, model, what = _registry(args.model, workdir)
+        model_dir, model, what = _registry(args.model, workdir, args.name)
         redis_url = args.redis_url
         if not redis_url:
             redis_proc, redis_url = _start_redis(workdir)
