@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ def export_run(run_dir: str | Path, name: str, version: str, registry_root: str 
     model.load_state_dict(load_file(str(run_dir / "best.safetensors")))
     prior = config.prior_config()
     net = network(getattr(prior, "network", "ieee33"))
-    threads = int(os.environ.get("OMP_NUM_THREADS", "0")) or os.cpu_count() or 1
+    threads = progress.get("threads") or 1
     card = {
         "name": name,
         "version": version,
@@ -43,6 +42,7 @@ def export_run(run_dir: str | Path, name: str, version: str, registry_root: str 
             "wall_hours": round(progress["train_seconds"] / 3600, 3),
             "device": progress["device"],
             "cpu_threads": threads if progress["device"] == "cpu" else None,
+            "cpu_hours_upper_bound": round(progress["train_seconds"] / 3600 * threads, 3) if progress["device"] == "cpu" else None,
             "lr": config.lr,
             "seed": config.seed,
         },

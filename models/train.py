@@ -48,6 +48,7 @@ class Progress:
     best_step: int = -1
     history: list = field(default_factory=list)  # [step, train_loss, val_nll]
     device: str = "cpu"
+    threads: int = 0  # torch intra-op threads of the run (CPU-hours = wall hours x threads, an upper bound)
 
 
 def _generator(seed: int, stream: int) -> torch.Generator:
@@ -66,7 +67,7 @@ class Trainer:
             torch.manual_seed(config.seed)  # the initial weights are part of the run's identity
             self.model = DVAPFN(config.model).to(self.device)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-        self.progress = Progress(device=str(self.device))
+        self.progress = Progress(device=str(self.device), threads=torch.get_num_threads())
         self.run_dir.mkdir(parents=True, exist_ok=True)
         saved = self.run_dir / "config.json"
         if resume and (self.run_dir / LATEST).exists():
