@@ -210,4 +210,5 @@ class Trainer:
         self.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location=self.device, weights_only=True))
         saved = json.loads((ckpt / "progress.json").read_text())
         self.progress = Progress(**saved)
+        self.progress.threads = max(self.progress.threads, torch.get_num_threads())  # an upper bound across resumes
         log.info("resumed %s at step %d", self.run_dir, self.progress.step)
