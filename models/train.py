@@ -77,6 +77,7 @@ class Trainer:
                 raise ValueError(f"run_dir: {self.run_dir} already holds a run; pass resume=True or use a new directory")
             self._set_borders()
         config.save(saved)
+        self.bar = BarDistribution(self.model.borders)  # built once: borders are fixed from here on
         self.val_batch = self.prior.sample(config.val_datasets, max(config.n_context) + config.n_query, _generator(config.seed, -1))
 
     # -- data -----------------------------------------------------------------------------
@@ -117,8 +118,7 @@ class Trainer:
         """Mean NLL of held-out targets under the predicted bar distribution."""
         logits, loc, scale = self.model(cx, cy, qx)
         z = self.model.standardised_target(qy, loc, scale)
-        bar = BarDistribution(self.model.borders)
-        return -bar.log_prob(logits, z).mean()
+        return -self.bar.log_prob(logits, z).mean()
 
     def validate(self) -> float:
         cfg = self.config
