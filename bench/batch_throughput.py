@@ -58,7 +58,7 @@ def _registry(kind: str, workdir: Path, wanted: str | None = None) -> tuple[Path
             return default, name, f"trained checkpoint {name} {version} from models/registry"
         kind = "shipped"
         print("no trained checkpoint under models/registry: using the shipped architecture, untrained")
-    from models.testing import tiny_card, tiny_model
+    from models.testing import tiny_card
 
     if kind == "tiny":
         from models.testing import build_tiny_registry

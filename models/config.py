@@ -67,7 +67,7 @@ class ModelConfig(_FileConfig):
     head_dim: int = 128  # hidden width of the bar-logit head
     n_bars: int = 500
     base: Literal["ridge", "none"] = "ridge"  # in-context mean function under the attention
-    dropout: float = 0.0
+    dropout: float = 0.0  # reserved: the model has no dropout layers yet; kept so saved configs load
 
     def __post_init__(self) -> None:
         if self.backbone not in ("transformer", "cnn"):
@@ -79,6 +79,8 @@ class ModelConfig(_FileConfig):
         for name in ("emb_dim", "value_dim"):
             if getattr(self, name) % self.n_heads:
                 raise ValueError(f"{name}: must be divisible by n_heads={self.n_heads}")
+        if self.dropout != 0.0:
+            raise ValueError(f"dropout: not implemented, expected 0.0, got {self.dropout}")
         if self.attention == "va" and self.emb_dim != self.value_dim:
             raise ValueError("value_dim: vanilla attention uses one joint stream, so value_dim must equal emb_dim")
 

@@ -28,9 +28,6 @@ from torch import nn
 
 from models.config import ModelConfig
 
-_EPS = 1e-12
-
-
 @dataclass
 class Standardisation:
     """Per-dataset input statistics and the in-context base fit, shared by all queries."""

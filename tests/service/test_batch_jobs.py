@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import gridsim
-from tests.service.batch_support import (BAND, FEATURES, OUTPUTS, QUANTILES, ROOT, block, context_id, done,
+from tests.service.batch_support import (FEATURES, OUTPUTS, QUANTILES, ROOT, block, context_id, done,
                                          expected_stats, fetch_frame, job_server, loads, submit_file, wait_for)
 from tests.service.conftest import MODEL, assert_problem
 
