@@ -136,11 +136,15 @@ class BarDistribution(nn.Module):
     def cdf(self, logits: Tensor, y: Tensor) -> Tensor:
         """P(Y <= y), tails included (the right tail via its survival function for precision)."""
         logits, y = self._align(logits, y)
-        b, w, s_left, s_right = self._geometry(logits)
         p = torch.softmax(logits, dim=-1)
+        return self.cdf_from_probs(p, torch.cumsum(p, dim=-1), y)
+
+    def cdf_from_probs(self, p: Tensor, cum: Tensor, y: Tensor) -> Tensor:
+        """cdf from bucket probabilities p and their cumsum (..., n_bars), y (...) of the same batch shape."""
+        b, w, s_left, s_right = self._geometry(p)
         idx = self._bucket_index(y, b).unsqueeze(-1)
         p_idx = p.gather(-1, idx).squeeze(-1)
-        below_idx = torch.cumsum(p, dim=-1).gather(-1, idx).squeeze(-1) - p_idx
+        below_idx = cum.gather(-1, idx).squeeze(-1) - p_idx
         idx = idx.squeeze(-1)
         frac = ((y - b[idx]) / w[idx]).clamp(0.0, 1.0)
         interior = below_idx + p_idx * frac
@@ -155,14 +159,17 @@ class BarDistribution(nn.Module):
     # ----- quantiles and moments --------------------------------------------------------
     def _icdf(self, logits: Tensor, q: Tensor) -> Tensor:
         """Inverse cdf for q (..., L) in (0, 1) against logits (..., n_bars)."""
-        b, w, s_left, s_right = self._geometry(logits)
         p = torch.softmax(logits, dim=-1)
-        cum = torch.cumsum(p, dim=-1)
+        return self.icdf_from_probs(p, torch.cumsum(p, dim=-1), q)
+
+    def icdf_from_probs(self, p: Tensor, cum: Tensor, q: Tensor) -> Tensor:
+        """Inverse cdf from bucket probabilities and their cumsum (..., n_bars), for q (..., L)."""
+        b, w, s_left, s_right = self._geometry(p)
         # first bucket whose cumulative mass reaches q; a q above the rounded total lands in the right tail
         idx = torch.searchsorted(cum, q.contiguous(), right=False).clamp_(max=self.n_bars - 1)
         p_idx = p.gather(-1, idx)
         below_idx = cum.gather(-1, idx) - p_idx
-        tiny = torch.finfo(logits.dtype).tiny
+        tiny = torch.finfo(p.dtype).tiny
         frac = ((q - below_idx) / p_idx.clamp_min(tiny)).clamp(0.0, 1.0)
         interior = b[idx] + frac * w[idx]
         # Tail quantiles invert P(left tail <= y) = p0 * erfc(.) and P(right tail > y) = p_last * erfc(.).
@@ -191,12 +198,15 @@ class BarDistribution(nn.Module):
         return torch.softmax(logits, dim=-1) @ means
 
     def variance(self, logits: Tensor) -> Tensor:
-        """Within-bucket variance plus spread of bucket means (no E[y^2] - mean^2 cancellation)."""
         logits = self._check_logits(logits)
-        means, variances = self._bucket_moments(logits)
-        p = torch.softmax(logits, dim=-1)
-        mu = (p @ means).unsqueeze(-1)
-        return p @ variances + (p * (means - mu).square()).sum(-1)
+        return self.moments_from_probs(torch.softmax(logits, dim=-1))[1]
+
+    def moments_from_probs(self, p: Tensor) -> tuple[Tensor, Tensor]:
+        """Mean and variance from bucket probabilities: within-bucket variance plus spread of
+        bucket means (no E[y^2] - mean^2 cancellation)."""
+        means, variances = self._bucket_moments(p)
+        mu = p @ means
+        return mu, p @ variances + (p * (means - mu.unsqueeze(-1)).square()).sum(-1)
 
     def sample(self, logits: Tensor, n: int, generator: torch.Generator | None = None) -> Tensor:
         """n draws per distribution: (n, ...). Bucket by multinomial, then uniform or half-normal within."""

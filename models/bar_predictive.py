@@ -7,6 +7,7 @@ the common Predictive interface (float64 numpy, (m, k) per query and output), in
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -14,7 +15,7 @@ import numpy as np
 import torch
 
 from models.bar_distribution import BarDistribution
-from models.predictive import Predictive, Timing
+from models.predictive import Predictive, Summary, Timing
 
 
 def _finite_array(name: str, value, allow_inf: bool = False) -> np.ndarray:
@@ -31,12 +32,17 @@ _CHUNK_ELEMENTS = 1 << 21
 
 @dataclass
 class BarPredictive(Predictive):
-    """Predictive y = loc + scale * z with z ~ bar(logits); logits (m, k, n_bars), loc (m, k)."""
+    """Predictive y = loc + scale * z with z ~ bar(logits); logits (m, k, n_bars), loc (m, k).
+
+    `spread` (k,), when given, stretches each output's distribution around its mean
+    (see models.calibration): folded into loc and scale here, so every statistic follows.
+    """
 
     bar: BarDistribution
     logits: torch.Tensor
     loc: np.ndarray
     scale: np.ndarray
+    spread: np.ndarray | None = None
     timing: Timing = field(default_factory=Timing)
 
     def __post_init__(self) -> None:
@@ -60,6 +66,14 @@ class BarPredictive(Predictive):
         self.loc, self.scale = loc, np.ascontiguousarray(scale)
         self._bar64 = BarDistribution(self.bar.borders.detach().to(device=logits.device, dtype=torch.float64))
         self._moments: tuple[np.ndarray, np.ndarray] | None = None
+        if self.spread is not None:
+            spread = _finite_array("spread", self.spread)
+            if spread.shape != shape[1:] or not (spread > 0).all():
+                raise ValueError(f"spread must be positive and shaped (k,) = {shape[1:]}, got {spread.shape}")
+            # y' = mean + s (y - mean) with mean = loc + scale * E[z]: the same bars, new loc and scale.
+            self.loc = self.loc + self.scale * self._z_moments()[0] * (1.0 - spread)
+            self.scale = self.scale * spread
+            self.spread = spread
 
     def _torch(self, arr: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(arr, dtype=torch.float64, device=self.logits.device)
@@ -98,11 +112,52 @@ class BarPredictive(Predictive):
     def std(self) -> np.ndarray:
         return self.scale * np.sqrt(self._z_moments()[1])
 
-    def quantile(self, levels: Sequence[float]) -> np.ndarray:
+    def summary(self, levels: Sequence[float] = (), band: tuple[float, float] | None = None) -> Summary:
+        """Mean, std, quantiles and band probability from one softmax per chunk, in the logits' dtype.
+
+        The service's path: float32 bars (z needs no more digits; loc and scale stay float64),
+        one softmax and one cumsum shared by every statistic instead of one per statistic.
+        """
+        lv = self._levels(levels) if len(levels) else None
+        m, k, n_bars = self.logits.shape
+        bar = BarDistribution(self.bar.borders.detach().to(device=self.logits.device, dtype=self.logits.dtype))
+        edges = None
+        if band is not None:
+            low, high = float(band[0]), float(band[1])
+            if not (math.isfinite(low) and math.isfinite(high) and low < high):
+                raise ValueError(f"band must be two finite numbers low < high, got {band!r}")
+            edges = torch.as_tensor(np.stack([(low - self.loc) / self.scale, (high - self.loc) / self.scale], -1),
+                                    dtype=self.logits.dtype, device=self.logits.device)  # (m, k, 2)
+        step = max(1, _CHUNK_ELEMENTS // max(k * n_bars, 1))
+        mu, var, quant, outside = [], [], [], []
+        for start in range(0, m, step):
+            rows = slice(start, start + step)
+            p = torch.softmax(self.logits[rows], dim=-1)
+            moments = bar.moments_from_probs(p)
+            mu.append(moments[0])
+            var.append(moments[1])
+            if lv is not None or edges is not None:
+                cum = torch.cumsum(p, dim=-1)
+            if lv is not None:
+                quant.append(bar.icdf_from_probs(p, cum, lv.to(p.dtype).expand(*p.shape[:-1], -1)).movedim(-1, 0))
+            if edges is not None:
+                both = torch.stack([bar.cdf_from_probs(p, cum, edges[rows, :, i]) for i in range(2)])
+                outside.append((1.0 - (both[1] - both[0])).clamp(0.0, 1.0))
+        as64 = lambda parts, axis=0: torch.cat(parts, axis).double().cpu().numpy()  # noqa: E731
+        mean = self.loc + self.scale * as64(mu)
+        std = self.scale * np.sqrt(np.maximum(as64(var), 0.0))
+        quantiles = (self.loc[None] + self.scale[None] * as64(quant, 1)) if lv is not None else np.empty((0, m, k))
+        return Summary(mean, std, quantiles, as64(outside) if edges is not None else None)
+
+    @staticmethod
+    def _levels(levels: Sequence[float]) -> torch.Tensor:
         lv = np.asarray(levels, dtype=np.float64)
         if lv.ndim != 1 or not np.all((lv > 0) & (lv < 1)):
             raise ValueError(f"levels must be a 1-D sequence inside (0, 1), got {lv!r}")
-        levels_t = self._torch(lv)
+        return torch.as_tensor(lv)
+
+    def quantile(self, levels: Sequence[float]) -> np.ndarray:
+        levels_t = self._levels(levels).to(self.logits.device)
         z = self._by_rows(lambda lg: self._bar64.quantile(lg, levels_t), axis=1)
         return self.loc[None] + self.scale[None] * z
 

@@ -1,51 +1,93 @@
 """The DVA-PFN behind the common `Method` interface: encode a context once, answer queries in chunks."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
 from models.bar_distribution import BarDistribution
 from models.bar_predictive import BarPredictive
+from models.calibration import MIN_CALIBRATION_POINTS, FoldPlan, spread_from_heldout
 from models.model import ContextCache, DVAPFN
 from models.predictive import Method
 from models.validation import check_context, check_queries
 
+# Folds of the in-context spread calibration (0 turns it off): 20 keeps each fold's context at
+# 95 % of the real one, so the factors carry little small-context bias (see models.calibration).
+CALIBRATION_FOLDS = 20
+
+
+@dataclass
+class EncodedContext:
+    """What `fit` returns: the model's encoded context and the per-output spread factors (k,) or None."""
+
+    cache: ContextCache
+    spread: np.ndarray | None
+
 
 class PFNMethod(Method):
-    """Wraps a trained DVAPFN; `fit` returns the encoded context (per-layer keys and values)."""
+    """Wraps a trained DVAPFN; `fit` encodes the context and calibrates each output's spread on it."""
 
     name = "dva-pfn"
 
-    def __init__(self, model: DVAPFN, device: str | torch.device = "cpu", query_chunk: int = 2048):
+    def __init__(self, model: DVAPFN, device: str | torch.device = "cpu", query_chunk: int = 2048,
+                 calibration_folds: int = CALIBRATION_FOLDS):
         self.model = model.eval().to(device)
         self.device = torch.device(device)
         self.query_chunk = query_chunk
+        self.calibration_folds = calibration_folds
         self.bar = BarDistribution(model.borders.detach().cpu())
 
     @property
     def d_in(self) -> int:
         return self.model.cfg.d_in
 
-    @torch.inference_mode()
-    def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> ContextCache:
-        context_x, context_y = check_context(context_x, context_y, d=self.d_in)
-        cx = torch.as_tensor(context_x, dtype=torch.float64, device=self.device)[None]
-        cy = torch.as_tensor(context_y, dtype=torch.float64, device=self.device)[None]
-        return self.model.encode_context(cx, cy)
+    def _tensor(self, arr: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(arr, dtype=torch.float64, device=self.device)
 
     @torch.inference_mode()
-    def raw_predict(self, cache: ContextCache, query_x: np.ndarray) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+    def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> EncodedContext:
+        context_x, context_y = check_context(context_x, context_y, d=self.d_in)
+        cache = self.model.encode_context(self._tensor(context_x)[None], self._tensor(context_y)[None])
+        return EncodedContext(cache, self.spread_factors(context_x, context_y))
+
+    @torch.inference_mode()
+    def spread_factors(self, context_x: np.ndarray, context_y: np.ndarray) -> np.ndarray | None:
+        """Per-output spread factors from K-fold cross-fitting on the context (None when off or too few points).
+
+        All K folds run as one batch: encode K contexts of (K-1)/K of the points, predict the held-out rest.
+        """
+        n = len(context_x)
+        if self.calibration_folds < 2 or n < max(MIN_CALIBRATION_POINTS, 2 * self.calibration_folds):
+            return None
+        plan = FoldPlan.build(n, self.calibration_folds)
+        cx, cy = self._tensor(context_x), self._tensor(context_y)
+        cache = self.model.encode_context(cx[plan.train], cy[plan.train])
+        logits, loc, scale = self.model.predict(cache, cx[plan.held])  # (K, k, h, bars), (K, k, h), (K, k, 1)
+        valid = plan.valid.reshape(-1)
+        keep = torch.as_tensor(valid, device=self.device)
+
+        def points(t: torch.Tensor) -> torch.Tensor:
+            """(K, k, h, ...) fold-major -> (held-out points, k, ...), padding dropped."""
+            return t.transpose(1, 2).reshape(-1, t.shape[1], *t.shape[3:])[keep].cpu()
+
+        pred = BarPredictive(self.bar, points(logits).float(), points(loc).numpy(), points(scale.expand_as(loc)).numpy())
+        return spread_from_heldout(pred, context_y[plan.held.reshape(-1)[valid]])
+
+    @torch.inference_mode()
+    def raw_predict(self, encoded: EncodedContext, query_x: np.ndarray) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
         """Logits (m, k, n_bars) on the CPU, location (m, k) and scale (1, k), in query chunks."""
         query_x = check_queries(query_x, d=self.d_in)
         logits, locs = [], []
         for start in range(0, len(query_x), self.query_chunk):
-            chunk = torch.as_tensor(query_x[start : start + self.query_chunk], dtype=torch.float64, device=self.device)
-            lg, loc, scale = self.model.predict(cache, chunk[None])
+            chunk = self._tensor(query_x[start : start + self.query_chunk])
+            lg, loc, scale = self.model.predict(encoded.cache, chunk[None])
             logits.append(lg[0].transpose(0, 1).float().cpu())
             locs.append(loc[0].transpose(0, 1).cpu())
         scale_np = scale[0].transpose(0, 1).cpu().numpy()
         return torch.cat(logits), torch.cat(locs).numpy(), scale_np
 
-    def predict(self, cache: ContextCache, query_x: np.ndarray) -> BarPredictive:
-        logits, loc, scale = self.raw_predict(cache, query_x)
-        return BarPredictive(self.bar, logits, loc, scale)
+    def predict(self, encoded: EncodedContext, query_x: np.ndarray) -> BarPredictive:
+        logits, loc, scale = self.raw_predict(encoded, query_x)
+        return BarPredictive(self.bar, logits, loc, scale, spread=encoded.spread)

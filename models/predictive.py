@@ -27,6 +27,16 @@ class Timing:
         return self.fit_s + self.predict_s
 
 
+@dataclass
+class Summary:
+    """Float64 arrays (m, k); quantiles (levels, m, k); p_outside None when no band was asked."""
+
+    mean: np.ndarray
+    std: np.ndarray
+    quantiles: np.ndarray
+    p_outside: np.ndarray | None
+
+
 class Predictive(ABC):
     """Predictive distribution for m queries and k outputs."""
 
@@ -55,6 +65,12 @@ class Predictive(ABC):
     def p_outside(self, low: float, high: float) -> np.ndarray:
         """(m, k) probability of leaving the band [low, high]."""
         return np.clip(1.0 - (self.cdf(high) - self.cdf(low)), 0.0, 1.0)
+
+    def summary(self, levels: Sequence[float] = (), band: tuple[float, float] | None = None) -> Summary:
+        """Every statistic an answer carries, in one call (a subclass may fuse them into one pass)."""
+        quantiles = self.quantile(list(levels)) if len(levels) else np.empty((0,) + self.mean.shape)
+        p_outside = None if band is None else self.p_outside(*band)
+        return Summary(self.mean, self.std, quantiles, p_outside)
 
     def interval(self, coverage: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
         """Central interval holding `coverage` of the mass."""

@@ -36,13 +36,5 @@ class Answer:
 
 def summarize(pred: Predictive, spec: AnswerSpec) -> Answer:
     """Evaluate the predictive once for every statistic the spec asks for."""
-    mean = np.asarray(pred.mean, dtype=np.float64)
-    std = np.asarray(pred.std, dtype=np.float64)
-    if spec.quantiles:
-        quantiles = np.asarray(pred.quantile(list(spec.quantiles)), dtype=np.float64)
-    else:
-        quantiles = np.empty((0,) + mean.shape)
-    p_outside = None
-    if spec.band is not None:
-        p_outside = np.asarray(pred.p_outside(*spec.band), dtype=np.float64)
-    return Answer(mean, std, quantiles, p_outside)
+    summary = pred.summary(spec.quantiles, spec.band)
+    return Answer(summary.mean, summary.std, summary.quantiles, summary.p_outside)

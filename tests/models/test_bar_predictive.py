@@ -144,3 +144,22 @@ def test_bad_queries_raise():
         pred.cdf(np.zeros((M + 1, K)))
     with pytest.raises(ValueError, match="y"):
         pred.log_prob(np.full((M, K), np.inf))
+
+
+def test_fused_summary_matches_the_per_statistic_float64_answers():
+    """The service's one-pass float32 summary equals mean/std/quantile/p_outside to float32 precision."""
+    pred = make(seed=3)
+    levels, band = (0.05, 0.5, 0.95), (0.999, 1.11)
+    fused = pred.summary(levels, band)
+    tol = 1e-5 * pred.scale  # z to float32 precision, mapped to physical units
+    np.testing.assert_allclose(fused.mean, pred.mean, rtol=0, atol=tol.max())
+    np.testing.assert_allclose(fused.std, pred.std, rtol=0, atol=tol.max())
+    np.testing.assert_allclose(fused.quantiles, pred.quantile(levels), rtol=0, atol=tol.max())
+    np.testing.assert_allclose(fused.p_outside, pred.p_outside(*band), rtol=0, atol=1e-6)
+    assert ((fused.p_outside > 1e-3) & (fused.p_outside < 0.999)).sum() >= 3  # the band cuts some distributions
+    bare = pred.summary()
+    assert bare.quantiles.shape == (0, M, K) and bare.p_outside is None
+    with pytest.raises(ValueError, match="band"):
+        pred.summary(levels, (1.05, 0.95))
+    with pytest.raises(ValueError, match="levels"):
+        pred.summary((0.0, 0.5))
