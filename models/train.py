@@ -13,6 +13,8 @@ import logging
 import math
 import os
 import shutil
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,6 +142,7 @@ class Trainer:
         last_ckpt = started
         bar = tqdm(total=cfg.steps, initial=p.step, disable=not show_progress, mininterval=10, desc="train")
         loss_ema = None
+        stop = _StopRequest()
         while p.step < cfg.steps:
             t0 = time.monotonic()
             g = _generator(cfg.seed, p.step)
@@ -167,13 +170,16 @@ class Trainer:
                     p.best_val_nll, p.best_step = val, p.step
                     self._atomic_save_weights(self.run_dir / "best.safetensors")
             now = time.monotonic()
-            out_of_time = max_minutes is not None and now - started > max_minutes * 60
+            out_of_time = (max_minutes is not None and now - started > max_minutes * 60) or stop.requested
             if now - last_ckpt > cfg.checkpoint_minutes * 60 or out_of_time or p.step == cfg.steps:
                 self.save_checkpoint()
                 last_ckpt = now
             if out_of_time:
                 break
         bar.close()
+        stop.restore()
+        if stop.requested:
+            log.info("stopped by signal at step %d, checkpoint written", p.step)
         return p
 
     # -- checkpoints -------------------------------------------------------------------------
@@ -212,3 +218,22 @@ class Trainer:
         self.progress = Progress(**saved)
         self.progress.threads = max(self.progress.threads, torch.get_num_threads())  # an upper bound across resumes
         log.info("resumed %s at step %d", self.run_dir, self.progress.step)
+
+
+class _StopRequest:
+    """SIGTERM / SIGINT during training: finish the step, write a checkpoint, return (no lost minutes)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: dict[int, object] = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        log.warning("signal %d: stopping after this step with a checkpoint", signum)
+        self.requested = True
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)

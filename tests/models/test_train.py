@@ -61,3 +61,31 @@ def test_train_and_export_cli(tmp_path):
     assert card["training"]["steps"] == 5 and card["features"][0] == "p_mw_bus2" and len(card["outputs"]) == 32
     weights = load_file(str(tmp_path / "reg" / "t" / "1.0.0" / "model.safetensors"))
     assert weights["borders"].shape == (21,)
+
+
+def test_sigterm_stops_training_with_a_checkpoint(tmp_path):
+    """A background run killed politely (SIGTERM) loses no steps: it checkpoints where it stopped."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cfg_path = tmp_path / "long.json"
+    _config(steps=1_000_000, val_every=5).save(cfg_path)
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "train", "--config", str(cfg_path), "--run-dir", str(run_dir)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "best.safetensors").exists():  # written at the first validation (step 5)
+            assert proc.poll() is None and time.monotonic() < deadline, "training did not start"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    latest = json.loads((run_dir / "latest.json").read_text())["checkpoint"]
+    progress = json.loads((run_dir / latest / "progress.json").read_text())
+    assert progress["step"] >= 5 and latest == f"ckpt-{progress['step']:08d}"
+    assert "stopped by signal" in err
