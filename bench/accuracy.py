@@ -28,6 +28,7 @@ from gridsim.sampling import sample_loads
 from models.gp import ExactGP
 from models.linear import BayesianLinearRegression, LeastSquares, MeanPredictor
 from models.metrics import accuracy_summary
+from models.pfn import PFNMethod
 from models.registry import DEFAULT_ROOT, load_registry
 
 DELTAS = (0.05, 0.10, 0.30, 0.50)
@@ -60,6 +61,10 @@ def _methods(args):
     for name, loaded in sorted(registry.models.items()):
         loaded.method.name = name
         methods.append(loaded.method)
+    for name, loaded in sorted(registry.models.items()):  # the same weights without the spread calibration
+        raw = PFNMethod(loaded.method.model, device=loaded.method.device, calibration_folds=0)
+        raw.name = f"{name} (uncalibrated)"
+        methods.append(raw)
     if registry.errors:
         logging.warning("refused checkpoints: %s", registry.errors)
     if not args.no_gp:
@@ -88,11 +93,12 @@ def _evaluate(methods, x, y):
 def _table(title: str, rows: dict, note: str = "") -> list[str]:
     ls_mae = rows["least squares"]["max_mae"]
     out = [f"### {title}", ""] + ([note, ""] if note else []) + [
-           "| method | max MSE | max MAE | mean MAE | MAE / LS | NLL | cov95 mean | cov95 worst | time all 32 buses (s) |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "| method | max MSE | max MAE | mean MAE | MAE / LS | NLL | cov95 mean | cov95 worst | cov95 best | time all 32 buses (s) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
         out.append(f"| {name} | {r['max_mse']:.2e} | {r['max_mae']:.2e} | {r['mean_mae']:.2e} | {r['max_mae'] / ls_mae:.2f} | "
-                   f"{r['nll']:.2f} | {r['coverage_mean']:.3f} | {r['coverage_worst']:.3f} | {r['seconds']:.3f} |")
+                   f"{r['nll']:.2f} | {r['coverage_mean']:.3f} | {r['coverage_worst']:.3f} | {r['coverage_best']:.3f} | "
+                   f"{r['seconds']:.3f} |")
     return out + [""]
 
 
@@ -117,6 +123,36 @@ def _verdicts(results: dict, pfn_names: list[str]) -> list[str]:
     return lines + [""]
 
 
+def _card_accuracy(name: str, results: dict, variation_results: dict, machine: str, solver: str) -> dict:
+    """The accuracy section of a model card: what the report measured for this model."""
+    def entry(rows: dict) -> dict:
+        r, ls = rows[name], rows["least squares"]
+        return {"max_mae": r["max_mae"], "mae_over_least_squares": r["max_mae"] / ls["max_mae"],
+                "coverage95_mean": r["coverage_mean"], "coverage95_worst": r["coverage_worst"],
+                "coverage95_best": r["coverage_best"], "nll": r["nll"], "seconds": r["seconds"]}
+
+    return {"source": f"bench/results/accuracy.md (bench/accuracy.py --solver {solver})", "machine": machine,
+            "metric": "max-over-buses MAE (p.u.), ratio to least squares, 95% coverage mean/worst/best bus, "
+                      "seconds for 32 buses (500 context, 4500 queries; fit includes the spread calibration)",
+            "calibration": "spread calibrated per output on the context (models/calibration.py, 20 folds)",
+            "protocol": {f"delta={d:.2f}": entry(rows) for d, rows in results.items()},
+            "variations": {title: entry(rows) for title, rows in variation_results.items()}}
+
+
+def _write_cards(registry_root: Path, pfn_names: list[str], make_section) -> None:
+    """Put each measured model's accuracy section into the card of the version that was measured
+    (the newest, as the registry serves it); atomically, weights untouched."""
+    registry = load_registry(registry_root, warmup=False)
+    for name in pfn_names:
+        card_path = registry_root / name / registry.get(name).version / "card.json"
+        card = json.loads(card_path.read_text())
+        card["accuracy"] = make_section(name)
+        tmp = card_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(card, indent=2) + "\n")
+        os.replace(tmp, card_path)
+        logging.info("accuracy section written to %s", card_path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--deltas", type=float, nargs="+", default=list(DELTAS))
@@ -125,12 +161,14 @@ def main() -> None:
     parser.add_argument("--device", default=None)
     parser.add_argument("--no-gp", action="store_true", help="skip the exact GPs (minutes per delta on a CPU)")
     parser.add_argument("--no-generalisation", action="store_true")
+    parser.add_argument("--write-cards", action="store_true",
+                        help="also write each model's accuracy section into its card in --registry")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "accuracy.md")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("pandapower").setLevel(logging.WARNING)
     methods = _methods(args)
-    pfn_names = [m.name for m in methods if not isinstance(m, (ExactGP, BayesianLinearRegression, LeastSquares, MeanPredictor))]
+    pfn_names = [m.name for m in methods if isinstance(m, PFNMethod) and m.calibration_folds]
 
     lines = ["# Accuracy report: IEEE 33-bus voltage magnitudes", "",
              f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} by `bench/accuracy.py "
@@ -140,7 +178,9 @@ def main() -> None:
              f"Python {platform.python_version()}.",
              f"Protocol: {N_CONTEXT} context and {N_TEST} test scenarios per delta, each P and Q uniform within +-delta of base, "
              f"ground truth from the {args.solver} solver, seed 1000 + 100*delta. MAE/MSE are the maximum over the 32 buses; "
-             "NLL is the mean negative log-density per bus and point (p.u.); time is fit + predict for all 32 buses.", ""]
+             "NLL is the mean negative log-density per bus and point (p.u.); time is fit + predict for all 32 buses. "
+             "A model's plain row is what the service answers (spread calibrated on the context, models/calibration.py); "
+             "its '(uncalibrated)' row is the same weights without that step.", ""]
     results, variation_results = {}, {}
     for delta in args.deltas:
         x, y = _dataset(delta, seed=1000 + int(round(100 * delta)), solver=args.solver)
@@ -177,6 +217,9 @@ def main() -> None:
     summary = {"generated_by": f"bench/accuracy.py --solver {args.solver}", "machine": lines[3],
                "protocol": {f"delta={d:.2f}": rows for d, rows in results.items()}, "variations": variation_results}
     args.out.with_suffix(".json").write_text(json.dumps(summary, indent=1) + "\n")
+    if args.write_cards:
+        _write_cards(args.registry, pfn_names,
+                     lambda name: _card_accuracy(name, results, variation_results, lines[3], args.solver))
     print(text)
 
 
