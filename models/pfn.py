@@ -33,6 +33,8 @@ class PFNMethod(Method):
 
     def __init__(self, model: DVAPFN, device: str | torch.device = "cpu", query_chunk: int = 2048,
                  calibration_folds: int = CALIBRATION_FOLDS):
+        if calibration_folds == 1 or calibration_folds < 0:
+            raise ValueError(f"calibration_folds: expected 0 (off) or >= 2, got {calibration_folds}")
         self.model = model.eval().to(device)
         self.device = torch.device(device)
         self.query_chunk = query_chunk

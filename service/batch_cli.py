@@ -67,7 +67,7 @@ def run_worker(args: argparse.Namespace) -> int:
 
     if job_settings.worker_threads:
         torch.set_num_threads(job_settings.worker_threads)
-    registry = load_registry(settings.model_dir, device=settings.device)
+    registry = load_registry(settings.model_dir, device=settings.device, calibration_folds=settings.calibration_folds)
     if not registry.models:
         raise ValueError(f"worker: no usable model under {settings.model_dir}: {registry.errors}")
     worker = Worker(settings.redis_url, registry, job_settings, args.name)

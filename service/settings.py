@@ -25,6 +25,9 @@ class Settings(BaseSettings):
     model_dir: Path = Field(_PACKAGE_REGISTRY, description="root of the checkpoint registry (default: the "
                                                            "package's models/registry, wherever the server starts)")
     device: str | None = Field(None, description="torch device for the models (default: cuda when available, else cpu)")
+    calibration_folds: int = Field(20, ge=0, description="folds of the per-output spread calibration done when a "
+                                   "context is encoded (models.pfn.CALIBRATION_FOLDS; 0 = off: ~20x cheaper "
+                                   "encoding, intervals as the network gives them)")
     redis_url: str | None = Field(None, description="Redis URL for the context-set store; unset = embedded store")
     api_keys: Annotated[tuple[str, ...], NoDecode] = Field((), description="comma-separated bearer keys for /v1")
 

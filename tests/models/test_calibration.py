@@ -105,3 +105,9 @@ def test_small_contexts_skip_calibration():
     model = tiny_model(dataclasses.replace(TINY_CONFIG, d_in=6), seed=0)
     cx, cy = _feeder_like(60, 0)
     assert PFNMethod(model).fit(cx, cy).spread is None
+
+
+def test_calibration_folds_setting_is_checked():
+    model = tiny_model(dataclasses.replace(TINY_CONFIG, d_in=6), seed=0)
+    with pytest.raises(ValueError, match="calibration_folds"):
+        PFNMethod(model, calibration_folds=1)
