@@ -29,6 +29,13 @@ class Answer:
         return Answer(self.mean[start:stop], self.std[start:stop], self.quantiles[:, start:stop],
                       None if self.p_outside is None else self.p_outside[start:stop])
 
+    @staticmethod
+    def concat(parts: "list[Answer]") -> "Answer":
+        """Answers of consecutive query blocks, joined in order."""
+        p_outside = None if parts[0].p_outside is None else np.concatenate([p.p_outside for p in parts])
+        return Answer(np.concatenate([p.mean for p in parts]), np.concatenate([p.std for p in parts]),
+                      np.concatenate([p.quantiles for p in parts], axis=1), p_outside)
+
     def all_finite(self) -> bool:
         parts = [self.mean, self.std, self.quantiles] + ([self.p_outside] if self.p_outside is not None else [])
         return all(bool(np.isfinite(part).all()) for part in parts)

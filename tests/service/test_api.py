@@ -1,10 +1,12 @@
 """Main flows over real HTTP, against the embedded store and against real Redis."""
 from __future__ import annotations
 
+import httpx
 import numpy as np
 
 import gridsim
 from service.context_sets import context_id
+from service.settings import Settings
 from tests.service.conftest import MODEL, metric, rows
 
 K = 32
@@ -174,3 +176,25 @@ def test_context_deleted_by_another_process_is_gone_here_too(redis_server, redis
         assert client.post("/v1/predict", json=request).status_code == 200
         redis.Redis.from_url(redis_url).delete(f"gridpfn:ctx:{cid}")  # as another server would
         assert client.post("/v1/predict", json=request).status_code == 404
+
+
+def test_big_predict_split_across_workers_equals_small_requests(model_dir, scenarios):
+    """A request over SPLIT_ROWS runs as blocks in parallel workers; the answer is the unsplit one, in order."""
+    from service.inference import SPLIT_ROWS
+    from tests.service.conftest import LIMITS, running  # noqa: PLC0415 - a server of its own with 2 workers
+
+    x, y = scenarios
+    rng = np.random.default_rng(0)
+    queries = x[rng.integers(0, len(x), SPLIT_ROWS + 500)] * rng.uniform(0.9, 1.1, (SPLIT_ROWS + 500, x.shape[1]))
+    settings = Settings(model_dir=model_dir, redis_url=None, workers=2, **{**LIMITS, "max_queries": 5000})
+    with running(settings) as srv, httpx.Client(base_url=srv.url, timeout=120) as c:
+        cid = upload(c, x[:120], y[:120])
+        ask = {"model": MODEL, "context_id": cid, "quantiles": [0.1, 0.9], "voltage_band": [0.95, 1.05]}
+        whole = c.post("/v1/predict", json={**ask, "queries": rows(queries)}).json()
+        parts = [c.post("/v1/predict", json={**ask, "queries": rows(queries[i:i + 500])}).json()
+                 for i in range(0, len(queries), 500)]
+    assert np.array(whole["mean"]).shape == (len(queries), K)
+    for key in ("mean", "std", "p_outside_band"):
+        np.testing.assert_array_equal(np.array(whole[key]), np.concatenate([np.array(p[key]) for p in parts]))
+    np.testing.assert_array_equal(np.array(whole["quantiles"]["0.9"]),
+                                  np.concatenate([np.array(p["quantiles"]["0.9"]) for p in parts]))
