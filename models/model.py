@@ -10,7 +10,8 @@ Read top to bottom:
    computed once per layer and reused for all k outputs.
 3. Context points attend to context points; queries attend to context points only, so the
    context can be encoded once (`encode_context`) and any number of query chunks answered
-   against it (`predict`). Training uses the very same two calls.
+   against it (`predict`). Training uses the very same two calls; at inference both run the
+   points in small blocks (`_in_blocks`), which is exact and keeps the CPU's work in cache.
 4. A head maps each query's streams to logits over the bars of a bar distribution of the
    standardised residual.
 
@@ -48,7 +49,7 @@ class ContextCache:
 
     stats: Standardisation
     keys: list[torch.Tensor] = field(default_factory=list)  # per layer: (B, H, n, dh) or (B, k, H, n, dh) for VA
-    values: list[torch.Tensor] = field(default_factory=list)  # per layer: (B, k, H, n, dv)
+    values: list[torch.Tensor] = field(default_factory=list)  # per layer: (B, H, n, k*dv) or (B, k, H, n, dv) for VA
 
     @property
     def n_outputs(self) -> int:
@@ -60,6 +61,8 @@ class ContextCache:
 RIDGE_GRID = (1e-9, 1e-7, 1e-5, 1e-3, 1e-1, 10.0)
 # The penalty of the leverage feature: fixed, so that feature depends on inputs only.
 LEVERAGE_LAMBDA = 1e-4
+# Inference runs the points in blocks of one dataset and about this many (point, output) tokens.
+TOKENS_PER_BLOCK = 4096
 
 
 class RidgeBase:
@@ -142,24 +145,17 @@ class TokenFFN(nn.Module):
         return self.down(F.gelu(self.up(self.norm(h))))
 
 
-def conv1d_same(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
-    """`conv(x)` for x (T, C_in, D) with 'same' zero padding, as one matmul per group.
+def _band(conv: nn.Conv1d, length: int) -> torch.Tensor:
+    """conv's weight as banded (Toeplitz) matrices (C_out, C_in / groups, L_out, L_in).
 
-    Equal to nn.Conv1d's result; built from a banded (Toeplitz) matrix because CPU conv1d
-    is slow on many very short sequences, which is exactly our shape (one per token).
+    A 'same'-padded (zero) convolution along a length-L axis is then a matmul with them; CPU
+    conv1d is slow on many very short sequences, which is exactly our shape (one per token).
     """
-    weight, groups = conv.weight, conv.groups  # (C_out, C_in / groups, K)
-    c_out, c_in_g, size = weight.shape
-    length = x.shape[-1]
-    pos = torch.arange(length, device=x.device)
+    size = conv.kernel_size[0]
+    pos = torch.arange(length, device=conv.weight.device)
     offset = pos[None, :] - pos[:, None] + size // 2  # [out, in] -> kernel tap
     valid = (offset >= 0) & (offset < size)
-    band = weight[..., offset.clamp(0, size - 1)] * valid  # (C_out, C_in_g, D_out, D_in)
-    if groups == 1:
-        y = torch.einsum("tid,oied->toe", x, band)
-    else:  # depthwise: one input channel per output channel
-        y = torch.einsum("tcd,ced->tce", x, band[:, 0])
-    return y + conv.bias[None, :, None] if conv.bias is not None else y
+    return conv.weight[..., offset.clamp(0, size - 1)] * valid
 
 
 class TokenConv(nn.Module):
@@ -179,11 +175,20 @@ class TokenConv(nn.Module):
         self.project = nn.Conv1d(channels, 1, 1)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        shape = h.shape
-        t = self.norm(h).reshape(-1, 1, shape[-1])
-        t = F.gelu(conv1d_same(t, self.expand))
-        t = F.gelu(conv1d_same(t, self.depthwise))
-        return conv1d_same(t, self.project).reshape(shape)
+        """The three convolutions as matmuls on channel planes (C, T, D), T tokens.
+
+        `expand` is one matmul with the kernel over the K shifted copies of the input, the
+        depthwise conv one batched matmul with a banded matrix per channel, and the 1x1
+        `project` a weighted sum of the planes; in this layout nothing needs transposing.
+        """
+        shape, dim, size = h.shape, h.shape[-1], self.expand.kernel_size[0]
+        t = F.pad(self.norm(h).reshape(-1, dim), (size // 2, size // 2))  # (T, D + K - 1): zero 'same' padding
+        taps = torch.stack([t[:, j : j + dim] for j in range(size)])  # (K, T, D): what each kernel tap sees
+        u = torch.addmm(self.expand.bias[:, None], self.expand.weight[:, 0], taps.view(size, -1))
+        u = F.gelu(u).view(-1, t.shape[0], dim)  # (C, T, D)
+        band = _band(self.depthwise, dim)[:, 0].transpose(-1, -2)  # (C, D_in, D_out)
+        u = F.gelu(torch.baddbmm(self.depthwise.bias[:, None, None], u, band))
+        return (self.project.weight[0, :, 0] @ u.view(u.shape[0], -1) + self.project.bias).view(shape)
 
 
 def _token_mixer(cfg: ModelConfig, dim: int) -> nn.Module:
@@ -210,10 +215,17 @@ class Layer(nn.Module):
         self.mix_x = _token_mixer(cfg, qk_dim) if self.dva else None
 
     def keys_values(self, hx: torch.Tensor | None, hy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys from context inputs (DVA) or joint tokens (VA); values from the y stream."""
+        """Keys from context inputs (DVA) or joint tokens (VA); values from the y stream.
+
+        DVA values are laid out (B, H, n, k*dv), all outputs side by side, so that mixing them
+        with the shared weights is one matmul per head for all k outputs.
+        """
         source = hx if self.dva else hy
         keys = _split_heads(self.w_k(self.norm_qk(source)), self.n_heads)
-        values = _split_heads(self.w_v(self.norm_v(hy)), self.n_heads)
+        values = _split_heads(self.w_v(self.norm_v(hy)), self.n_heads)  # (B, k, H, n, dv)
+        if self.dva:
+            b, k, h, n, dv = values.shape
+            values = values.permute(0, 2, 3, 1, 4).reshape(b, h, n, k * dv)
         return keys, values
 
     def attention_weights(self, hx: torch.Tensor | None, hy: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -223,19 +235,49 @@ class Layer(nn.Module):
         scores = queries @ keys.transpose(-1, -2) / math.sqrt(queries.shape[-1])
         return scores.softmax(dim=-1)
 
-    def forward(self, hx, hy, keys, values, attention_log: list | None = None):
+    def update_y(self, hx, hy, keys, values, attention_log: list | None = None) -> torch.Tensor:
+        """The y stream: attend to the context's values, then mix each token."""
         weights = self.attention_weights(hx, hy, keys)
         if attention_log is not None:
             attention_log.append(weights)
-        if self.dva:  # one set of weights for all k outputs
-            mixed = torch.einsum("bhqn,bkhnd->bkhqd", weights, values)
+        if self.dva:  # one set of weights for all k outputs: (B, H, N, n) @ (B, H, n, k*dv)
+            b, k, n_points, _ = hy.shape
+            mixed = (weights @ values).view(b, self.n_heads, n_points, k, -1)
+            mixed = mixed.permute(0, 3, 2, 1, 4).reshape(b, k, n_points, -1)  # heads merged: (B, k, N, H*dv)
         else:
-            mixed = weights @ values
-        hy = hy + self.w_o(_merge_heads(mixed))
-        hy = hy + self.mix_y(hy)
-        if self.dva:
-            hx = hx + self.mix_x(hx)
-        return hx, hy
+            mixed = _merge_heads(weights @ values)
+        hy = hy + self.w_o(mixed)
+        return hy + self.mix_y(hy)
+
+    def update_x(self, hx: torch.Tensor | None) -> torch.Tensor | None:
+        """The x stream (DVA only) is mixed on its own: it never sees y."""
+        return None if hx is None else hx + self.mix_x(hx)
+
+    def forward(self, hx, hy, keys, values, attention_log: list | None = None):
+        return self.update_x(hx), self.update_y(hx, hy, keys, values, attention_log)
+
+
+def _in_blocks(fn, hx: torch.Tensor | None, hy: torch.Tensor, whole: bool = False) -> torch.Tensor:
+    """`fn(hx, hy, batch) -> (B, k, N, D)`, run on blocks of one dataset and ~TOKENS_PER_BLOCK tokens.
+
+    Exact: a point's result depends only on itself and its own dataset's context, which `batch`
+    selects. Small blocks keep every intermediate in cache instead of allocating (and page-
+    faulting) fresh batch-sized tensors, which dominated CPU inference. One block under
+    autograd, as in training, and when `whole`.
+    """
+    n_batch, k, n, _ = hy.shape
+    size = max(1, TOKENS_PER_BLOCK // k)
+    if whole or torch.is_grad_enabled() or (n_batch == 1 and n <= size):
+        return fn(hx, hy, slice(None))
+    out = None
+    for b in range(n_batch):
+        for s in range(0, n, size):
+            x_block = None if hx is None else hx[b : b + 1, s : s + size]
+            block = fn(x_block, hy[b : b + 1, :, s : s + size], slice(b, b + 1))
+            if out is None:
+                out = block.new_empty(n_batch, k, n, block.shape[-1])
+            out[b : b + 1, :, s : s + size] = block
+    return out
 
 
 class DVAPFN(nn.Module):
@@ -294,7 +336,8 @@ class DVAPFN(nn.Module):
             keys, vals = layer.keys_values(hx, hy)
             cache.keys.append(keys)
             cache.values.append(vals)
-            hx, hy = layer(hx, hy, keys, vals)
+            hy = _in_blocks(lambda x, y, batch: layer.update_y(x, y, keys[batch], vals[batch]), hx, hy)
+            hx = layer.update_x(hx)
         return cache
 
     def predict(self, cache: ContextCache, query_x: torch.Tensor, attention_log: list | None = None):
@@ -310,10 +353,38 @@ class DVAPFN(nn.Module):
         hy = self.query_token.expand(query_x.shape[0], k, m, -1)
         if joint is not None:
             hy = hy + joint
-        for layer, keys, vals in zip(self.layers, cache.keys, cache.values):
-            hx, hy = layer(hx, hy, keys, vals, attention_log)
-        features = hy if hx is None else torch.cat([hy, hx[:, None].expand(-1, k, -1, -1)], dim=-1)
-        return self.head(features), loc, stats.y_scale[..., None]
+
+        def answer(hx, hy, batch):  # a block of queries through every layer, then the head
+            for layer, keys, vals in zip(self.layers, cache.keys, cache.values):
+                hx, hy = layer(hx, hy, keys[batch], vals[batch], attention_log)
+            return self.head(hy) if hx is None else self._split_head(hx, hy)
+
+        logits = _in_blocks(answer, hx, hy, whole=attention_log is not None)
+        return logits, loc, stats.y_scale[..., None]
+
+    def _split_head(self, hx: torch.Tensor, hy: torch.Tensor) -> torch.Tensor:
+        """`head(cat[hy, hx])` without building the (B, k, N, Dv+E) concatenation.
+
+        The LayerNorm statistics of the concatenation follow from each part's mean and variance,
+        and the first Linear splits into a per-output part W_y.(g_y*hy) and a per-query part
+        W_x.(g_x*hx), computed once and broadcast over the k outputs. Both parts are centred on
+        their own means; one rank-1 term moves them to the joint mean.
+        """
+        norm, first, act, last = self.head
+        dv = hy.shape[-1]
+        fy, fx = dv / norm.weight.shape[0], hx.shape[-1] / norm.weight.shape[0]  # each part's share of the features
+        mean_y, mean_x = hy.mean(-1, keepdim=True), hx[:, None].mean(-1, keepdim=True)  # (B, k, N, 1), (B, 1, N, 1)
+        cy, cx = hy - mean_y, hx[:, None] - mean_x
+        gap = mean_y - mean_x
+        var = fy * cy.square().mean(-1, keepdim=True) + fx * cx.square().mean(-1, keepdim=True) + fy * fx * gap.square()
+        rstd = torch.rsqrt(var + norm.eps)
+        scaled = first.weight * norm.weight  # W diag(gamma): (hidden, Dv+E)
+        w_y, w_x = scaled[:, :dv], scaled[:, dv:]
+        # W diag(gamma) (z - joint mean) = W_y cy + W_x cx + gap * shift
+        shift = fx * w_y.sum(-1) - fy * w_x.sum(-1)
+        h = F.linear(cy * rstd, w_y, first.weight @ norm.bias + first.bias)
+        h = torch.addcmul(h, rstd, torch.addcmul(F.linear(cx, w_x), gap, shift))
+        return last(act(h))
 
     def predict_base(self, stats: Standardisation, query_x: torch.Tensor):
         """The in-context base prediction alone: location (B, k, m) float64 and leverage feature."""

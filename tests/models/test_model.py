@@ -6,9 +6,11 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
+import models.model as model_module
 from models.config import ModelConfig
-from models.model import DVAPFN
+from models.model import DVAPFN, TokenConv
 from models.pfn import PFNMethod
 from models.testing import TINY_CONFIG, tiny_model
 
@@ -143,3 +145,48 @@ def test_pfn_method_rejects_bad_inputs():
     cache = method.fit(x, y)
     with pytest.raises(ValueError, match="query_x"):
         method.predict(cache, np.random.rand(4, D + 1))
+
+
+# -- the inference fast paths compute what the plain formulation computes --------------------
+
+
+@pytest.mark.parametrize("overrides", [dict(backbone="transformer"), dict(backbone="cnn")])
+def test_split_head_equals_head_over_the_concatenation(overrides):
+    """The head's LayerNorm + Linear split over hy and hx: same values and same gradients."""
+    model = _model(**overrides)
+    g = torch.Generator().manual_seed(1)
+    hx = torch.randn(2, 7, TINY_CONFIG.emb_dim, generator=g) * 3 + 1.5  # offset: the joint mean matters
+    hy = torch.randn(2, K, 7, TINY_CONFIG.value_dim, generator=g) - 2.0
+    plain = model.head(torch.cat([hy, hx[:, None].expand(-1, K, -1, -1)], dim=-1))
+    grads_plain = torch.autograd.grad(plain.square().sum(), list(model.head.parameters()))
+    split = model._split_head(hx, hy)
+    grads_split = torch.autograd.grad(split.square().sum(), list(model.head.parameters()))
+    torch.testing.assert_close(split, plain, atol=1e-5, rtol=1e-5)
+    for a, b in zip(grads_split, grads_plain):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_token_conv_equals_conv1d_modules():
+    """TokenConv's matmul formulation equals running its nn.Conv1d modules per token."""
+    torch.manual_seed(0)
+    conv = TokenConv(dim=16, channels=4, kernel_size=5)
+    for p in conv.parameters():
+        p.data.normal_()
+    h = torch.randn(2, 3, 11, 16)
+    t = conv.norm(h).reshape(-1, 1, 16)
+    plain = conv.project(F.gelu(conv.depthwise(F.gelu(conv.expand(t))))).reshape(h.shape)
+    torch.testing.assert_close(conv(h), plain, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("overrides", BACKBONES + [dict(attention="va")])
+def test_inference_in_blocks_equals_one_block(overrides, monkeypatch):
+    """Inference runs points in small blocks per dataset; training (autograd) in one block."""
+    model = _model(**overrides)
+    cx, cy, qx = _data(n=40, m=9)
+    with torch.enable_grad():  # one block
+        whole = model(cx, cy, qx)
+    monkeypatch.setattr(model_module, "TOKENS_PER_BLOCK", 2 * K)  # blocks of 2 points
+    with torch.no_grad():
+        blocks = model(cx, cy, qx)
+    torch.testing.assert_close(blocks[0], whole[0].detach(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(blocks[1], whole[1].detach(), atol=0, rtol=0)
