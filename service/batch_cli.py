@@ -65,8 +65,7 @@ def run_worker(args: argparse.Namespace) -> int:
 
     from models.registry import load_registry
 
-    if job_settings.worker_threads:
-        torch.set_num_threads(job_settings.worker_threads)
+    torch.set_num_threads(1)  # parallel blocks instead: intra-op threads contend badly on small shared CPUs
     registry = load_registry(settings.model_dir, device=settings.device, calibration_folds=settings.calibration_folds)
     if not registry.models:
         raise ValueError(f"worker: no usable model under {settings.model_dir}: {registry.errors}")

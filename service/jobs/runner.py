@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 import pyarrow.parquet as pq
 
-from service.answers import AnswerSpec, summarize
+from service.answers import Answer, AnswerSpec, summarize
 from service.context_sets import ContextSet
 from service.jobs import results
 from service.jobs.model import JobSpec, JobState
@@ -55,6 +56,7 @@ class RunContext:
     chunk_pause_s: float = 0.0
     heartbeat: Callable[[], None] = lambda: None
     should_stop: Callable[[], bool] = lambda: False  # shutdown requested: leave at the next chunk boundary
+    parallel: int = 1  # blocks of a chunk run side by side (each on one torch thread in `gridpfn worker`)
     times: ChunkTimes = field(default_factory=ChunkTimes)
 
 
@@ -113,37 +115,39 @@ def _run_chunks(ctx: RunContext, spec: JobSpec, files: JobFiles, start: int) -> 
     ctx.heartbeat()
     answer_spec = AnswerSpec(spec.quantiles, spec.voltage_band)
     source = pq.ParquetFile(files.input)
-    for index in range(start, spec.chunks):
-        t0 = time.perf_counter()
-        inputs = source.read_row_group(index)
-        x = np.column_stack([inputs.column(j).to_numpy() for j in range(inputs.num_columns)])
-        t1 = time.perf_counter()
-        predictive = loaded.method.predict(encoded, x)
-        t2 = time.perf_counter()
-        answer = summarize(predictive, answer_spec)
-        del predictive
-        if not answer.all_finite():
-            raise RuntimeError(f"model produced NaN or infinity in chunk {index} "
-                               f"(rows {index * spec.chunk_rows + 1}..{index * spec.chunk_rows + len(x)})")
-        t3 = time.perf_counter()
-        truth = _ground_truth(x, spec.network) if spec.with_ground_truth else None
-        t4 = time.perf_counter()
-        results.write_part(files, index, results.chunk_table(spec, inputs, answer, truth))
-        t5 = time.perf_counter()
-        times.read += t1 - t0
-        times.predict += t2 - t1
-        times.stats += t3 - t2
-        times.truth += t4 - t3
-        times.write += t5 - t4
-        rows_done = min(spec.rows, (index + 1) * spec.chunk_rows)
-        if not ctx.states.record_chunk(spec.id, ctx.owner, index + 1, rows_done):
-            return False
-        ctx.heartbeat()
-        if ctx.should_stop() and index + 1 < spec.chunks:
-            return False
-        if ctx.chunk_pause_s:
-            time.sleep(ctx.chunk_pause_s)
-    return True
+    with ThreadPoolExecutor(max(1, ctx.parallel), thread_name_prefix="gridpfn-chunk") as pool:
+        for index in range(start, spec.chunks):
+            t0 = time.perf_counter()
+            inputs = source.read_row_group(index)
+            x = np.column_stack([inputs.column(j).to_numpy() for j in range(inputs.num_columns)])
+            t1 = time.perf_counter()
+            blocks = np.array_split(x, min(ctx.parallel, max(1, len(x) // 256)))
+            predictives = list(pool.map(lambda block: loaded.method.predict(encoded, block), blocks))
+            t2 = time.perf_counter()
+            answer = Answer.concat(list(pool.map(lambda pred: summarize(pred, answer_spec), predictives)))
+            del predictives
+            if not answer.all_finite():
+                raise RuntimeError(f"model produced NaN or infinity in chunk {index} "
+                                   f"(rows {index * spec.chunk_rows + 1}..{index * spec.chunk_rows + len(x)})")
+            t3 = time.perf_counter()
+            truth = _ground_truth(x, spec.network) if spec.with_ground_truth else None
+            t4 = time.perf_counter()
+            results.write_part(files, index, results.chunk_table(spec, inputs, answer, truth))
+            t5 = time.perf_counter()
+            times.read += t1 - t0
+            times.predict += t2 - t1
+            times.stats += t3 - t2
+            times.truth += t4 - t3
+            times.write += t5 - t4
+            rows_done = min(spec.rows, (index + 1) * spec.chunk_rows)
+            if not ctx.states.record_chunk(spec.id, ctx.owner, index + 1, rows_done):
+                return False
+            ctx.heartbeat()
+            if ctx.should_stop() and index + 1 < spec.chunks:
+                return False
+            if ctx.chunk_pause_s:
+                time.sleep(ctx.chunk_pause_s)
+        return True
 
 
 def _ground_truth(x: np.ndarray, network: str) -> tuple[np.ndarray, np.ndarray]:

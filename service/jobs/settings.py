@@ -29,4 +29,6 @@ class JobSettings(BaseSettings):
                                      "traffic on a shared machine")
     job_ttl_s: int = Field(7 * 24 * 3600, ge=60, description="how long job records stay in Redis")
     job_queue: str = Field("gridpfn:jobs", min_length=1, description="Redis key prefix of the job stream and records")
-    worker_threads: int | None = Field(None, ge=1, description="torch threads in `gridpfn worker` (unset: torch's)")
+    worker_threads: int | None = Field(None, ge=1, description="threads of `gridpfn worker`: each chunk is cut into "
+                                       "this many blocks run side by side on one torch thread each (unset: the "
+                                       "CPU count)")

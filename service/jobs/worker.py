@@ -39,6 +39,7 @@ class Worker:
         self.registry = registry
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
         self.stopping = threading.Event()
+        self.parallel = job_settings.worker_threads or os.cpu_count() or 1
 
     def stop(self, *_: Any) -> None:
         self.stopping.set()
@@ -56,7 +57,7 @@ class Worker:
         ctx = RunContext(self.states, self.settings.jobs_dir, lambda n: self.registry.models[n], owner=self.name,
                          max_attempts=self.settings.job_max_attempts, chunk_pause_s=self.settings.job_chunk_pause_s,
                          heartbeat=lambda: self.queue.heartbeat(self.name, delivery.message_id),
-                         should_stop=self.stopping.is_set)
+                         should_stop=self.stopping.is_set, parallel=self.parallel)
         run_job(ctx, delivery.job_id)
         if self._still_active(delivery.job_id):
             # stopping, or taken over by another worker: acking would drop it from the pending list
