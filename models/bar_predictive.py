@@ -65,13 +65,17 @@ class BarPredictive(Predictive):
             raise ValueError("scale must be > 0")
         self.loc, self.scale = loc, np.ascontiguousarray(scale)
         self._bar64 = BarDistribution(self.bar.borders.detach().to(device=logits.device, dtype=torch.float64))
+        self._bar_native = BarDistribution(self.bar.borders.detach().to(device=logits.device, dtype=logits.dtype))
         self._moments: tuple[np.ndarray, np.ndarray] | None = None
         if self.spread is not None:
             spread = _finite_array("spread", self.spread)
             if spread.shape != shape[1:] or not (spread > 0).all():
                 raise ValueError(f"spread must be positive and shaped (k,) = {shape[1:]}, got {spread.shape}")
             # y' = mean + s (y - mean) with mean = loc + scale * E[z]: the same bars, new loc and scale.
-            self.loc = self.loc + self.scale * self._z_moments()[0] * (1.0 - spread)
+            # Only E[z] (float64, so the mean stays exactly the uncalibrated one): every predict of a
+            # calibrated model passes here, and the variance would double the cost.
+            z_mean = self._by_rows(self._bar64.mean)
+            self.loc = self.loc + self.scale * z_mean * (1.0 - spread)
             self.scale = self.scale * spread
             self.spread = spread
 
@@ -120,7 +124,7 @@ class BarPredictive(Predictive):
         """
         lv = self._levels(levels) if len(levels) else None
         m, k, n_bars = self.logits.shape
-        bar = BarDistribution(self.bar.borders.detach().to(device=self.logits.device, dtype=self.logits.dtype))
+        bar = self._bar_native
         edges = None
         if band is not None:
             low, high = float(band[0]), float(band[1])
