@@ -49,7 +49,8 @@ class BarPredictive(Predictive):
         logits = torch.as_tensor(self.logits).detach()
         if logits.ndim != 3 or logits.shape[-1] != self.bar.n_bars:
             raise ValueError(f"logits must be shaped (m, k, {self.bar.n_bars}), got {tuple(logits.shape)}")
-        if not logits.is_floating_point() or torch.isnan(logits).any() or torch.isposinf(logits).any():
+        # one pass: the max is NaN when any entry is (torch propagates NaN), +inf when any entry is
+        if not logits.is_floating_point() or (logits.numel() and not bool(logits.amax() < math.inf)):
             raise ValueError("logits must be floating point, free of NaN and +inf")
         self.logits = logits  # kept in its own dtype; each chunk is upcast to float64 when used
         shape = tuple(logits.shape[:2])
@@ -67,17 +68,26 @@ class BarPredictive(Predictive):
         self._bar64 = BarDistribution(self.bar.borders.detach().to(device=logits.device, dtype=torch.float64))
         self._bar_native = BarDistribution(self.bar.borders.detach().to(device=logits.device, dtype=logits.dtype))
         self._moments: tuple[np.ndarray, np.ndarray] | None = None
+        self._folded: tuple[np.ndarray, np.ndarray] | None = None
         if self.spread is not None:
             spread = _finite_array("spread", self.spread)
             if spread.shape != shape[1:] or not (spread > 0).all():
                 raise ValueError(f"spread must be positive and shaped (k,) = {shape[1:]}, got {spread.shape}")
-            # y' = mean + s (y - mean) with mean = loc + scale * E[z]: the same bars, new loc and scale.
-            # Only E[z] (float64, so the mean stays exactly the uncalibrated one): every predict of a
-            # calibrated model passes here, and the variance would double the cost.
-            z_mean = self._by_rows(self._bar64.mean)
-            self.loc = self.loc + self.scale * z_mean * (1.0 - spread)
-            self.scale = self.scale * spread
             self.spread = spread
+
+    def _loc_scale(self) -> tuple[np.ndarray, np.ndarray]:
+        """Location and scale of y = loc + scale * z with the spread folded in, computed on first use.
+
+        y' = mean + s (y - mean) with mean = loc + scale * E[z] is the same bars with a new loc
+        and scale. Only E[z] is needed (float64, so the mean stays exactly the uncalibrated one);
+        `summary` folds per chunk from its own softmax instead and never comes here.
+        """
+        if self.spread is None:
+            return self.loc, self.scale
+        if self._folded is None:
+            z_mean = self._z_moments()[0] if self._moments is not None else self._by_rows(self._bar64.mean)
+            self._folded = (self.loc + self.scale * z_mean * (1.0 - self.spread), self.scale * self.spread)
+        return self._folded
 
     def _torch(self, arr: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(arr, dtype=torch.float64, device=self.logits.device)
@@ -87,7 +97,8 @@ class BarPredictive(Predictive):
             values = np.broadcast_to(values, self.loc.shape)
         except ValueError as exc:
             raise ValueError(f"{name} must broadcast to (m, k) = {self.loc.shape}, got {values.shape}") from exc
-        return self._torch((values - self.loc) / self.scale)
+        loc, scale = self._loc_scale()
+        return self._torch((values - loc) / scale)
 
     def _by_rows(self, fn, z: torch.Tensor | None = None, axis: int = 0) -> np.ndarray:
         """fn(float64 logits chunk[, z chunk]) over query chunks, so temporaries stay bounded for any m."""
@@ -114,44 +125,47 @@ class BarPredictive(Predictive):
 
     @property
     def std(self) -> np.ndarray:
-        return self.scale * np.sqrt(self._z_moments()[1])
+        return self._loc_scale()[1] * np.sqrt(self._z_moments()[1])
 
     def summary(self, levels: Sequence[float] = (), band: tuple[float, float] | None = None) -> Summary:
         """Mean, std, quantiles and band probability from one softmax per chunk, in the logits' dtype.
 
         The service's path: float32 bars (z needs no more digits; loc and scale stay float64),
-        one softmax and one cumsum shared by every statistic instead of one per statistic.
+        one softmax and one cumsum shared by every statistic, and the spread folded in per chunk
+        from that softmax's E[z].
         """
         lv = self._levels(levels) if len(levels) else None
-        m, k, n_bars = self.logits.shape
-        bar = self._bar_native
-        edges = None
         if band is not None:
             low, high = float(band[0]), float(band[1])
             if not (math.isfinite(low) and math.isfinite(high) and low < high):
                 raise ValueError(f"band must be two finite numbers low < high, got {band!r}")
-            edges = torch.as_tensor(np.stack([(low - self.loc) / self.scale, (high - self.loc) / self.scale], -1),
-                                    dtype=self.logits.dtype, device=self.logits.device)  # (m, k, 2)
+        m, k, n_bars = self.logits.shape
+        bar, dtype, device = self._bar_native, self.logits.dtype, self.logits.device
+        mean, std = np.empty((m, k)), np.empty((m, k))
+        quantiles = np.empty((0 if lv is None else len(lv), m, k))
+        outside = None if band is None else np.empty((m, k))
+        as64 = lambda t: t.double().cpu().numpy()  # noqa: E731
         step = max(1, _CHUNK_ELEMENTS // max(k * n_bars, 1))
-        mu, var, quant, outside = [], [], [], []
         for start in range(0, m, step):
             rows = slice(start, start + step)
             p = torch.softmax(self.logits[rows], dim=-1)
-            moments = bar.moments_from_probs(p)
-            mu.append(moments[0])
-            var.append(moments[1])
-            if lv is not None or edges is not None:
-                cum = torch.cumsum(p, dim=-1)
+            z_mean, z_var = (as64(t) for t in bar.moments_from_probs(p))
+            loc, scale = self.loc[rows], self.scale[rows]
+            mean[rows] = loc + scale * z_mean
+            if self.spread is not None:  # y' = mean + s (y - mean): new loc and scale for this chunk
+                loc, scale = loc + scale * z_mean * (1.0 - self.spread), scale * self.spread
+            std[rows] = scale * np.sqrt(np.maximum(z_var, 0.0))
+            if lv is None and band is None:
+                continue
+            cum = torch.cumsum(p, dim=-1)
             if lv is not None:
-                quant.append(bar.icdf_from_probs(p, cum, lv.to(p.dtype).expand(*p.shape[:-1], -1)).movedim(-1, 0))
-            if edges is not None:
-                both = torch.stack([bar.cdf_from_probs(p, cum, edges[rows, :, i]) for i in range(2)])
-                outside.append((1.0 - (both[1] - both[0])).clamp(0.0, 1.0))
-        as64 = lambda parts, axis=0: torch.cat(parts, axis).double().cpu().numpy()  # noqa: E731
-        mean = self.loc + self.scale * as64(mu)
-        std = self.scale * np.sqrt(np.maximum(as64(var), 0.0))
-        quantiles = (self.loc[None] + self.scale[None] * as64(quant, 1)) if lv is not None else np.empty((0, m, k))
-        return Summary(mean, std, quantiles, as64(outside) if edges is not None else None)
+                z = bar.icdf_from_probs(p, cum, lv.to(dtype).expand(*p.shape[:-1], -1)).movedim(-1, 0)
+                quantiles[:, rows] = loc[None] + scale[None] * as64(z)
+            if band is not None:
+                edges = torch.as_tensor(np.stack([(low - loc) / scale, (high - loc) / scale]), dtype=dtype, device=device)
+                inside = bar.cdf_from_probs(p, cum, edges[1]) - bar.cdf_from_probs(p, cum, edges[0])
+                outside[rows] = as64((1.0 - inside).clamp(0.0, 1.0))
+        return Summary(mean, std, quantiles, outside)
 
     @staticmethod
     def _levels(levels: Sequence[float]) -> torch.Tensor:
@@ -163,7 +177,8 @@ class BarPredictive(Predictive):
     def quantile(self, levels: Sequence[float]) -> np.ndarray:
         levels_t = self._levels(levels).to(self.logits.device)
         z = self._by_rows(lambda lg: self._bar64.quantile(lg, levels_t), axis=1)
-        return self.loc[None] + self.scale[None] * z
+        loc, scale = self._loc_scale()
+        return loc[None] + scale[None] * z
 
     def cdf(self, values: np.ndarray | float) -> np.ndarray:
         v = _finite_array("values", values, allow_inf=True)
@@ -171,7 +186,7 @@ class BarPredictive(Predictive):
 
     def log_prob(self, y: np.ndarray) -> np.ndarray:
         v = _finite_array("y", y)
-        return self._by_rows(self._bar64.log_prob, self._standardise("y", v)) - np.log(self.scale)
+        return self._by_rows(self._bar64.log_prob, self._standardise("y", v)) - np.log(self._loc_scale()[1])
 
     def sample(self, n: int, seed: int | None = None) -> np.ndarray:
         """(n, m, k) draws in physical units."""
@@ -181,4 +196,5 @@ class BarPredictive(Predictive):
         else:
             gen.manual_seed(seed)
         z = self._by_rows(lambda lg: self._bar64.sample(lg, n, generator=gen), axis=1)
-        return self.loc[None] + self.scale[None] * z
+        loc, scale = self._loc_scale()
+        return loc[None] + scale[None] * z

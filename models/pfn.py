@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -10,9 +11,12 @@ from models.bar_distribution import BarDistribution
 from models.bar_predictive import BarPredictive
 from models.calibration import MIN_CALIBRATION_POINTS, FoldPlan, spread_from_heldout
 from models.model import ContextCache, DVAPFN
-from models.predictive import Method
+from models.predictive import Method, Summary
 from models.validation import check_context, check_queries
 
+# Queries per forward pass + statistics in `summarize`: their logits (about 8 MB for 32 outputs
+# and 64 bars) stay in the CPU's cache between the head that writes them and the statistics.
+SUMMARY_CHUNK = 1024
 # Folds of the in-context spread calibration (0 turns it off): 20 keeps each fold's context at
 # 95 % of the real one, so the factors carry little small-context bias (see models.calibration).
 CALIBRATION_FOLDS = 20
@@ -93,3 +97,11 @@ class PFNMethod(Method):
     def predict(self, encoded: EncodedContext, query_x: np.ndarray) -> BarPredictive:
         logits, loc, scale = self.raw_predict(encoded, query_x)
         return BarPredictive(self.bar, logits, loc, scale, spread=encoded.spread)
+
+    def summarize(self, encoded: EncodedContext, query_x: np.ndarray, levels: Sequence[float] = (),
+                  band: tuple[float, float] | None = None) -> Summary:
+        """`predict(...).summary(...)` chunk by chunk: no m x k x n_bars logits for the whole request."""
+        query_x = check_queries(query_x, d=self.d_in)
+        parts = [self.predict(encoded, query_x[start : start + SUMMARY_CHUNK]).summary(levels, band)
+                 for start in range(0, max(len(query_x), 1), SUMMARY_CHUNK)]
+        return Summary.concat(parts)

@@ -36,6 +36,23 @@ class Summary:
     quantiles: np.ndarray
     p_outside: np.ndarray | None
 
+    def rows(self, start: int, stop: int) -> "Summary":
+        return Summary(self.mean[start:stop], self.std[start:stop], self.quantiles[:, start:stop],
+                       None if self.p_outside is None else self.p_outside[start:stop])
+
+    def all_finite(self) -> bool:
+        parts = [self.mean, self.std, self.quantiles] + ([self.p_outside] if self.p_outside is not None else [])
+        return all(bool(np.isfinite(part).all()) for part in parts)
+
+    @staticmethod
+    def concat(parts: "list[Summary]") -> "Summary":
+        """Summaries of consecutive query blocks, joined in order."""
+        if len(parts) == 1:
+            return parts[0]
+        p_outside = None if parts[0].p_outside is None else np.concatenate([p.p_outside for p in parts])
+        return Summary(np.concatenate([p.mean for p in parts]), np.concatenate([p.std for p in parts]),
+                       np.concatenate([p.quantiles for p in parts], axis=1), p_outside)
+
 
 class Predictive(ABC):
     """Predictive distribution for m queries and k outputs."""
@@ -119,6 +136,11 @@ class Method(ABC):
     @abstractmethod
     def predict(self, fitted: Any, query_x: np.ndarray) -> Predictive:
         """Predict (m, d) queries against a fitted state."""
+
+    def summarize(self, fitted: Any, query_x: np.ndarray, levels: Sequence[float] = (),
+                  band: tuple[float, float] | None = None) -> Summary:
+        """The statistics an answer carries for (m, d) queries; a method may stream this in chunks."""
+        return self.predict(fitted, query_x).summary(levels, band)
 
     def __call__(self, context_x: np.ndarray, context_y: np.ndarray, query_x: np.ndarray) -> Predictive:
         """Fit and predict in one call, with both times recorded on the result."""

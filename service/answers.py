@@ -1,11 +1,15 @@
-"""Turn a Predictive into the arrays a response carries, and cut a batched answer per request."""
+"""What a request asks for besides mean and std, and the one call that answers it for any method."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from models.predictive import Predictive
+from models.predictive import Method, Summary
+
+# Arrays shaped (m, k); quantiles (levels, m, k); p_outside None when no band was asked.
+Answer = Summary
 
 
 @dataclass(frozen=True)
@@ -16,32 +20,6 @@ class AnswerSpec:
     band: tuple[float, float] | None = None
 
 
-@dataclass
-class Answer:
-    """Arrays shaped (m, k); quantiles (levels, m, k); p_outside None when no band was asked."""
-
-    mean: np.ndarray
-    std: np.ndarray
-    quantiles: np.ndarray
-    p_outside: np.ndarray | None
-
-    def rows(self, start: int, stop: int) -> "Answer":
-        return Answer(self.mean[start:stop], self.std[start:stop], self.quantiles[:, start:stop],
-                      None if self.p_outside is None else self.p_outside[start:stop])
-
-    @staticmethod
-    def concat(parts: "list[Answer]") -> "Answer":
-        """Answers of consecutive query blocks, joined in order."""
-        p_outside = None if parts[0].p_outside is None else np.concatenate([p.p_outside for p in parts])
-        return Answer(np.concatenate([p.mean for p in parts]), np.concatenate([p.std for p in parts]),
-                      np.concatenate([p.quantiles for p in parts], axis=1), p_outside)
-
-    def all_finite(self) -> bool:
-        parts = [self.mean, self.std, self.quantiles] + ([self.p_outside] if self.p_outside is not None else [])
-        return all(bool(np.isfinite(part).all()) for part in parts)
-
-
-def summarize(pred: Predictive, spec: AnswerSpec) -> Answer:
-    """Evaluate the predictive once for every statistic the spec asks for."""
-    summary = pred.summary(spec.quantiles, spec.band)
-    return Answer(summary.mean, summary.std, summary.quantiles, summary.p_outside)
+def answer(method: Method, fitted: Any, queries: np.ndarray, spec: AnswerSpec) -> Answer:
+    """Every statistic the spec asks for, from one pass of the method over the queries."""
+    return method.summarize(fitted, queries, spec.quantiles, spec.band)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Hashable
 
 import numpy as np
 
-from service.answers import Answer, AnswerSpec, summarize
+from service.answers import Answer, AnswerSpec, answer
 from service.pool import WorkerPool
 
 
@@ -39,20 +39,23 @@ class _Batch:
 
 
 def _compute(method: Any, encoded: Any, items: list[tuple[np.ndarray, AnswerSpec, Any]]) -> list[BatchResult]:
-    """Worker-thread side: one predict for all rows, statistics once per distinct spec."""
+    """Worker-thread side: one pass over the rows of each distinct spec (usually one for all)."""
     t0 = time.perf_counter()
-    queries = np.concatenate([qx for qx, _, _ in items], axis=0)
-    pred = method.predict(encoded, queries)
-    per_spec: dict[AnswerSpec, Answer] = {}
-    for _, spec, _ in items:
-        if spec not in per_spec:
-            per_spec[spec] = summarize(pred, spec)
+    groups: dict[AnswerSpec, list[int]] = {}
+    for i, (_, spec, _) in enumerate(items):
+        groups.setdefault(spec, []).append(i)
+    results: list[BatchResult | None] = [None] * len(items)
+    for spec, members in groups.items():
+        queries = np.concatenate([items[i][0] for i in members], axis=0)
+        shared = answer(method, encoded, queries, spec)
+        start = 0
+        for i in members:
+            stop = start + items[i][0].shape[0]
+            results[i] = BatchResult(shared.rows(start, stop), 0.0, sum(qx.shape[0] for qx, _, _ in items), len(items))
+            start = stop
     elapsed = time.perf_counter() - t0
-    results, start = [], 0
-    for qx, spec, _ in items:
-        stop = start + qx.shape[0]
-        results.append(BatchResult(per_spec[spec].rows(start, stop), elapsed, queries.shape[0], len(items)))
-        start = stop
+    for result in results:
+        result.predict_s = elapsed
     return results
 
 

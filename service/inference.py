@@ -13,7 +13,7 @@ import numpy as np
 import orjson
 from starlette.responses import Response
 
-from service.answers import Answer, AnswerSpec, summarize
+from service.answers import Answer, AnswerSpec, answer as answer_of
 from service.errors import ProblemError, too_large
 from service.pool import PoolFull
 from service.runtime import OUTPUT_NAMES, Runtime
@@ -27,7 +27,7 @@ SPLIT_ROWS = 1024
 
 def _direct(method: Any, fitted: Any, queries: np.ndarray, spec: AnswerSpec) -> tuple[Answer, float]:
     t0 = time.perf_counter()
-    answer = summarize(method.predict(fitted, queries), spec)
+    answer = answer_of(method, fitted, queries, spec)
     return answer, time.perf_counter() - t0
 
 

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow.parquet as pq
 
-from service.answers import Answer, AnswerSpec, summarize
+from service.answers import Answer, AnswerSpec, answer as answer_of
 from service.context_sets import ContextSet
 from service.jobs import results
 from service.jobs.model import JobSpec, JobState
@@ -31,8 +31,7 @@ class ChunkTimes:
     """Seconds per stage, summed over a run (logged; the bench prints them)."""
 
     read: float = 0.0
-    predict: float = 0.0
-    stats: float = 0.0
+    predict: float = 0.0  # forward passes and statistics
     truth: float = 0.0
     write: float = 0.0
     encode: float = 0.0
@@ -122,23 +121,20 @@ def _run_chunks(ctx: RunContext, spec: JobSpec, files: JobFiles, start: int) -> 
             x = np.column_stack([inputs.column(j).to_numpy() for j in range(inputs.num_columns)])
             t1 = time.perf_counter()
             blocks = np.array_split(x, min(ctx.parallel, max(1, len(x) // 256)))
-            predictives = list(pool.map(lambda block: loaded.method.predict(encoded, block), blocks))
+            answer = Answer.concat(list(pool.map(lambda block: answer_of(loaded.method, encoded, block, answer_spec),
+                                                 blocks)))
             t2 = time.perf_counter()
-            answer = Answer.concat(list(pool.map(lambda pred: summarize(pred, answer_spec), predictives)))
-            del predictives
             if not answer.all_finite():
                 raise RuntimeError(f"model produced NaN or infinity in chunk {index} "
                                    f"(rows {index * spec.chunk_rows + 1}..{index * spec.chunk_rows + len(x)})")
-            t3 = time.perf_counter()
             truth = _ground_truth(x, spec.network) if spec.with_ground_truth else None
-            t4 = time.perf_counter()
+            t3 = time.perf_counter()
             results.write_part(files, index, results.chunk_table(spec, inputs, answer, truth))
-            t5 = time.perf_counter()
+            t4 = time.perf_counter()
             times.read += t1 - t0
             times.predict += t2 - t1
-            times.stats += t3 - t2
-            times.truth += t4 - t3
-            times.write += t5 - t4
+            times.truth += t3 - t2
+            times.write += t4 - t3
             rows_done = min(spec.rows, (index + 1) * spec.chunk_rows)
             if not ctx.states.record_chunk(spec.id, ctx.owner, index + 1, rows_done):
                 return False

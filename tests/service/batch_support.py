@@ -84,13 +84,13 @@ def fetch_frame(client: httpx.Client, job_id: str, fmt: str = "parquet") -> pd.D
 def expected_stats(model_dir: Path, client: httpx.Client, cid: str, x: np.ndarray, chunk_rows: int) -> dict:
     """Mean, std, quantiles and p_outside computed here, in the same chunks, from the same checkpoint."""
     from models.registry import load_registry
-    from service.answers import AnswerSpec, summarize
+    from service.answers import AnswerSpec, answer
 
     info = client.get(f"/v1/context-sets/{cid}", params={"include_data": True}).json()
     method = load_registry(model_dir, warmup=False).get(MODEL).method
     encoded = method.fit(np.array(info["x"]), np.array(info["y"]))
     spec = AnswerSpec(tuple(QUANTILES), tuple(BAND))
-    parts = [summarize(method.predict(encoded, x[i:i + chunk_rows]), spec) for i in range(0, len(x), chunk_rows)]
+    parts = [answer(method, encoded, x[i:i + chunk_rows], spec) for i in range(0, len(x), chunk_rows)]
     out = {"mean": np.concatenate([p.mean for p in parts]), "std": np.concatenate([p.std for p in parts]),
            "p_outside": np.concatenate([p.p_outside for p in parts])}
     for j, q in enumerate(QUANTILES):
