@@ -63,6 +63,9 @@ def _gp_method(settings: Settings, max_iter: int | None = None) -> Any:
 @asynccontextmanager
 async def lifespan(app: FastAPI):
     settings: Settings = app.state.settings
+    from models.allocator import keep_freed_memory
+
+    keep_freed_memory()  # also in processes started by uvicorn, which never run the CLI's main
     if settings.torch_threads:
         import torch
 

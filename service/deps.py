@@ -8,7 +8,8 @@ from service.runtime import Runtime
 from service.schemas import Problem
 
 
-def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> Runtime:
+    """Async on purpose: FastAPI runs a plain-def dependency in its thread pool, a thread hop per request."""
     return request.app.state.runtime
 
 

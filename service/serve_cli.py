@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+
+from pydantic import ValidationError
 
 log = logging.getLogger(__name__)
 
@@ -12,6 +15,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
     parser.add_argument("--model-dir", default=None, help="overrides GRIDPFN_MODEL_DIR")
+    parser.add_argument("--processes", type=int, default=None,
+                        help="server processes sharing the port (overrides GRIDPFN_PROCESSES; > 1 needs GRIDPFN_REDIS_URL)")
     parser.add_argument("--access-log", action="store_true", help="log every request (off: it costs latency)")
     parser.set_defaults(func=serve)
 
@@ -22,13 +27,23 @@ def serve(args: argparse.Namespace) -> int:
     from service.app import create_app
     from service.settings import Settings, is_loopback
 
-    overrides = {"model_dir": args.model_dir} if args.model_dir else {}
-    settings = Settings(**overrides)
+    # Every process of a multi-process server builds its own Settings from the environment.
+    if args.model_dir:
+        os.environ["GRIDPFN_MODEL_DIR"] = str(args.model_dir)
+    if args.processes:
+        os.environ["GRIDPFN_PROCESSES"] = str(args.processes)
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        raise ValueError(str(exc)) from None
     if not settings.api_keys and not is_loopback(args.host):
         log.warning("serving on %s beyond loopback with no API keys: anyone who reaches this port can use "
                     "the API; set GRIDPFN_API_KEYS", args.host)
-    log.info("serving on http://%s:%d (docs at /docs), store: %s", args.host, args.port,
-             "redis" if settings.redis_url else "embedded")
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, access_log=args.access_log,
-                log_config=None, lifespan="on")
+    log.info("serving on http://%s:%d (docs at /docs), store: %s, %d process(es)", args.host, args.port,
+             "redis" if settings.redis_url else "embedded", settings.processes)
+    options = dict(host=args.host, port=args.port, access_log=args.access_log, log_config=None, lifespan="on")
+    if settings.processes > 1:  # uvicorn's supervisor starts the processes; each imports the app factory
+        uvicorn.run("service.app:create_app", factory=True, workers=settings.processes, **options)
+    else:
+        uvicorn.run(create_app(settings), **options)
     return 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from typing_extensions import Annotated
 
@@ -44,7 +44,9 @@ class Settings(BaseSettings):
     encoded_cache_size: int = Field(32, ge=1, description="encoded contexts (per model+context) kept in process")
     gp_cache_size: int = Field(8, ge=1, description="fitted GPs (per context) kept in process")
 
-    workers: int = Field(2, ge=1, description="threads running model / GP work")
+    processes: int = Field(1, ge=1, description="server processes sharing the port (`gridpfn serve --processes`); "
+                           "more than one needs GRIDPFN_REDIS_URL so that every process sees every context set")
+    workers: int = Field(2, ge=1, description="threads running model / GP work (per process)")
     queue_size: int = Field(64, ge=0, description="jobs waiting for a worker before 503")
     batch_window_ms: float = Field(1.5, ge=0, description="how long the micro-batcher collects single queries")
     batch_max_queries: int = Field(64, ge=1, description="query rows that close a micro-batch early")
@@ -58,6 +60,13 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(key.strip() for key in value.split(",") if key.strip())
         return value
+
+    @model_validator(mode="after")
+    def _shared_store(self) -> "Settings":
+        if self.processes > 1 and not self.redis_url:
+            raise ValueError(f"processes: {self.processes} server processes need a shared store; set "
+                             "GRIDPFN_REDIS_URL (the embedded store lives inside one process)")
+        return self
 
     @field_validator("redis_url", "device", mode="before")
     @classmethod

@@ -17,6 +17,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
+from service.jobs.results import WRITE_OPTIONS
+
 CSV_BLOCK_BYTES = 4 << 20
 PARQUET_MAGIC = b"PAR1"
 
@@ -89,7 +91,7 @@ class ChunkWriter:
     def __init__(self, path: Path, features: Sequence[str], chunk_rows: int) -> None:
         self.schema = pa.schema([(f, pa.float64()) for f in features])
         self.path, self.tmp, self.chunk_rows = path, path.with_suffix(".tmp"), chunk_rows
-        self.writer = pq.ParquetWriter(self.tmp, self.schema, compression="none")
+        self.writer = pq.ParquetWriter(self.tmp, self.schema, **WRITE_OPTIONS)
         self.pending: list[pa.Table] = []
         self.pending_rows = self.rows = 0
 

@@ -1,4 +1,5 @@
-"""Result files: one Parquet part per chunk, assembled in chunk order into result.parquet.
+"""Result files: one Parquet part per chunk, assembled in chunk order into result.parquet
+(or streamed into it as the chunks finish, when one process ran the whole job).
 
 Parts are written to a temporary name and renamed, so a part either exists whole or not at all;
 rewriting a part after a crash gives the same bytes. Assembly copies part by part (one chunk in
@@ -21,7 +22,10 @@ import pyarrow.parquet as pq
 from service.answers import Answer
 from service.jobs.model import JobSpec, result_columns
 
-COMPRESSION = "none"  # float columns barely compress; "none" keeps the writer off the critical path
+# Float columns barely compress and never repeat: no compression and no dictionary encoding (a
+# dictionary attempt per float column made writing 5x slower: 137 vs 26 ms per 16k x 224 chunk).
+# Column statistics stay on, so query engines can skip row groups (say, where p_outside is 0).
+WRITE_OPTIONS = dict(compression="none", use_dictionary=False)
 
 
 class JobFiles:
@@ -50,8 +54,8 @@ def chunk_table(spec: JobSpec, inputs: pa.Table, answer: Answer,
         blocks.append(answer.p_outside)
     arrays = list(inputs.columns)
     for block in blocks:
-        block32 = np.asarray(block, dtype=np.float32)
-        arrays += [pa.array(block32[:, j]) for j in range(block32.shape[1])]
+        columns = np.ascontiguousarray(np.asarray(block).T, dtype=np.float32)  # one copy; each column zero-copy
+        arrays += [pa.array(column) for column in columns]
     if spec.with_ground_truth:
         vm, converged = truth
         missing = ~converged
@@ -65,8 +69,47 @@ def chunk_table(spec: JobSpec, inputs: pa.Table, answer: Answer,
 def write_part(files: JobFiles, index: int, table: pa.Table) -> None:
     files.parts.mkdir(parents=True, exist_ok=True)
     tmp = files.part(index).with_suffix(".tmp")
-    pq.write_table(table, tmp, compression=COMPRESSION)
+    pq.write_table(table, tmp, **WRITE_OPTIONS)
     os.replace(tmp, files.part(index))
+
+
+class StreamedResult:
+    """result.parquet written chunk by chunk as they finish, when one process runs a job from its start.
+
+    Parts are still written: a worker that dies leaves them to the next one, which assembles. This
+    only spares the final assembly pass (a re-read and re-write of every part) when nothing was
+    interrupted; anything else aborts it and `assemble` does the work.
+    """
+
+    def __init__(self, files: JobFiles) -> None:
+        self.files, self.tmp = files, files.result.with_suffix(".streaming")
+        self.writer: pq.ParquetWriter | None = None
+        self.next_index = self.rows = 0
+
+    def append(self, index: int, table: pa.Table) -> None:
+        if index != self.next_index:
+            raise RuntimeError(f"chunk {index} streamed out of order (expected {self.next_index})")
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.tmp, table.schema, **WRITE_OPTIONS)
+        self.writer.write_table(table, row_group_size=table.num_rows)
+        self.next_index, self.rows = index + 1, self.rows + table.num_rows
+
+    def commit(self, spec: JobSpec) -> bool:
+        """Publish result.parquet if every chunk came through here with the right rows; else abort, False."""
+        if self.writer is None or self.next_index != spec.chunks or self.rows != spec.rows:
+            self.abort()
+            return False
+        self.writer.close()
+        self.writer = None
+        os.replace(self.tmp, self.files.result)
+        shutil.rmtree(self.files.parts, ignore_errors=True)
+        return True
+
+    def abort(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        self.tmp.unlink(missing_ok=True)
 
 
 def assemble(files: JobFiles, spec: JobSpec) -> int:
@@ -79,7 +122,7 @@ def assemble(files: JobFiles, spec: JobSpec) -> int:
             if table.num_rows != spec.chunk_size(index):
                 raise RuntimeError(f"part {index} has {table.num_rows} rows, expected {spec.chunk_size(index)}")
             if writer is None:
-                writer = pq.ParquetWriter(tmp, table.schema, compression=COMPRESSION)
+                writer = pq.ParquetWriter(tmp, table.schema, **WRITE_OPTIONS)
             writer.write_table(table, row_group_size=table.num_rows)
             total += table.num_rows
     finally:

@@ -2,8 +2,9 @@
 
 Shared by `gridpfn worker` and the embedded executor. A chunk is: read row group i of the input,
 one forward pass + statistics, optional ground-truth power flow, write part i, record i+1 as done.
+The write and record of chunk i run in a writer thread beside chunk i+1's forward pass, in order.
 Recording fails when the job was cancelled or taken over; the runner then stops without touching
-the job again. Memory is bounded by one chunk whatever the file size.
+the job again. Memory is bounded by two chunks whatever the file size.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ class ChunkTimes:
     read: float = 0.0
     predict: float = 0.0  # forward passes and statistics
     truth: float = 0.0
-    write: float = 0.0
+    write: float = 0.0  # in the writer thread, overlapping the next chunk's forward pass
     encode: float = 0.0
     assemble: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
@@ -74,20 +75,26 @@ def run_job(ctx: RunContext, job_id: str) -> JobState | None:
     files = JobFiles(ctx.jobs_dir, job_id)
     log.info("job %s: %s rows in %d chunks, starting at chunk %d (owner %s)", job_id, spec.rows, spec.chunks, done,
              ctx.owner)
+    streamed = results.StreamedResult(files) if done == 0 else None
     try:
-        finished = _run_chunks(ctx, spec, files, done)
+        finished = _run_chunks(ctx, spec, files, done, streamed)
     except Exception as exc:
+        if streamed is not None:
+            streamed.abort()
         log.exception("job %s failed", job_id)
         ctx.states.finish(job_id, ctx.owner, JobState.FAILED, f"{type(exc).__name__}: {exc}")
         return JobState.FAILED
     if not finished:
+        if streamed is not None:
+            streamed.abort()
         reason = _stop_reason(ctx, job_id)
         log.info("job %s stopped at a chunk boundary: %s", job_id, reason)
         if reason in ("cancelled", "deleted"):
             files.remove_parts()
         return None
     t0 = time.perf_counter()
-    results.assemble(files, spec)
+    if streamed is None or not streamed.commit(spec):
+        results.assemble(files, spec)
     ctx.times.assemble += time.perf_counter() - t0
     if not ctx.states.finish(job_id, ctx.owner, JobState.DONE):
         return None
@@ -95,7 +102,8 @@ def run_job(ctx: RunContext, job_id: str) -> JobState | None:
     return JobState.DONE
 
 
-def _run_chunks(ctx: RunContext, spec: JobSpec, files: JobFiles, start: int) -> bool:
+def _run_chunks(ctx: RunContext, spec: JobSpec, files: JobFiles, start: int,
+                streamed: results.StreamedResult | None = None) -> bool:
     """False when the job was cancelled or taken over meanwhile."""
     times = ctx.times
     if start >= spec.chunks:
@@ -114,8 +122,24 @@ def _run_chunks(ctx: RunContext, spec: JobSpec, files: JobFiles, start: int) -> 
     ctx.heartbeat()
     answer_spec = AnswerSpec(spec.quantiles, spec.voltage_band)
     source = pq.ParquetFile(files.input)
-    with ThreadPoolExecutor(max(1, ctx.parallel), thread_name_prefix="gridpfn-chunk") as pool:
+
+    def finish(index: int, inputs: Any, answer: Answer, truth: Any) -> bool:
+        """Write chunk `index` and record it; runs beside the next chunk's forward pass."""
+        t0 = time.perf_counter()
+        table = results.chunk_table(spec, inputs, answer, truth)
+        results.write_part(files, index, table)
+        if streamed is not None:
+            streamed.append(index, table)
+        times.write += time.perf_counter() - t0
+        return ctx.states.record_chunk(spec.id, ctx.owner, index + 1, min(spec.rows, (index + 1) * spec.chunk_rows))
+
+    with ThreadPoolExecutor(max(1, ctx.parallel), thread_name_prefix="gridpfn-chunk") as pool, \
+            ThreadPoolExecutor(1, thread_name_prefix="gridpfn-write") as writer:
+        pending = None  # the previous chunk's write + record: at most one chunk is in flight
         for index in range(start, spec.chunks):
+            if pending is not None and ctx.should_stop():  # shutdown: leave at a chunk boundary
+                pending.result()
+                return False
             t0 = time.perf_counter()
             inputs = source.read_row_group(index)
             x = np.column_stack([inputs.column(j).to_numpy() for j in range(inputs.num_columns)])
@@ -128,22 +152,16 @@ def _run_chunks(ctx: RunContext, spec: JobSpec, files: JobFiles, start: int) -> 
                 raise RuntimeError(f"model produced NaN or infinity in chunk {index} "
                                    f"(rows {index * spec.chunk_rows + 1}..{index * spec.chunk_rows + len(x)})")
             truth = _ground_truth(x, spec.network) if spec.with_ground_truth else None
-            t3 = time.perf_counter()
-            results.write_part(files, index, results.chunk_table(spec, inputs, answer, truth))
-            t4 = time.perf_counter()
             times.read += t1 - t0
             times.predict += t2 - t1
-            times.truth += t3 - t2
-            times.write += t4 - t3
-            rows_done = min(spec.rows, (index + 1) * spec.chunk_rows)
-            if not ctx.states.record_chunk(spec.id, ctx.owner, index + 1, rows_done):
+            times.truth += time.perf_counter() - t2
+            if pending is not None and not pending.result():  # cancelled or taken over meanwhile
                 return False
             ctx.heartbeat()
-            if ctx.should_stop() and index + 1 < spec.chunks:
-                return False
+            pending = writer.submit(finish, index, inputs, answer, truth)
             if ctx.chunk_pause_s:
                 time.sleep(ctx.chunk_pause_s)
-        return True
+        return pending.result()
 
 
 def _ground_truth(x: np.ndarray, network: str) -> tuple[np.ndarray, np.ndarray]:

@@ -8,7 +8,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import models.model as model_module
 from models.config import ModelConfig
 from models.model import DVAPFN, TokenConv
 from models.pfn import PFNMethod
@@ -179,13 +178,13 @@ def test_token_conv_equals_conv1d_modules():
 
 
 @pytest.mark.parametrize("overrides", BACKBONES + [dict(attention="va")])
-def test_inference_in_blocks_equals_one_block(overrides, monkeypatch):
+def test_inference_in_blocks_equals_one_block(overrides):
     """Inference runs points in small blocks per dataset; training (autograd) in one block."""
     model = _model(**overrides)
     cx, cy, qx = _data(n=40, m=9)
     with torch.enable_grad():  # one block
         whole = model(cx, cy, qx)
-    monkeypatch.setattr(model_module, "TOKENS_PER_BLOCK", 2 * K)  # blocks of 2 points
+    model.tokens_per_block = 2 * K  # blocks of 2 points
     with torch.no_grad():
         blocks = model(cx, cy, qx)
     torch.testing.assert_close(blocks[0], whole[0].detach(), atol=1e-5, rtol=1e-5)
