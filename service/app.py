@@ -4,6 +4,7 @@ registry once, warms every model (and the exact GP) and opens the store before s
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from contextlib import asynccontextmanager
 from types import SimpleNamespace
@@ -63,9 +64,6 @@ def _gp_method(settings: Settings, max_iter: int | None = None) -> Any:
 @asynccontextmanager
 async def lifespan(app: FastAPI):
     settings: Settings = app.state.settings
-    from models.allocator import keep_freed_memory
-
-    keep_freed_memory()  # also in processes started by uvicorn, which never run the CLI's main
     if settings.torch_threads:
         import torch
 
@@ -76,6 +74,7 @@ async def lifespan(app: FastAPI):
     app.state.runtime = rt
     await asyncio.to_thread(_warm, rt)
     rt.ready = True
+    gc.freeze()  # start-up objects (registry, modules) leave the collector's view: no long gen-2 pauses later
     log.info("ready: models %s, refused %s, store %s", sorted(registry.models), sorted(registry.errors), store.kind)
     try:
         yield

@@ -34,9 +34,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pandapower").setLevel(logging.WARNING)  # it announces missing optional plotting libs
-    from models.allocator import keep_freed_memory
-
-    keep_freed_memory()  # before any tensor exists: large blocks stay mapped instead of faulting in again
     try:
         result = args.func(args)
     except ValueError as exc:

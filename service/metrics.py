@@ -44,7 +44,8 @@ class Metrics:
 
 
 class HTTPMetricsMiddleware:
-    """Counts and times every request by route template (not raw path, to bound label values)."""
+    """Counts and times every request by route template (not raw path, to bound label values), and
+    tells the client that time in a `Server-Timing: app;dur=<ms>` header."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app, self.metrics = app, metrics
@@ -59,6 +60,11 @@ class HTTPMetricsMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                # Server-Timing (W3C): the whole request inside the server, from the first byte the app
+                # saw to the response start, so body parsing, validation and serialisation count too.
+                elapsed_ms = (time.perf_counter() - start) * 1e3
+                headers = list(message.get("headers") or []) + [(b"server-timing", f"app;dur={elapsed_ms:.2f}".encode())]
+                message = {**message, "headers": headers}
             await send(message)
 
         try:

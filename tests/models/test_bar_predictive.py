@@ -163,3 +163,20 @@ def test_fused_summary_matches_the_per_statistic_float64_answers():
         pred.summary(levels, (1.05, 0.95))
     with pytest.raises(ValueError, match="levels"):
         pred.summary((0.0, 0.5))
+
+
+def test_fused_summary_folds_the_spread_like_the_per_statistic_answers():
+    """With a spread the summary folds it per chunk from its own softmax; the per-statistic methods
+    fold it lazily in float64: the answers agree, and the mean is the uncalibrated one."""
+    plain = make(seed=4)
+    spread = np.array([0.5, 1.0, 2.5])
+    pred = BarPredictive(plain.bar, plain.logits, plain.loc, plain.scale, spread=spread)
+    levels, band = (0.05, 0.5, 0.95), (0.999, 1.11)
+    fused = pred.summary(levels, band)
+    tol = 1e-5 * (pred.scale * spread).max()
+    np.testing.assert_allclose(fused.mean, plain.mean, rtol=0, atol=tol)
+    np.testing.assert_allclose(fused.std, plain.std * spread, rtol=1e-5)
+    np.testing.assert_allclose(fused.quantiles, pred.quantile(levels), rtol=0, atol=tol)
+    np.testing.assert_allclose(fused.p_outside, pred.p_outside(*band), rtol=0, atol=1e-6)
+    wide = pred.quantile([0.95]) - pred.mean
+    np.testing.assert_allclose(wide, (plain.quantile([0.95]) - plain.mean) * spread, rtol=1e-9)

@@ -79,6 +79,17 @@ def test_predict_shapes_quantiles_band(client, scenarios):
     assert body["gp"] is None and body["timing"]["total_ms"] > 0
 
 
+def test_server_timing_header_covers_the_whole_request(client, scenarios):
+    """Server-Timing's app;dur spans parsing and serialisation, so it is at least the handler's total_ms."""
+    x, y = scenarios
+    cid = upload(client, x[:40], y[:40])
+    response = client.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows(x[100:150])})
+    name, _, duration = response.headers["server-timing"].partition(";dur=")
+    assert name == "app" and float(duration) >= response.json()["timing"]["total_ms"]
+    missing = client.get("/v1/models/no-such-model")
+    assert missing.status_code == 404 and missing.headers["server-timing"].startswith("app;dur=")
+
+
 def test_inline_context_equals_stored_context(client, scenarios):
     x, y = scenarios
     cid = upload(client, x[:25], y[:25])

@@ -204,3 +204,29 @@ def test_janitor_removes_only_old_orphaned_job_directories(tmp_path):
     (tmp_path / "not-a-job").mkdir()
     assert sweep(tmp_path, states, max_age_s=3600, now=now) == ["a" * 32]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["b" * 32, "c" * 32, "not-a-job"])
+
+
+def test_streamed_result_publishes_only_a_complete_in_order_run(tmp_path):
+    """result.parquet streamed chunk by chunk is published only when every chunk came through in order;
+    otherwise it is discarded and the parts stay for `assemble`."""
+    from service.jobs import results
+    from service.jobs.model import JobSpec
+
+    spec = JobSpec(id="j", model=MODEL, model_version="0", context_id="0" * 64, network="ieee33",
+                   features=("a",), outputs=("b",), rows=5, chunk_rows=2, source="parquet", created_at=0.0)
+    tables = [pa.table({"a": np.arange(start, min(start + 2, 5), dtype=float)}) for start in (0, 2, 4)]
+    files = results.JobFiles(tmp_path, "j")
+    files.parts.mkdir(parents=True)
+    streamed = results.StreamedResult(files)
+    with pytest.raises(RuntimeError, match="out of order"):
+        streamed.append(1, tables[1])
+    for i in (0, 1):
+        streamed.append(i, tables[i])
+    assert not streamed.commit(spec)  # chunk 2 never came: nothing published, the partial file removed
+    assert not files.result.exists() and not streamed.tmp.exists() and files.parts.exists()
+    streamed = results.StreamedResult(files)
+    for i, table in enumerate(tables):
+        streamed.append(i, table)
+    assert streamed.commit(spec)
+    assert pq.read_table(files.result).column("a").to_pylist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert not files.parts.exists()
