@@ -148,8 +148,12 @@ class BarPredictive(Predictive):
         step = max(1, _CHUNK_ELEMENTS // max(k * n_bars, 1))
         for start in range(0, m, step):
             rows = slice(start, start + step)
-            p = torch.softmax(self.logits[rows], dim=-1)
-            z_mean, z_var = (as64(t) for t in bar.moments_from_probs(p))
+            chunk = self.logits[rows]
+            # The PFN hands over a (m, k) view of (k, m) memory: work in memory order, swap the results.
+            flip = not chunk.is_contiguous() and chunk.transpose(0, 1).is_contiguous()
+            order = (lambda t: t.transpose(0, 1)) if flip else (lambda t: t)  # noqa: E731
+            p = torch.softmax(order(chunk), dim=-1)
+            z_mean, z_var = (as64(order(t)) for t in bar.moments_from_probs(p))
             loc, scale = self.loc[rows], self.scale[rows]
             mean[rows] = loc + scale * z_mean
             if self.spread is not None:  # y' = mean + s (y - mean): new loc and scale for this chunk
@@ -157,14 +161,15 @@ class BarPredictive(Predictive):
             std[rows] = scale * np.sqrt(np.maximum(z_var, 0.0))
             if lv is None and band is None:
                 continue
-            cum = torch.cumsum(p, dim=-1)
+            cum = bar.cumulative(p)
             if lv is not None:
-                z = bar.icdf_from_probs(p, cum, lv.to(dtype).expand(*p.shape[:-1], -1)).movedim(-1, 0)
+                z = order(bar.icdf_from_probs(p, cum, lv.to(dtype).expand(*p.shape[:-1], -1))).movedim(-1, 0)
                 quantiles[:, rows] = loc[None] + scale[None] * as64(z)
             if band is not None:
-                edges = torch.as_tensor(np.stack([(low - loc) / scale, (high - loc) / scale]), dtype=dtype, device=device)
+                edges = [order(torch.as_tensor((edge - loc) / scale, dtype=dtype, device=device)).contiguous()
+                         for edge in (low, high)]
                 inside = bar.cdf_from_probs(p, cum, edges[1]) - bar.cdf_from_probs(p, cum, edges[0])
-                outside[rows] = as64((1.0 - inside).clamp(0.0, 1.0))
+                outside[rows] = as64(order((1.0 - inside).clamp(0.0, 1.0)))
         return Summary(mean, std, quantiles, outside)
 
     @staticmethod

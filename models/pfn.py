@@ -89,10 +89,10 @@ class PFNMethod(Method):
         for start in range(0, len(query_x), self.query_chunk):
             chunk = self._tensor(query_x[start : start + self.query_chunk])
             lg, loc, scale = self.model.predict(encoded.cache, chunk[None])
-            logits.append(lg[0].transpose(0, 1).float().cpu())
+            logits.append(lg[0].transpose(0, 1).float().cpu())  # a (m, k, bars) view: statistics need no copy
             locs.append(loc[0].transpose(0, 1).cpu())
         scale_np = scale[0].transpose(0, 1).cpu().numpy()
-        return torch.cat(logits), torch.cat(locs).numpy(), scale_np
+        return (torch.cat(logits) if len(logits) > 1 else logits[0]), torch.cat(locs).numpy(), scale_np
 
     def predict(self, encoded: EncodedContext, query_x: np.ndarray) -> BarPredictive:
         logits, loc, scale = self.raw_predict(encoded, query_x)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 import models.pfn as pfn
+from models.bar_predictive import BarPredictive
 from models.registry import load_registry
 from models.testing import build_tiny_registry
 
@@ -23,3 +24,18 @@ def test_streamed_summary_equals_the_whole_predictive(tmp_path, monkeypatch):
         np.testing.assert_allclose(getattr(streamed, name), getattr(whole, name), rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(streamed.p_outside, whole.p_outside, rtol=0, atol=1e-6)  # float32 probabilities
     assert streamed.mean.shape == (23, 32) and streamed.quantiles.shape == (3, 23, 32)
+
+
+def test_summary_of_a_transposed_view_equals_that_of_contiguous_logits(tmp_path):
+    """The PFN hands BarPredictive a (m, k) view of (k, m) memory; the summary works in memory order."""
+    method = next(iter(load_registry(build_tiny_registry(tmp_path), warmup=False).models.values())).method
+    rng = np.random.default_rng(1)
+    cx, qx = rng.normal(size=(120, 64)), rng.normal(size=(7, 64))
+    encoded = method.fit(cx, 1.0 + 0.01 * cx[:, :32])
+    logits, loc, scale = method.raw_predict(encoded, qx)
+    assert not logits.is_contiguous()
+    levels, band = (0.1, 0.9), (0.995, 1.005)
+    view = BarPredictive(method.bar, logits, loc, scale, spread=encoded.spread).summary(levels, band)
+    dense = BarPredictive(method.bar, logits.contiguous(), loc, scale, spread=encoded.spread).summary(levels, band)
+    for name in ("mean", "std", "quantiles", "p_outside"):
+        np.testing.assert_array_equal(getattr(view, name), getattr(dense, name))
