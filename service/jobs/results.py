@@ -35,6 +35,7 @@ class JobFiles:
         self.dir = Path(root) / job_id
         self.input, self.context = self.dir / "input.parquet", self.dir / "context.bin"
         self.parts, self.result = self.dir / "parts", self.dir / "result.parquet"
+        self.streaming = self.dir / "result.streaming"  # a StreamedResult in progress (or left by a killed worker)
 
     def part(self, index: int) -> Path:
         return self.parts / f"part-{index:06d}.parquet"
@@ -82,7 +83,7 @@ class StreamedResult:
     """
 
     def __init__(self, files: JobFiles) -> None:
-        self.files, self.tmp = files, files.result.with_suffix(".streaming")
+        self.files, self.tmp = files, files.streaming
         self.writer: pq.ParquetWriter | None = None
         self.next_index = self.rows = 0
 
@@ -132,6 +133,7 @@ def assemble(files: JobFiles, spec: JobSpec) -> int:
         raise RuntimeError(f"assembled {total} rows, the input has {spec.rows}")
     os.replace(tmp, files.result)
     shutil.rmtree(files.parts, ignore_errors=True)
+    files.streaming.unlink(missing_ok=True)  # what a killed worker was streaming
     return total
 
 

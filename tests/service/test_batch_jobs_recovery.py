@@ -63,6 +63,7 @@ def test_cancel_then_worker_killed_mid_job_another_finishes(stack, redis_url, tm
         assert status["state"] == "cancelled" and status["chunks_done"] < ROWS // CHUNK
         assert_problem(client.get(f"/v1/batch-jobs/{running['id']}/result"), 409)
         assert not (jobs_dir / running["id"] / "parts").exists()  # the worker cleaned up its parts
+        assert not (jobs_dir / running["id"] / "result.streaming").exists()  # and the result it was streaming
         assert client.get(f"/v1/batch-jobs/{queued['id']}").json()["attempts"] == 0  # skipped, never run
 
         job = submit_file(client, path, cid).json()  # the worker is free again: this one it dies on
@@ -73,6 +74,7 @@ def test_cancel_then_worker_killed_mid_job_another_finishes(stack, redis_url, tm
     killed_at = client.get(f"/v1/batch-jobs/{job['id']}").json()
     assert killed_at["state"] == "running" and 5 <= killed_at["chunks_done"] < ROWS // CHUNK
     assert _pending(redis_url, queue) == 1  # still owned by the dead worker
+    assert (jobs_dir / job["id"] / "result.streaming").exists()  # it ran from chunk 0: it was streaming the result
 
     reference = submit_file(client, path, cid).json()  # the same input, to run uninterrupted
     second = WorkerProcess(tmp_path / "second.log", env)
@@ -86,6 +88,7 @@ def test_cancel_then_worker_killed_mid_job_another_finishes(stack, redis_url, tm
         assert client.get(f"/v1/batch-jobs/{reference['id']}").json()["attempts"] == 1
     finally:
         second.stop()
+    assert not (jobs_dir / job["id"] / "result.streaming").exists()  # assembled from parts; the stale stream removed
     recovered = fetch_frame(client, job["id"])
     assert len(recovered) == ROWS
     pd.testing.assert_frame_equal(recovered[FEATURES], frame)  # each row exactly once, in input order
