@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from fastapi import FastAPI
 
-from service import errors, gridsim_calls, openapi
+from service import errors, gridsim_calls, logs, openapi
 from service.body_limit import BodyLimitMiddleware
 from service.metrics import HTTPMetricsMiddleware, Metrics
 from service.routers import batch_jobs, context_sets, gp, health, models, predict, simulate
@@ -89,6 +89,7 @@ async def lifespan(app: FastAPI):
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
+    logs.configure_inherited()
     settings = settings or Settings()
     app = FastAPI(
         title="GridPFN",

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
+
+from service import logs
 
 # Modules that contribute sub-commands, in the order they appear in --help.
 COMMAND_MODULES = ("gridsim.cli", "models.cli", "service.serve_cli", "service.batch_cli")
@@ -32,8 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("pandapower").setLevel(logging.WARNING)  # it announces missing optional plotting libs
+    logs.configure(args.log_level)
     try:
         result = args.func(args)
     except ValueError as exc:
