@@ -39,6 +39,15 @@ class BarDistribution(nn.Module):
         if not (borders[1:] > borders[:-1]).all():
             raise ValueError("borders must be strictly increasing")
         self.register_buffer("borders", borders.detach().clone())
+        self._casts: dict[tuple[torch.dtype, torch.device], BarDistribution] = {}
+
+    def cast(self, dtype: torch.dtype, device: torch.device | str) -> "BarDistribution":
+        """This distribution with borders in another dtype / device, built once per pair: a
+        predictive is made per micro-batch, and checking and copying borders each time cost ~0.3 ms."""
+        key = (dtype, torch.device(device))
+        if key not in self._casts:
+            self._casts[key] = BarDistribution(self.borders.detach().to(device=key[1], dtype=dtype))
+        return self._casts[key]
 
     @classmethod
     def from_samples(cls, samples: Tensor, n_bars: int) -> "BarDistribution":

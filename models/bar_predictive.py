@@ -65,8 +65,8 @@ class BarPredictive(Predictive):
         if not (scale > 0).all():
             raise ValueError("scale must be > 0")
         self.loc, self.scale = loc, np.ascontiguousarray(scale)
-        self._bar64 = BarDistribution(self.bar.borders.detach().to(device=logits.device, dtype=torch.float64))
-        self._bar_native = BarDistribution(self.bar.borders.detach().to(device=logits.device, dtype=logits.dtype))
+        self._bar64 = self.bar.cast(torch.float64, logits.device)
+        self._bar_native = self.bar.cast(logits.dtype, logits.device)
         self._moments: tuple[np.ndarray, np.ndarray] | None = None
         self._folded: tuple[np.ndarray, np.ndarray] | None = None
         if self.spread is not None:

@@ -35,14 +35,18 @@ class Summary:
     std: np.ndarray
     quantiles: np.ndarray
     p_outside: np.ndarray | None
+    finite: bool | None = None  # all_finite()'s answer once known; rows of a finite summary are finite
 
     def rows(self, start: int, stop: int) -> "Summary":
         return Summary(self.mean[start:stop], self.std[start:stop], self.quantiles[:, start:stop],
-                       None if self.p_outside is None else self.p_outside[start:stop])
+                       None if self.p_outside is None else self.p_outside[start:stop], self.finite or None)
 
     def all_finite(self) -> bool:
-        parts = [self.mean, self.std, self.quantiles] + ([self.p_outside] if self.p_outside is not None else [])
-        return all(bool(np.isfinite(part).all()) for part in parts)
+        """Computed once (the service checks a shared micro-batch answer in its worker thread)."""
+        if self.finite is None:
+            parts = [self.mean, self.std, self.quantiles] + ([self.p_outside] if self.p_outside is not None else [])
+            self.finite = all(bool(np.isfinite(part).all()) for part in parts)
+        return self.finite
 
     @staticmethod
     def concat(parts: "list[Summary]") -> "Summary":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import logging
 from contextlib import asynccontextmanager
 from types import SimpleNamespace
@@ -15,6 +16,7 @@ from fastapi import FastAPI
 
 from service import errors, gridsim_calls, logs, openapi
 from service.body_limit import BodyLimitMiddleware
+from service.hot_routes import HotRoutes
 from service.metrics import HTTPMetricsMiddleware, Metrics
 from service.routers import batch_jobs, context_sets, gp, health, models, predict, simulate
 from service.runtime import N_FEATURES, N_OUTPUTS, Runtime
@@ -88,10 +90,17 @@ async def lifespan(app: FastAPI):
         await rt.close()
 
 
+# FastAPI's own OpenTelemetry hooks (newer releases) look up the global providers on every request,
+# ~5 % of a single-query predict's event-loop time; the service's metrics are its Prometheus ones.
+_NO_NATIVE_TELEMETRY = ({"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+                        if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {})
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     logs.configure_inherited()
     settings = settings or Settings()
     app = FastAPI(
+        **_NO_NATIVE_TELEMETRY,
         title="GridPFN",
         version="0.1.0",
         description="Pretrained DVA-PFN power-flow surrogates for the IEEE 33-bus feeder: per-bus voltage "
@@ -105,6 +114,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     openapi.install(app)
     for module in (health, models, context_sets, predict, gp, simulate, batch_jobs):
         app.include_router(module.router)
+    if settings.hot_routes:  # innermost of ours: body limit, metrics and Server-Timing still apply
+        app.add_middleware(HotRoutes, fastapi_app=app)
     # batch-job uploads stream to disk under their own limit (GRIDPFN_JOB_MAX_UPLOAD_BYTES)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, exempt=("/v1/batch-jobs",))
     app.add_middleware(HTTPMetricsMiddleware, metrics=app.state.metrics)

@@ -23,15 +23,29 @@ def _matches(presented: str, keys: tuple[str, ...]) -> bool:
     return found
 
 
-async def require_api_key(request: Request,
-                          credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
-    """FastAPI dependency of every /v1 router."""
-    keys = request.app.state.runtime.settings.api_keys
+def check_bearer(scheme: str | None, presented: str | None, keys: tuple[str, ...]) -> None:
+    """401 unless keys are off or `scheme presented` is `Bearer <a configured key>`."""
     if not keys:
         return
-    if credentials is None or credentials.scheme.lower() != "bearer" or not _matches(credentials.credentials, keys):
+    if not scheme or scheme.lower() != "bearer" or not presented or not _matches(presented, keys):
         raise ProblemError(401, "unauthorized", "Unauthorized",
                            "missing or invalid API key: send `Authorization: Bearer <key>`",
                            [{"location": "header", "field": "Authorization", "message": "missing or invalid",
                              "expected": "Bearer <one of the configured API keys>"}],
                            headers={"WWW-Authenticate": 'Bearer realm="gridpfn"'})
+
+
+def check_authorization_header(value: str | None, keys: tuple[str, ...]) -> None:
+    """check_bearer on a raw `Authorization` header value (the hot routes read headers themselves)."""
+    scheme, _, presented = (value or "").strip().partition(" ")
+    check_bearer(scheme, presented.strip(), keys)
+
+
+async def require_api_key(request: Request,
+                          credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
+    """FastAPI dependency of every /v1 router."""
+    keys = request.app.state.runtime.settings.api_keys
+    if credentials is None:
+        check_bearer(None, None, keys)
+    else:
+        check_bearer(credentials.scheme, credentials.credentials, keys)

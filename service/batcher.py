@@ -2,8 +2,8 @@
 
 Requests are collected for `window_s` or until `max_rows` query rows, sent to the worker pool as
 one `method.predict` call, and each caller gets its own rows back. While a forward pass for the
-same key occupies every worker, the next batch keeps collecting until one finishes (or it fills up), so
-under load batches grow with the arrival rate instead of queueing many one-row passes.
+same key runs, the next batch keeps collecting until it finishes (or the batch fills up), so under
+load batches grow with the arrival rate instead of queueing many one-row passes.
 """
 from __future__ import annotations
 
@@ -48,6 +48,7 @@ def _compute(method: Any, encoded: Any, items: list[tuple[np.ndarray, AnswerSpec
     for spec, members in groups.items():
         queries = np.concatenate([items[i][0] for i in members], axis=0)
         shared = answer(method, encoded, queries, spec)
+        shared.all_finite()  # here, once per pass, not per caller on the event loop
         start = 0
         for i in members:
             stop = start + items[i][0].shape[0]
@@ -69,7 +70,10 @@ class MicroBatcher:
         self._on_batch = on_batch or (lambda rows, requests: None)
         self._tasks: set[asyncio.Task] = set()
         self._running: dict[Hashable, int] = {}
-        self.max_running = pool.workers  # passes per key at once; more would only queue in the pool
+        # One pass per key at a time: the next batch collects while it runs. Two passes of a few rows
+        # side by side mostly fight over the GIL with the event loop (measured: 1206 -> 1472 single-query
+        # req/s on 2 cores); requests of other keys and big requests still use every pool worker.
+        self.max_running = 1
 
     async def predict(self, key: Hashable, method: Any, encoded: Any, queries: np.ndarray,
                       spec: AnswerSpec) -> BatchResult:

@@ -105,13 +105,21 @@ def _field_path(loc: Iterable[Any]) -> str:
     return path
 
 
-def validation_problem(exc: RequestValidationError) -> ProblemError:
-    """Pydantic's error list, renamed into the problem shape (one entry per bad field)."""
+def validation_problem(pydantic_errors: Iterable[dict[str, Any]], location: str | None = None) -> ProblemError:
+    """Pydantic's error list, renamed into the problem shape (one entry per bad field).
+
+    FastAPI's errors start their `loc` with the location ("body", "query", ...); a model validated
+    directly (the hot routes) has none, so its `location` is given.
+    """
     errors = []
-    for err in exc.errors():
-        loc = list(err.get("loc", ()))
-        location = str(loc.pop(0)) if loc and loc[0] in ("body", "query", "path", "header") else "body"
-        errors.append(field_error(_field_path(loc) or location, err.get("msg", "invalid"), _expected_from(err), location))
+    for err in pydantic_errors:
+        loc = ([location] if location else []) + list(err.get("loc", ()))
+        where = str(loc.pop(0)) if loc and loc[0] in ("body", "query", "path", "header") else "body"
+        message = err.get("msg", "invalid")
+        if err.get("type") == "json_invalid":  # FastAPI's loc is a character offset, not a field: name the body
+            loc, reason = [], (err.get("ctx") or {}).get("error")
+            message = f"Invalid JSON: {reason}" if reason and reason not in message else message
+        errors.append(field_error(_field_path(loc) or where, message, _expected_from(err), where))
     detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5]) or "invalid request"
     if len(errors) > 5:
         detail += f"; and {len(errors) - 5} more"
@@ -127,7 +135,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> Response:
-        return problem_response(validation_problem(exc))
+        return problem_response(validation_problem(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> Response:
@@ -137,6 +145,11 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return problem_response(ProblemError(500, "internal-error", "Internal server error",
-                                             f"unexpected {type(exc).__name__}; see the server log"))
+        return unexpected_response(request.method, request.url.path, exc)
+
+
+def unexpected_response(method: str, path: str, exc: Exception) -> Response:
+    """A 500 problem for an exception nothing else handled; the details go to the log only."""
+    log.exception("unhandled error on %s %s", method, path, exc_info=exc)
+    return problem_response(ProblemError(500, "internal-error", "Internal server error",
+                                         f"unexpected {type(exc).__name__}; see the server log"))

@@ -28,6 +28,7 @@ SPLIT_ROWS = 1024
 def _direct(method: Any, fitted: Any, queries: np.ndarray, spec: AnswerSpec) -> tuple[Answer, float]:
     t0 = time.perf_counter()
     answer = answer_of(method, fitted, queries, spec)
+    answer.all_finite()  # checked in the worker thread; the event loop reads the cached result
     return answer, time.perf_counter() - t0
 
 

@@ -49,6 +49,15 @@ class HTTPMetricsMiddleware:
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app, self.metrics = app, metrics
+        self._children: dict[tuple[str, str, str], tuple] = {}  # label values -> (counter, histogram) children
+
+    def _observe(self, labels: tuple[str, str, str], seconds: float) -> None:
+        """prometheus_client's .labels() takes a lock and builds a key on every call; look each pair up once."""
+        children = self._children.get(labels)
+        if children is None:
+            children = self._children[labels] = (self.metrics.requests.labels(*labels), self.metrics.latency.labels(*labels))
+        children[0].inc()
+        children[1].observe(seconds)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -71,6 +80,4 @@ class HTTPMetricsMiddleware:
             await self.app(scope, receive, send_status)
         finally:
             route = getattr(scope.get("route"), "path", "unmatched")
-            labels = (scope["method"], route, str(status))
-            self.metrics.requests.labels(*labels).inc()
-            self.metrics.latency.labels(*labels).observe(time.perf_counter() - start)
+            self._observe((scope["method"], route, str(status)), time.perf_counter() - start)

@@ -50,6 +50,8 @@ class Settings(BaseSettings):
     queue_size: int = Field(64, ge=0, description="jobs waiting for a worker before 503")
     batch_window_ms: float = Field(1.5, ge=0, description="how long the micro-batcher collects single queries")
     batch_max_queries: int = Field(64, ge=1, description="query rows that close a micro-batch early")
+    hot_routes: bool = Field(True, description="answer POST /v1/predict and /v1/gp/predict in a lean ASGI layer "
+                             "(service.hot_routes) instead of FastAPI's request machinery; same answers and errors")
     torch_threads: int | None = Field(1, ge=1, description="torch intra-op threads per process; 1 suits `workers` "
                                       "threads on a small shared CPU (intra-op spinning contends badly); unset = torch's")
     store_timeout_s: float = Field(1.0, gt=0, description="socket timeout of store operations")

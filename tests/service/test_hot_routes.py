@@ -1,0 +1,115 @@
+"""The lean ASGI layer for the query routes answers exactly what FastAPI's route answers.
+
+Two real servers on the same registry, one with GRIDPFN_HOT_ROUTES on and one with it off, get
+the same requests; status, headers that matter and bodies must agree (timings aside).
+"""
+from __future__ import annotations
+
+import httpx
+import numpy as np
+import pytest
+
+from service.settings import Settings
+from tests.service.conftest import LIMITS, MODEL, assert_problem, metric, rows, running
+
+KEY = "hot-routes-test-key"
+
+
+@pytest.fixture(scope="module")
+def pair(model_dir):
+    """(hot, plain) clients, both with an API key configured."""
+    common = dict(model_dir=model_dir, redis_url=None, api_keys=(KEY,), **LIMITS)
+    with running(Settings(hot_routes=True, **common)) as hot, running(Settings(hot_routes=False, **common)) as plain:
+        auth = {"Authorization": f"Bearer {KEY}"}
+        with httpx.Client(base_url=hot.url, timeout=60, headers=auth) as h, \
+                httpx.Client(base_url=plain.url, timeout=60, headers=auth) as p:
+            yield h, p
+
+
+@pytest.fixture(scope="module")
+def cid(pair, scenarios):
+    x, y = scenarios
+    ids = {c.post("/v1/context-sets", json={"x": rows(x[:40]), "y": rows(y[:40])}).json()["id"] for c in pair}
+    assert len(ids) == 1  # content-addressed: the same id on both
+    return ids.pop()
+
+
+def _both(pair, path: str, **kwargs) -> tuple[httpx.Response, httpx.Response]:
+    return tuple(c.post(path, **kwargs) for c in pair)
+
+
+def _same(hot: httpx.Response, plain: httpx.Response) -> dict:
+    assert hot.status_code == plain.status_code, (hot.text, plain.text)
+    assert hot.headers["content-type"] == plain.headers["content-type"]
+    a, b = hot.json(), plain.json()
+    if hot.status_code != 200:
+        if any(e["message"].startswith("Invalid JSON") for e in a["errors"]):  # parsers word it differently
+            assert [e["field"] for e in a["errors"]] == [e["field"] for e in b["errors"]] == ["body"], (a, b)
+            assert b["errors"][0]["message"].startswith("Invalid JSON") and a["type"] == b["type"]
+            return a
+        assert a == b
+        return a
+    assert a.pop("timing").keys() == b.pop("timing").keys()
+    for key in ("mean", "std", "p_outside_band"):
+        np.testing.assert_allclose(np.asarray(a.pop(key), float), np.asarray(b.pop(key), float), rtol=1e-6, atol=0)
+    for level in a["quantiles"]:
+        np.testing.assert_allclose(a["quantiles"][level], b["quantiles"][level], rtol=1e-6, atol=0)
+    a.pop("quantiles"), b.pop("quantiles")
+    if a.get("gp") is not None:
+        for key in ("mean", "std"):
+            np.testing.assert_allclose(a["gp"].pop(key), b["gp"].pop(key), rtol=1e-6, atol=0)
+    assert a == b
+    return hot.json()
+
+
+def test_answers_agree(pair, cid, scenarios):
+    x, y = scenarios
+    bodies = [
+        {"model": MODEL, "context_id": cid, "queries": rows(x[100:101])},
+        {"model": MODEL, "context_id": cid, "queries": rows(x[100:130]), "quantiles": [0.05, 0.5, 0.95],
+         "voltage_band": [0.95, 1.05]},
+        {"model": MODEL, "context": {"x": rows(x[:40]), "y": rows(y[:40])}, "queries": rows(x[130:135]),
+         "compare_gp": True},
+    ]
+    for body in bodies:
+        answer = _same(*_both(pair, "/v1/predict", json=body))
+        assert np.asarray(answer["mean"]).shape == (len(body["queries"]), 32)
+    gp = _same(*_both(pair, "/v1/gp/predict", json={"context_id": cid, "queries": rows(x[140:143]), "quantiles": [0.5]}))
+    assert gp["model"] == "exact-gp"
+
+
+def test_errors_agree(pair, cid, scenarios):
+    x = scenarios[0]
+    nan_row = ", ".join(["0.1"] * 5 + ["NaN"] + ["0.1"] * 58)
+    json_type = {"content-type": "application/json"}
+    cases = [
+        (422, "queries[0][5]", dict(content=f'{{"model": "{MODEL}", "context_id": "{cid}", "queries": [[{nan_row}]]}}',
+                                    headers=json_type)),
+        (422, "queries[1]", dict(json={"model": MODEL, "context_id": cid, "queries": [rows(x[0]), rows(x[1][:63])]})),
+        (422, None, dict(content=b"{not json", headers=json_type)),
+        (422, None, dict(content=b"\xff\x06", headers=json_type)),
+        (422, None, dict(json={"model": MODEL, "queries": [rows(x[0])]})),  # neither context nor context_id
+        (422, "quantiles[0]", dict(json={"model": MODEL, "context_id": cid, "queries": [rows(x[0])], "quantiles": [1.5]})),
+        (404, "model", dict(json={"model": "no-such-model", "context_id": cid, "queries": [rows(x[0])]})),
+        (404, "context_id", dict(json={"model": MODEL, "context_id": "0" * 64, "queries": [rows(x[0])]})),
+        (413, "queries", dict(json={"model": MODEL, "context_id": cid, "queries": [rows(x[0])] * (LIMITS["max_queries"] + 1)})),
+        (422, None, dict(content=b"model=x", headers={"content-type": "application/x-www-form-urlencoded"})),
+    ]
+    for status, field, kwargs in cases:
+        body = _same(*_both(pair, "/v1/predict", **kwargs))
+        assert body["status"] == status, body
+        if field is not None:
+            assert any(e["field"] == field for e in body["errors"]), body
+
+
+def test_auth_and_metrics_on_the_hot_path(pair, cid, scenarios):
+    hot, plain = pair
+    body = {"model": MODEL, "context_id": cid, "queries": rows(scenarios[0][:1])}
+    for headers in ({"Authorization": ""}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {KEY}"}):
+        a, b = hot.post("/v1/predict", json=body, headers=headers), plain.post("/v1/predict", json=body, headers=headers)
+        assert_problem(a, 401, "Authorization")
+        assert a.json() == b.json() and a.headers["www-authenticate"] == b.headers["www-authenticate"]
+    before = metric(hot, "gridpfn_http_requests_total", method="POST", route="/v1/predict", status="200")
+    response = hot.post("/v1/predict", json=body)
+    assert response.status_code == 200 and response.headers["server-timing"].startswith("app;dur=")
+    assert metric(hot, "gridpfn_http_requests_total", method="POST", route="/v1/predict", status="200") == before + 1
