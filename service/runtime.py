@@ -53,7 +53,7 @@ class Runtime:
         self.batcher = MicroBatcher(self.pool, s.batch_window_ms / 1000.0, s.batch_max_queries, self.metrics.batch)
         self.encoded_cache = AsyncLRU(s.encoded_cache_size)
         self.gp_cache = AsyncLRU(s.gp_cache_size)
-        self.recent_contexts: OrderedDict[str, ContextSet] = OrderedDict()
+        self.recent_contexts: OrderedDict[str, tuple[ContextSet, float]] = OrderedDict()  # id -> (set, checked at)
 
     # --- work off the event loop -------------------------------------------------------------
     async def run(self, fn, *args):
@@ -114,13 +114,17 @@ class Runtime:
         return np.asarray(rows, dtype=np.float64)
 
     async def stored_context(self, cid: str, location: str = "body") -> ContextSet:
-        """The stored set; recently used ones come from memory after a cheap existence check (TTL),
-        so a hot context is not re-read and re-decoded from the store on every request."""
+        """The stored set; recently used ones come from memory, so a hot context is not re-read and
+        re-decoded from the store on every request. Whether it still exists in the store (TTL) is
+        asked again once its copy is older than GRIDPFN_CONTEXT_RECHECK_S."""
+        now = time.monotonic()
         try:
-            ctx = self.recent_contexts.get(cid)
-            if ctx is not None and await self.contexts.ttl(cid) is None:
-                self.recent_contexts.pop(cid, None)  # deleted or expired in the store: gone here too
-                ctx = None
+            ctx, checked = self.recent_contexts.get(cid, (None, now))
+            if ctx is not None and now - checked >= self.settings.context_recheck_s:
+                if await self.contexts.ttl(cid) is None:
+                    self.recent_contexts.pop(cid, None)  # deleted or expired in the store: gone here too
+                    ctx = None
+                checked = now
             if ctx is None:
                 ctx = await self.contexts.get(cid)
         except StoreUnavailable as exc:
@@ -128,7 +132,7 @@ class Runtime:
                               f"{exc}; send the context inline instead, or retry", 5) from exc
         if ctx is None:
             raise not_found("context set", cid, "context_id", location)
-        self.recent_contexts[cid] = ctx
+        self.recent_contexts[cid] = (ctx, checked)
         self.recent_contexts.move_to_end(cid)
         while len(self.recent_contexts) > self.settings.encoded_cache_size:
             self.recent_contexts.popitem(last=False)

@@ -41,6 +41,10 @@ class Settings(BaseSettings):
     gp_max_queries: int = Field(10_000, ge=1, description="most queries the exact GP answers in one request")
 
     context_ttl_s: int = Field(24 * 3600, ge=1, description="lifetime of a stored context set")
+    context_recheck_s: float = Field(1.0, ge=0, description="how long the in-process copy of a stored context set "
+                                     "is used before the store is asked again whether it still exists: one deleted or "
+                                     "expired in the store (by another replica) stops being answered here within this "
+                                     "time; 0 = ask on every request (a Redis round trip per predict)")
     encoded_cache_size: int = Field(32, ge=1, description="encoded contexts (per model+context) kept in process")
     gp_cache_size: int = Field(8, ge=1, description="fitted GPs (per context) kept in process")
 

@@ -20,7 +20,9 @@ def own_redis():
 def test_store_outage(own_redis, model_dir, scenarios):
     proc, url = own_redis
     x, y = scenarios
-    settings = Settings(model_dir=model_dir, redis_url=url, store_timeout_s=0.5, gp_max_iter=5)
+    # recheck 0: every context-id request asks the store (with the default 1 s a copy in memory
+    # could still answer the first requests after the outage began)
+    settings = Settings(model_dir=model_dir, redis_url=url, store_timeout_s=0.5, gp_max_iter=5, context_recheck_s=0)
     with running(settings) as server, httpx.Client(base_url=server.url, timeout=30) as c:
         cid = c.post("/v1/context-sets", json={"x": rows(x[:20]), "y": rows(y[:20])}).json()["id"]
         by_id = {"model": MODEL, "context_id": cid, "queries": rows(x[:2])}
