@@ -16,6 +16,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
     train.add_argument("--max-minutes", type=float, help="stop (with a checkpoint) after this many minutes")
     train.add_argument("--steps", type=int, help="override the config's total steps (e.g. to extend a run)")
+    train.add_argument("--lr", type=float, help="override the config's peak learning rate")
+    train.add_argument("--init-weights", type=Path,
+                       help="start a new run from these weights (e.g. a registry checkpoint's model.safetensors): "
+                            "fresh optimizer, the config's warmup and cosine schedule; recorded in the card")
     train.set_defaults(func=_train)
 
     export = subparsers.add_parser("export", help="publish a run's best weights as a registry checkpoint")
@@ -36,8 +40,10 @@ def _train(args: argparse.Namespace) -> int:
     config = TrainConfig.load(args.config)
     if args.steps:
         config = dataclasses.replace(config, steps=args.steps)
+    if args.lr:
+        config = dataclasses.replace(config, lr=args.lr)
     run_dir = args.run_dir or Path("runs") / args.config.stem
-    trainer = Trainer(config, run_dir, resume=args.resume)
+    trainer = Trainer(config, run_dir, resume=args.resume, init_weights=args.init_weights)
     progress = trainer.run(max_minutes=args.max_minutes)
     log.info("stopped at step %d, best validation NLL %.4f at step %d", progress.step, progress.best_val_nll, progress.best_step)
     return 0

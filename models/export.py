@@ -45,6 +45,7 @@ def export_run(run_dir: str | Path, name: str, version: str, registry_root: str 
             "cpu_hours_upper_bound": round(progress["train_seconds"] / 3600 * threads, 3) if progress["device"] == "cpu" else None,
             "lr": config.lr,
             "seed": config.seed,
+            **({"initialised_from": progress["init"]} if progress.get("init") else {}),
         },
         "validation_nll": progress["best_val_nll"],
         "validation_nll_units": "standardised residual (z) of the prior's held-out points",

@@ -51,6 +51,21 @@ class Progress:
     history: list = field(default_factory=list)  # [step, train_loss, val_nll]
     device: str = "cpu"
     threads: int = 0  # torch intra-op threads of the run (CPU-hours = wall hours x threads, an upper bound)
+    init: dict | None = None  # weights the run started from instead of a fresh initialisation (see init_record)
+
+
+def init_record(weights: Path) -> dict:
+    """Where a warm-started run's first weights came from: the file, its sha256 and, when a
+    registry card sits beside it, that checkpoint's name, version and training steps."""
+    from models.registry import sha256_file
+
+    record = {"weights": str(weights), "sha256": sha256_file(weights)}
+    card_path = weights.parent / "card.json"
+    if card_path.exists():
+        card = json.loads(card_path.read_text())
+        record.update(name=card.get("name"), version=card.get("version"),
+                      steps=(card.get("training") or {}).get("steps"))
+    return record
 
 
 def _generator(seed: int, stream: int) -> torch.Generator:
@@ -60,7 +75,10 @@ def _generator(seed: int, stream: int) -> torch.Generator:
 class Trainer:
     """Owns one run directory: config, checkpoints, best weights."""
 
-    def __init__(self, config: TrainConfig, run_dir: str | Path, resume: bool = False):
+    def __init__(self, config: TrainConfig, run_dir: str | Path, resume: bool = False,
+                 init_weights: str | Path | None = None):
+        """`init_weights`: start a new run from these weights (borders included) instead of a fresh
+        initialisation, with a fresh optimizer and the config's schedule (a warm restart)."""
         self.config = config
         self.run_dir = Path(run_dir)
         self.device = resolve_device(config.device)
@@ -73,11 +91,18 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         saved = self.run_dir / "config.json"
         if resume and (self.run_dir / LATEST).exists():
+            if init_weights is not None:
+                raise ValueError("init_weights: only for a new run; this run resumes from its own checkpoint")
             self._load_latest()
         else:
             if (self.run_dir / LATEST).exists():
                 raise ValueError(f"run_dir: {self.run_dir} already holds a run; pass resume=True or use a new directory")
-            self._set_borders()
+            if init_weights is not None:
+                weights = Path(init_weights)
+                self.model.load_state_dict(load_file(str(weights), device=str(self.device)))  # refuses another architecture
+                self.progress.init = init_record(weights)
+            else:
+                self._set_borders()
         config.save(saved)
         self.bar = BarDistribution(self.model.borders)  # built once: borders are fixed from here on
         self.val_batch = self.prior.sample(config.val_datasets, max(config.n_context) + config.n_query, _generator(config.seed, -1))
@@ -212,6 +237,9 @@ class Trainer:
     def _load_latest(self) -> None:
         name = json.loads((self.run_dir / LATEST).read_text())["checkpoint"]
         ckpt = self.run_dir / name
+        if not (ckpt / "optimizer.pt").exists():
+            raise ValueError(f"run_dir: {self.run_dir / LATEST} names {name}, which is missing or incomplete; start a new "
+                             f"run from the run's weights instead (gridpfn train --init-weights {self.run_dir / 'best.safetensors'})")
         self.model.load_state_dict(load_file(str(ckpt / "model.safetensors"), device=str(self.device)))
         self.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location=self.device, weights_only=True))
         saved = json.loads((ckpt / "progress.json").read_text())

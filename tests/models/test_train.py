@@ -89,3 +89,33 @@ def test_sigterm_stops_training_with_a_checkpoint(tmp_path):
     progress = json.loads((run_dir / latest / "progress.json").read_text())
     assert progress["step"] >= 5 and latest == f"ckpt-{progress['step']:08d}"
     assert "stopped by signal" in err
+
+
+def test_warm_start_from_published_weights_is_recorded_in_the_card(tmp_path):
+    """--init-weights: a new run starts from a registry checkpoint's weights (not a fresh init), and
+    the exported card names where they came from; a run whose latest checkpoint is gone says how to go on."""
+    cfg_path = tmp_path / "tiny.json"
+    _config(steps=4, val_every=2, model=ModelConfig(emb_dim=16, value_dim=16, n_layers=1, n_heads=2, ffn_dim=32, head_dim=32, n_bars=20),
+            prior={"kind": "powerflow"}, n_context=(70, 80), n_query=10, val_datasets=4, batch_size=2, border_samples=4).save(cfg_path)
+    assert main(["train", "--config", str(cfg_path), "--run-dir", str(tmp_path / "a")]) == 0
+    assert main(["export", "--run-dir", str(tmp_path / "a"), "--name", "t", "--version", "1.0.0", "--registry", str(tmp_path / "reg")]) == 0
+    published = tmp_path / "reg" / "t" / "1.0.0" / "model.safetensors"
+
+    warm = Trainer(TrainConfig.load(cfg_path), tmp_path / "b", init_weights=published)
+    for name, tensor in load_file(str(published)).items():
+        torch.testing.assert_close(warm.model.state_dict()[name], tensor, atol=0, rtol=0)
+    fresh = Trainer(TrainConfig.load(cfg_path), tmp_path / "c")
+    assert not torch.equal(fresh.model.head[1].weight, warm.model.head[1].weight)
+
+    assert main(["train", "--config", str(cfg_path), "--run-dir", str(tmp_path / "d"), "--init-weights", str(published),
+                 "--lr", "1e-4"]) == 0
+    assert main(["export", "--run-dir", str(tmp_path / "d"), "--name", "t", "--version", "1.1.0", "--registry", str(tmp_path / "reg")]) == 0
+    card = json.loads((tmp_path / "reg" / "t" / "1.1.0" / "card.json").read_text())
+    origin = card["training"]["initialised_from"]
+    assert (origin["name"], origin["version"], origin["steps"]) == ("t", "1.0.0", 4) and len(origin["sha256"]) == 64
+    assert card["training"]["lr"] == 1e-4
+
+    for ckpt in (tmp_path / "d").glob("ckpt-*"):
+        (ckpt / "optimizer.pt").unlink()
+    with pytest.raises(ValueError, match="--init-weights"):
+        Trainer(TrainConfig.load(cfg_path), tmp_path / "d", resume=True)
