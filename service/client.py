@@ -1,10 +1,11 @@
-"""Python client for planning tools: context sets and batch jobs over HTTP.
+"""Python client for planning tools: context sets, predictions (as Arrow) and batch jobs over HTTP.
 
-Needs only httpx and pandas (plus pyarrow to read Parquet results), never torch or the rest of
+Needs only httpx and pandas (plus pyarrow to read Arrow answers and Parquet results), never torch or the rest of
 GridPFN, so a planning tool can `pip install httpx pandas pyarrow` and copy this one file.
 
     client = GridPFNClient("http://127.0.0.1:8000", api_key=None)
     cid = client.create_context(simulate={"network": "ieee33", "delta": 0.1, "n": 500, "seed": 0})
+    answer = client.predict(loads, model="transformer-dva", context_id=cid, quantiles=[0.05, 0.95])  # DataFrame
     job = client.submit("loads.parquet", model="ieee33-transformer-dva", context_id=cid, quantiles=[0.05, 0.95])
     client.wait(job["id"])
     frame = client.fetch(job["id"])            # pandas DataFrame (or fetch(id, "out.parquet") to a file)
@@ -12,6 +13,7 @@ GridPFN, so a planning tool can `pip install httpx pandas pyarrow` and copy this
 from __future__ import annotations
 
 import io
+import json
 import os
 import tempfile
 import time
@@ -61,6 +63,29 @@ class GridPFNClient:
         """Store a context set (arrays, or a gridsim simulate spec); returns its id."""
         body = {"simulate": simulate} if simulate is not None else {"x": _rows(x), "y": _rows(y)}
         return self._check(self.http.post("/v1/context-sets", json=body)).json()["id"]
+
+    # --- predictions ---------------------------------------------------------------------------------
+    def predict(self, queries: Any, model: str, context_id: str | None = None, context: tuple[Any, Any] | None = None,
+                quantiles: Sequence[float] = (), voltage_band: Sequence[float] | None = None,
+                compare_gp: bool = False) -> pd.DataFrame:
+        """POST /v1/predict answered as Arrow: a DataFrame with a row per query and a float32 column per
+        statistic and bus (`mean_vm_pu_bus2`, `q0.05_...`, ...); model, timing etc. in `frame.attrs`."""
+        import pyarrow as pa
+
+        body: dict[str, Any] = {"model": model, "queries": _rows(queries), "quantiles": [float(q) for q in quantiles],
+                                "compare_gp": compare_gp}
+        if context is not None:
+            body["context"] = {"x": _rows(context[0]), "y": _rows(context[1])}
+        else:
+            body["context_id"] = context_id
+        if voltage_band is not None:
+            body["voltage_band"] = [float(b) for b in voltage_band]
+        response = self._check(self.http.post("/v1/predict", json=body,
+                                              headers={"Accept": "application/vnd.apache.arrow.stream"}))
+        table = pa.ipc.open_stream(response.content).read_all()
+        frame = table.to_pandas()
+        frame.attrs.update(json.loads(table.schema.metadata[b"gridpfn"]))
+        return frame
 
     # --- batch jobs ----------------------------------------------------------------------------------
     def submit(self, data: str | os.PathLike | pd.DataFrame, model: str, context_id: str,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from fastapi import Request
 
+from service.arrow_answer import ARROW_STREAM
 from service.errors import PROBLEM_MEDIA_TYPE
 from service.runtime import Runtime
 from service.schemas import Problem
@@ -20,3 +21,11 @@ def problems(*statuses: int) -> dict[int | str, dict]:
     return {status: {"model": Problem, "description": words.get(status, "error"),
                      "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
             for status in statuses}
+
+
+# The query routes' 200 also comes as Arrow when asked for (service.arrow_answer): documented beside the JSON.
+ARROW_200: dict[int | str, dict] = {200: {
+    "description": "JSON by default; with `Accept: application/vnd.apache.arrow.stream` one Arrow IPC record batch "
+                   "(a row per query, a float32 column per statistic and bus, the rest as JSON in the schema "
+                   "metadata `gridpfn`)",
+    "content": {ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}}}}}

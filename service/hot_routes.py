@@ -23,9 +23,9 @@ from service.auth import check_authorization_header
 from service.errors import ProblemError, problem_response, unexpected_response, validation_problem
 from service.schemas import GPPredictRequest, PredictRequest
 
-Handler = Callable[[Any, Any], Awaitable[Response]]
+Handler = Callable[[Any, Any, "str | None"], Awaitable[Response]]  # (runtime, request, Accept header)
 
-# (method, path) -> (request schema, handler(runtime, request)); every route here also exists in FastAPI
+# (method, path) -> (request schema, handler(runtime, request, accept)); every route here also exists in FastAPI
 ROUTES: dict[tuple[str, str], tuple[type[BaseModel], Handler]] = {
     ("POST", "/v1/predict"): (PredictRequest, inference.predict),
     ("POST", "/v1/gp/predict"): (GPPredictRequest, inference.gp_predict),
@@ -89,4 +89,4 @@ class HotRoutes:
             request = schema.model_validate_json(await _body(receive))
         except ValidationError as exc:
             raise validation_problem(exc.errors(include_url=False), "body") from None
-        return await handler(runtime, request)
+        return await handler(runtime, request, _header(scope, b"accept"))

@@ -14,6 +14,7 @@ import orjson
 from starlette.responses import Response
 
 from service.answers import Answer, AnswerSpec, answer as answer_of
+from service.arrow_answer import arrow_response, wants_arrow
 from service.errors import ProblemError, too_large
 from service.pool import PoolFull
 from service.runtime import OUTPUT_NAMES, Runtime
@@ -66,6 +67,11 @@ def json_response(body: dict[str, Any], status: int = 200) -> Response:
                     media_type="application/json")
 
 
+def _respond(body: dict[str, Any], accept: str | None) -> Response:
+    """JSON, or Arrow when the client's Accept asks for it (service.arrow_answer)."""
+    return arrow_response(body) if wants_arrow(accept) else json_response(body)
+
+
 def _check_gp(rt: Runtime, ctx: Any, queries: np.ndarray) -> None:
     """Refuse GP work over the configured sizes before any model time is spent."""
     rt.check_gp_context(ctx)
@@ -81,7 +87,7 @@ async def _gp_answer(rt: Runtime, ctx: Any, queries: np.ndarray, spec: AnswerSpe
     return answer, {"gp_fit_ms": fitted.seconds * 1e3, "gp_predict_ms": predict_s * 1e3, "gp_fit_cached": hit}
 
 
-async def predict(rt: Runtime, req: PredictRequest) -> Response:
+async def predict(rt: Runtime, req: PredictRequest, accept: str | None = None) -> Response:
     t0 = time.perf_counter()
     loaded = rt.model(req.model)
     ctx = await rt.context_of(req)
@@ -123,10 +129,10 @@ async def predict(rt: Runtime, req: PredictRequest) -> Response:
             **_arrays(answer, spec, f"model {loaded.name}"), "gp": gp}
     timing["total_ms"] = (time.perf_counter() - t0) * 1e3
     body["timing"] = timing
-    return json_response(body)
+    return _respond(body, accept)
 
 
-async def gp_predict(rt: Runtime, req: GPPredictRequest) -> Response:
+async def gp_predict(rt: Runtime, req: GPPredictRequest, accept: str | None = None) -> Response:
     t0 = time.perf_counter()
     ctx = await rt.context_of(req)
     queries = rt.check_queries(req.queries, ctx.x.shape[1])
@@ -136,4 +142,4 @@ async def gp_predict(rt: Runtime, req: GPPredictRequest) -> Response:
     body = {"model": "exact-gp", "context_id": ctx.id, "outputs": OUTPUT_NAMES, **_arrays(answer, spec, "exact GP")}
     timing["total_ms"] = (time.perf_counter() - t0) * 1e3
     body["timing"] = timing
-    return json_response(body)
+    return _respond(body, accept)

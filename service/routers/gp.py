@@ -1,21 +1,21 @@
 """POST /v1/gp/predict: the on-demand exact GP alone (fit cached per context id)."""
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from service import inference
 from service.auth import require_api_key
 from service.fast_json import OrjsonRoute
-from service.deps import get_runtime, problems
+from service.deps import ARROW_200, get_runtime, problems
 from service.runtime import Runtime
 from service.schemas import GPPredictRequest, PredictResponse
 
 router = APIRouter(prefix="/v1/gp", tags=["exact GP"], route_class=OrjsonRoute, dependencies=[Depends(require_api_key)])
 
 
-@router.post("/predict", response_model=PredictResponse, responses=problems(401, 404, 413, 422, 503),
+@router.post("/predict", response_model=PredictResponse, responses={**ARROW_200, **problems(401, 404, 413, 422, 503)},
              summary="Exact GP predictive per query and bus (same shapes as /v1/predict)")
-async def gp_predict(body: GPPredictRequest, rt: Runtime = Depends(get_runtime)) -> Response:
+async def gp_predict(body: GPPredictRequest, request: Request, rt: Runtime = Depends(get_runtime)) -> Response:
     """Contexts over GRIDPFN_GP_MAX_CONTEXT rows are refused (422): use batch jobs for those."""
-    return await inference.gp_predict(rt, body)
+    return await inference.gp_predict(rt, body, request.headers.get("accept"))

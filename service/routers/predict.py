@@ -1,21 +1,21 @@
 """POST /v1/predict: the PFN's predictive distribution per query and bus (optionally vs the exact GP)."""
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from service import inference
 from service.auth import require_api_key
 from service.fast_json import OrjsonRoute
-from service.deps import get_runtime, problems
+from service.deps import ARROW_200, get_runtime, problems
 from service.runtime import Runtime
 from service.schemas import PredictRequest, PredictResponse
 
 router = APIRouter(prefix="/v1", tags=["predict"], route_class=OrjsonRoute, dependencies=[Depends(require_api_key)])
 
 
-@router.post("/predict", response_model=PredictResponse, responses=problems(401, 404, 413, 422, 503),
+@router.post("/predict", response_model=PredictResponse, responses={**ARROW_200, **problems(401, 404, 413, 422, 503)},
              summary="Per-bus voltage distribution for each query load vector")
-async def predict(body: PredictRequest, rt: Runtime = Depends(get_runtime)) -> Response:
+async def predict(body: PredictRequest, request: Request, rt: Runtime = Depends(get_runtime)) -> Response:
     """Arrays are shaped (queries, outputs). `compare_gp` adds the exact GP's mean/std and both timings."""
-    return await inference.predict(rt, body)
+    return await inference.predict(rt, body, request.headers.get("accept"))
