@@ -295,6 +295,7 @@ def main() -> None:
         parser.error("give --url or --spawn")
 
     import gridsim
+    from service.arrow_answer import ARROW_STREAM
 
     proc = None
     url = args.url
@@ -330,7 +331,7 @@ def main() -> None:
             arrow_ms = []  # the same requests answered as Arrow (Accept) instead of JSON
             for _ in range(5):
                 response = c.post("/v1/predict", content=big, headers={"content-type": "application/json",
-                                                                        "accept": "application/vnd.apache.arrow.stream"})
+                                                                        "accept": ARROW_STREAM})
                 response.raise_for_status()
                 arrow_ms.append(server_timing_ms(response.headers))
         print(f"{args.big_queries}-query predict on the cached context, 5 sequential calls: whole request in the server "

@@ -98,9 +98,7 @@ class Trainer:
             if (self.run_dir / LATEST).exists():
                 raise ValueError(f"run_dir: {self.run_dir} already holds a run; pass resume=True or use a new directory")
             if init_weights is not None:
-                weights = Path(init_weights)
-                self.model.load_state_dict(load_file(str(weights), device=str(self.device)))  # refuses another architecture
-                self.progress.init = init_record(weights)
+                self._load_init_weights(Path(init_weights))
             else:
                 self._set_borders()
         config.save(saved)
@@ -233,6 +231,15 @@ class Trainer:
                 shutil.rmtree(old, ignore_errors=True)
         log.info("checkpoint %s written", final)
         return final
+
+    def _load_init_weights(self, weights: Path) -> None:
+        if not weights.is_file():
+            raise ValueError(f"init_weights: {weights} is not a file (expected a model.safetensors)")
+        try:
+            self.model.load_state_dict(load_file(str(weights), device=str(self.device)))
+        except (RuntimeError, OSError) as exc:  # another architecture, or not a safetensors file
+            raise ValueError(f"init_weights: {weights} does not fit this config's model: {exc}") from None
+        self.progress.init = init_record(weights)
 
     def _load_latest(self) -> None:
         name = json.loads((self.run_dir / LATEST).read_text())["checkpoint"]

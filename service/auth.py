@@ -44,8 +44,5 @@ def check_authorization_header(value: str | None, keys: tuple[str, ...]) -> None
 async def require_api_key(request: Request,
                           credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
     """FastAPI dependency of every /v1 router."""
-    keys = request.app.state.runtime.settings.api_keys
-    if credentials is None:
-        check_bearer(None, None, keys)
-    else:
-        check_bearer(credentials.scheme, credentials.credentials, keys)
+    check_bearer(credentials and credentials.scheme, credentials and credentials.credentials,
+                 request.app.state.runtime.settings.api_keys)

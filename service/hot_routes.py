@@ -15,6 +15,8 @@ from types import SimpleNamespace
 from typing import Any, Awaitable, Callable
 
 from pydantic import BaseModel, ValidationError
+from starlette.datastructures import Headers
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -30,25 +32,6 @@ ROUTES: dict[tuple[str, str], tuple[type[BaseModel], Handler]] = {
     ("POST", "/v1/predict"): (PredictRequest, inference.predict),
     ("POST", "/v1/gp/predict"): (GPPredictRequest, inference.gp_predict),
 }
-
-
-async def _body(receive: Receive) -> bytes:
-    chunks = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers") or ():
-        if key.lower() == name:
-            return value.decode("latin-1")
-    return None
 
 
 def _json_or_absent(content_type: str | None) -> bool:
@@ -69,24 +52,24 @@ class HotRoutes:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         key = (scope.get("method"), scope.get("path"))
-        if scope["type"] != "http" or key not in ROUTES or not _json_or_absent(_header(scope, b"content-type")):
+        if scope["type"] != "http" or key not in ROUTES or not _json_or_absent(Headers(scope=scope).get("content-type")):
             await self.app(scope, receive, send)  # other content types get FastAPI's own answer
             return
         scope["route"] = self.route_of[key]
         try:
-            response = await self._answer(key, scope, receive)
+            response = await self._answer(key, Request(scope, receive))
         except ProblemError as problem:
             response = problem_response(problem)
         except Exception as exc:  # noqa: BLE001 - the same 500 problem FastAPI's handler gives
             response = unexpected_response(key[0], key[1], exc)
         await response(scope, receive, send)
 
-    async def _answer(self, key: tuple[str, str], scope: Scope, receive: Receive) -> Response:
+    async def _answer(self, key: tuple[str, str], http: Request) -> Response:
         runtime = self.fastapi_app.state.runtime
-        check_authorization_header(_header(scope, b"authorization"), runtime.settings.api_keys)
+        check_authorization_header(http.headers.get("authorization"), runtime.settings.api_keys)
         schema, handler = ROUTES[key]
         try:
-            request = schema.model_validate_json(await _body(receive))
+            request = schema.model_validate_json(await http.body())
         except ValidationError as exc:
             raise validation_problem(exc.errors(include_url=False), "body") from None
-        return await handler(runtime, request, _header(scope, b"accept"))
+        return await handler(runtime, request, http.headers.get("accept"))

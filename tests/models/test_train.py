@@ -115,6 +115,11 @@ def test_warm_start_from_published_weights_is_recorded_in_the_card(tmp_path):
     assert (origin["name"], origin["version"], origin["steps"]) == ("t", "1.0.0", 4) and len(origin["sha256"]) == 64
     assert card["training"]["lr"] == 1e-4
 
+    with pytest.raises(ValueError, match="init_weights: .* is not a file"):
+        Trainer(TrainConfig.load(cfg_path), tmp_path / "e", init_weights=tmp_path / "missing.safetensors")
+    with pytest.raises(ValueError, match="init_weights: .* does not fit"):  # another architecture
+        Trainer(_config(), tmp_path / "f", init_weights=published)
+
     for ckpt in (tmp_path / "d").glob("ckpt-*"):
         (ckpt / "optimizer.pt").unlink()
     with pytest.raises(ValueError, match="--init-weights"):
