@@ -237,6 +237,26 @@ def load_wrk(url: str, path: str, api_key: str | None, bodies: list[bytes], clie
             "percentiles": (p50, p95, p99), "server_ms": []}
 
 
+async def warm_every_process(url: str, headers: dict, body: bytes, connections: int = 64, rounds: int = 20) -> int:
+    """Rounds of `connections` concurrent requests, each on a fresh connection, until every answer in a
+    round says its context was already encoded; returns the rounds it took.
+
+    Each server process encodes a context on its own first request (~0.3 s). Kept-alive load
+    connections all land on whichever process accepted them, so a process can stay cold through a
+    warm-up and stall its first measured requests; fresh connections reach the idle ones.
+    """
+    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=url, headers={**headers, "content-type": "application/json"},
+                                 limits=limits, timeout=300) as client:
+        for done in range(1, rounds + 1):
+            answers = await asyncio.gather(*(client.post("/v1/predict", content=body) for _ in range(connections)))
+            for answer in answers:
+                answer.raise_for_status()
+            if all(answer.json()["timing"]["context_cached"] for answer in answers):
+                return done
+    raise SystemExit(f"a server process still encoded the context after {rounds} warm-up rounds")
+
+
 def batch_stats(url: str) -> tuple[float, float]:
     """(forward passes, rows) so far, from the server's gridpfn_microbatch_rows histogram."""
     count = total = 0.0
@@ -347,8 +367,10 @@ def main() -> None:
             runner = load_raw if args.client == "raw" else load
             return asyncio.run(runner(url, headers, bodies, clients, seconds, path))
 
-        # every process of a multi-process server encodes the context on its own first request: a short
-        # load phase before the measured ones reaches them all (with one process it only warms caches)
+        # every process of a multi-process server encodes the context on its own first request: fresh
+        # connections reach them all, then a short unmeasured load phase warms the caches
+        rounds = asyncio.run(warm_every_process(url, headers, single[0]))
+        print(f"warm-up: every answer of round {rounds} came from an already encoded context")
         run_load(single, args.clients, args.warmup_seconds)
         floor = report(f"GET /healthz, no work: the HTTP stack's floor ({args.client} client)",
                        run_load([], args.clients, args.seconds, "/healthz"), args.clients)

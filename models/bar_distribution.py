@@ -40,6 +40,7 @@ class BarDistribution(nn.Module):
             raise ValueError("borders must be strictly increasing")
         self.register_buffer("borders", borders.detach().clone())
         self._casts: dict[tuple[torch.dtype, torch.device], BarDistribution] = {}
+        self._derived: dict[tuple, tuple[Tensor, tuple[Tensor, ...]]] = {}
 
     def cast(self, dtype: torch.dtype, device: torch.device | str) -> "BarDistribution":
         """This distribution with borders in another dtype / device, built once per pair: a
@@ -81,22 +82,43 @@ class BarDistribution(nn.Module):
         return self.borders.numel() - 1
 
     # ----- geometry -------------------------------------------------------------------
+    def _derive(self, name: str, like: Tensor, build) -> tuple[Tensor, ...]:
+        """`build(like)` once per (name, dtype, device, state of the borders): a summary of a few
+        queries spent a third of its time re-deriving these constants op by op."""
+        key = (name, like.dtype, like.device)
+        cached = self._derived.get(key)
+        borders = self.borders.detach()
+        # one comparison instead of a version counter, which inference-mode tensors do not have
+        if cached is None or cached[0].device != borders.device or not torch.equal(cached[0], borders):
+            with torch.no_grad():
+                cached = self._derived[key] = (borders.clone(), tuple(t.detach() for t in build(like)))
+        return cached[1]
+
     def _geometry(self, like: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Borders, widths and the two tail scales in `like`'s dtype and device."""
-        b = self.borders.to(dtype=like.dtype, device=like.device)
-        w = (b[1:] - b[:-1]).clamp_min(torch.finfo(like.dtype).tiny)
-        return b, w, w[0] / _Z75, w[-1] / _Z75
 
-    def _bucket_moments(self, like: Tensor) -> tuple[Tensor, Tensor]:
-        """Mean and variance of each bucket's conditional density (tails are half-normals)."""
-        b, w, s_left, s_right = self._geometry(like)
-        means = 0.5 * (b[1:] + b[:-1])
-        variances = w**2 / 12.0
-        shift = math.sqrt(2.0 / math.pi)
-        hn_var = 1.0 - 2.0 / math.pi
-        means = torch.cat([(b[1] - s_left * shift)[None], means[1:-1], (b[-2] + s_right * shift)[None]])
-        variances = torch.cat([(s_left**2 * hn_var)[None], variances[1:-1], (s_right**2 * hn_var)[None]])
-        return means, variances
+        def build(like: Tensor) -> tuple[Tensor, ...]:
+            b = self.borders.to(dtype=like.dtype, device=like.device)
+            w = (b[1:] - b[:-1]).clamp_min(torch.finfo(like.dtype).tiny)
+            return b, w, w[0] / _Z75, w[-1] / _Z75
+
+        return self._derive("geometry", like, build)
+
+    def _bucket_moments(self, like: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Mean and variance of each bucket's conditional density (tails are half-normals), and the
+        (n_bars, 2) matrix of [mean, second moment] that maps bucket probabilities to E[z], E[z^2]."""
+
+        def build(like: Tensor) -> tuple[Tensor, ...]:
+            b, w, s_left, s_right = self._geometry(like)
+            means = 0.5 * (b[1:] + b[:-1])
+            variances = w**2 / 12.0
+            shift = math.sqrt(2.0 / math.pi)
+            hn_var = 1.0 - 2.0 / math.pi
+            means = torch.cat([(b[1] - s_left * shift)[None], means[1:-1], (b[-2] + s_right * shift)[None]])
+            variances = torch.cat([(s_left**2 * hn_var)[None], variances[1:-1], (s_right**2 * hn_var)[None]])
+            return means, variances, torch.stack([means, variances + means.square()], dim=-1)
+
+        return self._derive("moments", like, build)
 
     def _check_logits(self, logits: Tensor) -> Tensor:
         logits = torch.as_tensor(logits)
@@ -146,22 +168,22 @@ class BarDistribution(nn.Module):
         """P(Y <= y), tails included (the right tail via its survival function for precision)."""
         logits, y = self._align(logits, y)
         p = torch.softmax(logits, dim=-1)
-        return self.cdf_from_probs(p, self.cumulative(p), y)
+        return self.cdf_from_probs(p, self.cumulative(p), y[..., None])[..., 0]
 
     def cdf_from_probs(self, p: Tensor, cum: Tensor, y: Tensor) -> Tensor:
-        """cdf from bucket probabilities p and their cumsum (..., n_bars), y (...) of the same batch shape."""
+        """cdf at y (..., L) from bucket probabilities p and their cumsum (..., n_bars): L points per
+        distribution in one pass (the service asks for both ends of a voltage band)."""
         b, w, s_left, s_right = self._geometry(p)
-        idx = self._bucket_index(y, b).unsqueeze(-1)
-        p_idx = p.gather(-1, idx).squeeze(-1)
-        below_idx = cum.gather(-1, idx).squeeze(-1) - p_idx
-        idx = idx.squeeze(-1)
+        idx = self._bucket_index(y, b)
+        p_idx = p.gather(-1, idx)
+        below_idx = cum.gather(-1, idx) - p_idx
         frac = ((y - b[idx]) / w[idx]).clamp(0.0, 1.0)
         interior = below_idx + p_idx * frac
         root2 = math.sqrt(2.0)
         z_left = ((b[1] - y) / s_left).clamp_min(0.0)
         z_right = ((y - b[-2]) / s_right).clamp_min(0.0)
-        left = p[..., 0] * torch.special.erfc(z_left / root2)
-        right = 1.0 - p[..., -1] * torch.special.erfc(z_right / root2)
+        left = p[..., :1] * torch.special.erfc(z_left / root2)
+        right = 1.0 - p[..., -1:] * torch.special.erfc(z_right / root2)
         out = torch.where(idx == 0, left, torch.where(idx == self.n_bars - 1, right, interior))
         return out.clamp(0.0, 1.0)
 
@@ -217,16 +239,16 @@ class BarDistribution(nn.Module):
         models' answers the std stays within 1.5e-5 (relative) of the float64 value; the
         per-statistic float64 path (BarPredictive.std) is exact.
         """
-        means, variances = self._bucket_moments(p)
-        both = (p @ torch.stack([means, variances + means.square()], dim=-1)).to(torch.float64)  # (..., 2)
+        both = (p @ self._bucket_moments(p)[2]).to(torch.float64)  # (..., 2)
         mu = both[..., 0]
         return mu, (both[..., 1] - mu.square()).clamp_min(0.0)
 
     def cumulative(self, p: Tensor) -> Tensor:
-        """Running sums of bucket probabilities (..., n_bars), as one matmul with a triangle of ones
-        (several times faster than torch.cumsum along a short last axis on the CPU)."""
-        ones = torch.ones(self.n_bars, self.n_bars, dtype=p.dtype, device=p.device)
-        return p @ torch.triu(ones)
+        """Running sums of bucket probabilities (..., n_bars).
+
+        torch.cumsum: on the 2-core AVX-512 CPU it takes 3.5 ms for 32 x 1024 x 64 float32 where a
+        matmul with a triangle of ones takes 6.0 ms (the matmul was faster on an earlier host)."""
+        return torch.cumsum(p, dim=-1)
 
     def sample(self, logits: Tensor, n: int, generator: torch.Generator | None = None) -> Tensor:
         """n draws per distribution: (n, ...). Bucket by multinomial, then uniform or half-normal within."""

@@ -165,11 +165,10 @@ class BarPredictive(Predictive):
             if lv is not None:
                 z = order(bar.icdf_from_probs(p, cum, lv.to(dtype).expand(*p.shape[:-1], -1))).movedim(-1, 0)
                 quantiles[:, rows] = loc[None] + scale[None] * as64(z)
-            if band is not None:
-                edges = [order(torch.as_tensor((edge - loc) / scale, dtype=dtype, device=device)).contiguous()
-                         for edge in (low, high)]
-                inside = bar.cdf_from_probs(p, cum, edges[1]) - bar.cdf_from_probs(p, cum, edges[0])
-                outside[rows] = as64(order((1.0 - inside).clamp(0.0, 1.0)))
+            if band is not None:  # both ends in one pass: (rows, k, 2) standardised, in p's order
+                edges = np.stack([(low - loc) / scale, (high - loc) / scale], axis=-1)
+                cdf = bar.cdf_from_probs(p, cum, order(torch.as_tensor(edges, dtype=dtype, device=device)).contiguous())
+                outside[rows] = as64(order((1.0 - (cdf[..., 1] - cdf[..., 0])).clamp(0.0, 1.0)))
         return Summary(mean, std, quantiles, outside)
 
     @staticmethod

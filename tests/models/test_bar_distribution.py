@@ -272,3 +272,27 @@ def test_gradients_of_all_differentiable_methods_match_finite_differences():
     for fn in (bar.mean, bar.variance, lambda lg: bar.log_prob(lg, y), lambda lg: bar.cdf(lg, y),
                lambda lg: bar.quantile(lg, torch.tensor([0.01, 0.5, 0.99]))):
         assert torch.autograd.gradcheck(fn, (logits,))
+
+
+def test_cdf_from_probs_at_several_points_equals_one_point_at_a_time():
+    bar = make()
+    logits = random_logits((4, 3))
+    p = torch.softmax(logits, dim=-1)
+    y = torch.tensor([-5.0, -1.5, 0.25, 2.0, 9.0], dtype=torch.float64).expand(4, 3, 5)
+    together = bar.cdf_from_probs(p, bar.cumulative(p), y.contiguous())
+    assert together.shape == (4, 3, 5)
+    for j in range(5):
+        torch.testing.assert_close(together[..., j], bar.cdf(logits, y[..., j]), rtol=0, atol=1e-15)
+
+
+def test_derived_constants_follow_borders_changed_in_place():
+    """Geometry is derived once and kept; changing the borders in place must not leave it stale."""
+    bar, logits = make(), random_logits((6,))
+    y = torch.linspace(-3.0, 4.0, 6, dtype=torch.float64)
+    before = bar.cdf(logits, y)
+    with torch.no_grad():
+        bar.borders.mul_(2.0)
+    fresh = BarDistribution(torch.tensor(BORDERS, dtype=torch.float64) * 2.0)
+    torch.testing.assert_close(bar.cdf(logits, y), fresh.cdf(logits, y), rtol=0, atol=0)
+    torch.testing.assert_close(bar.mean(logits), fresh.mean(logits), rtol=0, atol=0)
+    assert not torch.allclose(before, bar.cdf(logits, y))
