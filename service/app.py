@@ -114,8 +114,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     openapi.install(app)
     for module in (health, models, context_sets, predict, gp, simulate, batch_jobs):
         app.include_router(module.router)
-    if settings.hot_routes:  # innermost of ours: body limit, metrics and Server-Timing still apply
-        app.add_middleware(HotRoutes, fastapi_app=app)
+    # innermost of ours: body limit, metrics and Server-Timing still apply. With hot routes off it
+    # still answers Arrow request bodies, which FastAPI cannot parse, and leaves JSON to FastAPI.
+    app.add_middleware(HotRoutes, fastapi_app=app, json=settings.hot_routes)
     # batch-job uploads stream to disk under their own limit (GRIDPFN_JOB_MAX_UPLOAD_BYTES)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, exempt=("/v1/batch-jobs",))
     app.add_middleware(HTTPMetricsMiddleware, metrics=app.state.metrics)

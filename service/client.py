@@ -24,6 +24,9 @@ import httpx
 import pandas as pd
 
 TERMINAL = ("done", "failed", "cancelled")
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+# The model cards' feature names (IEEE 33-bus: P then Q at buses 2..33), for queries given as arrays.
+LOAD_FEATURES = [f"p_mw_bus{bus}" for bus in range(2, 34)] + [f"q_mvar_bus{bus}" for bus in range(2, 34)]
 
 
 class GridPFNError(RuntimeError):
@@ -68,20 +71,21 @@ class GridPFNClient:
     def predict(self, queries: Any, model: str, context_id: str | None = None, context: tuple[Any, Any] | None = None,
                 quantiles: Sequence[float] = (), voltage_band: Sequence[float] | None = None,
                 compare_gp: bool = False) -> pd.DataFrame:
-        """POST /v1/predict answered as Arrow: a DataFrame with a row per query and a float32 column per
-        statistic and bus (`mean_vm_pu_bus2`, `q0.05_...`, ...); model, timing etc. in `frame.attrs`."""
+        """POST /v1/predict with the queries sent as Arrow and answered as Arrow: a DataFrame with a row per
+        query and a float32 column per statistic and bus (`mean_vm_pu_bus2`, `q0.05_...`, ...); model,
+        timing etc. in `frame.attrs`. `queries`: a DataFrame with the 64 feature columns, or an (m, 64)
+        array in LOAD_FEATURES order."""
         import pyarrow as pa
 
-        body: dict[str, Any] = {"model": model, "queries": _rows(queries), "quantiles": [float(q) for q in quantiles],
-                                "compare_gp": compare_gp}
+        fields: dict[str, Any] = {"model": model, "quantiles": [float(q) for q in quantiles], "compare_gp": compare_gp}
         if context is not None:
-            body["context"] = {"x": _rows(context[0]), "y": _rows(context[1])}
+            fields["context"] = {"x": _rows(context[0]), "y": _rows(context[1])}
         else:
-            body["context_id"] = context_id
+            fields["context_id"] = context_id
         if voltage_band is not None:
-            body["voltage_band"] = [float(b) for b in voltage_band]
-        response = self._check(self.http.post("/v1/predict", json=body,
-                                              headers={"Accept": "application/vnd.apache.arrow.stream"}))
+            fields["voltage_band"] = [float(b) for b in voltage_band]
+        response = self._check(self.http.post("/v1/predict", content=arrow_request_body(queries, fields),
+                                              headers={"Content-Type": ARROW_STREAM, "Accept": ARROW_STREAM}))
         table = pa.ipc.open_stream(response.content).read_all()
         frame = table.to_pandas()
         frame.attrs.update(json.loads(table.schema.metadata[b"gridpfn"]))
@@ -150,6 +154,26 @@ class GridPFNClient:
         """Cancel an active job (returns its status) or delete a finished one (returns None)."""
         response = self._check(self.http.delete(f"/v1/batch-jobs/{job_id}"))
         return response.json() if response.status_code == 202 else None
+
+
+def arrow_request_body(queries: Any, fields: dict[str, Any]) -> bytes:
+    """A predict body as Arrow: a column per load feature, a row per query, the request's other `fields`
+    as JSON in the schema metadata `gridpfn` (see service.arrow_request)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if isinstance(queries, pd.DataFrame):
+        table = pa.Table.from_pandas(queries, preserve_index=False)
+    else:
+        matrix = np.asarray(queries, dtype=np.float64)
+        if matrix.ndim != 2 or matrix.shape[1] != len(LOAD_FEATURES):
+            raise ValueError(f"queries: expected an (m, {len(LOAD_FEATURES)}) array or a DataFrame, got shape {matrix.shape}")
+        table = pa.table(dict(zip(LOAD_FEATURES, np.ascontiguousarray(matrix.T))))
+    table = table.replace_schema_metadata({b"gridpfn": json.dumps(fields).encode()})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
 
 
 def _rows(a: Any) -> list:

@@ -1,6 +1,8 @@
 """Router helpers: the runtime dependency and the documented error responses."""
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import Request
 
 from service.arrow_answer import ARROW_STREAM
@@ -28,4 +30,12 @@ ARROW_200: dict[int | str, dict] = {200: {
     "description": "JSON by default; with `Accept: application/vnd.apache.arrow.stream` one Arrow IPC record batch "
                    "(a row per query, a float32 column per statistic and bus, the rest as JSON in the schema "
                    "metadata `gridpfn`)",
+    "content": {ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}}}}}
+
+# ... and their queries may come as Arrow (service.arrow_request): documented beside the JSON body.
+ARROW_BODY: dict[str, Any] = {"requestBody": {
+    "description": "JSON, or with `Content-Type: application/vnd.apache.arrow.stream` one Arrow IPC stream: a column "
+                   "per load feature (p_mw_bus2 ... q_mvar_bus33), a row per query, and the other fields of the JSON "
+                   "body (model, context_id or context, quantiles, voltage_band, compare_gp) as a JSON object in the "
+                   "schema metadata `gridpfn`",
     "content": {ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}}}}}

@@ -8,6 +8,8 @@ schema's own JSON validation (pydantic parses and validates in one pass), `servi
 for the work and the problem shape of `service.errors` for every failure. The routes stay
 declared in FastAPI, which documents them (/docs, /openapi.json) and answers them when this
 layer is off (`GRIDPFN_HOT_ROUTES=false`); tests check both give the same answers and errors.
+Requests whose queries come as Arrow (service.arrow_request) are answered here either way: FastAPI
+has no parser for them.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service import inference
+from service import arrow_request, inference
 from service.auth import check_authorization_header
 from service.errors import ProblemError, problem_response, unexpected_response, validation_problem
 from service.schemas import GPPredictRequest, PredictRequest
@@ -45,29 +47,37 @@ def _json_or_absent(content_type: str | None) -> bool:
 class HotRoutes:
     """ASGI middleware: the ROUTES table is answered here, everything else passes through."""
 
-    def __init__(self, app: ASGIApp, fastapi_app: Any) -> None:
-        self.app, self.fastapi_app = app, fastapi_app
+    def __init__(self, app: ASGIApp, fastapi_app: Any, json: bool = True) -> None:
+        self.app, self.fastapi_app, self.json = app, fastapi_app, json
         # what FastAPI's routing leaves in scope["route"]: metrics label requests by its path template
         self.route_of = {key: SimpleNamespace(path=key[1]) for key in ROUTES}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         key = (scope.get("method"), scope.get("path"))
-        if scope["type"] != "http" or key not in ROUTES or not _json_or_absent(Headers(scope=scope).get("content-type")):
+        if scope["type"] != "http" or key not in ROUTES:
+            await self.app(scope, receive, send)
+            return
+        content_type = Headers(scope=scope).get("content-type")
+        arrow = arrow_request.is_arrow(content_type)
+        if not (arrow or (self.json and _json_or_absent(content_type))):
             await self.app(scope, receive, send)  # other content types get FastAPI's own answer
             return
         scope["route"] = self.route_of[key]
         try:
-            response = await self._answer(key, Request(scope, receive))
+            response = await self._answer(key, Request(scope, receive), arrow)
         except ProblemError as problem:
             response = problem_response(problem)
         except Exception as exc:  # noqa: BLE001 - the same 500 problem FastAPI's handler gives
             response = unexpected_response(key[0], key[1], exc)
         await response(scope, receive, send)
 
-    async def _answer(self, key: tuple[str, str], http: Request) -> Response:
+    async def _answer(self, key: tuple[str, str], http: Request, arrow: bool) -> Response:
         runtime = self.fastapi_app.state.runtime
         check_authorization_header(http.headers.get("authorization"), runtime.settings.api_keys)
         schema, handler = ROUTES[key]
+        if arrow:
+            request = arrow_request.parse(schema, await http.body(), runtime.settings.max_queries)
+            return await handler(runtime, request, http.headers.get("accept"))
         try:
             request = schema.model_validate_json(await http.body())
         except ValidationError as exc:

@@ -108,6 +108,8 @@ class Runtime:
     @staticmethod
     def as_matrix(rows: list[list[float]], width: int, field: str) -> np.ndarray:
         """(len(rows), width) float64 array; 422 naming the first row of another length."""
+        if isinstance(rows, np.ndarray) and rows.ndim == 2 and rows.shape[1] == width:  # an Arrow body's, checked
+            return np.asarray(rows, dtype=np.float64)
         for i, row in enumerate(rows):
             if len(row) != width:
                 raise invalid(f"{field}[{i}]", f"has {len(row)} values", f"{width} finite numbers")

@@ -16,7 +16,8 @@ from service import examples as ex
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 # Physical ranges, generous: IEEE 33-bus loads are < 1 MW per bus, voltages ~0.9-1.05 p.u. Outside
 # them the models' arithmetic is not meaningful (1e30 MW overflows the PFN), so they are a 422.
-Load = Annotated[float, Field(allow_inf_nan=False, ge=-1000.0, le=1000.0, description="MW or Mvar")]
+LOAD_LIMIT = 1000.0
+Load = Annotated[float, Field(allow_inf_nan=False, ge=-LOAD_LIMIT, le=LOAD_LIMIT, description="MW or Mvar")]
 Voltage = Annotated[float, Field(allow_inf_nan=False, ge=0.0, le=5.0, description="|V| in p.u.")]
 
 

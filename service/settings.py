@@ -52,7 +52,7 @@ class Settings(BaseSettings):
                            "more than one needs GRIDPFN_REDIS_URL so that every process sees every context set")
     workers: int = Field(2, ge=1, description="threads running model / GP work (per process)")
     queue_size: int = Field(64, ge=0, description="jobs waiting for a worker before 503")
-    batch_window_ms: float = Field(1.5, ge=0, description="how long the micro-batcher collects single queries")
+    batch_window_ms: float = Field(0.5, ge=0, description="how long the micro-batcher collects single queries")
     batch_max_queries: int = Field(64, ge=1, description="query rows that close a micro-batch early")
     hot_routes: bool = Field(True, description="answer POST /v1/predict and /v1/gp/predict in a lean ASGI layer "
                              "(service.hot_routes) instead of FastAPI's request machinery; same answers and errors")

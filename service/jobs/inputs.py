@@ -18,19 +18,10 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
 from service.jobs.results import WRITE_OPTIONS
+from service.load_table import InputError, as_float, check_columns, first_non_number
 
 CSV_BLOCK_BYTES = 4 << 20
 PARQUET_MAGIC = b"PAR1"
-
-
-class InputError(ValueError):
-    """A refused upload: where (row, column) and what was expected."""
-
-    def __init__(self, message: str, expected: str, row: int | None = None, column: str | None = None) -> None:
-        parts = (f"row {row}" if row is not None else "", f"column {column!r}" if column else "")
-        where = ", ".join(p for p in parts if p)
-        super().__init__(f"{where}: {message}" if where else message)
-        self.message, self.expected, self.row, self.column = message, expected, row, column
 
 
 def detect_format(path: Path, filename: str | None = None) -> str:
@@ -41,48 +32,6 @@ def detect_format(path: Path, filename: str | None = None) -> str:
     if filename and filename.lower().endswith((".parquet", ".pq")):
         raise InputError("the file is named .parquet but is not a Parquet file", "a Parquet or CSV file")
     return "csv"
-
-
-def _check_columns(names: Sequence[str], features: Sequence[str]) -> None:
-    dupes = sorted({n for n in names if list(names).count(n) > 1})
-    if dupes:
-        raise InputError(f"column(s) {dupes} appear more than once", "each feature column once", column=dupes[0])
-    missing = [f for f in features if f not in names]
-    extra = [n for n in names if n not in set(features)]
-    if missing:
-        raise InputError(f"missing column(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}",
-                         f"the {len(features)} feature columns of the model card", column=missing[0])
-    if extra:
-        raise InputError(f"unexpected column(s) {extra[:5]}{' ...' if len(extra) > 5 else ''}",
-                         f"only the {len(features)} feature columns of the model card", column=extra[0])
-
-
-def _first_non_number(values: pa.Array) -> int | None:
-    """Index of the first value that is not text of a number (None if all are)."""
-    for i, value in enumerate(values.to_pylist()):
-        try:
-            float(value)
-        except (TypeError, ValueError):
-            return i
-    return None
-
-
-def _as_float(column: pa.ChunkedArray | pa.Array, name: str, offset: int) -> np.ndarray:
-    """float64 values of one batch column, refusing non-numbers, missing values, NaN and infinity."""
-    kind = column.type
-    if not (pa.types.is_floating(kind) or pa.types.is_integer(kind) or pa.types.is_decimal(kind)):
-        bad = _first_non_number(column) if pa.types.is_string(kind) or pa.types.is_large_string(kind) else 0
-        row = offset + (bad or 0) + 1
-        raise InputError(f"type {kind} is not numeric", "numbers (float64)", row, name)
-    if column.null_count:
-        idx = pc.index(pc.is_null(column), True).as_py()
-        raise InputError("missing value (empty or NaN)", "a finite number", offset + idx + 1, name)
-    values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
-    finite = np.isfinite(values)
-    if not finite.all():
-        idx = int(np.argmin(finite))
-        raise InputError(f"value {values[idx]} is not finite", "a finite number", offset + idx + 1, name)
-    return values
 
 
 class ChunkWriter:
@@ -126,7 +75,7 @@ def _parquet_batches(path: Path, features: Sequence[str], batch_rows: int) -> It
         source = pq.ParquetFile(path, pre_buffer=False)  # pre-buffering would read ahead the whole file
     except (pa.ArrowException, OSError) as exc:
         raise InputError(f"unreadable Parquet file: {exc}", "a valid Parquet file") from exc
-    _check_columns(source.schema_arrow.names, features)
+    check_columns(source.schema_arrow.names, features)
     for group in range(source.num_row_groups):  # one row group in memory at a time
         yield from source.iter_batches(batch_size=batch_rows, row_groups=[group], columns=list(features))
 
@@ -137,7 +86,7 @@ def _csv_header(path: Path, features: Sequence[str]) -> None:
     names = [h.strip().strip('"') for h in header if h.strip()]
     if not names:
         raise InputError("the file is empty", "a header row with the feature names, then data rows")
-    _check_columns(names, features)
+    check_columns(names, features)
 
 
 def _open_csv(path: Path, features: Sequence[str], as_text: bool = False):
@@ -155,7 +104,7 @@ def _locate_csv_type_error(path: Path, features: Sequence[str], exc: Exception) 
             found: list[tuple[int, int, str]] = []
             for position, name in enumerate(features):
                 column = batch.column(batch.schema.get_field_index(name))
-                bad = _first_non_number(column.drop_null())
+                bad = first_non_number(column.drop_null())
                 if bad is not None:
                     row = pc.indices_nonzero(pc.is_valid(column)).to_pylist()[bad]
                     found.append((row, position, name))
@@ -193,7 +142,7 @@ def ingest(path: Path, fmt: str, features: Sequence[str], dest: Path, chunk_rows
             if batch.num_rows == 0:
                 continue
             names = batch.schema.names
-            writer.write([_as_float(batch.column(names.index(f)), f, offset) for f in features])
+            writer.write([as_float(batch.column(names.index(f)), f, offset) for f in features])
             offset += batch.num_rows
             if offset > max_rows:
                 raise InputError(f"more than {max_rows} rows", f"at most {max_rows} rows (GRIDPFN_JOB_MAX_ROWS)")

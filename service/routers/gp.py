@@ -7,7 +7,7 @@ from starlette.responses import Response
 from service import inference
 from service.auth import require_api_key
 from service.fast_json import OrjsonRoute
-from service.deps import ARROW_200, get_runtime, problems
+from service.deps import ARROW_200, ARROW_BODY, get_runtime, problems
 from service.runtime import Runtime
 from service.schemas import GPPredictRequest, PredictResponse
 
@@ -15,7 +15,7 @@ router = APIRouter(prefix="/v1/gp", tags=["exact GP"], route_class=OrjsonRoute, 
 
 
 @router.post("/predict", response_model=PredictResponse, responses={**ARROW_200, **problems(401, 404, 413, 422, 503)},
-             summary="Exact GP predictive per query and bus (same shapes as /v1/predict)")
+             openapi_extra=ARROW_BODY, summary="Exact GP predictive per query and bus (same shapes as /v1/predict)")
 async def gp_predict(body: GPPredictRequest, request: Request, rt: Runtime = Depends(get_runtime)) -> Response:
     """Contexts over GRIDPFN_GP_MAX_CONTEXT rows are refused (422): use batch jobs for those."""
     return await inference.gp_predict(rt, body, request.headers.get("accept"))

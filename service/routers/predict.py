@@ -7,7 +7,7 @@ from starlette.responses import Response
 from service import inference
 from service.auth import require_api_key
 from service.fast_json import OrjsonRoute
-from service.deps import ARROW_200, get_runtime, problems
+from service.deps import ARROW_200, ARROW_BODY, get_runtime, problems
 from service.runtime import Runtime
 from service.schemas import PredictRequest, PredictResponse
 
@@ -15,7 +15,7 @@ router = APIRouter(prefix="/v1", tags=["predict"], route_class=OrjsonRoute, depe
 
 
 @router.post("/predict", response_model=PredictResponse, responses={**ARROW_200, **problems(401, 404, 413, 422, 503)},
-             summary="Per-bus voltage distribution for each query load vector")
+             openapi_extra=ARROW_BODY, summary="Per-bus voltage distribution for each query load vector")
 async def predict(body: PredictRequest, request: Request, rt: Runtime = Depends(get_runtime)) -> Response:
     """Arrays are shaped (queries, outputs). `compare_gp` adds the exact GP's mean/std and both timings."""
     return await inference.predict(rt, body, request.headers.get("accept"))

@@ -1,0 +1,64 @@
+"""Tables of load vectors (batch-job uploads, Arrow predict bodies): column and cell checks.
+
+Both refuse the first bad column or cell with its row (1-based) and column named, so a planning
+tool sees the same wording whichever way it sent the table.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+class InputError(ValueError):
+    """A refused upload: where (row, column) and what was expected."""
+
+    def __init__(self, message: str, expected: str, row: int | None = None, column: str | None = None) -> None:
+        parts = (f"row {row}" if row is not None else "", f"column {column!r}" if column else "")
+        where = ", ".join(p for p in parts if p)
+        super().__init__(f"{where}: {message}" if where else message)
+        self.message, self.expected, self.row, self.column = message, expected, row, column
+
+
+def check_columns(names: Sequence[str], features: Sequence[str]) -> None:
+    dupes = sorted({n for n in names if list(names).count(n) > 1})
+    if dupes:
+        raise InputError(f"column(s) {dupes} appear more than once", "each feature column once", column=dupes[0])
+    missing = [f for f in features if f not in names]
+    extra = [n for n in names if n not in set(features)]
+    if missing:
+        raise InputError(f"missing column(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}",
+                         f"the {len(features)} feature columns of the model card", column=missing[0])
+    if extra:
+        raise InputError(f"unexpected column(s) {extra[:5]}{' ...' if len(extra) > 5 else ''}",
+                         f"only the {len(features)} feature columns of the model card", column=extra[0])
+
+
+def first_non_number(values: pa.Array) -> int | None:
+    """Index of the first value that is not text of a number (None if all are)."""
+    for i, value in enumerate(values.to_pylist()):
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            return i
+    return None
+
+
+def as_float(column: pa.ChunkedArray | pa.Array, name: str, offset: int) -> np.ndarray:
+    """float64 values of one batch column, refusing non-numbers, missing values, NaN and infinity."""
+    kind = column.type
+    if not (pa.types.is_floating(kind) or pa.types.is_integer(kind) or pa.types.is_decimal(kind)):
+        bad = first_non_number(column) if pa.types.is_string(kind) or pa.types.is_large_string(kind) else 0
+        row = offset + (bad or 0) + 1
+        raise InputError(f"type {kind} is not numeric", "numbers (float64)", row, name)
+    if column.null_count:
+        idx = pc.index(pc.is_null(column), True).as_py()
+        raise InputError("missing value (empty or NaN)", "a finite number", offset + idx + 1, name)
+    values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
+    finite = np.isfinite(values)
+    if not finite.all():
+        idx = int(np.argmin(finite))
+        raise InputError(f"value {values[idx]} is not finite", "a finite number", offset + idx + 1, name)
+    return values
