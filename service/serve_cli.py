@@ -24,7 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from service import supervisor
     from service.app import create_app
+    from service.http_protocol import CoalescingHttpToolsProtocol
     from service.settings import Settings, is_loopback
 
     # Every process of a multi-process server builds its own Settings from the environment.
@@ -41,9 +43,8 @@ def serve(args: argparse.Namespace) -> int:
                     "the API; set GRIDPFN_API_KEYS", args.host)
     log.info("serving on http://%s:%d (docs at /docs), store: %s, %d process(es)", args.host, args.port,
              "redis" if settings.redis_url else "embedded", settings.processes)
-    options = dict(host=args.host, port=args.port, access_log=args.access_log, log_config=None, lifespan="on")
-    if settings.processes > 1:  # uvicorn's supervisor starts the processes; each imports the app factory
-        uvicorn.run("service.app:create_app", factory=True, workers=settings.processes, **options)
-    else:
-        uvicorn.run(create_app(settings), **options)
+    options = dict(access_log=args.access_log, log_config=None, lifespan="on", http=CoalescingHttpToolsProtocol)
+    if settings.processes > 1:  # one SO_REUSEPORT socket per process (service.supervisor)
+        return supervisor.run(args.host, args.port, settings.processes, options)
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, **options)
     return 0

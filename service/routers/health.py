@@ -1,6 +1,8 @@
 """Liveness, readiness (models warmed and store reachable) and Prometheus metrics."""
 from __future__ import annotations
 
+import os
+
 from fastapi import APIRouter, Depends
 from starlette.responses import Response
 
@@ -15,7 +17,8 @@ router = APIRouter(tags=["health"])
 @router.get("/healthz", summary="The process is alive")
 @router.get("/v2/health/live", summary="Liveness (Open Inference Protocol path)")
 async def live() -> dict:
-    return {"status": "alive", "live": True}
+    """`process`: the id of the server process that answered (which of `--processes N`, for operators)."""
+    return {"status": "alive", "live": True, "process": os.getpid()}
 
 
 @router.get("/readyz", summary="Models loaded and warmed, store reachable", responses=problems(503))

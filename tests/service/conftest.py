@@ -14,6 +14,7 @@ import uvicorn
 
 from models.testing import build_tiny_registry
 from service.app import create_app
+from service.http_protocol import CoalescingHttpToolsProtocol
 from service.settings import Settings
 
 MODEL = "tiny-dva"
@@ -37,7 +38,8 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.app = create_app(settings)
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on",
+                                http=CoalescingHttpToolsProtocol)  # what `gridpfn serve` runs
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

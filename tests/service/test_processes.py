@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -61,7 +62,16 @@ def test_two_processes_answer_on_one_port_with_shared_context_sets(model_dir, re
                 ready = 0
                 time.sleep(0.2)
         assert ready >= 8, proc.stderr.read().decode() if proc.poll() is not None else "not ready in 120 s"
-        assert len(_children(proc.pid)) >= 2  # uvicorn's supervisor and its two server processes
+        assert len(_children(proc.pid)) >= 2  # the two server processes
+        # 32 keep-alive connections opened at once, as a client's pool does: SO_REUSEPORT spreads them
+        # over both processes (one shared socket let one process accept them all)
+        clients = [httpx.Client(base_url=url, timeout=10) for _ in range(32)]
+        try:
+            answered_by = {c.get("/healthz").json()["process"] for c in clients}
+        finally:
+            for c in clients:
+                c.close()
+        assert answered_by <= set(_children(proc.pid)) and len(answered_by) == 2, answered_by
         cid = httpx.post(f"{url}/v1/context-sets", json={"x": rows(x[:30]), "y": rows(y[:30])}).json()["id"]
         body = {"model": MODEL, "context_id": cid, "queries": rows(x[40:43]), "quantiles": [0.1, 0.9]}
         answers = [httpx.post(f"{url}/v1/predict", json=body, timeout=30) for _ in range(12)]  # a new connection each
@@ -71,3 +81,16 @@ def test_two_processes_answer_on_one_port_with_shared_context_sets(model_dir, re
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+def test_a_port_in_use_stops_the_server_with_an_error(model_dir, redis_url):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = dict(os.environ, GRIDPFN_REDIS_URL=redis_url)
+        done = subprocess.run([sys.executable, "-m", "service.cli", "--log-level", "WARNING", "serve", "--port", str(port),
+                               "--processes", "2", "--model-dir", str(model_dir)], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "Address already in use" in done.stderr and "while starting" in done.stderr, done.stderr[-2000:]

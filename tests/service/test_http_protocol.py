@@ -1,0 +1,72 @@
+"""CoalescingTransport: a response's small writes leave as one, in order; big writes are not copied."""
+from __future__ import annotations
+
+import asyncio
+
+from service.http_protocol import JOIN_BELOW_BYTES, CoalescingTransport
+
+
+class RecordingTransport:
+    """Stands in for the socket transport: records each write and whether close came after it."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        assert not self.closed, "write after close"
+        self.writes.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def get_extra_info(self, name: str) -> str:
+        return f"extra:{name}"
+
+
+def test_writes_of_one_loop_pass_leave_as_one_in_order():
+    async def scenario() -> RecordingTransport:
+        real = RecordingTransport()
+        coalescing = CoalescingTransport(real, asyncio.get_running_loop())
+        coalescing.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        coalescing.write(b'{"a": 1}')
+        assert real.writes == []  # nothing sent before the loop pass ends
+        await asyncio.sleep(0)
+        assert real.writes == [b'HTTP/1.1 200 OK\r\n\r\n{"a": 1}']
+        coalescing.write(b"next")
+        await asyncio.sleep(0)
+        assert real.writes[-1] == b"next"
+        assert coalescing.get_extra_info("peername") == "extra:peername"  # the rest is the real transport's
+        return real
+
+    assert len(asyncio.run(scenario()).writes) == 2
+
+
+def test_a_big_write_sends_what_is_pending_first_then_goes_uncopied():
+    async def scenario() -> None:
+        real = RecordingTransport()
+        coalescing = CoalescingTransport(real, asyncio.get_running_loop())
+        big = b"x" * JOIN_BELOW_BYTES
+        coalescing.write(b"headers")
+        coalescing.write(big)
+        assert real.writes == [b"headers", big]
+        await asyncio.sleep(0)
+        assert real.writes == [b"headers", big]  # the scheduled flush finds nothing left
+
+    asyncio.run(scenario())
+
+
+def test_close_sends_pending_writes_first_and_nothing_follows():
+    async def scenario() -> None:
+        real = RecordingTransport()
+        coalescing = CoalescingTransport(real, asyncio.get_running_loop())
+        coalescing.write(b"last answer")
+        coalescing.close()
+        assert real.writes == [b"last answer"] and real.closed
+        await asyncio.sleep(0)  # the flush scheduled by the write runs on a closed transport: no write
+        assert real.writes == [b"last answer"]
+
+    asyncio.run(scenario())
