@@ -140,3 +140,15 @@ def test_client_predict_sends_a_dataframe_or_an_array(servers, cid, scenarios):
     assert from_array.shape[0] == 4 and "q0.5_vm_pu_bus2" in from_array.columns
     with pytest.raises(ValueError, match="queries"):
         arrow_request_body(x[:2, :10], {})
+
+
+def test_arrow_bodies_need_the_api_key_too(model_dir, scenarios):
+    x, _ = scenarios
+    key = "arrow-test-key"
+    with running(Settings(model_dir=model_dir, redis_url=None, api_keys=(key,), **LIMITS)) as server:
+        body = arrow_request_body(x[:2], {"model": MODEL, "context_id": "0" * 64})
+        refused = httpx.post(f"{server.url}/v1/predict", content=body, headers=ARROW, timeout=30)
+        assert_problem(refused, 401)
+        allowed = httpx.post(f"{server.url}/v1/predict", content=body, timeout=30,
+                             headers={**ARROW, "Authorization": f"Bearer {key}"})
+        assert_problem(allowed, 404, "context_id")  # past the key check: the (absent) context is looked up
