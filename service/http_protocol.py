@@ -40,6 +40,14 @@ class CoalescingTransport:
             if not self._transport.is_closing():
                 self._transport.write(data)
 
+    def writelines(self, chunks) -> None:  # through write, so nothing overtakes what is pending
+        for chunk in chunks:
+            self.write(chunk)
+
+    def write_eof(self) -> None:
+        self.flush()
+        self._transport.write_eof()
+
     def close(self) -> None:
         self.flush()
         self._transport.close()

@@ -70,3 +70,15 @@ def test_close_sends_pending_writes_first_and_nothing_follows():
         assert real.writes == [b"last answer"]
 
     asyncio.run(scenario())
+
+
+def test_writelines_keeps_the_order_of_pending_writes():
+    async def scenario() -> None:
+        real = RecordingTransport()
+        coalescing = CoalescingTransport(real, asyncio.get_running_loop())
+        coalescing.write(b"a")
+        coalescing.writelines([b"b", b"c" * JOIN_BELOW_BYTES, b"d"])
+        await asyncio.sleep(0)
+        assert b"".join(real.writes) == b"ab" + b"c" * JOIN_BELOW_BYTES + b"d"
+
+    asyncio.run(scenario())
