@@ -27,10 +27,15 @@ class RecordingTransport:
         return f"extra:{name}"
 
 
+def pair() -> tuple[RecordingTransport, CoalescingTransport]:
+    """A recording transport and the coalescing proxy in front of it (call inside a running loop)."""
+    real = RecordingTransport()
+    return real, CoalescingTransport(real, asyncio.get_running_loop())
+
+
 def test_writes_of_one_loop_pass_leave_as_one_in_order():
     async def scenario() -> RecordingTransport:
-        real = RecordingTransport()
-        coalescing = CoalescingTransport(real, asyncio.get_running_loop())
+        real, coalescing = pair()
         coalescing.write(b"HTTP/1.1 200 OK\r\n\r\n")
         coalescing.write(b'{"a": 1}')
         assert real.writes == []  # nothing sent before the loop pass ends
@@ -47,8 +52,7 @@ def test_writes_of_one_loop_pass_leave_as_one_in_order():
 
 def test_a_big_write_sends_what_is_pending_first_then_goes_uncopied():
     async def scenario() -> None:
-        real = RecordingTransport()
-        coalescing = CoalescingTransport(real, asyncio.get_running_loop())
+        real, coalescing = pair()
         big = b"x" * JOIN_BELOW_BYTES
         coalescing.write(b"headers")
         coalescing.write(big)
@@ -61,8 +65,7 @@ def test_a_big_write_sends_what_is_pending_first_then_goes_uncopied():
 
 def test_close_sends_pending_writes_first_and_nothing_follows():
     async def scenario() -> None:
-        real = RecordingTransport()
-        coalescing = CoalescingTransport(real, asyncio.get_running_loop())
+        real, coalescing = pair()
         coalescing.write(b"last answer")
         coalescing.close()
         assert real.writes == [b"last answer"] and real.closed
@@ -74,8 +77,7 @@ def test_close_sends_pending_writes_first_and_nothing_follows():
 
 def test_writelines_keeps_the_order_of_pending_writes():
     async def scenario() -> None:
-        real = RecordingTransport()
-        coalescing = CoalescingTransport(real, asyncio.get_running_loop())
+        real, coalescing = pair()
         coalescing.write(b"a")
         coalescing.writelines([b"b", b"c" * JOIN_BELOW_BYTES, b"d"])
         await asyncio.sleep(0)
