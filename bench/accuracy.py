@@ -62,7 +62,7 @@ def _methods(args):
         loaded.method.name = name
         methods.append(loaded.method)
     for name, loaded in sorted(registry.models.items()):  # the same weights without the spread calibration
-        raw = PFNMethod(loaded.method.model, device=loaded.method.device, calibration_folds=0)
+        raw = PFNMethod(loaded.method.model, device=loaded.method.device, calibrate=False)
         raw.name = f"{name} (uncalibrated)"
         methods.append(raw)
     if registry.errors:
@@ -168,7 +168,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     logging.getLogger("pandapower").setLevel(logging.WARNING)
     methods = _methods(args)
-    pfn_names = [m.name for m in methods if isinstance(m, PFNMethod) and m.calibration_folds]
+    pfn_names = [m.name for m in methods if isinstance(m, PFNMethod) and m.calibrate]
 
     lines = ["# Accuracy report: IEEE 33-bus voltage magnitudes", "",
              f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} by `bench/accuracy.py "

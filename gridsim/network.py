@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -52,6 +52,11 @@ class Network:
     to_bus: np.ndarray  # (n_lines,) int
     r_ohm: np.ndarray
     x_ohm: np.ndarray
+    # normally-open tie lines (IEEE numbers and impedances), for reconfigured (switched) feeders
+    tie_from_bus: np.ndarray = field(default_factory=lambda: _frozen([], np.int64))
+    tie_to_bus: np.ndarray = field(default_factory=lambda: _frozen([], np.int64))
+    tie_r_ohm: np.ndarray = field(default_factory=lambda: _frozen([]))
+    tie_x_ohm: np.ndarray = field(default_factory=lambda: _frozen([]))
 
     @property
     def n_lines(self) -> int:
@@ -94,20 +99,61 @@ class Network:
         gives batched (..., n, n) matrices (for priors over feeder parameters).
         """
         z_line = torch.as_tensor((self.r_ohm + 1j * self.x_ohm) / self.z_base_ohm, dtype=torch.complex128)
-        if line_scale is not None:
-            scale = torch.as_tensor(line_scale, dtype=torch.float64)
-            if scale.ndim == 0 or scale.shape[-1] != self.n_lines:
-                raise ValueError(f"line_scale: expected shape (..., {self.n_lines}), got {tuple(scale.shape)}")
-            if not bool(torch.isfinite(scale).all()) or bool((scale <= 0).any()):
-                raise ValueError("line_scale: expected finite values > 0")
-            z_line = z_line * scale.to(torch.complex128)
+        return self._reduced(self.from_bus, self.to_bus, 1.0 / (z_line * self._scale(line_scale, self.n_lines)))
+
+    def zbus_switched(self, closed, line_scale=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """`zbus` of reconfigured feeders: `closed` (..., n_lines + n_ties) says which of the lines
+        and then the tie lines conduct (see `radial_configurations`); `line_scale` covers both."""
+        closed = torch.as_tensor(closed, dtype=torch.bool)
+        n_all = self.n_lines + len(self.tie_r_ohm)
+        if closed.ndim == 0 or closed.shape[-1] != n_all:
+            raise ValueError(f"closed: expected shape (..., {n_all}), got {tuple(closed.shape)}")
+        r = np.concatenate([self.r_ohm, self.tie_r_ohm])
+        x = np.concatenate([self.x_ohm, self.tie_x_ohm])
+        z_line = torch.as_tensor((r + 1j * x) / self.z_base_ohm, dtype=torch.complex128) * self._scale(line_scale, n_all)
+        y_line = torch.where(closed, 1.0 / z_line, torch.zeros((), dtype=torch.complex128))
+        return self._reduced(np.concatenate([self.from_bus, self.tie_from_bus]),
+                             np.concatenate([self.to_bus, self.tie_to_bus]), y_line)
+
+    def radial_configurations(self, batch: int, exchanges: int, rng: np.random.Generator) -> np.ndarray:
+        """(batch, n_lines + n_ties) closed masks of radial feeders, each `exchanges` branch exchanges
+        away from the normal one: close an open tie, open a random line of the loop it makes."""
+        n_all = self.n_lines + len(self.tie_r_ohm)
+        ends = list(zip(np.concatenate([self.from_bus, self.tie_from_bus]).tolist(),
+                        np.concatenate([self.to_bus, self.tie_to_bus]).tolist()))
+        out = np.zeros((batch, n_all), dtype=bool)
+        for b in range(batch):
+            closed = np.arange(n_all) < self.n_lines
+            for _ in range(exchanges):
+                open_lines = np.flatnonzero(~closed)
+                if open_lines.size == 0:
+                    break
+                tie = int(rng.choice(open_lines))
+                loop = _tree_path(ends, closed, *ends[tie])
+                closed[tie] = True
+                closed[int(rng.choice(loop))] = False
+            out[b] = closed
+        return out
+
+    @staticmethod
+    def _scale(line_scale, n: int) -> torch.Tensor:
+        if line_scale is None:
+            return torch.ones((), dtype=torch.complex128)
+        scale = torch.as_tensor(line_scale, dtype=torch.float64)
+        if scale.ndim == 0 or scale.shape[-1] != n:
+            raise ValueError(f"line_scale: expected shape (..., {n}), got {tuple(scale.shape)}")
+        if not bool(torch.isfinite(scale).all()) or bool((scale <= 0).any()):
+            raise ValueError("line_scale: expected finite values > 0")
+        return scale.to(torch.complex128)
+
+    def _reduced(self, from_bus, to_bus, y_line: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reduced Z-bus and no-load voltages from line ends and (..., lines) series admittances."""
         index = {bus: i for i, bus in enumerate(self.bus_numbers)}
-        n_bus = len(self.bus_numbers)
-        incidence = torch.zeros(self.n_lines, n_bus, dtype=torch.complex128)
-        rows = torch.arange(self.n_lines)
-        incidence[rows, [index[b] for b in self.from_bus]] = 1.0
-        incidence[rows, [index[b] for b in self.to_bus]] = -1.0
-        y_line = 1.0 / z_line  # (..., n_lines)
+        n_bus, n_lines = len(self.bus_numbers), len(from_bus)
+        incidence = torch.zeros(n_lines, n_bus, dtype=torch.complex128)
+        rows = torch.arange(n_lines)
+        incidence[rows, [index[int(b)] for b in from_bus]] = 1.0
+        incidence[rows, [index[int(b)] for b in to_bus]] = -1.0
         ybus = incidence.T @ (y_line.unsqueeze(-1) * incidence)  # (..., n_bus, n_bus)
         slack = index[self.slack_bus]
         keep = [index[b] for b in self.load_buses]
@@ -126,6 +172,30 @@ class Network:
         t = t.to(torch.float64)
         n = self.n_load
         return torch.complex(t[..., :n], t[..., n:]) / self.sn_mva
+
+
+def _tree_path(ends: list[tuple[int, int]], closed: np.ndarray, start: int, goal: int) -> list[int]:
+    """Indices of the closed lines on the path from bus `start` to bus `goal` (a radial feeder)."""
+    links: dict[int, list[tuple[int, int]]] = {}
+    for i in np.flatnonzero(closed):
+        a, b = ends[i]
+        links.setdefault(a, []).append((b, int(i)))
+        links.setdefault(b, []).append((a, int(i)))
+    via: dict[int, tuple[int, int] | None] = {start: None}
+    todo = [start]
+    while todo:
+        bus = todo.pop()
+        for nxt, line in links.get(bus, ()):
+            if nxt not in via:
+                via[nxt] = (bus, line)
+                todo.append(nxt)
+    if goal not in via:
+        raise ValueError(f"buses {start} and {goal} are not connected")
+    path, bus = [], goal
+    while via[bus] is not None:
+        bus, line = via[bus]
+        path.append(line)
+    return path
 
 
 @functools.lru_cache(maxsize=None)
@@ -153,7 +223,9 @@ def _build(name: str) -> Network:
         raise ValueError(f"network: {name!r} must have one slack and one voltage level")
     ieee = {int(idx): i + 1 for i, idx in enumerate(net.bus.index)}  # pandapower index -> IEEE number
     lines = net.line[net.line.in_service]
-    if ((lines.c_nf_per_km != 0) | (lines.g_us_per_km != 0)).any():
+    ties = net.line[~net.line.in_service]
+    tie_length = ties.length_km / ties.parallel
+    if ((net.line.c_nf_per_km != 0) | (net.line.g_us_per_km != 0)).any():
         raise ValueError(f"network: {name!r} has line shunt admittances, not supported yet")
     length = lines.length_km / lines.parallel
     slack_bus = ieee[int(net.ext_grid.bus.iloc[0])]
@@ -180,6 +252,10 @@ def _build(name: str) -> Network:
         to_bus=_frozen([ieee[int(b)] for b in lines.to_bus], np.int64),
         r_ohm=_frozen(lines.r_ohm_per_km * length),
         x_ohm=_frozen(lines.x_ohm_per_km * length),
+        tie_from_bus=_frozen([ieee[int(b)] for b in ties.from_bus], np.int64),
+        tie_to_bus=_frozen([ieee[int(b)] for b in ties.to_bus], np.int64),
+        tie_r_ohm=_frozen(ties.r_ohm_per_km * tie_length),
+        tie_x_ohm=_frozen(ties.x_ohm_per_km * tie_length),
     )
 
 

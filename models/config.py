@@ -66,7 +66,7 @@ class ModelConfig(_FileConfig):
     cnn_channels: int = 8  # cnn: channels of the per-token convolution
     head_dim: int = 128  # hidden width of the bar-logit head
     n_bars: int = 500
-    base: Literal["ridge", "none"] = "ridge"  # in-context mean function under the attention
+    base: Literal["physics", "ridge", "none"] = "ridge"  # in-context mean function under the attention
     dropout: float = 0.0  # reserved: the model has no dropout layers yet; kept so saved configs load
 
     def __post_init__(self) -> None:
@@ -74,8 +74,8 @@ class ModelConfig(_FileConfig):
             raise ValueError(f"backbone: expected 'transformer' or 'cnn', got {self.backbone!r}")
         if self.attention not in ("dva", "va"):
             raise ValueError(f"attention: expected 'dva' or 'va', got {self.attention!r}")
-        if self.base not in ("ridge", "none"):
-            raise ValueError(f"base: expected 'ridge' or 'none', got {self.base!r}")
+        if self.base not in ("physics", "ridge", "none"):
+            raise ValueError(f"base: expected 'physics', 'ridge' or 'none', got {self.base!r}")
         for name in ("emb_dim", "value_dim"):
             if getattr(self, name) % self.n_heads:
                 raise ValueError(f"{name}: must be divisible by n_heads={self.n_heads}")
@@ -114,7 +114,11 @@ class PowerFlowPriorConfig(_FileConfig):
     dg_level: tuple[float, float] = (0.2, 1.5)  # DG size relative to the bus base load
     line_scale: tuple[float, float] = (0.7, 1.4)  # global line-impedance multiplier
     line_jitter: float = 0.15  # per-line log-normal sigma on impedances
-    noise: float = 0.0  # measurement noise on |V| (p.u.)
+    noise: float = 0.0  # measurement noise on |V| (p.u.) of every dataset
+    p_noisy: float = 0.0  # share of datasets with noisy voltage readings on top of `noise`
+    noise_range: tuple[float, float] = (1e-7, 1e-4)  # their noise std (p.u.), log-uniform
+    p_reconfigured: float = 0.0  # share of datasets on a reconfigured feeder (tie switches)
+    exchanges: tuple[int, int] = (1, 3)  # branch exchanges of a reconfigured feeder
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,7 @@ class TrainConfig(_FileConfig):
     warmup_steps: int = 500
     grad_clip: float = 1.0
     n_context: tuple[int, int] = (50, 500)  # context size drawn per batch
+    context_sampling: Literal["uniform", "log-uniform"] = "uniform"  # how that size is drawn
     n_query: int = 100
     outputs_per_dataset: int = 4  # outputs trained per dataset (all share one x-stream pass)
     val_datasets: int = 16

@@ -9,9 +9,15 @@ from safetensors.torch import load_file
 
 from gridsim.network import network
 from models.config import TrainConfig
-from models.model import DVAPFN
+from models.model import DVAPFN, PHYSICS_CONTEXT_SIZES
 from models.registry import write_checkpoint
 from models.train import LATEST
+
+
+def _context_sizes(config: TrainConfig) -> dict[str, int]:
+    """The physics base serves any context in PHYSICS_CONTEXT_SIZES; other bases what they trained on."""
+    low, high = PHYSICS_CONTEXT_SIZES if config.model.base == "physics" else config.n_context
+    return {"min": low, "max": high}
 
 
 def export_run(run_dir: str | Path, name: str, version: str, registry_root: str | Path, extra: dict[str, Any] | None = None) -> Path:
@@ -33,7 +39,7 @@ def export_run(run_dir: str | Path, name: str, version: str, registry_root: str 
         "prior": prior.to_dict(),
         "features": list(net.feature_names),
         "outputs": list(net.output_names),
-        "context_size": {"min": config.n_context[0], "max": config.n_context[1]},
+        "context_size": _context_sizes(config),
         "training": {
             "steps": progress["step"],
             "best_step": progress["best_step"],

@@ -1,10 +1,12 @@
 """DVA-PFN: a prior-data fitted network whose attention sees inputs only.
 
 Read top to bottom:
-1. `RidgeBase` fits a ridge regression to the context in closed form inside the forward pass.
-   Its leave-one-out residuals are what the attention layers carry as values, and its query
-   prediction is the location the bar distribution is placed around — the role a mean
-   function plays in a GP. (`base="none"` gives the plain PFN of the paper.)
+1. A base fit in closed form inside the forward pass: `base="physics"` fits the feeder's
+   DistFlow structure (linear loads plus squared branch flows, topology recovered from the
+   context; `models/physics_base.py`), `base="ridge"` a ridge regression. Its leave-one-out
+   residuals are what the attention layers carry as values, and its query prediction is the
+   location the bar distribution is placed around — the role a mean function plays in a GP.
+   (`base="none"` gives the plain PFN of the paper.)
 2. Two streams: the input stream `hx` (from x only) makes attention queries and keys; the
    output stream `hy` (from context targets only) makes values. The attention weights are
    computed once per layer and reused for all k outputs.
@@ -21,12 +23,13 @@ makes queries, keys and values alike.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models import physics_base
 from models.config import ModelConfig
 
 @dataclass
@@ -41,6 +44,16 @@ class Standardisation:
     right_vectors: torch.Tensor | None  # (B, r, d) float64 right singular vectors of the context inputs
     leverage_weights: torch.Tensor | None  # (B, r) float64: 1 / (s^2 + lambda) at the fixed leverage penalty
     n_context: int
+    physics: physics_base.PhysicsFit | None = None  # base="physics": the DistFlow-structured fit
+
+    def select(self, pick: torch.Tensor) -> "Standardisation":
+        """Keep outputs `pick` (B, k'): training fits the base on every bus, then trains on a few."""
+        def take(t):  # (B, k) or (B, d, k) -> the picked outputs
+            if t is None:
+                return None
+            return torch.gather(t, -1, pick if t.ndim == 2 else pick[:, None, :].expand(-1, t.shape[1], -1))
+        return replace(self, y_mean=take(self.y_mean), y_scale=take(self.y_scale), beta=take(self.beta),
+                       physics=None if self.physics is None else self.physics.select(pick))
 
 
 @dataclass
@@ -50,6 +63,8 @@ class ContextCache:
     stats: Standardisation
     keys: list[torch.Tensor] = field(default_factory=list)  # per layer: (B, H, n, dh) or (B, k, H, n, dh) for VA
     values: list[torch.Tensor] = field(default_factory=list)  # per layer: (B, H, n, k*dv) or (B, k, H, n, dv) for VA
+    attended: torch.Tensor | None = None  # (n_att,) context rows the attention sees; None = all of them
+    targets: torch.Tensor | None = None  # (B, k, n_att) their standardised LOO residuals, the values' source
 
     @property
     def n_outputs(self) -> int:
@@ -61,11 +76,28 @@ class ContextCache:
 RIDGE_GRID = (1e-9, 1e-7, 1e-5, 1e-3, 1e-1, 10.0)
 # The penalty of the leverage feature: fixed, so that feature depends on inputs only.
 LEVERAGE_LAMBDA = 1e-4
+# The attention sees at most this many context points (an evenly spread, fixed subset of a larger
+# context); the base fit always uses every point. Attention costs grow with n^2 while the residual
+# distribution it learns is settled by a few hundred points: training draws contexts up to 512.
+ATTEND_MAX = 512
+# Context sizes a physics-base model serves (its card says so): from 16 rows, where the base fit
+# falls back to ridge, to 10,000, where the base fit is one (10,000 x ~200) SVD and the attention
+# sees ATTEND_MAX of the rows.
+PHYSICS_CONTEXT_SIZES = (16, 10_000)
 # Inference runs the points in blocks of one dataset whose widest per-token intermediate (FFN or
 # conv planes, head, logits) takes about this many bytes: big enough to amortise per-op overhead,
 # small enough to stay in cache. On the 2-core CPU this gives 16384 tokens for the fast transformer,
 # 8192 for the wider one and 4096 for the cnn, each at or within noise (~10 %) of the fastest tried.
 BLOCK_BYTES = 4 << 20
+
+
+def attended_rows(n: int, device=None) -> torch.Tensor | None:
+    """Rows of an n-point context the attention sees: all (None) up to ATTEND_MAX, else an evenly
+    spread, fixed pseudo-random subset (seed 0; contexts may arrive sorted), deterministic per context."""
+    if n <= ATTEND_MAX:
+        return None
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(0))
+    return order[:ATTEND_MAX].sort().values.to(device)
 
 
 def tokens_per_block(cfg: ModelConfig) -> int:
@@ -76,16 +108,25 @@ def tokens_per_block(cfg: ModelConfig) -> int:
 
 
 class RidgeBase:
-    """Closed-form in-context ridge fit (float64, one SVD): coefficients, leverages, LOO residuals."""
+    """Closed-form in-context base fit (float64): coefficients, leverages, LOO residuals.
+
+    `kind` "ridge": one SVD of the loads; "physics": `physics_base` (DistFlow features); "none": the mean.
+    """
 
     @staticmethod
-    def fit(xs: torch.Tensor, y: torch.Tensor, use_ridge: bool, x_mean, x_std) -> tuple[Standardisation, torch.Tensor, torch.Tensor]:
+    def fit(xs: torch.Tensor, y: torch.Tensor, kind: str, x_mean, x_std) -> tuple[Standardisation, torch.Tensor, torch.Tensor]:
         """Return statistics, standardised context targets (B, k, n) and leverage feature (B, n)."""
         n, d = xs.shape[-2], xs.shape[-1]
         y64 = y.double()
         y_mean = y64.mean(dim=-2)  # (B, k)
         yc = y64 - y_mean[..., None, :]
-        if not use_ridge:
+        if kind == "physics":
+            fitted, loo, leverage = physics_base.fit(xs, y64, x_std)
+            scale = loo.pow(2).mean(dim=-2).sqrt() + 1e-12 * (y_mean.abs() + 1.0)
+            stats = Standardisation(x_mean, x_std, y_mean, scale, None, None, None, n, physics=fitted)
+            values = (loo / scale[..., None, :]).transpose(-1, -2)
+            return stats, values, RidgeBase.leverage_feature(leverage, n, d)
+        if kind == "none":
             scale = yc.pow(2).mean(dim=-2).sqrt() + 1e-9 * (y_mean.abs() + 1.0)
             stats = Standardisation(x_mean, x_std, y_mean, scale, None, None, None, n)
             values = (yc / scale[..., None, :]).transpose(-1, -2)
@@ -119,6 +160,9 @@ class RidgeBase:
     @staticmethod
     def predict(stats: Standardisation, xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Base prediction (B, k, m) float64 and leverage feature (B, m) for queries."""
+        if stats.physics is not None:
+            loc, in_sample = physics_base.predict(stats.physics, xs)
+            return loc.transpose(-1, -2), RidgeBase.leverage_feature(in_sample, stats.n_context, xs.shape[-1])
         if stats.beta is None:
             loc = stats.y_mean[..., None].expand(*stats.y_mean.shape, xs.shape[-2])
             return loc, torch.zeros(xs.shape[:-1], dtype=xs.dtype, device=xs.device)
@@ -238,16 +282,25 @@ class Layer(nn.Module):
             values = values.permute(0, 2, 3, 1, 4).reshape(b, h, n, k * dv)
         return keys, values
 
-    def attention_weights(self, hx: torch.Tensor | None, hy: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        """Softmax over context points: (B, H, N, n) for DVA, (B, k, H, N, n) for VA."""
+    def attention_weights(self, hx: torch.Tensor | None, hy: torch.Tensor, keys: torch.Tensor,
+                          self_from: int | None = None) -> torch.Tensor:
+        """Softmax over context points: (B, H, N, n) for DVA, (B, k, H, N, n) for VA.
+
+        `self_from`: the queries are context points self_from, self_from + 1, ...; each one's own
+        key is masked, so it is predicted as if held out (the spread calibration's use).
+        """
         source = hx if self.dva else hy
         queries = _split_heads(self.w_q(self.norm_qk(source)), self.n_heads)
         scores = queries @ keys.transpose(-1, -2) / math.sqrt(queries.shape[-1])
+        if self_from is not None:
+            rows = torch.arange(scores.shape[-2], device=scores.device) + self_from
+            own = rows[:, None] == torch.arange(scores.shape[-1], device=scores.device)[None, :]
+            scores = scores.masked_fill(own, -torch.inf)
         return scores.softmax(dim=-1)
 
-    def update_y(self, hx, hy, keys, values, attention_log: list | None = None) -> torch.Tensor:
+    def update_y(self, hx, hy, keys, values, attention_log: list | None = None, self_from: int | None = None) -> torch.Tensor:
         """The y stream: attend to the context's values, then mix each token."""
-        weights = self.attention_weights(hx, hy, keys)
+        weights = self.attention_weights(hx, hy, keys, self_from)
         if attention_log is not None:
             attention_log.append(weights)
         if self.dva:  # one set of weights for all k outputs: (B, H, N, n) @ (B, H, n, k*dv)
@@ -263,12 +316,12 @@ class Layer(nn.Module):
         """The x stream (DVA only) is mixed on its own: it never sees y."""
         return None if hx is None else hx + self.mix_x(hx)
 
-    def forward(self, hx, hy, keys, values, attention_log: list | None = None):
-        return self.update_x(hx), self.update_y(hx, hy, keys, values, attention_log)
+    def forward(self, hx, hy, keys, values, attention_log: list | None = None, self_from: int | None = None):
+        return self.update_x(hx), self.update_y(hx, hy, keys, values, attention_log, self_from)
 
 
 def _in_blocks(fn, hx: torch.Tensor | None, hy: torch.Tensor, tokens: int, whole: bool = False) -> torch.Tensor:
-    """`fn(hx, hy, batch) -> (B, k, N, D)`, run on blocks of one dataset and about `tokens` tokens.
+    """`fn(hx, hy, batch, start) -> (B, k, N, D)`, run on blocks of one dataset and about `tokens` tokens.
 
     Exact: a point's result depends only on itself and its own dataset's context, which `batch`
     selects. Small blocks keep every intermediate in cache instead of allocating (and page-
@@ -278,12 +331,12 @@ def _in_blocks(fn, hx: torch.Tensor | None, hy: torch.Tensor, tokens: int, whole
     n_batch, k, n, _ = hy.shape
     size = max(1, tokens // k)
     if whole or torch.is_grad_enabled() or (n_batch == 1 and n <= size):
-        return fn(hx, hy, slice(None))
+        return fn(hx, hy, slice(None), 0)
     out = None
     for b in range(n_batch):
         for s in range(0, n, size):
             x_block = None if hx is None else hx[b : b + 1, s : s + size]
-            block = fn(x_block, hy[b : b + 1, :, s : s + size], slice(b, b + 1))
+            block = fn(x_block, hy[b : b + 1, :, s : s + size], slice(b, b + 1), s)
             if out is None:
                 out = block.new_empty(n_batch, k, n, block.shape[-1])
             out[b : b + 1, :, s : s + size] = block
@@ -331,31 +384,44 @@ class DVAPFN(nn.Module):
         return None, ex[:, None].expand(-1, k, -1, -1)
 
     # -- the two calls ----------------------------------------------------------------------
-    def encode_context(self, context_x: torch.Tensor, context_y: torch.Tensor) -> ContextCache:
-        """Encode (B, n, d) inputs and (B, n, k) targets into per-layer keys and values."""
+    def encode_context(self, context_x: torch.Tensor, context_y: torch.Tensor,
+                       outputs: torch.Tensor | None = None) -> ContextCache:
+        """Encode (B, n, d) inputs and (B, n, k) targets into per-layer keys and values.
+
+        `outputs` (B, k') keeps only those outputs after the base fit (which sees every bus).
+        """
         x_mean = context_x.mean(dim=-2)
         x_std = context_x.std(dim=-2, unbiased=False).clamp_min(1e-6 * (x_mean.abs() + 1e-6))
         xs = self._standardise_x(context_x, x_mean, x_std)
-        stats, values, leverage = RidgeBase.fit(xs, context_y, self.cfg.base == "ridge", x_mean, x_std)
+        stats, values, leverage = RidgeBase.fit(xs, context_y, self.cfg.base, x_mean, x_std)
+        if outputs is not None:
+            stats = stats.select(outputs)
+            values = torch.gather(values, 1, outputs[..., None].expand(-1, -1, values.shape[-1]))
+        attended = attended_rows(xs.shape[-2], xs.device)
+        if attended is not None:
+            xs, values, leverage = xs[:, attended], values[..., attended], leverage[:, attended]
         k = values.shape[1]
         hx, joint = self._x_tokens(xs, leverage, k)
         hy = self.embed_y(values.to(self.embed_y.weight.dtype)[..., None])  # (B, k, n, Dv)
         if joint is not None:
             hy = hy + joint
-        cache = ContextCache(stats)
+        cache = ContextCache(stats, attended=attended, targets=values)
         for layer in self.layers:
             keys, vals = layer.keys_values(hx, hy)
             cache.keys.append(keys)
             cache.values.append(vals)
-            hy = _in_blocks(lambda x, y, batch: layer.update_y(x, y, keys[batch], vals[batch]), hx, hy,
+            hy = _in_blocks(lambda x, y, batch, start: layer.update_y(x, y, keys[batch], vals[batch]), hx, hy,
                             self.tokens_per_block)
             hx = layer.update_x(hx)
         return cache
 
-    def predict(self, cache: ContextCache, query_x: torch.Tensor, attention_log: list | None = None):
+    def predict(self, cache: ContextCache, query_x: torch.Tensor, attention_log: list | None = None,
+                held_out: bool = False):
         """Logits (B, k, m, n_bars), location (B, k, m) and scale (B, k, 1), both float64.
 
-        The predictive distribution of y is `loc + scale * z` with z ~ bars(logits).
+        The predictive distribution of y is `loc + scale * z` with z ~ bars(logits). `held_out`:
+        the queries are the context points the attention sees (`cache.attended`, in order), each
+        predicted with its own point masked; compare with `cache.targets`.
         """
         stats = cache.stats
         xs = self._standardise_x(query_x, stats.x_mean, stats.x_std)
@@ -366,9 +432,10 @@ class DVAPFN(nn.Module):
         if joint is not None:
             hy = hy + joint
 
-        def answer(hx, hy, batch):  # a block of queries through every layer, then the head
+        def answer(hx, hy, batch, start):  # a block of queries through every layer, then the head
+            self_from = start if held_out else None
             for layer, keys, vals in zip(self.layers, cache.keys, cache.values):
-                hx, hy = layer(hx, hy, keys[batch], vals[batch], attention_log)
+                hx, hy = layer(hx, hy, keys[batch], vals[batch], attention_log, self_from)
             return self.head(hy) if hx is None else self._split_head(hx, hy)
 
         logits = _in_blocks(answer, hx, hy, self.tokens_per_block, whole=attention_log is not None)
@@ -402,8 +469,8 @@ class DVAPFN(nn.Module):
         """The in-context base prediction alone: location (B, k, m) float64 and leverage feature."""
         return RidgeBase.predict(stats, self._standardise_x(query_x, stats.x_mean, stats.x_std))
 
-    def forward(self, context_x, context_y, query_x):
-        return self.predict(self.encode_context(context_x, context_y), query_x)
+    def forward(self, context_x, context_y, query_x, outputs: torch.Tensor | None = None):
+        return self.predict(self.encode_context(context_x, context_y, outputs), query_x)
 
     def standardised_target(self, y: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         """(B, m, k) observed targets -> (B, k, m) standardised residuals the bars describe."""

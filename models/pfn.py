@@ -9,7 +9,7 @@ import torch
 
 from models.bar_distribution import BarDistribution
 from models.bar_predictive import BarPredictive
-from models.calibration import MIN_CALIBRATION_POINTS, FoldPlan, spread_from_heldout
+from models.calibration import MIN_CALIBRATION_POINTS, spread_from_heldout
 from models.model import ContextCache, DVAPFN
 from models.predictive import Method, Summary
 from models.validation import check_context, check_queries
@@ -20,9 +20,6 @@ from models.validation import check_context, check_queries
 # On the 2-core CPU, 1 thread: 512 gave 31.8 / 100.4 us per row (fast / transformer-dva), 1024
 # gave 34.1 / 104.9 and 256 gave 33.8 / 106.6.
 SUMMARY_CHUNK = 512
-# Folds of the in-context spread calibration (0 turns it off): 20 keeps each fold's context at
-# 95 % of the real one, so the factors carry little small-context bias (see models.calibration).
-CALIBRATION_FOLDS = 20
 
 
 @dataclass
@@ -39,13 +36,11 @@ class PFNMethod(Method):
     name = "dva-pfn"
 
     def __init__(self, model: DVAPFN, device: str | torch.device = "cpu", query_chunk: int = 2048,
-                 calibration_folds: int = CALIBRATION_FOLDS):
-        if calibration_folds == 1 or calibration_folds < 0:
-            raise ValueError(f"calibration_folds: expected 0 (off) or >= 2, got {calibration_folds}")
+                 calibrate: bool = True):
         self.model = model.eval().to(device)
         self.device = torch.device(device)
         self.query_chunk = query_chunk
-        self.calibration_folds = calibration_folds
+        self.calibrate = bool(calibrate)
         self.bar = BarDistribution(model.borders.detach().cpu())
 
     @property
@@ -58,31 +53,24 @@ class PFNMethod(Method):
     @torch.inference_mode()
     def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> EncodedContext:
         context_x, context_y = check_context(context_x, context_y, d=self.d_in)
-        cache = self.model.encode_context(self._tensor(context_x)[None], self._tensor(context_y)[None])
-        return EncodedContext(cache, self.spread_factors(context_x, context_y))
+        x = self._tensor(context_x)
+        cache = self.model.encode_context(x[None], self._tensor(context_y)[None])
+        return EncodedContext(cache, self.spread_factors(cache, x) if self.calibrate else None)
 
     @torch.inference_mode()
-    def spread_factors(self, context_x: np.ndarray, context_y: np.ndarray) -> np.ndarray | None:
-        """Per-output spread factors from K-fold cross-fitting on the context (None when off or too few points).
-
-        All K folds run as one batch: encode K contexts of (K-1)/K of the points, predict the held-out rest.
-        """
-        n = len(context_x)
-        if self.calibration_folds < 2 or n < max(MIN_CALIBRATION_POINTS, 2 * self.calibration_folds):
+    def spread_factors(self, cache: ContextCache, context_x: torch.Tensor) -> np.ndarray | None:
+        """Per-output spread factors (k,) from the context itself, in one pass (None below
+        MIN_CALIBRATION_POINTS): every point the attention sees is predicted with its own point
+        masked, and its truth is the base fit's leave-one-out residual, so each point is held out
+        of both without a refit."""
+        targets = cache.targets[0].transpose(0, 1).cpu().numpy()  # (n, k) standardised LOO residuals
+        n, k = targets.shape
+        if n < MIN_CALIBRATION_POINTS:
             return None
-        plan = FoldPlan.build(n, self.calibration_folds)
-        cx, cy = self._tensor(context_x), self._tensor(context_y)
-        cache = self.model.encode_context(cx[plan.train], cy[plan.train])
-        logits, loc, scale = self.model.predict(cache, cx[plan.held])  # (K, k, h, bars), (K, k, h), (K, k, 1)
-        valid = plan.valid.reshape(-1)
-        keep = torch.as_tensor(valid, device=self.device)
-
-        def points(t: torch.Tensor) -> torch.Tensor:
-            """(K, k, h, ...) fold-major -> (held-out points, k, ...), padding dropped."""
-            return t.transpose(1, 2).reshape(-1, t.shape[1], *t.shape[3:])[keep].cpu()
-
-        pred = BarPredictive(self.bar, points(logits).float(), points(loc).numpy(), points(scale.expand_as(loc)).numpy())
-        return spread_from_heldout(pred, context_y[plan.held.reshape(-1)[valid]])
+        points = context_x if cache.attended is None else context_x[cache.attended]
+        logits, _, _ = self.model.predict(cache, points[None], held_out=True)  # (1, k, n, bars)
+        pred = BarPredictive(self.bar, logits[0].transpose(0, 1).float().cpu(), np.zeros((n, k)), np.ones((1, k)))
+        return spread_from_heldout(pred, targets)
 
     @torch.inference_mode()
     def raw_predict(self, encoded: EncodedContext, query_x: np.ndarray) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:

@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 
 from models.config import ModelConfig
 from models.model import DVAPFN
-from models.pfn import CALIBRATION_FOLDS, PFNMethod
+from models.pfn import PFNMethod
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +83,10 @@ def write_checkpoint(model: DVAPFN, card: dict[str, Any], directory: str | Path)
 
 
 def load_checkpoint(directory: str | Path, device: str | None = None, warmup: bool = True,
-                    calibration_folds: int = CALIBRATION_FOLDS) -> LoadedModel:
+                    calibrate: bool = True) -> LoadedModel:
     """Load and check one checkpoint directory; raises CheckpointError with the reason.
 
-    calibration_folds: folds of the in-context spread calibration of every fit (0 = off).
+    calibrate: the in-context spread calibration of every fit (models.calibration) on or off.
     """
     directory = Path(directory)
     device = device or default_device()
@@ -112,7 +112,7 @@ def load_checkpoint(directory: str | Path, device: str | None = None, warmup: bo
     model = DVAPFN(cfg)
     _check_tensors(directory, weights, model)
     model.load_state_dict(load_file(str(weights)))
-    method = PFNMethod(model, device=device, calibration_folds=calibration_folds)
+    method = PFNMethod(model, device=device, calibrate=calibrate)
     if warmup:
         _warm_up(method, card)
     return LoadedModel(card["name"], str(card["version"]), {**card, "device": device}, method, device)
@@ -148,7 +148,7 @@ def _warm_up(method: PFNMethod, card: dict) -> None:
 
 
 def load_registry(root: str | Path = DEFAULT_ROOT, device: str | None = None, warmup: bool = True,
-                  calibration_folds: int = CALIBRATION_FOLDS) -> Registry:
+                  calibrate: bool = True) -> Registry:
     """Every `<name>/<version>` under root; the newest version of each name is served."""
     registry = Registry()
     root = Path(root)
@@ -158,7 +158,7 @@ def load_registry(root: str | Path = DEFAULT_ROOT, device: str | None = None, wa
         directory = card_path.parent
         key = f"{directory.parent.name}/{directory.name}"
         try:
-            loaded = load_checkpoint(directory, device=device, warmup=warmup, calibration_folds=calibration_folds)
+            loaded = load_checkpoint(directory, device=device, warmup=warmup, calibrate=calibrate)
         except CheckpointError as exc:
             log.error("refusing checkpoint %s: %s", key, exc)
             registry.errors[key] = str(exc)

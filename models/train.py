@@ -107,13 +107,25 @@ class Trainer:
 
     # -- data -----------------------------------------------------------------------------
     def _split(self, x, y, n_context: int, generator: torch.Generator):
-        """Pick outputs per dataset and split points into context and held-out queries."""
+        """Pick outputs per dataset and split points into context and held-out queries.
+
+        The context keeps every output (the base fit sees every bus); the model is trained on
+        the picked outputs `pick` (B, k) only, and the queries' targets are those.
+        """
         k_total = y.shape[-1]
         k = min(self.config.outputs_per_dataset, k_total)
-        pick = torch.rand(y.shape[0], k_total, generator=generator).argsort(dim=-1)[:, :k]
-        y = torch.gather(y, -1, pick[:, None, :].expand(-1, y.shape[1], -1))
+        pick = torch.rand(y.shape[0], k_total, generator=generator).argsort(dim=-1)[:, :k].to(self.device)
         x, y = x.to(self.device), y.to(self.device)
-        return x[:, :n_context], y[:, :n_context], x[:, n_context:], y[:, n_context:]
+        qy = torch.gather(y[:, n_context:], -1, pick[:, None, :].expand(-1, y.shape[1] - n_context, -1))
+        return x[:, :n_context], y[:, :n_context], x[:, n_context:], qy, pick
+
+    def _context_size(self, g: torch.Generator) -> int:
+        """Context size of a batch: uniform or log-uniform over the config's range."""
+        lo, hi = self.config.n_context
+        if self.config.context_sampling == "log-uniform":
+            u = float(torch.rand((), generator=g, dtype=torch.float64))
+            return min(hi, int(math.exp(math.log(lo) + u * (math.log(hi + 1) - math.log(lo)))))
+        return int(torch.randint(lo, hi + 1, (1,), generator=g))
 
     def _set_borders(self) -> None:
         """Borders of equal prior mass for the standardised residuals the model will predict."""
@@ -121,11 +133,11 @@ class Trainer:
         g = _generator(cfg.seed, -2)
         samples = []
         for _ in range(max(1, cfg.border_samples // cfg.batch_size)):
-            n_context = int(torch.randint(cfg.n_context[0], cfg.n_context[1] + 1, (1,), generator=g))
+            n_context = self._context_size(g)
             batch = self.prior.sample(cfg.batch_size, n_context + cfg.n_query, g)
-            cx, cy, qx, qy = self._split(batch.x, batch.y, n_context, g)
+            cx, cy, qx, qy, pick = self._split(batch.x, batch.y, n_context, g)
             with torch.no_grad():
-                stats = self.model.encode_context(cx, cy).stats
+                stats = self.model.encode_context(cx, cy, pick).stats
                 loc, _ = self.model.predict_base(stats, qx)
                 samples.append(self.model.standardised_target(qy, loc, stats.y_scale[..., None]).flatten())
         bar = BarDistribution.from_samples(torch.cat(samples).cpu(), cfg.model.n_bars)
@@ -139,9 +151,9 @@ class Trainer:
         progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
         return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
-    def loss(self, cx, cy, qx, qy) -> torch.Tensor:
-        """Mean NLL of held-out targets under the predicted bar distribution."""
-        logits, loc, scale = self.model(cx, cy, qx)
+    def loss(self, cx, cy, qx, qy, pick) -> torch.Tensor:
+        """Mean NLL of held-out targets (of outputs `pick`) under the predicted bar distribution."""
+        logits, loc, scale = self.model(cx, cy, qx, pick)
         z = self.model.standardised_target(qy, loc, scale)
         return -self.bar.log_prob(logits, z).mean()
 
@@ -169,7 +181,7 @@ class Trainer:
         while p.step < cfg.steps:
             t0 = time.monotonic()
             g = _generator(cfg.seed, p.step)
-            n_context = int(torch.randint(cfg.n_context[0], cfg.n_context[1] + 1, (1,), generator=g))
+            n_context = self._context_size(g)
             batch = self.prior.sample(cfg.batch_size, n_context + cfg.n_query, g)
             for group in self.optimizer.param_groups:
                 group["lr"] = self._lr(p.step)

@@ -30,7 +30,7 @@ def _load_registry(settings: Settings) -> Any:
     from models.registry import load_registry
 
     try:
-        return load_registry(settings.model_dir, device=settings.device, calibration_folds=settings.calibration_folds)
+        return load_registry(settings.model_dir, device=settings.device, calibrate=settings.calibration)
     except Exception as exc:  # an unusable model dir leaves the service alive but not ready
         log.error("could not load the model registry at %s: %s", settings.model_dir, exc)
         return SimpleNamespace(models={}, errors={"*": f"{type(exc).__name__}: {exc}"})

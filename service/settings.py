@@ -25,15 +25,15 @@ class Settings(BaseSettings):
     model_dir: Path = Field(_PACKAGE_REGISTRY, description="root of the checkpoint registry (default: the "
                                                            "package's models/registry, wherever the server starts)")
     device: str | None = Field(None, description="torch device for the models (default: cuda when available, else cpu)")
-    calibration_folds: int = Field(20, ge=0, description="folds of the per-output spread calibration done when a "
-                                   "context is encoded (models.pfn.CALIBRATION_FOLDS; 0 = off: ~20x cheaper "
-                                   "encoding, intervals as the network gives them)")
+    calibration: bool = Field(True, description="per-output spread calibration when a context is encoded "
+                              "(models.calibration: one extra pass over the context; false = intervals as "
+                              "the network gives them)")
     redis_url: str | None = Field(None, description="Redis URL for the context-set store; unset = embedded store")
     api_keys: Annotated[tuple[str, ...], NoDecode] = Field((), description="comma-separated bearer keys for /v1")
 
     max_queries: int = Field(10_000, ge=1, description="most query rows in one /v1/predict or /v1/gp/predict request")
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="largest request body accepted")
-    max_context_rows: int = Field(5_000, ge=1, description="largest context set stored or sent inline")
+    max_context_rows: int = Field(10_000, ge=1, description="largest context set stored or sent inline")
     max_simulate: int = Field(1_000, ge=1, description="most power flows in one /v1/simulate or simulated context")
     gp_max_context: int = Field(1_000, ge=1, description="largest context the on-demand exact GP fits")
     gp_max_iter: int | None = Field(None, ge=0, description="L-BFGS iterations of the exact GP's hyperparameter "

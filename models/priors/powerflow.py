@@ -2,7 +2,8 @@
 
 Wide on purpose, so a model trained on it stays accurate on feeders it has not seen: global
 load level, perturbation size from a few % to 60 %, power-factor spread, correlated and
-uncorrelated perturbations, distributed generation, and line-impedance variations. Targets are
+uncorrelated perturbations, distributed generation, line-impedance variations, reconfigured
+feeders (tie switches closed, loop lines opened) and noisy voltage readings. Targets are
 left in p.u.; the model scales them per dataset (a fixed output scale would make real voltage
 variation look like noise).
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 
+import numpy as np
 import torch
 
 from gridsim.network import network
@@ -39,12 +41,21 @@ class PowerFlowPrior:
         self.base_q = torch.tensor(self.net.base_q_mvar, dtype=torch.float64)
 
     def _feeders(self, batch: int, g: torch.Generator):
-        """Per-dataset line impedances -> reduced Z-bus (B, n, n) and no-load voltages (B, n)."""
+        """Per-dataset line impedances and switching -> reduced Z-bus (B, n, n) and no-load voltages (B, n)."""
         cfg = self.config
+        switching = cfg.p_reconfigured > 0 and len(self.net.tie_r_ohm) > 0
+        n_all = self.net.n_lines + (len(self.net.tie_r_ohm) if switching else 0)
         scale = _uniform(cfg.line_scale, (batch, 1), g) * torch.exp(
-            cfg.line_jitter * torch.randn(batch, self.net.n_lines, generator=g, dtype=torch.float64)
+            cfg.line_jitter * torch.randn(batch, n_all, generator=g, dtype=torch.float64)
         )
-        return self.net.zbus(scale)
+        if not switching:
+            return self.net.zbus(scale)
+        switched = torch.rand(batch, generator=g, dtype=torch.float64) < cfg.p_reconfigured
+        exchanges = int(torch.randint(cfg.exchanges[0], cfg.exchanges[1] + 1, (1,), generator=g))
+        rng = np.random.default_rng(int(torch.randint(0, 2**31 - 1, (1,), generator=g)))
+        closed = torch.as_tensor(self.net.radial_configurations(batch, exchanges, rng))
+        normal = torch.arange(n_all) < self.net.n_lines
+        return self.net.zbus_switched(torch.where(switched[:, None], closed, normal), scale)
 
     def _loads(self, batch: int, n_points: int, g: torch.Generator) -> torch.Tensor:
         """Load vectors (B, N, 64) in MW / MVAr, P then Q."""
@@ -76,6 +87,14 @@ class PowerFlowPrior:
         output = 1.0 + delta * _uniform((-1.0, 1.0), (batch, n_points, n_bus), g)
         return torch.where(at_bus, size * output, torch.zeros(()))
 
+    def _noise_std(self, batch: int, g: torch.Generator) -> torch.Tensor:
+        """Per-dataset std of the voltage readings' noise (B,): `noise`, plus log-uniform for noisy ones."""
+        cfg = self.config
+        lo, hi = (math.log(v) for v in cfg.noise_range)
+        noisy = torch.rand(batch, generator=g, dtype=torch.float64) < cfg.p_noisy
+        extra = torch.where(noisy, _uniform((lo, hi), (batch,), g).exp(), torch.zeros(()))
+        return cfg.noise + extra
+
     def sample(self, batch_size: int, n_points: int, generator: torch.Generator) -> PriorBatch:
         xs, ys, missing, attempts = [], [], batch_size, 0
         while missing > 0:
@@ -89,8 +108,9 @@ class PowerFlowPrior:
             if not bool(ok.all()):
                 log.debug("power-flow prior: %d of %d datasets did not converge; redrawn", int((~ok).sum()), missing)
             vm = v[ok].abs()
-            if self.config.noise > 0:
-                vm = vm + self.config.noise * torch.randn(vm.shape, generator=generator, dtype=torch.float64)
+            if self.config.noise > 0 or self.config.p_noisy > 0:
+                vm = vm + self._noise_std(vm.shape[0], generator)[:, None, None] * torch.randn(
+                    vm.shape, generator=generator, dtype=torch.float64)
             xs.append(x[ok])
             ys.append(vm)
             missing -= int(ok.sum())

@@ -72,3 +72,35 @@ def test_loads_to_pu():
     assert torch.allclose(s[1], 2 * s[0])
     with pytest.raises(ValueError, match=r"x: expected shape \(\.\.\., 64\)"):
         net.loads_to_pu(np.ones((3, 63)))
+
+
+def test_tie_lines_and_switched_zbus():
+    net = gridsim.network("ieee33")
+    assert len(net.tie_r_ohm) == 5  # case33bw's five normally-open tie lines
+    normal = np.arange(net.n_lines + 5) < net.n_lines
+    z, w = net.zbus()
+    z_sw, w_sw = net.zbus_switched(torch.as_tensor(normal))
+    torch.testing.assert_close(z_sw, z)
+    torch.testing.assert_close(w_sw, w)
+    with pytest.raises(ValueError, match="closed"):
+        net.zbus_switched(torch.ones(3, dtype=torch.bool))
+
+
+def test_radial_configurations_are_spanning_trees_other_than_the_normal_one():
+    net = gridsim.network("ieee33")
+    closed = net.radial_configurations(20, 2, np.random.default_rng(0))
+    ends = np.c_[np.r_[net.from_bus, net.tie_from_bus], np.r_[net.to_bus, net.tie_to_bus]]
+    n_bus = len(net.bus_numbers)
+    for mask in closed:
+        assert mask.sum() == n_bus - 1  # a tree on n buses has n - 1 branches
+        reached, todo = {net.slack_bus}, [net.slack_bus]
+        while todo:
+            bus = todo.pop()
+            for a, b in ends[mask]:
+                for here, there in ((a, b), (b, a)):
+                    if here == bus and there not in reached:
+                        reached.add(there)
+                        todo.append(there)
+        assert len(reached) == n_bus  # connected, so radial
+    normal = np.arange(closed.shape[1]) < net.n_lines
+    assert (closed != normal).any(axis=1).mean() > 0.5  # most are other feeders (a later exchange may undo one)

@@ -1,4 +1,4 @@
-"""In-context spread calibration: fold plans, conformal factors and the calibrated PFN answer."""
+"""In-context spread calibration: held-out predictions, conformal factors and the calibrated PFN answer."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,23 +8,10 @@ import pytest
 import torch
 
 from models.bar_predictive import BarPredictive
-from models.calibration import MIN_SPREAD, FoldPlan, conformal_spread, spread_from_heldout
+from models.calibration import MIN_CALIBRATION_POINTS, MIN_SPREAD, conformal_spread, spread_from_heldout
 from models.pfn import PFNMethod
 from models.predictive import GaussianPredictive
 from models.testing import TINY_CONFIG, tiny_model
-
-
-@pytest.mark.parametrize("n, folds", [(100, 10), (103, 10), (37, 4)])
-def test_fold_plan_partitions_the_context_and_never_trains_on_held_out_points(n, folds):
-    plan = FoldPlan.build(n, folds)
-    held = plan.held[plan.valid]
-    assert sorted(held.tolist()) == list(range(n))  # every point held out exactly once
-    assert plan.train.shape == (folds, n - plan.held.shape[1])
-    for train, held_i, valid in zip(plan.train, plan.held, plan.valid):
-        assert not set(train.tolist()) & set(held_i[valid].tolist())
-        assert len(set(train.tolist())) == len(train)
-    with pytest.raises(ValueError, match="folds"):
-        FoldPlan.build(10, 6)
 
 
 def _gaussian_heldout(true_sd: float, n: int = 4000, k: int = 3, seed: int = 0):
@@ -82,9 +69,9 @@ def _feeder_like(n: int, seed: int):
 
 
 def test_calibrated_pfn_covers_close_to_nominal_where_the_raw_one_does_not():
-    """An untrained tiny PFN's intervals are far off; cross-fitted spread brings 95 % coverage near 0.95."""
+    """An untrained tiny PFN's intervals are far off; the held-out spread brings 95 % coverage near 0.95."""
     model = tiny_model(dataclasses.replace(TINY_CONFIG, d_in=6), seed=0)
-    raw = PFNMethod(model, calibration_folds=0)
+    raw = PFNMethod(model, calibrate=False)
     calibrated = PFNMethod(model)
     cx, cy = _feeder_like(300, 0)
     qx, qy = _feeder_like(2000, 1)
@@ -103,11 +90,25 @@ def test_calibrated_pfn_covers_close_to_nominal_where_the_raw_one_does_not():
 
 def test_small_contexts_skip_calibration():
     model = tiny_model(dataclasses.replace(TINY_CONFIG, d_in=6), seed=0)
-    cx, cy = _feeder_like(60, 0)
+    cx, cy = _feeder_like(MIN_CALIBRATION_POINTS - 1, 0)
     assert PFNMethod(model).fit(cx, cy).spread is None
+    cx, cy = _feeder_like(MIN_CALIBRATION_POINTS, 0)
+    assert PFNMethod(model).fit(cx, cy).spread.shape == (2,)
 
 
-def test_calibration_folds_setting_is_checked():
-    model = tiny_model(dataclasses.replace(TINY_CONFIG, d_in=6), seed=0)
-    with pytest.raises(ValueError, match="calibration_folds"):
-        PFNMethod(model, calibration_folds=1)
+def test_held_out_prediction_is_the_prediction_without_the_point():
+    """One layer: a context point's keys and values are its own embedding, so masking its key equals
+    deleting the point from the encoded context."""
+    model = tiny_model(dataclasses.replace(TINY_CONFIG, d_in=6, n_layers=1), seed=0).eval()
+    cx, cy = (torch.as_tensor(a) for a in _feeder_like(40, 0))
+    with torch.no_grad():
+        cache = model.encode_context(cx[None], cy[None])
+        held, _, _ = model.predict(cache, cx[None], held_out=True)
+        for i in (0, 17, 39):
+            keep = torch.arange(40) != i
+            smaller = dataclasses.replace(cache, keys=[k[:, :, keep] for k in cache.keys],
+                                          values=[v[:, :, keep] for v in cache.values])
+            alone, _, _ = model.predict(smaller, cx[None, i : i + 1])
+            torch.testing.assert_close(held[:, :, i], alone[:, :, 0], rtol=1e-5, atol=1e-5)
+        plain, _, _ = model.predict(cache, cx[None])
+        assert not torch.allclose(plain, held, atol=1e-4)  # the mask does change the answer

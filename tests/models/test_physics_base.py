@@ -1,0 +1,107 @@
+"""The physics-structured base fit: tree recovery, accuracy against least squares, fallbacks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import gridsim
+from gridsim.batched import solve_batched
+from gridsim.sampling import sample_loads
+from models import physics_base
+
+
+def _parents(net: gridsim.Network, closed: np.ndarray | None = None) -> np.ndarray:
+    """True parent index (in load-bus order, -1 = substation) of every load bus of a radial feeder."""
+    ends = list(zip(net.from_bus.tolist() + net.tie_from_bus.tolist(), net.to_bus.tolist() + net.tie_to_bus.tolist()))
+    closed = np.arange(len(ends)) < net.n_lines if closed is None else closed
+    links: dict[int, list[int]] = {}
+    for (a, b), on in zip(ends, closed):
+        if on:
+            links.setdefault(a, []).append(b)
+            links.setdefault(b, []).append(a)
+    parent, todo = {net.slack_bus: None}, [net.slack_bus]
+    while todo:
+        bus = todo.pop()
+        for nxt in links.get(bus, []):
+            if nxt not in parent:
+                parent[nxt] = bus
+                todo.append(nxt)
+    pos = {b: i for i, b in enumerate(net.load_buses)}
+    return np.array([pos.get(parent[b], -1) for b in net.load_buses])
+
+
+def _fit(x: np.ndarray, y: np.ndarray):
+    xt, yt = torch.as_tensor(x)[None], torch.as_tensor(y)[None]
+    mean, std = xt.mean(1), xt.std(1, unbiased=False)
+    state, loo, leverage = physics_base.fit((xt - mean[:, None]) / std[:, None], yt, std)
+    return state, loo[0].numpy(), leverage[0].numpy(), (mean, std)
+
+
+def _predict(state, scaling, x: np.ndarray) -> np.ndarray:
+    mean, std = scaling
+    loc, _ = physics_base.predict(state, (torch.as_tensor(x)[None] - mean[:, None]) / std[:, None])
+    return loc[0].numpy()
+
+
+def _least_squares_mae(cx, cy, qx, qy) -> float:
+    design = np.c_[np.ones(len(cx)), cx]
+    coef = np.linalg.lstsq(design, cy, rcond=None)[0]
+    return float(np.abs(np.c_[np.ones(len(qx)), qx] @ coef - qy).mean(0).max())
+
+
+@pytest.mark.parametrize("delta", [0.05, 0.3])
+def test_nominal_feeder_tree_is_recovered_and_error_is_a_small_fraction_of_least_squares(delta):
+    sim = gridsim.simulate(1500, delta, seed=3)
+    cx, cy, qx, qy = sim.x[:500], sim.vm_pu[:500], sim.x[500:], sim.vm_pu[500:]
+    state, loo, _, scaling = _fit(cx, cy)
+    np.testing.assert_array_equal(state.parent[0].numpy(), _parents(gridsim.network("ieee33")))
+    assert bool(state.physics_used.all())
+    mae = float(np.abs(_predict(state, scaling, qx) - qy).mean(0).max())
+    assert mae < 0.05 * _least_squares_mae(cx, cy, qx, qy)
+    # LOO residuals are honest held-out errors: their RMS is within 2x of the queries' error RMS
+    ratio = np.sqrt((loo**2).mean()) / np.sqrt(((_predict(state, scaling, qx) - qy) ** 2).mean())
+    assert 0.5 < ratio < 2.0
+
+
+def test_reconfigured_feeder_tree_is_recovered_without_being_told():
+    net = gridsim.network("ieee33")
+    closed = net.radial_configurations(1, 3, np.random.default_rng(5))[0]
+    assert not np.array_equal(_parents(net, closed), _parents(net))  # the premise: another tree
+    x = sample_loads(net, 1500, 0.3, np.random.default_rng(0))
+    z, w = net.zbus_switched(torch.as_tensor(closed))
+    v, converged, _ = solve_batched(z, w, net.loads_to_pu(torch.as_tensor(x)))
+    assert bool(converged.all())
+    y = v.abs().numpy()
+    state, _, _, scaling = _fit(x[:500], y[:500])
+    np.testing.assert_array_equal(state.parent[0].numpy(), _parents(net, closed))
+    mae = float(np.abs(_predict(state, scaling, x[500:]) - y[500:]).mean(0).max())
+    assert mae < 0.05 * _least_squares_mae(x[:500], y[:500], x[500:], y[500:])
+
+
+def test_small_context_falls_back_to_a_usable_fit():
+    """16 points, ~200 features: no penalty may interpolate (LOO 0/0); errors stay those of a sane fit."""
+    sim = gridsim.simulate(516, 0.3, seed=4)
+    state, loo, _, scaling = _fit(sim.x[:16], sim.vm_pu[:16])
+    assert np.isfinite(loo).all() and (np.abs(loo) > 0).all()
+    err = _predict(state, scaling, sim.x[16:]) - sim.vm_pu[16:]
+    # standardised by the LOO scale, query errors look like a distribution, not like 1e7
+    z = err / np.sqrt((loo**2).mean(0))
+    assert np.abs(z).max() < 50
+    assert np.abs(err).mean() < np.abs(sim.vm_pu[16:] - sim.vm_pu[:16].mean(0)).mean()  # beats the mean
+
+
+def test_noisy_readings_keep_linear_outputs_and_honest_residuals():
+    sim = gridsim.simulate(1500, 0.05, seed=6)
+    noisy = sim.vm_pu + 1e-4 * np.random.default_rng(0).normal(size=sim.vm_pu.shape)
+    state, loo, _, scaling = _fit(sim.x[:500], noisy[:500])
+    assert not bool(state.physics_used.all())  # second-order terms drown in 1e-4 noise
+    rms = np.sqrt((loo**2).mean())
+    assert 0.8e-4 < rms < 1.3e-4  # the LOO residuals measure the noise
+    mae = np.abs(_predict(state, scaling, sim.x[500:]) - sim.vm_pu[500:]).mean()
+    assert mae < 1e-4 * 0.5  # the fit averages the noise out
+
+
+def test_inputs_must_be_p_and_q_per_output():
+    with pytest.raises(ValueError, match="2 loads"):
+        physics_base.fit(torch.zeros(1, 20, 6), torch.zeros(1, 20, 4), torch.ones(1, 6))
