@@ -11,6 +11,18 @@ from models.predictive import Method, Summary
 # Arrays shaped (m, k); quantiles (levels, m, k); p_outside None when no band was asked.
 Answer = Summary
 
+# Precision on the wire (JSON, Arrow, batch results). Voltages (means, quantiles, truths) travel as
+# float64: near 1.0 p.u. float32 resolves only ~6e-8, coarser than a physics-base model's spread
+# at small load changes, and a rounded mean would put the truth outside honest intervals. Spreads,
+# errors and probabilities are small numbers whose float32 relative precision (~1e-7) is ample.
+VOLTAGE_DTYPE = np.float64
+SPREAD_DTYPE = np.float32
+
+
+def on_the_wire(values: Any, voltage: bool) -> np.ndarray:
+    """A C-contiguous copy (or view) of `values` in the dtype its kind travels in."""
+    return np.ascontiguousarray(values, dtype=VOLTAGE_DTYPE if voltage else SPREAD_DTYPE)
+
 
 @dataclass(frozen=True)
 class AnswerSpec:

@@ -1,9 +1,10 @@
 """A predict answer as Apache Arrow (`Accept: application/vnd.apache.arrow.stream`).
 
-Why: a planning tool asking for thousands of queries gets exact float32 values it can hand to
+Why: a planning tool asking for thousands of queries gets the exact values it can hand to
 pandas or polars without parsing text, and the server skips the JSON writer (~40 ms for a
-4500 x 32 answer on the 2-core CPU). One IPC stream, one record batch, a row per query; a float32
-column per statistic and bus, named as in batch-job results (`mean_vm_pu_bus2`, `std_...`,
+4500 x 32 answer on the 2-core CPU). One IPC stream, one record batch, a row per query; a column
+per statistic and bus (voltages float64, spreads and probabilities float32, as in the JSON
+answer), named as in batch-job results (`mean_vm_pu_bus2`, `std_...`,
 `q0.05_...`, `p_outside_...`, and `gp_mean_...`, `gp_std_...` with compare_gp); everything else
 of the JSON answer (model, context_id, outputs, timing) is JSON in the schema metadata under
 `gridpfn`.
@@ -17,6 +18,8 @@ import orjson
 import pyarrow as pa
 from starlette.responses import Response
 
+from service.answers import on_the_wire
+
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 METADATA_KEY = b"gridpfn"
 
@@ -27,7 +30,8 @@ def wants_arrow(accept: str | None) -> bool:
 
 
 def _columns(prefix: str, matrix: np.ndarray, outputs: list[str]) -> tuple[list[str], list[pa.Array]]:
-    by_output = np.ascontiguousarray(np.asarray(matrix, dtype=np.float32).T)  # one copy; each column zero-copy
+    voltage = prefix in ("mean", "gp_mean") or prefix.startswith("q")
+    by_output = on_the_wire(np.asarray(matrix).T, voltage)  # one copy; each column zero-copy
     return [f"{prefix}_{name}" for name in outputs], [pa.array(column) for column in by_output]
 
 
@@ -49,7 +53,8 @@ def arrow_response(body: dict[str, Any]) -> Response:
     rest = {key: value for key, value in body.items()
             if key not in ("mean", "std", "quantiles", "p_outside_band", "gp")}
     rest["quantiles"] = list(body["quantiles"])
-    schema = pa.schema([pa.field(name, pa.float32()) for name in names], metadata={METADATA_KEY: orjson.dumps(rest)})
+    schema = pa.schema([pa.field(name, array.type) for name, array in zip(names, arrays)],
+                       metadata={METADATA_KEY: orjson.dumps(rest)})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, schema) as writer:
         writer.write_batch(pa.record_batch(arrays, schema=schema))

@@ -28,7 +28,8 @@ def problems(*statuses: int) -> dict[int | str, dict]:
 # The query routes' 200 also comes as Arrow when asked for (service.arrow_answer): documented beside the JSON.
 ARROW_200: dict[int | str, dict] = {200: {
     "description": "JSON by default; with `Accept: application/vnd.apache.arrow.stream` one Arrow IPC record batch "
-                   "(a row per query, a float32 column per statistic and bus, the rest as JSON in the schema "
+                   "(a row per query, a column per statistic and bus: voltages float64, std and probabilities "
+                   "float32; the rest as JSON in the schema "
                    "metadata `gridpfn`)",
     "content": {ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}}}}}
 

@@ -1,7 +1,8 @@
 """The predict and GP-predict flows: resolve, encode (cached), run (batched or direct), answer.
 
-Responses are serialised here with orjson straight from numpy (float32 text: voltages in p.u.
-need no more digits), because a 4500 x 32 answer through FastAPI's encoder would take seconds.
+Responses are serialised here with orjson straight from numpy (voltages as float64, spreads and
+probabilities as float32: service.answers.on_the_wire), because a 4500 x 32 answer through
+FastAPI's encoder would take seconds.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 import orjson
 from starlette.responses import Response
 
-from service.answers import Answer, AnswerSpec, answer as answer_of
+from service.answers import Answer, AnswerSpec, answer as answer_of, on_the_wire
 from service.arrow_answer import arrow_response, wants_arrow
 from service.errors import ProblemError, too_large
 from service.pool import PoolFull
@@ -48,12 +49,11 @@ def _arrays(answer: Answer, spec: AnswerSpec, what: str) -> dict[str, Any]:
     if not answer.all_finite():
         raise ProblemError(500, "non-finite-answer", "Non-finite answer",
                            f"the {what} produced NaN or infinity for this request; nothing is returned")
-    f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)  # noqa: E731
     return {
-        "mean": f32(answer.mean),
-        "std": f32(answer.std),
-        "quantiles": {repr(float(q)): f32(answer.quantiles[i]) for i, q in enumerate(spec.quantiles)},
-        "p_outside_band": None if answer.p_outside is None else f32(answer.p_outside),
+        "mean": on_the_wire(answer.mean, voltage=True),
+        "std": on_the_wire(answer.std, voltage=False),
+        "quantiles": {repr(float(q)): on_the_wire(answer.quantiles[i], voltage=True) for i, q in enumerate(spec.quantiles)},
+        "p_outside_band": None if answer.p_outside is None else on_the_wire(answer.p_outside, voltage=False),
     }
 
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from service.answers import Answer
+from service.answers import Answer, on_the_wire
 from service.jobs.model import JobSpec, result_columns
 
 # Float columns barely compress and never repeat: no compression and no dictionary encoding (a
@@ -49,20 +49,20 @@ class JobFiles:
 
 def chunk_table(spec: JobSpec, inputs: pa.Table, answer: Answer,
                 truth: tuple[np.ndarray, np.ndarray] | None = None) -> pa.Table:
-    """Input columns then the statistics (float32) in `result_columns` order."""
-    blocks = [answer.mean, answer.std] + [answer.quantiles[i] for i in range(len(spec.quantiles))]
+    """Input columns then the statistics in `result_columns` order (voltages float64, the rest float32)."""
+    blocks = [(answer.mean, True), (answer.std, False)] + [(answer.quantiles[i], True) for i in range(len(spec.quantiles))]
     if spec.voltage_band is not None:
-        blocks.append(answer.p_outside)
+        blocks.append((answer.p_outside, False))
     arrays = list(inputs.columns)
-    for block in blocks:
-        columns = np.ascontiguousarray(np.asarray(block).T, dtype=np.float32)  # one copy; each column zero-copy
+    for block, voltage in blocks:
+        columns = on_the_wire(np.asarray(block).T, voltage)  # one copy; each column zero-copy
         arrays += [pa.array(column) for column in columns]
     if spec.with_ground_truth:
         vm, converged = truth
         missing = ~converged
-        for values in (vm, answer.mean - vm):
-            values32 = np.asarray(values, dtype=np.float32)
-            arrays += [pa.array(values32[:, j], mask=missing) for j in range(values32.shape[1])]
+        for values, voltage in ((vm, True), (answer.mean - vm, False)):
+            columns = on_the_wire(np.asarray(values).T, voltage)
+            arrays += [pa.array(column, mask=missing) for column in columns]
         arrays.append(pa.array(converged))
     return pa.Table.from_arrays(arrays, names=result_columns(spec))
 

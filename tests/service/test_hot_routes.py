@@ -116,7 +116,7 @@ def test_auth_and_metrics_on_the_hot_path(pair, cid, scenarios):
 
 
 def test_arrow_answers_hold_the_json_answers_on_both_paths(pair, cid, scenarios):
-    """Accept: application/vnd.apache.arrow.stream gives the same float32 numbers as the JSON answer,
+    """Accept: application/vnd.apache.arrow.stream gives the same numbers as the JSON answer,
     a column per statistic and bus, and the rest in the schema metadata; the Python client reads it."""
     import orjson
     import pyarrow as pa
@@ -137,16 +137,18 @@ def test_arrow_answers_hold_the_json_answers_on_both_paths(pair, cid, scenarios)
         assert meta["model"] == MODEL and meta["context_id"] == cid and meta["quantiles"] == ["0.05", "0.95"]
         assert set(meta["timing"]) >= {"pfn_ms", "gp_fit_ms", "speedup", "total_ms"}
         outputs = as_json["outputs"]
-        for prefix, matrix in (("mean", as_json["mean"]), ("q0.95", as_json["quantiles"]["0.95"]),
-                               ("p_outside", as_json["p_outside_band"]), ("gp_std", as_json["gp"]["std"])):
+        for prefix, matrix, dtype in (("mean", as_json["mean"], np.float64), ("q0.95", as_json["quantiles"]["0.95"], np.float64),
+                                      ("gp_mean", as_json["gp"]["mean"], np.float64),
+                                      ("p_outside", as_json["p_outside_band"], np.float32), ("gp_std", as_json["gp"]["std"], np.float32)):
             got = np.column_stack([table.column(f"{prefix}_{name}").to_numpy() for name in outputs])
-            np.testing.assert_array_equal(got, np.asarray(matrix, dtype=np.float32))
+            assert got.dtype == dtype, prefix  # voltages float64, spreads and probabilities float32
+            np.testing.assert_array_equal(got, np.asarray(matrix, dtype=dtype))
         gp = c.post("/v1/gp/predict", json={"context_id": cid, "queries": rows(x[:3])}, headers=arrow)
         assert pa.ipc.open_stream(gp.content).read_all().column_names[0] == "mean_vm_pu_bus2"
     with GridPFNClient(str(pair[0].base_url), api_key=KEY) as client:
         frame = client.predict(x[100:130], MODEL, context_id=cid, quantiles=[0.5])
         assert frame.shape == (30, 32 * 3) and frame.attrs["model"] == MODEL
-        expected = np.asarray(pair[0].post("/v1/predict", json={**body, "compare_gp": False}).json()["mean"], np.float32)
-        np.testing.assert_allclose(frame.filter(like="mean_").to_numpy(), expected, rtol=1e-6)
+        expected = np.asarray(pair[0].post("/v1/predict", json={**body, "compare_gp": False}).json()["mean"])
+        np.testing.assert_array_equal(frame.filter(like="mean_").to_numpy(), expected)
         inline = client.predict(x[:2], MODEL, context=(x[:40], y[:40]))
         assert inline.shape == (2, 64)
