@@ -38,9 +38,13 @@ def tiny_card(name: str, version: str = "0.0.1", feeder: str = "ieee33") -> dict
     }
 
 
-def build_tiny_registry(root: str | Path, names: tuple[str, ...] = ("tiny-dva",)) -> Path:
+def build_tiny_registry(root: str | Path, names: tuple[str, ...] = ("tiny-dva",),
+                        config: ModelConfig = TINY_CONFIG) -> Path:
     """Write one tiny checkpoint per name under `root` and return root."""
     root = Path(root)
     for i, name in enumerate(names):
-        write_checkpoint(tiny_model(seed=i), tiny_card(name), root / name / "0.0.1")
+        card = tiny_card(name)
+        if config.base == "physics":
+            card["context_size"] = {"min": 16, "max": 10_000}
+        write_checkpoint(tiny_model(config, seed=i), card, root / name / "0.0.1")
     return root

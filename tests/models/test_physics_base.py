@@ -105,3 +105,20 @@ def test_noisy_readings_keep_linear_outputs_and_honest_residuals():
 def test_inputs_must_be_p_and_q_per_output():
     with pytest.raises(ValueError, match="2 loads"):
         physics_base.fit(torch.zeros(1, 20, 6), torch.zeros(1, 20, 4), torch.ones(1, 6))
+
+
+def test_large_context_attends_to_a_bounded_subset_and_fits_on_all_points():
+    import dataclasses
+
+    from models.model import ATTEND_MAX
+    from models.pfn import PFNMethod
+    from models.testing import TINY_CONFIG, tiny_model
+
+    sim = gridsim.simulate(4100, 0.3, seed=9)
+    method = PFNMethod(tiny_model(dataclasses.replace(TINY_CONFIG, base="physics")))
+    encoded = method.fit(sim.x[:4000], sim.vm_pu[:4000])
+    assert encoded.cache.keys[0].shape[-2] == ATTEND_MAX  # memory bounded by the subset
+    assert encoded.cache.stats.n_context == 4000  # the base fit saw every row
+    assert encoded.spread is not None and np.isfinite(encoded.spread).all()
+    pred = method.predict(encoded, sim.x[4000:])
+    assert np.isfinite(pred.mean).all() and np.isfinite(pred.std).all()
