@@ -1,7 +1,8 @@
 """Bounded in-process LRU with single-flight async fill.
 
 Encoded contexts (torch tensors) and fitted GPs are too big and too process-specific for Redis;
-they live here, keyed per (model, context id). Concurrent misses on one key share one computation.
+they live here, keyed per (model, context id). Concurrent misses on one key share one computation,
+which one caller's cancellation does not stop.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ class AsyncLRU:
     def __init__(self, size: int) -> None:
         self.size = size
         self._values: OrderedDict[Hashable, Any] = OrderedDict()
-        self._inflight: dict[Hashable, asyncio.Future] = {}
+        self._inflight: dict[Hashable, asyncio.Task] = {}
 
     def __len__(self) -> int:
         return len(self._values)
@@ -32,26 +33,34 @@ class AsyncLRU:
             del self._values[key]
 
     async def get_or_compute(self, key: Hashable, compute: Callable[[], Awaitable[Any]]) -> tuple[Any, bool]:
+        """The cached value, or one computation shared by every concurrent caller of the key.
+
+        The computation runs as its own task and each caller awaits it through `asyncio.shield`,
+        so a caller that is cancelled (a client that hung up) leaves it running for the others;
+        its result is cached even when every caller has gone.
+        """
         if key in self._values:
             self._values.move_to_end(key)
             return self._values[key], True
-        if key in self._inflight:
-            return await asyncio.shield(self._inflight[key]), True
-        future = asyncio.get_running_loop().create_future()
-        self._inflight[key] = future
+        task = self._inflight.get(key)
+        shared = task is not None
+        if task is None:
+            task = self._inflight[key] = asyncio.get_running_loop().create_task(self._fill(key, compute))
+            task.add_done_callback(_retrieve)
+        return await asyncio.shield(task), shared
+
+    async def _fill(self, key: Hashable, compute: Callable[[], Awaitable[Any]]) -> Any:
         try:
             value = await compute()
-        except Exception as exc:
-            future.set_exception(exc)
-            future.exception()  # mark retrieved: waiters re-raise it, nobody else must
-            raise
-        except BaseException:
-            future.cancel()
-            raise
         finally:
             self._inflight.pop(key, None)
-        future.set_result(value)
         self._values[key] = value
         while len(self._values) > self.size:
             self._values.popitem(last=False)
-        return value, False
+        return value
+
+
+def _retrieve(task: asyncio.Task) -> None:
+    """Mark a failed fill's exception retrieved: its callers re-raise it, or nobody was left to."""
+    if not task.cancelled():
+        task.exception()
