@@ -31,8 +31,8 @@ class SimulationResult:
 
     network: Network
     x: np.ndarray  # (n, 2*n_load) MW / MVAr, feature order
-    vm_pu: np.ndarray  # (n, n_load)
-    va_degree: np.ndarray  # (n, n_load), relative to the slack
+    vm_pu: np.ndarray  # (n, n_outputs): every non-slack bus
+    va_degree: np.ndarray  # (n, n_outputs), relative to the slack
     converged: np.ndarray  # (n,) bool
     solver: str
 
@@ -85,16 +85,22 @@ def _solve_rows(net: Network, x: np.ndarray, solver: str, device, progress: Call
 
         return solve_pandapower(net, x, progress=progress)
     z, w = net.zbus()
-    vm = np.empty((len(x), net.n_load))
+    vm = np.empty((len(x), net.n_outputs))
     va = np.empty_like(vm)
     converged = np.empty(len(x), dtype=bool)
     n = net.n_load
+    every_bus = net.load_buses == net.output_buses
+    at = net.load_positions
     for start in range(0, len(x), SOLVE_CHUNK):
         stop = min(len(x), start + SOLVE_CHUNK)
         # numpy for the conversions: single-threaded, so no OpenMP barriers on a busy machine
         s = np.empty((stop - start, n), dtype=np.complex128)
         np.divide(x[start:stop, :n], net.sn_mva, out=s.real)
         np.divide(x[start:stop, n:], net.sn_mva, out=s.imag)
+        if not every_bus:  # buses without load draw nothing
+            s_all = np.zeros((stop - start, net.n_outputs), dtype=np.complex128)
+            s_all[:, at] = s
+            s = s_all
         s_load = torch.from_numpy(s).to(device)
         v, ok, _ = solve_batched(z, w, s_load)
         v = v.cpu().numpy()
@@ -106,9 +112,11 @@ def _solve_rows(net: Network, x: np.ndarray, solver: str, device, progress: Call
     return vm, va, converged
 
 
-def solve(x, network: str = "ieee33", solver: str = "batched", device: str | torch.device = "cpu",
+def solve(x, network: str | Network = "ieee33", solver: str = "batched", device: str | torch.device = "cpu",
           progress: Callable[[int], None] | None = None) -> SimulationResult:
-    """Solve AC power flow for given load vectors x (n, 64) [P MW then Q MVAr at buses 2..33]."""
+    """Solve AC power flow for given load vectors x (n, 2*n_load) [P MW then Q MVAr at the load
+    buses; IEEE 33: (n, 64), buses 2..33]. `network`: a built-in name or a `Network` (e.g. from
+    gridsim.feeders)."""
     net = get_network(network)
     solver = _check_solver(solver)
     x = _check_x(x, net)
@@ -121,7 +129,7 @@ def solve(x, network: str = "ieee33", solver: str = "batched", device: str | tor
     return SimulationResult(network=net, x=x, vm_pu=vm, va_degree=va, converged=converged, solver=solver)
 
 
-def simulate(n: int, delta: float, seed, network: str = "ieee33", solver: str = "batched",
+def simulate(n: int, delta: float, seed, network: str | Network = "ieee33", solver: str = "batched",
              device: str | torch.device = "cpu", progress: Callable[[int], None] | None = None,
              **options) -> SimulationResult:
     """Sample n scenarios (see gridsim.sampling for delta and **options) and solve them.
@@ -139,4 +147,4 @@ def simulate(n: int, delta: float, seed, network: str = "ieee33", solver: str = 
     else:
         raise ValueError(f"seed: expected an integer >= 0 or a numpy.random.Generator, got {seed!r}")
     x = sample_loads(net, n, delta, rng, opts)
-    return solve(x, network=network, solver=solver, device=device, progress=progress)
+    return solve(x, network=net, solver=solver, device=device, progress=progress)

@@ -2,7 +2,14 @@
 
 A `Network` is a frozen, pandapower-free snapshot of a feeder, so the batched solver and the
 priors can use it without touching pandapower; `pandapower_net(name)` gives the reference
-model the snapshot was built from.
+model the snapshot was built from. `gridsim.feeders.snapshot` builds one from any radial
+pandapower net (lines with charging, two-winding transformers, shunts, switches, sgens);
+the built-in names are in `KNOWN_NETWORKS`.
+
+Buses, features and outputs: the buses are numbered by the net's own pandapower index (IEEE
+numbers 1..33 for 'ieee33'); features are P then Q of every bus carrying a load or sgen
+(`load_buses`), outputs the voltage of every non-slack bus (`output_buses`). On IEEE 33 every
+non-slack bus has a load, so the two coincide.
 """
 from __future__ import annotations
 
@@ -23,8 +30,28 @@ def _case33bw():
     return pn.case33bw()
 
 
-# name -> pandapower constructor; other radial feeders can be added behind the same interface.
-_BUILDERS: dict[str, Callable] = {"ieee33": _case33bw}
+def _kerber_landnetz_kabel_1():
+    import pandapower.networks as pn
+
+    return pn.create_kerber_landnetz_kabel_1()
+
+
+def _mv_oberrhein_sub0():
+    import pandapower.networks as pn
+
+    return pn.mv_oberrhein(separation_by_sub=True)[0]
+
+
+# name -> (pandapower constructor, bus numbering: pandapower index + offset)
+_BUILDERS: dict[str, tuple[Callable, int]] = {
+    "ieee33": (_case33bw, 1),  # IEEE numbers 1..33 (pandapower index + 1)
+    # Kerber's rural LV cable network: 10/0.4 kV transformer (magnetising branch, 150 deg shift),
+    # cables with charging capacitance, loads at every second bus (18 buses, 8 loads)
+    "kerber_landnetz_kabel_1": (_kerber_landnetz_kabel_1, 0),
+    # the real-world MV Oberrhein grid's first substation: 110/20 kV transformer at tap -2, the
+    # feeders radially operated by line switches (one open), loads and PV (70 buses, geodata)
+    "mv_oberrhein_sub0": (_mv_oberrhein_sub0, 0),
+}
 KNOWN_NETWORKS: tuple[str, ...] = tuple(_BUILDERS)
 
 
@@ -57,10 +84,53 @@ class Network:
     tie_to_bus: np.ndarray = field(default_factory=lambda: _frozen([], np.int64))
     tie_r_ohm: np.ndarray = field(default_factory=lambda: _frozen([]))
     tie_x_ohm: np.ndarray = field(default_factory=lambda: _frozen([]))
+    # --- general feeders; the defaults describe IEEE 33 (one voltage level, nothing but lines)
+    output_buses: tuple[int, ...] = ()  # non-slack buses, output order; () = load_buses
+    bus_vn_kv: np.ndarray = field(default_factory=lambda: _frozen([]))  # (n_bus,); empty = vn_kv
+    line_g_pu: np.ndarray = field(default_factory=lambda: _frozen([]))  # total charging per line,
+    line_b_pu: np.ndarray = field(default_factory=lambda: _frozen([]))  # half at each end; empty = 0
+    tie_g_pu: np.ndarray = field(default_factory=lambda: _frozen([]))
+    tie_b_pu: np.ndarray = field(default_factory=lambda: _frozen([]))
+    # two-winding transformers as MATPOWER branches (pandapower's own conversion: series
+    # impedance, magnetising branch as pi shunt, off-nominal ratio with the tap position, shift)
+    trafo_hv_bus: np.ndarray = field(default_factory=lambda: _frozen([], np.int64))
+    trafo_lv_bus: np.ndarray = field(default_factory=lambda: _frozen([], np.int64))
+    trafo_r_pu: np.ndarray = field(default_factory=lambda: _frozen([]))
+    trafo_x_pu: np.ndarray = field(default_factory=lambda: _frozen([]))
+    trafo_g_pu: np.ndarray = field(default_factory=lambda: _frozen([]))
+    trafo_b_pu: np.ndarray = field(default_factory=lambda: _frozen([]))
+    trafo_ratio: np.ndarray = field(default_factory=lambda: _frozen([]))
+    trafo_shift_degree: np.ndarray = field(default_factory=lambda: _frozen([]))
+    shunt_bus: np.ndarray = field(default_factory=lambda: _frozen([], np.int64))  # bus shunts
+    shunt_y_pu: np.ndarray = field(default_factory=lambda: _frozen([], np.complex128))
+    bus_names: tuple[str, ...] = ()  # the net's own bus names, bus order
+    bus_xy: np.ndarray = field(default_factory=lambda: _frozen(np.zeros((0, 2))))  # geodata or empty
+    pandapower_index: tuple[int, ...] = ()  # pandapower bus index per bus; () = number - 1
+    source_json: str = field(default="", repr=False)  # pandapower JSON of a user network
+
+    def __post_init__(self):
+        if not self.output_buses:
+            object.__setattr__(self, "output_buses", tuple(self.load_buses))
 
     @property
     def n_lines(self) -> int:
         return len(self.r_ohm)
+
+    @property
+    def n_outputs(self) -> int:
+        return len(self.output_buses)
+
+    @property
+    def load_positions(self) -> np.ndarray:
+        """Index of each load bus among the output buses (where its load enters the solver)."""
+        pos = {b: i for i, b in enumerate(self.output_buses)}
+        return np.array([pos[b] for b in self.load_buses], dtype=np.int64)
+
+    def pandapower_bus(self, number: int) -> int:
+        """The pandapower bus index of bus `number`."""
+        if not self.pandapower_index:
+            return int(number) - 1
+        return self.pandapower_index[self.bus_numbers.index(int(number))]
 
     @property
     def n_load(self) -> int:
@@ -80,11 +150,11 @@ class Network:
 
     @property
     def output_names(self) -> tuple[str, ...]:
-        return tuple(f"vm_pu_bus{b}" for b in self.load_buses)
+        return tuple(f"vm_pu_bus{b}" for b in self.output_buses)
 
     @property
     def angle_names(self) -> tuple[str, ...]:
-        return tuple(f"va_degree_bus{b}" for b in self.load_buses)
+        return tuple(f"va_degree_bus{b}" for b in self.output_buses)
 
     @property
     def base_x(self) -> np.ndarray:
@@ -98,8 +168,9 @@ class Network:
         batched solver iterates. `line_scale` (..., n_lines) multiplies each line's impedance and
         gives batched (..., n, n) matrices (for priors over feeder parameters).
         """
-        z_line = torch.as_tensor((self.r_ohm + 1j * self.x_ohm) / self.z_base_ohm, dtype=torch.complex128)
-        return self._reduced(self.from_bus, self.to_bus, 1.0 / (z_line * self._scale(line_scale, self.n_lines)))
+        z_line = torch.as_tensor((self.r_ohm + 1j * self.x_ohm) / self._z_base(self.from_bus), dtype=torch.complex128)
+        charging = self._charging(self.line_g_pu, self.line_b_pu, self.n_lines) if self._has_charging else None
+        return self._reduced(self.from_bus, self.to_bus, 1.0 / (z_line * self._scale(line_scale, self.n_lines)), charging)
 
     def zbus_switched(self, closed, line_scale=None) -> tuple[torch.Tensor, torch.Tensor]:
         """`zbus` of reconfigured feeders: `closed` (..., n_lines + n_ties) says which of the lines
@@ -110,10 +181,16 @@ class Network:
             raise ValueError(f"closed: expected shape (..., {n_all}), got {tuple(closed.shape)}")
         r = np.concatenate([self.r_ohm, self.tie_r_ohm])
         x = np.concatenate([self.x_ohm, self.tie_x_ohm])
-        z_line = torch.as_tensor((r + 1j * x) / self.z_base_ohm, dtype=torch.complex128) * self._scale(line_scale, n_all)
-        y_line = torch.where(closed, 1.0 / z_line, torch.zeros((), dtype=torch.complex128))
-        return self._reduced(np.concatenate([self.from_bus, self.tie_from_bus]),
-                             np.concatenate([self.to_bus, self.tie_to_bus]), y_line)
+        from_bus = np.concatenate([self.from_bus, self.tie_from_bus])
+        z_line = torch.as_tensor((r + 1j * x) / self._z_base(from_bus), dtype=torch.complex128) * self._scale(line_scale, n_all)
+        zero = torch.zeros((), dtype=torch.complex128)
+        y_line = torch.where(closed, 1.0 / z_line, zero)
+        charging = None
+        if self._has_charging:
+            y_sh = torch.cat([self._charging(self.line_g_pu, self.line_b_pu, self.n_lines),
+                              self._charging(self.tie_g_pu, self.tie_b_pu, len(self.tie_r_ohm))])
+            charging = torch.where(closed, y_sh, zero)
+        return self._reduced(from_bus, np.concatenate([self.to_bus, self.tie_to_bus]), y_line, charging)
 
     def radial_configurations(self, batch: int, exchanges: int, rng: np.random.Generator) -> np.ndarray:
         """(batch, n_lines + n_ties) closed masks of radial feeders, each `exchanges` branch exchanges
@@ -146,8 +223,50 @@ class Network:
             raise ValueError("line_scale: expected finite values > 0")
         return scale.to(torch.complex128)
 
-    def _reduced(self, from_bus, to_bus, y_line: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Reduced Z-bus and no-load voltages from line ends and (..., lines) series admittances."""
+    def _z_base(self, from_bus: np.ndarray):
+        """Impedance base (ohm) of lines starting at `from_bus`: one number on one voltage level."""
+        if not len(self.bus_vn_kv):
+            return self.z_base_ohm
+        index = {bus: i for i, bus in enumerate(self.bus_numbers)}
+        return self.bus_vn_kv[[index[int(b)] for b in from_bus]] ** 2 / self.sn_mva
+
+    @staticmethod
+    def _charging(g_pu: np.ndarray, b_pu: np.ndarray, n: int) -> torch.Tensor:
+        """(n,) total shunt admittance of n lines (zeros where the arrays are empty)."""
+        y = np.zeros(n, dtype=np.complex128)
+        if len(g_pu):
+            y += g_pu
+        if len(b_pu):
+            y += 1j * b_pu
+        return torch.as_tensor(y)
+
+    @property
+    def _has_charging(self) -> bool:
+        return bool(len(self.line_g_pu) or len(self.line_b_pu) or len(self.tie_g_pu) or len(self.tie_b_pu))
+
+    def _fixed_admittance(self, index: dict[int, int]) -> torch.Tensor | None:
+        """Y-bus part of transformers and bus shunts (MATPOWER's branch model, as pandapower's makeYbus)."""
+        if not len(self.trafo_r_pu) and not len(self.shunt_y_pu):
+            return None
+        n_bus = len(self.bus_numbers)
+        y = np.zeros((n_bus, n_bus), dtype=np.complex128)
+        for k in range(len(self.trafo_r_pu)):
+            f, t = index[int(self.trafo_hv_bus[k])], index[int(self.trafo_lv_bus[k])]
+            ys = 1.0 / (self.trafo_r_pu[k] + 1j * self.trafo_x_pu[k])
+            ysh = self.trafo_g_pu[k] + 1j * self.trafo_b_pu[k]
+            tap = self.trafo_ratio[k] * np.exp(1j * np.pi / 180 * self.trafo_shift_degree[k])
+            y[f, f] += (ys + ysh / 2) / (tap * np.conj(tap))
+            y[f, t] += -ys / np.conj(tap)
+            y[t, f] += -ys / tap
+            y[t, t] += ys + ysh / 2
+        for bus, y_sh in zip(self.shunt_bus, self.shunt_y_pu):
+            y[index[int(bus)], index[int(bus)]] += y_sh
+        return torch.as_tensor(y)
+
+    def _reduced(self, from_bus, to_bus, y_line: torch.Tensor,
+                 charging: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reduced Z-bus and no-load voltages from line ends, (..., lines) series admittances and
+        (..., lines) total line charging (None: none), plus transformers and bus shunts."""
         index = {bus: i for i, bus in enumerate(self.bus_numbers)}
         n_bus, n_lines = len(self.bus_numbers), len(from_bus)
         incidence = torch.zeros(n_lines, n_bus, dtype=torch.complex128)
@@ -155,8 +274,13 @@ class Network:
         incidence[rows, [index[int(b)] for b in from_bus]] = 1.0
         incidence[rows, [index[int(b)] for b in to_bus]] = -1.0
         ybus = incidence.T @ (y_line.unsqueeze(-1) * incidence)  # (..., n_bus, n_bus)
+        if charging is not None:  # half of each line's charging at each end
+            ybus = ybus + torch.diag_embed((charging / 2) @ incidence.abs().to(torch.complex128))
+        fixed = self._fixed_admittance(index)
+        if fixed is not None:
+            ybus = ybus + fixed
         slack = index[self.slack_bus]
-        keep = [index[b] for b in self.load_buses]
+        keep = [index[b] for b in self.output_buses]
         y_red = ybus[..., keep, :][..., :, keep]
         y_slack = ybus[..., keep, slack]
         z = torch.linalg.inv(y_red)
@@ -165,13 +289,19 @@ class Network:
         return z, w
 
     def loads_to_pu(self, x) -> torch.Tensor:
-        """(..., 2*n_load) MW/MVAr load vectors -> complex per-unit load power (..., n_load)."""
+        """(..., 2*n_load) MW/MVAr load vectors -> complex per-unit load power at the output buses
+        (..., n_outputs), the solver's unknowns (zero at buses without load)."""
         t = torch.as_tensor(x)
         if t.ndim == 0 or t.shape[-1] != self.n_features:
             raise ValueError(f"x: expected shape (..., {self.n_features}) [P then Q in MW/MVAr], got {tuple(t.shape)}")
         t = t.to(torch.float64)
         n = self.n_load
-        return torch.complex(t[..., :n], t[..., n:]) / self.sn_mva
+        s = torch.complex(t[..., :n], t[..., n:]) / self.sn_mva
+        if self.output_buses == self.load_buses:
+            return s
+        out = torch.zeros(*s.shape[:-1], self.n_outputs, dtype=s.dtype, device=s.device)
+        out[..., torch.as_tensor(self.load_positions, device=s.device)] = s
+        return out
 
 
 def _tree_path(ends: list[tuple[int, int]], closed: np.ndarray, start: int, goal: int) -> list[int]:
@@ -200,7 +330,10 @@ def _tree_path(ends: list[tuple[int, int]], closed: np.ndarray, start: int, goal
 
 @functools.lru_cache(maxsize=None)
 def _pandapower_net_cached(name: str):
-    return _BUILDERS[name]()
+    """The built-in net with its switch states applied (what the snapshot describes)."""
+    from gridsim.feeders import normalise
+
+    return normalise(_BUILDERS[name][0]())
 
 
 def _check_name(name) -> str:
@@ -209,56 +342,28 @@ def _check_name(name) -> str:
     return name
 
 
-def pandapower_net(name: str = "ieee33"):
-    """A fresh (deep-copied) pandapower model of the named feeder."""
+def pandapower_net(name: "str | Network" = "ieee33"):
+    """A fresh (deep-copied) pandapower model of the named feeder, or of a `Network` snapshot
+    (a built-in's constructor, or the pandapower JSON a user network was built from)."""
+    if isinstance(name, Network):
+        if name.source_json:
+            import pandapower as pp
+
+            return pp.from_json_string(name.source_json)
+        name = name.name
     return copy.deepcopy(_pandapower_net_cached(_check_name(name)))
 
 
 @functools.lru_cache(maxsize=None)
 def _build(name: str) -> Network:
-    net = _pandapower_net_cached(name)
-    if not (net.trafo.empty and net.gen.empty and net.sgen.empty and net.shunt.empty and net.switch.empty):
-        raise ValueError(f"network: {name!r} has elements other than lines and loads, not supported yet")
-    if len(net.ext_grid) != 1 or len(set(net.bus.vn_kv)) != 1:
-        raise ValueError(f"network: {name!r} must have one slack and one voltage level")
-    ieee = {int(idx): i + 1 for i, idx in enumerate(net.bus.index)}  # pandapower index -> IEEE number
-    lines = net.line[net.line.in_service]
-    ties = net.line[~net.line.in_service]
-    tie_length = ties.length_km / ties.parallel
-    if ((net.line.c_nf_per_km != 0) | (net.line.g_us_per_km != 0)).any():
-        raise ValueError(f"network: {name!r} has line shunt admittances, not supported yet")
-    length = lines.length_km / lines.parallel
-    slack_bus = ieee[int(net.ext_grid.bus.iloc[0])]
-    load_buses = tuple(b for b in ieee.values() if b != slack_bus)
-    p = np.zeros(len(load_buses))
-    q = np.zeros(len(load_buses))
-    pos = {b: i for i, b in enumerate(load_buses)}
-    loads = net.load[net.load.in_service]
-    for bus, p_mw, q_mvar, scaling in zip(loads.bus, loads.p_mw, loads.q_mvar, loads.scaling):
-        p[pos[ieee[int(bus)]]] += p_mw * scaling
-        q[pos[ieee[int(bus)]]] += q_mvar * scaling
-    return Network(
-        name=name,
-        vn_kv=float(net.bus.vn_kv.iloc[0]),
-        sn_mva=float(net.sn_mva),
-        slack_bus=slack_bus,
-        slack_vm_pu=float(net.ext_grid.vm_pu.iloc[0]),
-        slack_va_degree=float(net.ext_grid.va_degree.iloc[0]),
-        bus_numbers=tuple(ieee.values()),
-        load_buses=load_buses,
-        base_p_mw=_frozen(p),
-        base_q_mvar=_frozen(q),
-        from_bus=_frozen([ieee[int(b)] for b in lines.from_bus], np.int64),
-        to_bus=_frozen([ieee[int(b)] for b in lines.to_bus], np.int64),
-        r_ohm=_frozen(lines.r_ohm_per_km * length),
-        x_ohm=_frozen(lines.x_ohm_per_km * length),
-        tie_from_bus=_frozen([ieee[int(b)] for b in ties.from_bus], np.int64),
-        tie_to_bus=_frozen([ieee[int(b)] for b in ties.to_bus], np.int64),
-        tie_r_ohm=_frozen(ties.r_ohm_per_km * tie_length),
-        tie_x_ohm=_frozen(ties.x_ohm_per_km * tie_length),
-    )
+    from gridsim.feeders import snapshot
+
+    builder, offset = _BUILDERS[name]
+    return snapshot(_pandapower_net_cached(name), name=name, number_offset=offset, keep_source=False)
 
 
-def network(name: str = "ieee33") -> Network:
-    """The named feeder (cached). Known: 'ieee33' (pandapower case33bw)."""
+def network(name: "str | Network" = "ieee33") -> Network:
+    """The named built-in feeder (cached; see KNOWN_NETWORKS), or `name` itself when it is a Network."""
+    if isinstance(name, Network):
+        return name
     return _build(_check_name(name))

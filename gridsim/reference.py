@@ -21,7 +21,8 @@ TOLERANCE_MVA = 1e-11
 
 
 def solve_pandapower(network: Network, x: np.ndarray, progress=None, recycle: bool = True):
-    """Run pandapower on each row of x (m, 2*n_load) -> (vm_pu, va_degree, converged).
+    """Run pandapower on each row of x (m, 2*n_load) -> (vm_pu, va_degree, converged), voltages
+    (m, n_outputs) at the output buses.
 
     Rows whose Newton-Raphson does not converge get NaN voltages and converged=False.
     `progress`, if given, is called with the number of rows finished after each row.
@@ -30,16 +31,16 @@ def solve_pandapower(network: Network, x: np.ndarray, progress=None, recycle: bo
     """
     import pandapower as pp
 
-    net = pandapower_net(network.name)
-    net.load = net.load.iloc[0:0]  # replace the shipped loads with exactly one per load bus
-    bus_index = {number: idx for number, idx in enumerate(net.bus.index, start=1)}  # IEEE number -> pandapower index
+    net = pandapower_net(network)
+    net.load = net.load.iloc[0:0]  # replace the shipped loads (and sgens) with exactly one per load bus
+    net.sgen = net.sgen.iloc[0:0]
     for bus in network.load_buses:
-        pp.create_load(net, bus=bus_index[bus], p_mw=0.0, q_mvar=0.0)
-    load_bus_idx = [bus_index[b] for b in network.load_buses]
+        pp.create_load(net, bus=network.pandapower_bus(bus), p_mw=0.0, q_mvar=0.0)
+    out_idx = [network.pandapower_bus(b) for b in network.output_buses]
     n = network.n_load
     rows = x.shape[0]
-    vm = np.full((rows, n), np.nan)
-    va = np.full((rows, n), np.nan)
+    vm = np.full((rows, network.n_outputs), np.nan)
+    va = np.full((rows, network.n_outputs), np.nan)
     converged = np.zeros(rows, dtype=bool)
     options = dict(tolerance_mva=TOLERANCE_MVA, max_iteration=50, calculate_voltage_angles=True, numba=False)
     if recycle:
@@ -52,7 +53,7 @@ def solve_pandapower(network: Network, x: np.ndarray, progress=None, recycle: bo
         except pp.LoadflowNotConverged:
             log.debug("pandapower did not converge on row %d", i)
         else:
-            res = net.res_bus.loc[load_bus_idx]
+            res = net.res_bus.loc[out_idx]
             vm[i], va[i] = res.vm_pu.to_numpy(), res.va_degree.to_numpy()
             converged[i] = bool(np.isfinite(vm[i]).all() and np.isfinite(va[i]).all())
             if not converged[i]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 from typing_extensions import Annotated
 
@@ -56,6 +56,14 @@ class SimulateSpec(BaseModel):
     delta: Annotated[float, Field(gt=0.0, le=1.0)] = 0.1
     n: Annotated[int, Field(ge=1)] = 500
     seed: Annotated[int, Field(ge=0)] = 0
+
+    @field_validator("network")
+    @classmethod
+    def _served_network(cls, value: str) -> str:
+        # gridsim knows more networks (GET /v1/networks); the models serve IEEE 33 only so far (issue 15)
+        if value != "ieee33":
+            raise ValueError(f"no model serves network {value!r} yet: expected 'ieee33'")
+        return value
 
 
 class ContextSetCreate(BaseModel):
