@@ -68,6 +68,17 @@ _UNSUPPORTED = {
     "ssc": "static synchronous compensators are not supported",
     "vsc": "voltage source converters are not supported",
 }
+# the columns this module reads, per table (pandapower.to_json output has them all)
+_COLUMNS = {
+    "bus": ("vn_kv", "in_service"),
+    "ext_grid": ("bus", "vm_pu", "va_degree", "in_service"),
+    "line": ("from_bus", "to_bus", "length_km", "r_ohm_per_km", "x_ohm_per_km", "c_nf_per_km", "parallel", "in_service"),
+    "load": ("bus", "p_mw", "q_mvar", "scaling", "in_service"),
+    "sgen": ("bus", "p_mw", "q_mvar", "scaling", "in_service"),
+    "trafo": ("hv_bus", "lv_bus", "in_service"),
+    "switch": ("bus", "element", "et", "closed"),
+    "shunt": ("bus",),
+}
 _BUS_REFERENCES = (("ext_grid", "bus"), ("load", "bus"), ("sgen", "bus"), ("shunt", "bus"), ("line", "from_bus"),
                    ("line", "to_bus"), ("trafo", "hv_bus"), ("trafo", "lv_bus"), ("switch", "bus"))
 
@@ -84,7 +95,20 @@ def _in_service(table):
     return table[table.in_service.astype(bool)] if "in_service" in table else table
 
 
+def _check_tables(net) -> None:
+    import pandas as pd
+
+    for table, columns in _COLUMNS.items():
+        if not isinstance(net.get(table), pd.DataFrame):
+            raise NetworkError(table, f"missing or not a table (got {type(net.get(table)).__name__})",
+                               "a pandapower element table (pandapower.to_json output)")
+        missing = [c for c in columns if c not in net[table].columns]
+        if missing:
+            raise NetworkError(table, f"columns {missing} missing", f"a pandapower {table} table with {list(columns)}")
+
+
 def _check_elements(net) -> None:
+    _check_tables(net)
     n_bus = int(net.bus.in_service.astype(bool).sum())
     if n_bus > MAX_BUSES:
         raise NetworkError("bus", f"{n_bus} in-service buses is over the limit", f"at most {MAX_BUSES} buses")
@@ -247,9 +271,12 @@ def _geodata(net, buses) -> np.ndarray:
 def normalise(net):
     """A checked copy of the net with its switch states applied (the net the snapshot describes)."""
     net = copy.deepcopy(net)
-    for cached in ("_ppc", "_ppc0", "_ppc1", "_ppc2", "_is_elements", "_is_elements_final", "_pd2ppc_lookups"):
-        if cached in net:  # a power flow run before (pandapower's recycle would reuse stale element tables)
+    # forget an earlier power flow's internals (pandapower's recycle would reuse stale element tables)
+    for cached in ("_ppc", "_ppc0", "_ppc1", "_ppc2", "_is_elements", "_is_elements_final"):
+        if cached in net:
             net[cached] = None
+    if isinstance(net.get("_pd2ppc_lookups"), dict):
+        net["_pd2ppc_lookups"] = dict.fromkeys(net["_pd2ppc_lookups"])
     _check_elements(net)
     _apply_switches(net)
     return net
