@@ -395,8 +395,38 @@ def network_id(network: Network) -> str:
     return hashlib.sha256(b"gridpfn-network-v1" + text.encode()).hexdigest()
 
 
+# objects pandapower's JSON decoder may build from an uploaded file: it imports whatever module a
+# "_module" key names, so anything else (controllers, functions, other packages) is refused unread
+_ALLOWED_OBJECTS = {("pandapower.auxiliary", "pandapowerNet"), ("pandas.core.frame", "DataFrame"),
+                    ("pandas.core.series", "Series"), ("numpy", "array"), ("numpy", "bool")}
+
+
+def _check_objects(text: str) -> None:
+    try:
+        todo = [json.loads(text)]
+    except ValueError as exc:
+        raise NetworkError("body", f"not JSON: {exc}", "pandapower JSON (pandapower.to_json)") from exc
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            if "_module" in item or "_class" in item:
+                pair = (item.get("_module"), item.get("_class"))
+                if pair not in _ALLOWED_OBJECTS:
+                    raise NetworkError("body", f"object {pair[0]}.{pair[1]} is not accepted in an uploaded net",
+                                       "pandapower JSON with element tables only (no controllers or functions)")
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+        elif isinstance(item, str) and '"_module"' in item:  # pandapower nests JSON documents in strings
+            try:
+                todo.append(json.loads(item))
+            except ValueError:
+                continue
+
+
 def from_pandapower_json(text: str | bytes, name: str | None = None) -> Network:
-    """A user network from `pandapower.to_json(net)` output (validated, see `snapshot`)."""
+    """A user network from `pandapower.to_json(net)` output (validated, see `snapshot`); only element
+    tables are decoded (see `_ALLOWED_OBJECTS`)."""
     import pandapower as pp
 
     if isinstance(text, bytes):
@@ -404,6 +434,7 @@ def from_pandapower_json(text: str | bytes, name: str | None = None) -> Network:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise NetworkError("body", "not UTF-8 text", "pandapower JSON (pandapower.to_json)") from exc
+    _check_objects(text)
     try:
         net = pp.from_json_string(text)
     except Exception as exc:  # pandapower raises many kinds on foreign JSON

@@ -187,9 +187,15 @@ def test_bad_networks_name_the_problem(mutate, field, message):
 
 
 def test_bad_json_names_the_problem():
-    with pytest.raises(NetworkError, match="body: not a pandapower net") as info:
+    with pytest.raises(NetworkError, match="body: not JSON") as info:
         feeders.from_pandapower_json("not JSON at all")
     assert info.value.field == "body"
+    with pytest.raises(NetworkError, match="body: the JSON holds a list, not a pandapower net"):
+        feeders.from_pandapower_json('[1, 2]')
+    # pandapower's decoder imports any module a "_module" key names: refused before decoding
+    with pytest.raises(NetworkError, match="object subprocess.Popen is not accepted"):
+        feeders.from_pandapower_json('{"_module": "pandapower.auxiliary", "_class": "pandapowerNet", "_object": '
+                                     '{"bus": "{\\"_module\\": \\"subprocess\\", \\"_class\\": \\"Popen\\"}"}}')
     with pytest.raises(NetworkError, match=r"bus: missing or not a table \(got list\)"):
         feeders.from_pandapower_json('{"bus": [1, 2]}')
 
