@@ -18,7 +18,7 @@ from service import errors, gridsim_calls, logs, openapi
 from service.body_limit import BodyLimitMiddleware
 from service.hot_routes import HotRoutes
 from service.metrics import HTTPMetricsMiddleware, Metrics
-from service.routers import batch_jobs, context_sets, gp, health, models, predict, simulate, ui
+from service.routers import batch_jobs, context_sets, gp, health, models, networks, predict, simulate, ui
 from service.runtime import N_FEATURES, N_OUTPUTS, Runtime
 from service.settings import Settings
 from service.store import open_store
@@ -112,7 +112,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = Metrics()
     errors.install(app)
     openapi.install(app)
-    for module in (health, models, context_sets, predict, gp, simulate, batch_jobs, ui):
+    for module in (health, models, context_sets, networks, predict, gp, simulate, batch_jobs, ui):
         app.include_router(module.router)
     # innermost of ours: body limit, metrics and Server-Timing still apply. With hot routes off it
     # still answers Arrow request bodies, which FastAPI cannot parse, and leaves JSON to FastAPI.

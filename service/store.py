@@ -44,6 +44,10 @@ class Store(ABC):
     async def ping(self) -> None:
         """Raise StoreUnavailable when the backend is not reachable."""
 
+    async def keys(self, prefix: str) -> list[str]:
+        """Live keys starting with `prefix` (no glob characters), sorted."""
+        raise NotImplementedError
+
     async def close(self) -> None:
         return None
 
@@ -95,6 +99,9 @@ class MemoryStore(Store):
     async def ping(self) -> None:
         return None
 
+    async def keys(self, prefix: str) -> list[str]:
+        return sorted(k for k in list(self._data) if k.startswith(prefix) and self._live(k) is not None)
+
 
 class RedisStore(Store):
     """Redis via redis.asyncio; every backend failure becomes StoreUnavailable."""
@@ -127,6 +134,13 @@ class RedisStore(Store):
 
     async def ping(self) -> None:
         await self._call("ping")
+
+    async def keys(self, prefix: str) -> list[str]:
+        try:
+            found = [k async for k in self.client.scan_iter(match=prefix + "*", count=1000)]
+        except (RedisError, OSError, asyncio.TimeoutError) as exc:
+            raise StoreUnavailable(f"redis scan failed: {type(exc).__name__}") from exc
+        return sorted(k.decode() if isinstance(k, bytes) else k for k in found)
 
     async def close(self) -> None:
         await self.client.aclose()
