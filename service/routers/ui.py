@@ -70,7 +70,10 @@ def _topology(name: str) -> dict[str, Any]:
     import gridsim
 
     net = gridsim.network(name)
-    return {"name": net.name, "buses": list(net.bus_numbers), "slack_bus": net.slack_bus,
+    # feeders fed through a transformer have no line at the slack bus: the page joins it to the buses
+    # that no line feeds (the transformer's low-voltage side)
+    roots = sorted(set(net.from_bus.tolist()) - set(net.to_bus.tolist()) - {net.slack_bus})
+    return {"trafo_from_bus": [net.slack_bus] * len(roots), "trafo_to_bus": roots,"name": net.name, "buses": list(net.bus_numbers), "slack_bus": net.slack_bus,
             "slack_vm_pu": net.slack_vm_pu, "load_buses": list(net.load_buses),
             "from_bus": net.from_bus.tolist(), "to_bus": net.to_bus.tolist(),
             "tie_from_bus": net.tie_from_bus.tolist(), "tie_to_bus": net.tie_to_bus.tolist(),

@@ -74,22 +74,47 @@ async function loadModels() {
   try {
     const [models, nets] = await Promise.all([call("GET", "/v1/models"), call("GET", "/ui/api/networks")]);
     state.models = models.models;
-    const sel = $("model");
-    const previous = sel.value;
-    sel.textContent = "";
-    for (const m of state.models) {
-      const o = document.createElement("option");
-      o.value = m.name;
-      o.textContent = `${m.name} ${m.version}${m.device ? ` (${m.device})` : ""}`;
-      sel.appendChild(o);
-    }
-    if (previous && state.models.some((m) => m.name === previous)) sel.value = previous;
     const nsel = $("network");
+    const previous = nsel.value;
     nsel.textContent = "";
-    for (const n of nets.networks) { const o = document.createElement("option"); o.value = o.textContent = n; nsel.appendChild(o); }
-    showModelInfo();
-    if (!state.topo) await loadNetwork();
+    for (const n of nets.networks) {
+      const count = state.models.filter((m) => modelNetwork(m) === n).length;
+      const o = document.createElement("option");
+      o.value = n;
+      o.textContent = count ? n : `${n} (no model yet)`;
+      nsel.appendChild(o);
+    }
+    nsel.value = previous || (state.models.length ? modelNetwork(state.models[0]) : nets.networks[0]);
+    await networkChanged();
   } catch (err) { showProblem($("banner"), err); }
+  refreshButtons();
+}
+
+// A model answers for the network its card names (cards before networks were named: ieee33).
+function modelNetwork(m) { return m.network || "ieee33"; }
+
+// The models of the chosen network, its topology and nominal loads; a context of another network is dropped.
+async function networkChanged() {
+  const net = $("network").value;
+  const sel = $("model");
+  const previous = sel.value;
+  sel.textContent = "";
+  for (const m of state.models.filter((m) => modelNetwork(m) === net)) {
+    const o = document.createElement("option");
+    o.value = m.name;
+    o.textContent = `${m.name} ${m.version}${m.device ? ` (${m.device})` : ""}`;
+    sel.appendChild(o);
+  }
+  if (previous && [...sel.options].some((o) => o.value === previous)) sel.value = previous;
+  showModelInfo();
+  if (!state.topo || state.topo.name !== net) {
+    await loadNetwork();
+    if (state.context && state.context.network !== net) {
+      state.context = null;
+      $("ctx-info").textContent = "no context yet";
+      delete $("ctx-info").dataset.contextId;
+    }
+  }
   refreshButtons();
 }
 
@@ -98,16 +123,17 @@ function currentModel() { return state.models.find((m) => m.name === $("model").
 function showModelInfo() {
   const m = currentModel();
   const sizes = m && m.context_size ? `context of ${m.context_size.min}–${m.context_size.max} rows` : "";
-  $("model-info").textContent = m ? [m.description, sizes].filter(Boolean).join(" · ") : "";
+  $("model-info").textContent = m ? [m.description, sizes].filter(Boolean).join(" · ")
+                                  : "no model is trained for this network yet";
 }
 
 async function loadNetwork() {
-  state.topo = await call("GET", `/ui/api/networks/${encodeURIComponent($("network").value || "ieee33")}`);
+  state.topo = await call("GET", `/ui/api/networks/${encodeURIComponent($("network").value)}`);
   resetNominal();
 }
 
 function setContext(info) {
-  state.context = info;
+  state.context = { ...info, network: state.topo.name };
   const src = info.source || {};
   const how = src.kind === "simulated" ? `simulated ±${src.delta}, seed ${src.seed}` : (src.kind || "uploaded");
   const box = $("ctx-info");
@@ -121,7 +147,7 @@ function setContext(info) {
 async function simulateContext() {
   await guarded($("ctx-error"), $("ctx-simulate-btn"), async () => {
     $("ctx-info").textContent = "simulating power flows…";
-    const spec = { network: $("network").value || "ieee33", delta: +$("ctx-delta").value, n: +$("ctx-n").value,
+    const spec = { network: $("network").value, delta: +$("ctx-delta").value, n: +$("ctx-n").value,
                    seed: +$("ctx-seed").value };
     setContext(await call("POST", "/v1/context-sets", { simulate: spec }));
   });
@@ -133,7 +159,7 @@ async function uploadContext() {
     if (!file) throw new Problem({ title: "No file chosen", detail: "choose a CSV or Parquet file first", errors: [] });
     const form = new FormData();
     form.append("file", file, file.name);
-    form.append("network", $("network").value || "ieee33");
+    form.append("network", $("network").value);
     setContext(await call("POST", "/ui/api/context-sets", form));
   });
 }
@@ -313,9 +339,13 @@ function hover(data, bus, e) {
     `mean ${d.mean} p.u.`, `50 % band ${fmt(d.q25, 5)} – ${fmt(d.q75, 5)}`, `90 % band ${fmt(d.q05, 5)} – ${fmt(d.q95, 5)}`];
   if (!d.slack && d.gpMean !== undefined) lines.push(`GP mean ${d.gpMean} ± ${fmt(d.gpStd, 6)}`);
   lines.forEach((l, i) => { const div = document.createElement("div"); div.textContent = l; if (!i) div.style.fontWeight = 600; tip.appendChild(div); });
-  tip.style.left = `${e.clientX + 14}px`;
-  tip.style.top = `${e.clientY + 10}px`;
   tip.hidden = false;
+  // beside the pointer, flipped to the other side where the window's edge would cut it off
+  const { width, height } = tip.getBoundingClientRect();
+  const left = e.clientX + 14 + width > window.innerWidth ? e.clientX - 14 - width : e.clientX + 14;
+  const top = e.clientY + 10 + height > window.innerHeight ? e.clientY - 10 - height : e.clientY + 10;
+  tip.style.left = `${Math.max(0, left)}px`;
+  tip.style.top = `${Math.max(0, top)}px`;
   tip.dataset.bus = bus;
 }
 
@@ -458,7 +488,7 @@ function init() {
     $("ctx-simulate").hidden = upload;
   }));
   $("model").addEventListener("change", () => { showModelInfo(); refreshButtons(); });
-  $("network").addEventListener("change", () => guarded($("banner"), null, loadNetwork));
+  $("network").addEventListener("change", () => guarded($("banner"), null, networkChanged));
   $("ctx-simulate-btn").addEventListener("click", simulateContext);
   $("ctx-upload-btn").addEventListener("click", uploadContext);
   $("level").addEventListener("input", updateTotals);

@@ -14,11 +14,35 @@ export function el(name, attrs = {}, parent = null, text = null) {
 
 function clear(svg) { while (svg.firstChild) svg.removeChild(svg.firstChild); }
 
+// Lines and transformers (slack bus -> the buses no line feeds) as one list of edges.
+export function edgesOf(topo) {
+  return { from: [...topo.from_bus, ...(topo.trafo_from_bus || [])], to: [...topo.to_bus, ...(topo.trafo_to_bus || [])] };
+}
+
+// The radial tree from the slack bus over lines and transformers, whichever way round an edge is
+// listed (breadth first; an edge that would close a loop is left out): Map(bus -> child buses).
+export function treeChildren(topo) {
+  const edges = edgesOf(topo), near = new Map();
+  const link = (a, b) => { if (!near.has(a)) near.set(a, []); near.get(a).push(b); };
+  edges.from.forEach((f, i) => { link(f, edges.to[i]); link(edges.to[i], f); });
+  const children = new Map(), seen = new Set([topo.slack_bus]), queue = [topo.slack_bus];
+  while (queue.length) {
+    const b = queue.shift();
+    for (const n of near.get(b) || []) {
+      if (seen.has(n)) continue;
+      seen.add(n);
+      queue.push(n);
+      if (!children.has(b)) children.set(b, []);
+      children.get(b).push(n);
+    }
+  }
+  return children;
+}
+
 // The feeder as paths from the slack bus: the main feeder follows the deepest child, each other child
 // starts a lateral that begins at its branching bus. Returns [{buses, branch}] (branch null for the main).
 export function feederPaths(topo) {
-  const children = new Map();
-  topo.from_bus.forEach((f, i) => { if (!children.has(f)) children.set(f, []); children.get(f).push(topo.to_bus[i]); });
+  const children = treeChildren(topo);
   const depthBelow = new Map();
   const height = (b) => {
     if (depthBelow.has(b)) return depthBelow.get(b);
@@ -45,28 +69,38 @@ export function feederPaths(topo) {
   return paths;
 }
 
-// Tree layout: x = hops from the slack, y = a row per path; laterals go to the nearest free row
-// (alternating below and above) whose span and connector do not cross what is already drawn.
+// Tree layout: x = hops from the slack, y = a row per path. Laterals are placed nesting level by level,
+// those branching furthest out first, each on the nearest row (alternating below and above its parent's)
+// where neither its span nor its connector crosses what is already drawn; a new outer row otherwise.
 export function treeLayout(topo) {
   const paths = feederPaths(topo);
   const depth = new Map([[topo.slack_bus, 0]]);
+  const level = new Map();
+  const pathOf = new Map();
+  for (const path of paths) {  // parents come before their laterals in feederPaths' order
+    path.buses.forEach((b, i) => { if (i > 0) depth.set(b, depth.get(path.buses[i - 1]) + 1); });
+    level.set(path, path.branch === null ? 0 : level.get(pathOf.get(path.branch)) + 1);
+    path.buses.forEach((b, i) => { if (path.branch === null || i > 0) pathOf.set(b, path); });
+  }
+  const order = paths.slice().sort((a, b) => level.get(a) - level.get(b)
+    || (b.branch === null ? 0 : depth.get(b.branch)) - (a.branch === null ? 0 : depth.get(a.branch)));
   const pos = new Map();
   const rows = new Map(); // row -> [[x0, x1]]
   const free = (row, x0, x1) => !(rows.get(row) || []).some(([a, b]) => x0 <= b + 0.6 && a - 0.6 <= x1);
-  for (const path of paths) {
-    path.buses.forEach((b, i) => { if (i > 0) depth.set(b, depth.get(path.buses[i - 1]) + 1); });
+  for (const path of order) {
     const x0 = depth.get(path.buses[0]), x1 = depth.get(path.buses[path.buses.length - 1]);
     let row = 0;
     if (path.branch !== null) {
       const parentRow = pos.get(path.branch).row;
-      for (let k = 1; ; k++) {
-        const cand = [parentRow + k, parentRow - k].find((r) => {
-          const lo = Math.min(r, parentRow), hi = Math.max(r, parentRow);
-          for (let m = lo + 1; m < hi; m++) if (!free(m, x0, x0)) return false;
-          return free(r, x0, x1);
-        });
-        if (cand !== undefined) { row = cand; break; }
-      }
+      const fits = (r) => {
+        const lo = Math.min(r, parentRow), hi = Math.max(r, parentRow);
+        for (let m = lo + 1; m < hi; m++) if (!free(m, x0, x0)) return false;
+        return free(r, x0, x1);
+      };
+      const candidates = [];
+      for (let k = 1; k <= paths.length + 1; k++) candidates.push(parentRow + k, parentRow - k);
+      row = candidates.find(fits);
+      if (row === undefined) row = Math.max(...rows.keys()) + 1;
     }
     if (!rows.has(row)) rows.set(row, []);
     rows.get(row).push([x0, x1]);  // a lateral's connector stands at its branching bus's x
@@ -96,6 +130,7 @@ function niceTicks(lo, hi, n = 6) {
 export function drawProfile(svg, data) {
   clear(svg);
   const W = 900, H = 330, L = 56, R = 10, T = 26, B = 34;
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   const paths = feederPaths(data.topo);
   const points = []; // {bus, x, primary}
   let xi = 0;
@@ -209,13 +244,15 @@ export function drawRiskMap(svg, data, onHover) {
   const sy = (r) => T + (r - minR) * rowH + 6;
   data.topo.tie_from_bus.forEach((f, i) => {
     const a = pos.get(f), b = pos.get(data.topo.tie_to_bus[i]);
-    el("path", { class: "tie", d: `M${sx(a.x)},${sy(a.row)} Q${(sx(a.x) + sx(b.x)) / 2},${(sy(a.row) + sy(b.row)) / 2 + 18} ${sx(b.x)},${sy(b.row)}`,
+    if (a && b) el("path", { class: "tie", d: `M${sx(a.x)},${sy(a.row)} Q${(sx(a.x) + sx(b.x)) / 2},${(sy(a.row) + sy(b.row)) / 2 + 18} ${sx(b.x)},${sy(b.row)}`,
                  "data-tie": `${f}-${data.topo.tie_to_bus[i]}` }, svg);
   });
-  data.topo.from_bus.forEach((f, i) => {
-    const a = pos.get(f), b = pos.get(data.topo.to_bus[i]);
-    el("path", { class: "line", d: `M${sx(a.x)},${sy(a.row)} V${sy(b.row)} H${sx(b.x)}` }, svg);
-  });
+  for (const [f, kids] of treeChildren(data.topo)) {
+    for (const t of kids) {
+      const a = pos.get(f), b = pos.get(t);
+      el("path", { class: "line", d: `M${sx(a.x)},${sy(a.row)} V${sy(b.row)} H${sx(b.x)}` }, svg);
+    }
+  }
   for (const [bus, p] of pos) {
     const d = data.bus.get(bus);
     const slack = bus === data.topo.slack_bus;
