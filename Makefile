@@ -26,6 +26,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 install: $(VENV)/.installed
 
 serve: install
+	@echo "GridPFN: open http://127.0.0.1:8000/ui in a browser (the operator's page; API docs at http://127.0.0.1:8000/docs)"
 	$(BIN)/gridpfn serve --host 127.0.0.1 --port 8000
 
 simulate-demo: install
