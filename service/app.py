@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from fastapi import FastAPI
 
-from service import errors, gridsim_calls, logs, openapi
+from service import docs_pages, errors, gridsim_calls, logs, openapi
 from service.body_limit import BodyLimitMiddleware
 from service.hot_routes import HotRoutes
 from service.metrics import HTTPMetricsMiddleware, Metrics
@@ -107,11 +107,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     "distributions for load vectors, conditioned on a context set. Errors are RFC 9457 "
                     "problem+json. With GRIDPFN_API_KEYS set, /v1 needs `Authorization: Bearer <key>`.",
         lifespan=lifespan,
+        docs_url=None, redoc_url=None,  # served by service.docs_pages with local assets (offline)
     )
     app.state.settings = settings
     app.state.metrics = Metrics()
     errors.install(app)
     openapi.install(app)
+    docs_pages.install(app)
     for module in (health, models, context_sets, networks, predict, gp, simulate, batch_jobs, ui):
         app.include_router(module.router)
     # innermost of ours: body limit, metrics and Server-Timing still apply. With hot routes off it
