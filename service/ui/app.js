@@ -311,7 +311,7 @@ function draw() {
 
 function legend(data) {
   const items = [["var(--accent)", "PFN mean"], ["#1f5fbf44", "50 % band"], ["#1f5fbf22", "90 % band"],
-                 ["var(--risk)", `at risk: P(outside ${data.band[0]}–${data.band[1]}) > ${pct(data.threshold)}`]];
+                 ["var(--risk)", `at risk (red, shaded): P(outside ${data.band[0]}–${data.band[1]}) > ${pct(data.threshold)}`]];
   if (data.gp) items.push(["var(--gp)", "exact GP mean and 90 % band (±1.645σ), dashed"]);
   const box = $("profile-legend");
   box.textContent = "";

@@ -168,10 +168,17 @@ export function drawProfile(svg, data) {
   el("line", { x1: L, x2: W - R, y1: H - B, y2: H - B }, axis);
   data.band.forEach((v, i) => {
     el("line", { class: "limit", x1: L, x2: W - R, y1: sy(v), y2: sy(v), "data-limit": String(v) }, svg);
-    el("text", { class: "risk-label", x: W - R - 2, y: sy(v) + (i ? -4 : 12), "text-anchor": "end" }, svg,
+    el("text", { class: "risk-label", x: L + 4, y: sy(v) + (i ? -4 : 12) }, svg,
        `${i ? "upper" : "lower"} limit ${v}`);
   });
   const get = (b) => data.bus.get(b);
+  const step = sx(1) - sx(0);
+  for (const p of points) {  // at-risk buses: a shaded column behind everything
+    const d = get(p.bus);
+    if (p.primary && !d.slack && d.p > data.threshold) {
+      el("rect", { class: "risk-column", x: sx(p.x) - step / 2, y: T, width: step, height: H - B - T, "data-bus": p.bus }, svg);
+    }
+  }
   for (const path of paths) {
     const pts = path.points;
     const area = (a, b) => {
@@ -193,10 +200,11 @@ export function drawProfile(svg, data) {
                             : `lateral at bus ${path.branch}`);
     el("line", { class: "grid", x1: sx(first.x) - 10, x2: sx(first.x) - 10, y1: T - 4, y2: H - B }, svg);
   }
-  const nAtRisk = [...data.bus.values()].filter((d) => !d.slack && d.p > data.threshold).length;
   for (const p of points) {
     const d = get(p.bus);
-    el("text", { x: sx(p.x), y: H - B + 14, "text-anchor": "middle", class: p.primary ? "" : "path-label" }, axis, String(p.bus));
+    const risky = p.primary && !d.slack && d.p > data.threshold;
+    el("text", { x: sx(p.x), y: H - B + 14, "text-anchor": "middle", class: p.primary ? (risky ? "risk-label" : "") : "path-label" },
+       axis, String(p.bus));
     if (!p.primary) { el("circle", { class: "branch", cx: sx(p.x), cy: sy(d.mean), r: 2.5 }, svg); continue; }
     const atRisk = !d.slack && d.p > data.threshold;
     const c = el("circle", { class: `bus-mean${atRisk ? " at-risk" : ""}`, cx: sx(p.x), cy: sy(d.mean), r: atRisk ? 5 : 3,
@@ -210,8 +218,6 @@ export function drawProfile(svg, data) {
       el("circle", { class: "gp-point", cx: sx(p.x), cy: sy(d.gpMean), r: 2, fill: "var(--gp)",
         "data-bus": p.bus, "data-gp-mean": String(d.gpMean), "data-gp-std": String(d.gpStd) }, svg);
     }
-    if (atRisk && nAtRisk <= 10) el("text", { class: "risk-label", x: sx(p.x), y: sy(d.mean) + (d.mean < (lo + hi) / 2 ? 16 : -9),
-                             "text-anchor": "middle" }, svg, pct(d.p));
   }
   el("text", { x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle" }, axis, "bus (following the main feeder, then each lateral from its branching bus)");
 }
