@@ -1,11 +1,22 @@
-"""Prometheus metrics, one registry per app so several apps (tests) never collide."""
+"""Prometheus metrics, one registry per app so several apps (tests) never collide.
+
+With several server processes (`gridpfn serve --processes N`) each process counts its own requests,
+and a scrape lands on one of them: its counters alone would jump back and forth between processes.
+There the supervisor sets PROMETHEUS_MULTIPROC_DIR before starting the processes, prometheus_client
+keeps every process's values in files in that directory, and /metrics answers the sum over all
+processes (MultiProcessCollector), dead ones included for counters and histograms, live ones only
+for gauges (`livesum`). service.supervisor marks a process dead when it exits or is replaced.
+"""
 from __future__ import annotations
 
+import os
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client reads it when it is first imported
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
@@ -13,6 +24,7 @@ class Metrics:
     """Request, inference, GP, queue and cache metrics of one service instance."""
 
     def __init__(self) -> None:
+        self.multiprocess_dir = os.environ.get(MULTIPROCESS_ENV) or None
         self.registry = r = CollectorRegistry()
         self.requests = Counter("gridpfn_http_requests", "HTTP requests", ["method", "route", "status"], registry=r)
         self.latency = Histogram("gridpfn_http_request_seconds", "HTTP request latency",
@@ -24,8 +36,10 @@ class Metrics:
         self.encodes = Counter("gridpfn_context_encodes", "contexts encoded by a model", ["model"], registry=r)
         self.gp_fits = Counter("gridpfn_gp_fits", "exact GP fits", registry=r)
         self.cache = Counter("gridpfn_cache_lookups", "in-process cache lookups", ["cache", "result"], registry=r)
-        self.running = Gauge("gridpfn_pool_running", "jobs running in the worker pool", registry=r)
-        self.queued = Gauge("gridpfn_queue_depth", "jobs waiting for a worker", registry=r)
+        # with several processes: the sum over the live ones
+        self.running = Gauge("gridpfn_pool_running", "jobs running in the worker pool", registry=r,
+                             multiprocess_mode="livesum")
+        self.queued = Gauge("gridpfn_queue_depth", "jobs waiting for a worker", registry=r, multiprocess_mode="livesum")
         self.rejected = Counter("gridpfn_rejected", "requests refused for load", ["reason"], registry=r)
         self.batch_rows = Histogram("gridpfn_microbatch_rows", "query rows per micro-batch",
                                     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r)
@@ -40,7 +54,12 @@ class Metrics:
         self.batch_requests.inc(requests)
 
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        """This process's metrics, or with PROMETHEUS_MULTIPROC_DIR set every server process's summed."""
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=self.multiprocess_dir)
+        return generate_latest(registry)
 
 
 class HTTPMetricsMiddleware:

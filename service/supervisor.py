@@ -9,15 +9,28 @@ address hash, as nginx's `reuseport` and gunicorn's `--reuse-port` do.
 
 The parent imports no model code: it starts the processes, restarts one that dies after start-up,
 stops all on SIGTERM / SIGINT, and exits non-zero when a process fails while starting (a port in use).
+
+Metrics: the processes keep their Prometheus values in one shared directory (PROMETHEUS_MULTIPROC_DIR,
+a fresh temporary one unless the operator set it; its old *.db files are removed at start) and any of
+them answers /metrics with the sum over all (service.metrics). A process that exits or is replaced is
+marked dead there: its counters stay in the sums, its gauges leave them.
 """
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
+import shutil
 import signal
 import socket
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
+
+from prometheus_client.multiprocess import mark_process_dead
+
+from service.metrics import MULTIPROCESS_ENV
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +56,24 @@ def _serve_one(host: str, port: int, options: dict[str, Any]) -> None:
     uvicorn.Server(config).run(sockets=[sock])
 
 
+def metrics_dir() -> tuple[Path, bool]:
+    """The shared metrics directory, emptied of earlier runs' files, set in the environment the server
+    processes inherit; and whether it is a temporary one of ours (removed at the end)."""
+    given = os.environ.get(MULTIPROCESS_ENV)
+    path = Path(given) if given else Path(tempfile.mkdtemp(prefix="gridpfn-metrics-"))
+    path.mkdir(parents=True, exist_ok=True)
+    for stale in path.glob("*.db"):
+        stale.unlink()
+    os.environ[MULTIPROCESS_ENV] = str(path)
+    return path, not given
+
+
 def run(host: str, port: int, processes: int, options: dict[str, Any]) -> int:
     """Serve with `processes` processes until SIGTERM / SIGINT; the exit status of the whole server."""
     spawn = multiprocessing.get_context("spawn")  # fresh interpreters: no torch state forked from here
     stopping = False
+    shared_metrics, temporary = metrics_dir()
+    grace_s = float(os.environ.get("GRIDPFN_STARTUP_GRACE_S", STARTUP_GRACE_S))  # tests shorten it
 
     def start() -> tuple[multiprocessing.process.BaseProcess, float]:
         proc = spawn.Process(target=_serve_one, args=(host, port, options), name="gridpfn-server")
@@ -66,12 +93,13 @@ def run(host: str, port: int, processes: int, options: dict[str, Any]) -> int:
             for i, (proc, started) in enumerate(running):
                 if proc.is_alive() or stopping:
                     continue
-                if time.monotonic() - started < STARTUP_GRACE_S:
+                if time.monotonic() - started < grace_s:
                     log.error("server process %d exited with %s while starting; stopping", proc.pid, proc.exitcode)
                     status = proc.exitcode or 1
                     stopping = True
                     break
                 log.error("server process %d exited with %s; starting another", proc.pid, proc.exitcode)
+                mark_process_dead(proc.pid, str(shared_metrics))
                 running[i] = start()
     finally:
         for proc, _ in running:
@@ -83,6 +111,10 @@ def run(host: str, port: int, processes: int, options: dict[str, Any]) -> int:
                 log.error("server process %d did not stop within 30 s; killing it", proc.pid)
                 proc.kill()
                 proc.join()
+            mark_process_dead(proc.pid, str(shared_metrics))
+        if temporary:
+            shutil.rmtree(shared_metrics, ignore_errors=True)
+            os.environ.pop(MULTIPROCESS_ENV, None)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return status
