@@ -1,0 +1,194 @@
+"""service.client: every endpoint, sync and async, against the real service; retries against a real
+HTTP server that answers 503 with Retry-After or drops connections; a caller's own httpx client."""
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import numpy as np
+import pytest
+
+from service.client import AsyncGridPFNClient, GridPFNClient, GridPFNError, _poll_delays
+from tests.service.conftest import MODEL
+
+
+class Flaky(BaseHTTPRequestHandler):
+    """Answers each path from a script: a list of ("503", retry_after) / ("drop",) / ("json", body) steps."""
+
+    def _serve(self) -> None:
+        server = self.server
+        length = int(self.headers.get("content-length") or 0)
+        if length:
+            self.rfile.read(length)
+        with server.lock:
+            server.seen.append((self.command, self.path.split("?")[0], time.monotonic()))
+            steps = server.script.get(self.path.split("?")[0], [])
+            step = steps.pop(0) if len(steps) > 1 else (steps[0] if steps else ("json", {}))
+        if step[0] == "drop":  # a connection closed before any answer
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        status, headers, body = (503, {"Retry-After": str(step[1])}, {"status": 503, "detail": "busy"}) \
+            if step[0] == "503" else (200, {}, step[1])
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        for name, value in {**headers, "Content-Type": "application/json", "Content-Length": str(len(data))}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_DELETE = _serve
+
+    def log_message(self, *_):  # quiet
+        pass
+
+
+@pytest.fixture
+def flaky():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
+    server.lock, server.seen, server.script = threading.Lock(), [], {}
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    server.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_503_is_retried_after_the_servers_retry_after(flaky):
+    flaky.script["/v1/models"] = [("503", 1), ("503", 0), ("json", {"models": []})]
+    with GridPFNClient(flaky.url, retries=3, backoff_s=0.01) as client:
+        assert client.models() == {"models": []}
+    times = [t for _, path, t in flaky.seen if path == "/v1/models"]
+    assert len(times) == 3
+    assert times[1] - times[0] >= 0.95  # Retry-After: 1 honoured
+    assert times[2] - times[1] < 0.9  # Retry-After: 0
+
+
+def test_retries_are_bounded_and_the_last_503_is_raised(flaky):
+    flaky.script["/v1/models/x"] = [("503", 0)]
+    with GridPFNClient(flaky.url, retries=2, backoff_s=0.01) as client:
+        with pytest.raises(GridPFNError) as caught:
+            client.model("x")
+    assert caught.value.status == 503 and len(flaky.seen) == 3  # one try and two retries
+
+
+def test_retry_after_is_capped(flaky):
+    flaky.script["/healthz"] = [("503", 3600), ("json", {"status": "alive"})]
+    started = time.monotonic()
+    with GridPFNClient(flaky.url, max_retry_wait_s=0.2) as client:
+        assert client.health() == {"status": "alive"}
+    assert time.monotonic() - started < 5
+
+
+def test_a_job_submission_is_never_repeated(flaky):
+    flaky.script["/v1/batch-jobs"] = [("503", 0), ("json", {"id": "second"})]
+    with GridPFNClient(flaky.url, retries=3) as client:
+        with pytest.raises(GridPFNError, match="HTTP 503"):
+            client.submit_simulated({"n": 10}, MODEL, "c" * 64)
+    assert len(flaky.seen) == 1
+    flaky.script["/v1/batch-jobs"] = [("drop",), ("json", {"id": "second"})]
+    with GridPFNClient(flaky.url, retries=3) as client:
+        with pytest.raises(httpx.TransportError):
+            client.submit_simulated({"n": 10}, MODEL, "c" * 64)
+    assert len(flaky.seen) == 2
+
+
+def test_a_dropped_connection_is_retried_for_idempotent_calls_sync_and_async(flaky):
+    flaky.script["/v1/context-sets/abc"] = [("drop",), ("drop",), ("json", {"id": "abc"})]
+    with GridPFNClient(flaky.url, retries=3, backoff_s=0.01) as client:
+        assert client.get_context("abc") == {"id": "abc"}
+    assert len(flaky.seen) == 3
+
+    async def scenario():
+        flaky.script["/v1/context-sets/abc"] = [("503", 0), ("drop",), ("json", {"id": "abc"})]
+        async with AsyncGridPFNClient(flaky.url, retries=3, backoff_s=0.01) as client:
+            return await client.get_context("abc")
+
+    assert asyncio.run(scenario()) == {"id": "abc"} and len(flaky.seen) == 6
+
+
+def test_nothing_listening_is_retried_then_raised():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, never listening: connections are refused
+        with GridPFNClient(f"http://127.0.0.1:{port}", retries=2, backoff_s=0.05) as client:
+            started = time.monotonic()
+            with pytest.raises(httpx.ConnectError):
+                client.health()
+    assert time.monotonic() - started >= 0.05 * (1 + 2) * 0.5  # two backoffs, jitter at least half
+
+
+def test_wait_polls_with_growing_intervals(flaky):
+    flaky.script["/v1/batch-jobs/j"] = [("json", {"state": "running"})] * 4 + [("json", {"state": "done"})]
+    seen: list[str] = []
+    with GridPFNClient(flaky.url) as client:
+        final = client.wait("j", poll_s=0.05, max_poll_s=0.2, on_progress=lambda s: seen.append(s["state"]))
+    assert final == {"state": "done"} and seen == ["running"] * 4 + ["done"]
+    times = [t for _, _, t in flaky.seen]
+    gaps = np.diff(times)
+    assert gaps[0] >= 0.045 and gaps[-1] > gaps[0] * 1.8  # 0.05, 0.075, 0.11, 0.17
+    delays = _poll_delays(0.5, 5.0)
+    assert [round(next(delays), 3) for _ in range(8)] == [0.5, 0.75, 1.125, 1.688, 2.531, 3.797, 5.0, 5.0]
+
+    async def timeout():
+        flaky.script["/v1/batch-jobs/k"] = [("json", {"state": "running"})]
+        async with AsyncGridPFNClient(flaky.url) as client:
+            await client.wait("k", poll_s=0.02, timeout_s=0.2)
+
+    with pytest.raises(TimeoutError, match="job k still running"):
+        asyncio.run(timeout())
+
+
+def test_every_endpoint_sync_through_the_callers_own_httpx_client(memory_server, scenarios):
+    x, y = scenarios
+    sent: list[str] = []
+    http = httpx.Client(timeout=60, event_hooks={"request": [lambda r: sent.append(f"{r.method} {r.url.path}")]})
+    with GridPFNClient(memory_server.url, http_client=http) as client:
+        assert client.health()["status"] == "alive" and client.ready()["ready"] is True
+        assert MODEL in [m["name"] for m in client.models()["models"]] and client.model(MODEL)["name"] == MODEL
+        cid = client.create_context(x[:40], y[:40])
+        assert client.get_context(cid)["rows"] == 40
+        np.testing.assert_array_equal(client.get_context(cid, include_data=True)["x"], x[:40])
+        answer = client.predict(x[50:53], MODEL, context_id=cid, quantiles=[0.1, 0.9], voltage_band=[0.95, 1.05])
+        assert len(answer) == 3 and "q0.1_vm_pu_bus2" in answer and answer.attrs["model"] == MODEL
+        gp = client.gp_predict(x[50:52], context_id=cid)
+        assert len(gp) == 2 and gp.attrs["model"] == "exact-gp"
+        simulated = client.simulate(x[:2])
+        np.testing.assert_allclose(np.asarray(simulated["vm_pu"]), y[:2], atol=1e-6)
+        assert client.delete_context(cid) is None
+        with pytest.raises(GridPFNError) as gone:
+            client.get_context(cid)
+        assert gone.value.status == 404 and gone.value.problem["status"] == 404
+    assert not http.is_closed  # the caller's client stays the caller's
+    http.close()
+    assert "GET /v1/models" in sent and "DELETE /v1/context-sets/" + cid in sent
+
+
+def test_every_endpoint_async_matches_the_sync_client(memory_server, scenarios):
+    x, y = scenarios
+
+    async def scenario():
+        async with AsyncGridPFNClient(memory_server.url, transport=httpx.AsyncHTTPTransport(retries=0)) as client:
+            assert (await client.health())["status"] == "alive"
+            assert (await client.model(MODEL))["name"] == MODEL
+            cid = await client.create_context(x[:40], y[:40])
+            answer = await client.predict(x[50:53], MODEL, context_id=cid, quantiles=[0.5])
+            gp = await client.gp_predict(x[50:52], context=(x[:40], y[:40]))
+            simulated = await client.simulate(x[:1])
+            info = await client.get_context(cid)
+            await client.delete_context(cid)
+            return cid, answer, gp, simulated, info
+
+    cid, answer, gp, simulated, info = asyncio.run(scenario())
+    with GridPFNClient(memory_server.url) as client:
+        np.testing.assert_allclose(answer.to_numpy(), client.predict(
+            x[50:53], MODEL, context=(x[:40], y[:40]), quantiles=[0.5]).to_numpy(), rtol=1e-6)
+    assert info["id"] == cid and len(gp) == 2 and len(simulated["vm_pu"]) == 1
