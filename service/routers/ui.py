@@ -90,11 +90,7 @@ async def networks() -> dict:
 
 @router.get("/ui/api/networks/{name}")
 async def network(name: str) -> Response:
-    from gridsim import KNOWN_NETWORKS
-
-    if name not in KNOWN_NETWORKS:
-        raise not_found("network", name, "name")
-    return json_response(await asyncio.to_thread(_topology, name))
+    return json_response(await network_topology(name, "path"))
 
 
 def _read_table(data: bytes, filename: str | None) -> pa.Table:
@@ -137,7 +133,7 @@ async def upload_context(request: Request, rt: Runtime = Depends(get_runtime)) -
             raise invalid("file", "no file part in the form", "a multipart `file` field with CSV or Parquet")
         data, filename = await upload.read(), upload.filename
     network = str(form.get("network") or "ieee33")
-    topology = await network_topology(network)
+    topology = await network_topology(network, "body")
     try:
         x, y = await asyncio.to_thread(context_arrays, data, filename, topology["feature_names"],
                                        topology["output_names"], rt.settings.max_context_rows)
@@ -151,11 +147,14 @@ async def upload_context(request: Request, rt: Runtime = Depends(get_runtime)) -
     return await context_sets.create(body, rt)
 
 
-async def network_topology(name: str) -> dict[str, Any]:
+async def network_topology(name: str, location: str) -> dict[str, Any]:
+    """The topology of a known network; an unknown name is a 404 in a path, a 422 in a form."""
     from gridsim import KNOWN_NETWORKS
 
     if name not in KNOWN_NETWORKS:
-        raise invalid("network", f"unknown network {name!r}", f"one of {list(KNOWN_NETWORKS)}")
+        if location == "path":
+            raise not_found("network", name, "name")
+        raise invalid("network", f"unknown network {name!r}", f"one of {list(KNOWN_NETWORKS)}", location)
     return await asyncio.to_thread(_topology, name)
 
 

@@ -6,6 +6,7 @@ Set GRIDPFN_UI_TESTS=skip to skip the browser tests on a machine where Chromium 
 """
 from __future__ import annotations
 
+import io
 import logging
 import os
 import re
@@ -169,11 +170,17 @@ def test_key_context_prediction_and_drawn_numbers_equal_the_api(ui_server, api, 
     level = 1.2
     driver.execute_script("const s = document.getElementById('level'); s.value = arguments[0];"
                           "s.dispatchEvent(new Event('input'))", str(level))
+    driver.execute_script("arguments[0].closest('details').open = true", by_id(driver, "load-table"))
+    edited = css(driver, '#load-table input[data-kind="p"][data-i="16"]')[0]  # bus 18's P
+    edited.clear()
+    edited.send_keys("0.25")
     by_id(driver, "compare-gp").click()
     predict_and_wait(driver)
     shot(driver, "predict-gp")
 
-    query = [level * v for v in np.concatenate([NET.base_p_mw, NET.base_q_mvar]).tolist()]
+    base = np.concatenate([NET.base_p_mw, NET.base_q_mvar])
+    base[16] = 0.25
+    query = [level * v for v in base.tolist()]
     answer = api.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": [query], "quantiles": QUANTILES,
                                            "voltage_band": [0.95, 1.05], "compare_gp": True}).json()
     assert drawn(driver, "#profile circle.bus-mean:not([data-slack])", "data-mean") == by_bus(answer, answer["mean"][0])
@@ -262,7 +269,18 @@ def test_batch_job_progress_histogram(ui_server, api, browser, tmp_path):
     status = api.get(f"/v1/batch-jobs/{job_id}").json()
     assert status["context_id"] == cid and status["voltage_band"] == [0.95, 1.05]
 
-    result = pd.read_parquet(__import__("io").BytesIO(api.get(f"/v1/batch-jobs/{job_id}/result").content))
+    # the page's download button saves the API's result file
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    driver.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+    css(driver, f'.job[data-job-id="{job_id}"] button.dl-parquet')[0].click()
+    saved = downloads / f"{job_id}.parquet"
+    wait(driver, lambda d: saved.exists() and saved.stat().st_size > 0, what="result downloaded")
+    result_bytes = api.get(f"/v1/batch-jobs/{job_id}/result").content
+    time.sleep(0.2)  # the file is written in one piece, but let Chromium finish renaming it
+    assert saved.read_bytes() == result_bytes
+
+    result = pd.read_parquet(io.BytesIO(result_bytes))
     worst = result[[c for c in result.columns if c.startswith("p_outside_")]].to_numpy(np.float64).max(axis=1)
     expected = np.histogram(worst, bins=np.linspace(0, 1, 21))[0].tolist()
     bars = css(driver, f'.job[data-job-id="{job_id}"] svg rect.bar')
