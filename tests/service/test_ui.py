@@ -26,6 +26,10 @@ from tests.service.conftest import LIMITS, MODEL, Server
 
 log = logging.getLogger(__name__)
 
+# the first browser test may install Chromium with apt-get (minutes on a fresh CI machine); the tests
+# themselves take seconds
+pytestmark = pytest.mark.timeout(900)
+
 KEY = "ui-test-key"
 NET = gridsim.network("ieee33")
 QUANTILES = [0.05, 0.25, 0.5, 0.75, 0.95]
