@@ -246,7 +246,6 @@ def test_first_paint_and_prediction_round_trip(ui_server, browser):
             "const p = performance.getEntriesByType('paint').find(e => e.name === 'first-contentful-paint');"
             "return p && p.startTime"), what="first contentful paint"))
     log.info("/ui first contentful paint %s ms, predict round trips %s ms", paints, trips)
-    print(f"\n/ui first contentful paint {paints} ms; predict round trip (click to drawn) {trips} ms")
     assert min(paints) < 1000, paints
     assert min(trips) < 200, trips
 
