@@ -1,8 +1,6 @@
-"""The operator's page at /ui: static files served by the service itself, and three small JSON helpers
-the page needs beyond the /v1 API.
+"""The operator's page at /ui: static files served by the service itself, and two small JSON helpers
+the page needs beyond the /v1 API (which gives it models, networks, context sets, predictions and jobs).
 
-- `GET /ui/api/networks/{name}`: the feeder's topology (buses, lines, tie lines, nominal loads) for the
-  risk map's one-line diagram, the profile's bus order along each lateral and the nominal load case.
 - `POST /ui/api/context-sets`: a measured context uploaded as a CSV or Parquet file (the 64 load columns
   and the 32 `vm_pu_bus*` columns, as `gridpfn simulate -o` writes them) stored exactly as
   `POST /v1/context-sets` stores `{x, y}`; a bad cell is a 422 naming its row and column.
@@ -65,34 +63,6 @@ async def static(name: str) -> Response:
     return FileResponse(STATIC_DIR / name, media_type=STATIC_FILES[name], headers=NO_STALE)
 
 
-@functools.lru_cache(maxsize=None)
-def _topology(name: str) -> dict[str, Any]:
-    import gridsim
-
-    net = gridsim.network(name)
-    # feeders fed through a transformer have no line at the slack bus: the page joins it to the buses
-    # that no line feeds (the transformer's low-voltage side)
-    roots = sorted(set(net.from_bus.tolist()) - set(net.to_bus.tolist()) - {net.slack_bus})
-    return {"trafo_from_bus": [net.slack_bus] * len(roots), "trafo_to_bus": roots,"name": net.name, "buses": list(net.bus_numbers), "slack_bus": net.slack_bus,
-            "slack_vm_pu": net.slack_vm_pu, "load_buses": list(net.load_buses),
-            "from_bus": net.from_bus.tolist(), "to_bus": net.to_bus.tolist(),
-            "tie_from_bus": net.tie_from_bus.tolist(), "tie_to_bus": net.tie_to_bus.tolist(),
-            "base_p_mw": net.base_p_mw.tolist(), "base_q_mvar": net.base_q_mvar.tolist(),
-            "feature_names": list(net.feature_names), "output_names": list(net.output_names)}
-
-
-@router.get("/ui/api/networks")
-async def networks() -> dict:
-    from gridsim import KNOWN_NETWORKS
-
-    return {"networks": list(KNOWN_NETWORKS)}
-
-
-@router.get("/ui/api/networks/{name}")
-async def network(name: str) -> Response:
-    return json_response(await network_topology(name, "path"))
-
-
 def _read_table(data: bytes, filename: str | None) -> pa.Table:
     try:
         if data[:4] == PARQUET_MAGIC:
@@ -132,11 +102,9 @@ async def upload_context(request: Request, rt: Runtime = Depends(get_runtime)) -
         if not isinstance(upload, UploadFile):
             raise invalid("file", "no file part in the form", "a multipart `file` field with CSV or Parquet")
         data, filename = await upload.read(), upload.filename
-    network = str(form.get("network") or "ieee33")
-    topology = await network_topology(network, "body")
+    features, outputs = await network_columns(str(form.get("network") or "ieee33"))
     try:
-        x, y = await asyncio.to_thread(context_arrays, data, filename, topology["feature_names"],
-                                       topology["output_names"], rt.settings.max_context_rows)
+        x, y = await asyncio.to_thread(context_arrays, data, filename, features, outputs, rt.settings.max_context_rows)
     except InputError as exc:
         raise batch_jobs._file_problem(exc) from exc
     try:
@@ -147,15 +115,21 @@ async def upload_context(request: Request, rt: Runtime = Depends(get_runtime)) -
     return await context_sets.create(body, rt)
 
 
-async def network_topology(name: str, location: str) -> dict[str, Any]:
-    """The topology of a known network; an unknown name is a 404 in a path, a 422 in a form."""
+async def network_columns(name: str) -> tuple[list[str], list[str]]:
+    """(load columns, voltage columns) of a context for a built-in network; 422 for another name."""
     from gridsim import KNOWN_NETWORKS
 
     if name not in KNOWN_NETWORKS:
-        if location == "path":
-            raise not_found("network", name, "name")
-        raise invalid("network", f"unknown network {name!r}", f"one of {list(KNOWN_NETWORKS)}", location)
-    return await asyncio.to_thread(_topology, name)
+        raise invalid("network", f"no context sets for network {name!r}", f"one of {list(KNOWN_NETWORKS)}")
+    net = await asyncio.to_thread(_network, name)
+    return list(net.feature_names), list(net.output_names)
+
+
+@functools.lru_cache(maxsize=None)
+def _network(name: str) -> Any:
+    import gridsim
+
+    return gridsim.network(name)
 
 
 def worst_bus_histogram(path: Path, bins: int) -> dict[str, Any]:

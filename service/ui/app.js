@@ -72,7 +72,8 @@ async function guarded(box, button, work) {
 async function loadModels() {
   showProblem($("banner"), null);
   try {
-    const [models, nets] = await Promise.all([call("GET", "/v1/models"), call("GET", "/ui/api/networks")]);
+    const [models, listed] = await Promise.all([call("GET", "/v1/models"), call("GET", "/v1/networks")]);
+    const nets = { networks: listed.networks.map((n) => n.id) };
     state.models = models.models;
     const nsel = $("network");
     const previous = nsel.value;
@@ -127,8 +128,26 @@ function showModelInfo() {
                                   : "no model is trained for this network yet";
 }
 
+// The page's view of a feeder described by GET /v1/networks/{id}: closed lines and transformers form
+// the tree, open lines are its ties, nominal loads in feature order (P of each load bus, then Q).
+function topologyOf(desc) {
+  const closed = desc.lines.filter((l) => l.closed), open = desc.lines.filter((l) => !l.closed);
+  const busOf = (name) => +name.replace(/^\D+/, "");
+  const p = new Map(), q = new Map();
+  for (const l of desc.loads) { p.set(l.bus, (p.get(l.bus) || 0) + l.p_mw); q.set(l.bus, (q.get(l.bus) || 0) + l.q_mvar); }
+  const loadBuses = desc.features.slice(0, desc.features.length / 2).map(busOf);
+  return {
+    name: desc.id, slack_bus: desc.slack_bus, slack_vm_pu: desc.slack_vm_pu ?? null,
+    from_bus: [...closed.map((l) => l.from_bus), ...desc.transformers.map((t) => t.hv_bus)],
+    to_bus: [...closed.map((l) => l.to_bus), ...desc.transformers.map((t) => t.lv_bus)],
+    tie_from_bus: open.map((l) => l.from_bus), tie_to_bus: open.map((l) => l.to_bus),
+    load_buses: loadBuses, base_p_mw: loadBuses.map((b) => p.get(b) || 0), base_q_mvar: loadBuses.map((b) => q.get(b) || 0),
+    feature_names: desc.features, output_names: desc.outputs,
+  };
+}
+
 async function loadNetwork() {
-  state.topo = await call("GET", `/ui/api/networks/${encodeURIComponent($("network").value)}`);
+  state.topo = topologyOf(await call("GET", `/v1/networks/${encodeURIComponent($("network").value)}`));
   resetNominal();
 }
 
@@ -286,7 +305,7 @@ function fillRowPicker(answer) {
 
 function busData(answer, row) {
   const map = new Map();
-  map.set(state.topo.slack_bus, { mean: state.topo.slack_vm_pu, slack: true });
+  if (state.topo.slack_vm_pu !== null) map.set(state.topo.slack_bus, { mean: state.topo.slack_vm_pu, slack: true });
   const q = (level) => answer.quantiles[String(level)] || answer.quantiles[level.toFixed(2)];
   answer.outputs.forEach((name, j) => {
     const bus = +name.replace(/^\D+/, "");
@@ -332,9 +351,9 @@ function legend(data) {
 function hover(data, bus, e) {
   const tip = $("tooltip");
   if (bus === null) { tip.hidden = true; return; }
-  const d = data.bus.get(bus);
+  const d = data.bus.get(bus) || { slack: true, mean: "set by the grid" };
   tip.textContent = "";
-  const lines = d.slack ? [`Bus ${bus}: substation (slack), ${d.mean} p.u.`] : [
+  const lines = d.slack ? [`Bus ${bus}: substation (slack), ${d.mean}${typeof d.mean === "number" ? " p.u." : ""}`] : [
     `Bus ${bus}`, `P(outside ${data.band[0]}–${data.band[1]} p.u.): ${d.p} (${pct(d.p)})`,
     `mean ${d.mean} p.u.`, `50 % band ${fmt(d.q25, 5)} – ${fmt(d.q75, 5)}`, `90 % band ${fmt(d.q05, 5)} – ${fmt(d.q95, 5)}`];
   if (!d.slack && d.gpMean !== undefined) lines.push(`GP mean ${d.gpMean} ± ${fmt(d.gpStd, 6)}`);

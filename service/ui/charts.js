@@ -14,17 +14,12 @@ export function el(name, attrs = {}, parent = null, text = null) {
 
 function clear(svg) { while (svg.firstChild) svg.removeChild(svg.firstChild); }
 
-// Lines and transformers (slack bus -> the buses no line feeds) as one list of edges.
-export function edgesOf(topo) {
-  return { from: [...topo.from_bus, ...(topo.trafo_from_bus || [])], to: [...topo.to_bus, ...(topo.trafo_to_bus || [])] };
-}
-
-// The radial tree from the slack bus over lines and transformers, whichever way round an edge is
+// The radial tree from the slack bus over its edges (lines, transformers), whichever way round one is
 // listed (breadth first; an edge that would close a loop is left out): Map(bus -> child buses).
 export function treeChildren(topo) {
-  const edges = edgesOf(topo), near = new Map();
+  const near = new Map();
   const link = (a, b) => { if (!near.has(a)) near.set(a, []); near.get(a).push(b); };
-  edges.from.forEach((f, i) => { link(f, edges.to[i]); link(edges.to[i], f); });
+  topo.from_bus.forEach((f, i) => { link(f, topo.to_bus[i]); link(topo.to_bus[i], f); });
   const children = new Map(), seen = new Set([topo.slack_bus]), queue = [topo.slack_bus];
   while (queue.length) {
     const b = queue.shift();
@@ -136,11 +131,12 @@ export function drawProfile(svg, data) {
   let xi = 0;
   paths.forEach((path, pi) => {
     if (pi > 0) xi += 0.8;
-    path.points = path.buses.map((b, i) => {
+    path.points = path.buses.flatMap((b, i) => {
+      if (!data.bus.has(b)) return [];  // no voltage to draw (a slack bus whose set point is not given)
       const p = { bus: b, x: xi, primary: path.branch === null || i > 0 };
       xi += 1;
       points.push(p);
-      return p;
+      return [p];
     });
     xi -= 1;
   });
@@ -181,6 +177,7 @@ export function drawProfile(svg, data) {
   }
   for (const path of paths) {
     const pts = path.points;
+    if (!pts.length) continue;
     const area = (a, b) => {
       const up = pts.map((p) => `${sx(p.x)},${sy(get(p.bus).slack ? get(p.bus).mean : get(p.bus)[b])}`);
       const down = pts.slice().reverse().map((p) => `${sx(p.x)},${sy(get(p.bus).slack ? get(p.bus).mean : get(p.bus)[a])}`);

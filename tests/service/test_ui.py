@@ -118,7 +118,7 @@ def predict_and_wait(driver) -> None:
     driver.execute_script("document.getElementById('profile').textContent = ''")
     by_id(driver, "predict-btn").click()
     wait(driver, lambda d: by_id(d, "timing").get_attribute("data-round-trip-ms")
-         and len(css(d, "#profile circle.bus-mean")) == 33, what="profile drawn")
+         and len(css(d, "#profile circle.bus-mean")) == len(NET.output_names), what="profile drawn")
 
 
 def drawn(driver, selector: str, attribute: str) -> dict[int, float]:
@@ -151,8 +151,7 @@ def test_page_and_every_asset_come_from_the_service(ui_server):
         assert missing.status_code == 404 and missing.headers["content-type"].startswith("application/problem+json")
         # the helpers behind the page sit behind the API key like /v1
         assert client.get("/ui/api/batch-jobs/" + "0" * 32 + "/risk-histogram").status_code == 401
-        topo = client.get("/ui/api/networks/ieee33").json()
-        assert topo["from_bus"] == NET.from_bus.tolist() and topo["feature_names"] == list(NET.feature_names)
+        assert client.post("/ui/api/context-sets", files={"file": ("c.csv", b"a\n1\n")}).status_code == 401
 
 
 def test_key_context_prediction_and_drawn_numbers_equal_the_api(ui_server, api, browser):
@@ -187,12 +186,17 @@ def test_key_context_prediction_and_drawn_numbers_equal_the_api(ui_server, api, 
     query = [level * v for v in base.tolist()]
     answer = api.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": [query], "quantiles": QUANTILES,
                                            "voltage_band": [0.95, 1.05], "compare_gp": True}).json()
-    assert drawn(driver, "#profile circle.bus-mean:not([data-slack])", "data-mean") == by_bus(answer, answer["mean"][0])
+    assert drawn(driver, "#profile circle.bus-mean", "data-mean") == by_bus(answer, answer["mean"][0])
     for level_, attr in ((0.05, "data-q05"), (0.25, "data-q25"), (0.75, "data-q75"), (0.95, "data-q95")):
         assert drawn(driver, "#profile circle.bus-mean", attr) == by_bus(answer, answer["quantiles"][str(level_)][0])
     risk = by_bus(answer, answer["p_outside_band"][0])
     assert drawn(driver, "#profile circle.bus-mean", "data-p-outside") == risk
     assert drawn(driver, "#riskmap circle.node", "data-p-outside") == risk
+    feeder = api.get("/v1/networks/ieee33").json()  # the one-line diagram is the API's feeder
+    assert len(css(driver, "#riskmap .node")) == feeder["n_buses"]
+    assert len(css(driver, "#riskmap path.line")) == sum(line["closed"] for line in feeder["lines"])
+    assert sorted(e.get_attribute("data-tie") for e in css(driver, "#riskmap path.tie")) == sorted(
+        f"{line['from_bus']}-{line['to_bus']}" for line in feeder["lines"] if not line["closed"])
     assert drawn(driver, "#profile circle.gp-point", "data-gp-mean") == by_bus(answer, answer["gp"]["mean"][0])
     at_risk = {int(e.get_attribute("data-bus")) for e in css(driver, "#profile circle.bus-mean.at-risk")}
     assert at_risk == {bus for bus, p in risk.items() if p > 0.05}
@@ -226,7 +230,7 @@ def test_key_context_prediction_and_drawn_numbers_equal_the_api(ui_server, api, 
     Select(by_id(driver, "row-select")).select_by_value("1")
     two = api.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows, "quantiles": QUANTILES,
                                         "voltage_band": [0.95, 1.05]}).json()
-    assert drawn(driver, "#profile circle.bus-mean:not([data-slack])", "data-mean") == by_bus(two, two["mean"][1])
+    assert drawn(driver, "#profile circle.bus-mean", "data-mean") == by_bus(two, two["mean"][1])
 
 
 def test_first_paint_and_prediction_round_trip(ui_server, browser):
