@@ -5,11 +5,10 @@ convention); anything else is a 422 naming the field and the expected shape or r
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
-from typing_extensions import Annotated
 
 from service import examples as ex
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from typing_extensions import Annotated
 
 
 # models.registry.DEFAULT_ROOT, spelled out so reading settings never imports torch.
@@ -56,6 +56,8 @@ class Settings(BaseSettings):
     batch_max_queries: int = Field(64, ge=1, description="query rows that close a micro-batch early")
     hot_routes: bool = Field(True, description="answer POST /v1/predict and /v1/gp/predict in a lean ASGI layer "
                              "(service.hot_routes) instead of FastAPI's request machinery; same answers and errors")
+    coalesce_writes: bool = Field(True, description="send a response's header and body writes as one (service.http_protocol, "
+                                  "a subclass of uvicorn's httptools protocol); false = uvicorn's own protocol")
     torch_threads: int | None = Field(1, ge=1, description="torch intra-op threads per process; 1 suits `workers` "
                                       "threads on a small shared CPU (intra-op spinning contends badly); unset = torch's")
     store_timeout_s: float = Field(1.0, gt=0, description="socket timeout of store operations")

@@ -11,7 +11,7 @@ import json
 import logging
 import shutil
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import redis
 from fastapi import APIRouter, Depends, Path as PathParam, Query, Request
@@ -19,7 +19,6 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError, model_validator
 from starlette.datastructures import UploadFile
 from starlette.responses import FileResponse, Response, StreamingResponse
-from typing_extensions import Annotated
 
 from service.auth import require_api_key
 from service.deps import get_runtime, problems
