@@ -54,6 +54,7 @@ class Runtime:
         self.encoded_cache = AsyncLRU(s.encoded_cache_size)
         self.gp_cache = AsyncLRU(s.gp_cache_size)
         self.recent_contexts: OrderedDict[str, tuple[ContextSet, float]] = OrderedDict()  # id -> (set, checked at)
+        self._rechecking: set[str] = set()  # context ids whose existence one request is asking the store now
 
     # --- work off the event loop -------------------------------------------------------------
     async def run(self, fn, *args):
@@ -118,14 +119,20 @@ class Runtime:
     async def stored_context(self, cid: str, location: str = "body") -> ContextSet:
         """The stored set; recently used ones come from memory, so a hot context is not re-read and
         re-decoded from the store on every request. Whether it still exists in the store (TTL) is
-        asked again once its copy is older than GRIDPFN_CONTEXT_RECHECK_S."""
+        asked again once its copy is older than GRIDPFN_CONTEXT_RECHECK_S, by one request at a time:
+        the others keep using the copy meanwhile, so a hot context costs one store round trip per
+        period, not one per request in flight when the period ends (a burst of up to a connection each)."""
         now = time.monotonic()
         try:
             ctx, checked = self.recent_contexts.get(cid, (None, now))
-            if ctx is not None and now - checked >= self.settings.context_recheck_s:
-                if await self.contexts.ttl(cid) is None:
-                    self.recent_contexts.pop(cid, None)  # deleted or expired in the store: gone here too
-                    ctx = None
+            if ctx is not None and now - checked >= self.settings.context_recheck_s and cid not in self._rechecking:
+                self._rechecking.add(cid)
+                try:
+                    if await self.contexts.ttl(cid) is None:
+                        self.recent_contexts.pop(cid, None)  # deleted or expired in the store: gone here too
+                        ctx = None
+                finally:
+                    self._rechecking.discard(cid)
                 checked = now
             if ctx is None:
                 ctx = await self.contexts.get(cid)
