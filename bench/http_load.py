@@ -213,9 +213,15 @@ request = function()
   return wrk.format(nil, nil, nil, bodies[(i % #bodies) + 1])
 end
 done = function(summary, latency, requests)
-  io.write(string.format("GRIDPFN %d %d %d %d %d %d %.1f %.1f %.1f\\n", summary.requests, summary.duration,
+  local slow = 0
+  for i = 1, #latency do
+    local us, count = latency(i)
+    if us > 1000000 then slow = slow + count end
+  end
+  io.write(string.format("GRIDPFN %d %d %d %d %d %d %.1f %.1f %.1f %d %d\\n", summary.requests, summary.duration,
     summary.errors.status, summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout,
-    latency.min, latency.max, latency:percentile(50), latency:percentile(95), latency:percentile(99)))
+    latency.min, latency.max, latency:percentile(50), latency:percentile(95), latency:percentile(99), slow,
+    summary.errors.timeout))
 end
 """
 
@@ -233,8 +239,9 @@ def load_wrk(url: str, path: str, api_key: str | None, bodies: list[bytes], clie
     fields = next(line for line in out.splitlines() if line.startswith("GRIDPFN ")).split()[1:]
     n, duration_us, status_errors, socket_errors = (int(v) for v in fields[:4])
     p50, p95, p99 = (float(v) / 1e3 for v in fields[6:9])
+    slow, timeouts = int(fields[9]), int(fields[10])  # answers over 1 s; requests unanswered after wrk's timeout
     return {"n": n - status_errors, "wall": duration_us / 1e6, "errors": {"non-2xx": status_errors, "socket": socket_errors},
-            "percentiles": (p50, p95, p99), "server_ms": []}
+            "percentiles": (p50, p95, p99), "server_ms": [], "over_1s": slow + timeouts, "max_ms": float(fields[5]) / 1e3}
 
 
 async def warm_every_process(url: str, headers: dict, body: bytes, connections: int = 64, rounds: int = 20) -> int:
@@ -269,17 +276,21 @@ def batch_stats(url: str) -> tuple[float, float]:
 
 
 def summarise(result: dict) -> dict:
-    """ok count, req/s, (p50, p95, p99) ms and error count of a load run, whichever client made it."""
+    """ok count, req/s, (p50, p95, p99) ms, error count and requests over 1 s of a load run, whichever client made it."""
     n = result.get("n", len(result.get("latencies", ())))
     pcts = result.get("percentiles") or percentiles(result["latencies"])
-    return {"n": n, "rps": n / result["wall"], "pcts": pcts, "errors": sum(result["errors"].values())}
+    over = result.get("over_1s", sum(1 for t in result.get("latencies", ()) if t > 1.0))
+    slowest = result.get("max_ms", max(result.get("latencies") or [float("nan")]) * 1e3)
+    return {"n": n, "rps": n / result["wall"], "pcts": pcts, "errors": sum(result["errors"].values()),
+            "over_1s": over, "max_ms": slowest}
 
 
 def report(title: str, result: dict, clients: int) -> dict:
     s = summarise(result)
     p50, p95, p99 = s["pcts"]
     line = (f"{title}: {clients} clients, {result['wall']:.1f} s, {s['n']} ok, {s['rps']:.1f} req/s, "
-            f"latency p50 {p50:.2f} ms  p95 {p95:.2f} ms  p99 {p99:.2f} ms, errors {s['errors']} "
+            f"latency p50 {p50:.2f} ms  p95 {p95:.2f} ms  p99 {p99:.2f} ms  max {s['max_ms']:.0f} ms, "
+            f"over 1 s {s['over_1s']}, errors {s['errors']} "
             f"{ {k: v for k, v in result['errors'].items() if v} or ''}")
     if result["server_ms"]:
         s50, _, s99 = percentiles([ms / 1e3 for ms in result["server_ms"]])
@@ -308,11 +319,18 @@ def main() -> None:
     parser.add_argument("--env", action="append", default=[], help="with --spawn: extra GRIDPFN_X=value settings")
     parser.add_argument("--processes", type=int, default=1,
                         help="with --spawn: server processes (GRIDPFN_PROCESSES); more than 1 needs --redis-url")
+    parser.add_argument("--soak", action="store_true",
+                        help="only the soak: single-query predicts from 64 clients for 60 s (override with --clients, "
+                             "--seconds); prints requests over 1 s, p50 and p99")
     parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL"),
                         help="with --spawn: GRIDPFN_REDIS_URL of the server (default: $REDIS_URL; unset = embedded store)")
     args = parser.parse_args()
     if not args.url and not args.spawn:
         parser.error("give --url or --spawn")
+    if args.soak:
+        explicit = set(sys.argv[1:])
+        args.clients = args.clients if "--clients" in explicit else 64
+        args.seconds = args.seconds if "--seconds" in explicit else 60.0
 
     import gridsim
     from service.arrow_answer import ARROW_STREAM
@@ -383,6 +401,13 @@ def main() -> None:
         rounds = asyncio.run(warm_every_process(url, headers, single[0]))
         print(f"warm-up: every answer of round {rounds} came from an already encoded context")
         run_load(single, args.clients, args.warmup_seconds)
+        if args.soak:
+            soak = report("soak: single-query predicts", run_load(single, args.clients, args.seconds), args.clients)
+            p50, _, p99 = soak["pcts"]
+            print(f"\nsoak, {args.clients} clients x {args.seconds:.0f} s: requests over 1 s {soak['over_1s']} (target 0), "
+                  f"p50 {p50:.2f} ms, p99 {p99:.2f} ms (p99/p50 {p99 / p50:.1f}, target <= 5), slowest {soak['max_ms']:.0f} ms, "
+                  f"{soak['rps']:.0f} req/s, errors {soak['errors']}")
+            return
         floor = report(f"GET /healthz, no work: the HTTP stack's floor ({args.client} client)",
                        run_load([], args.clients, args.seconds, "/healthz"), args.clients)
         before = batch_stats(url)
