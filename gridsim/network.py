@@ -63,7 +63,8 @@ def _frozen(array, dtype=np.float64) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class Network:
-    """A radial distribution feeder with IEEE bus numbers (bus 1 = slack)."""
+    """A radial distribution feeder (IEEE 33: IEEE bus numbers, bus 1 = slack; others: pandapower
+    bus indices). Build one for any pandapower net with `gridsim.feeders.snapshot`."""
 
     name: str
     vn_kv: float
