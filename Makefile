@@ -12,7 +12,9 @@ TORCH_VERSION ?= 2.13.0
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# constraints.txt: the exact versions of every package (a lock); the CI check .ci/lowest-versions
+# installs the lowest versions pyproject.toml declares instead and runs a smoke test.
+$(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
 	@if command -v nvidia-smi >/dev/null 2>&1; then \
 	  echo "GPU host: installing torch==$(TORCH_VERSION) (CUDA build)"; \
 	  $(BIN)/pip install -q "torch==$(TORCH_VERSION)"; \
@@ -20,7 +22,7 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	  echo "CPU host: installing the CPU build of torch==$(TORCH_VERSION)"; \
 	  $(BIN)/pip install -q "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)); \
 	fi
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q -c constraints.txt -e ".[dev]"
 	touch $@
 
 install: $(VENV)/.installed
