@@ -7,6 +7,10 @@ cached context; prints client latency and the server-reported time (timing.total
     python bench/http_load.py --url http://127.0.0.1:8000 --model NAME [--api-key KEY]
     python bench/http_load.py --spawn --tiny          # starts its own server with a tiny test model
     python bench/http_load.py --spawn --model transformer-dva-fast --processes 2 --redis-url redis://127.0.0.1:6379/5
+    python bench/http_load.py --spawn --model transformer-dva --processes 2 --redis-url redis://127.0.0.1:6379/5 --soak
+
+`--soak`: only single-query predicts, 64 clients for 60 s; prints the requests over 1 s (target 0), p50, p99
+(target p99 <= 5x p50) and the slowest answer.
 
 Load generators (`--client`): `wrk` (default when installed: `apt-get install wrk`) is a C program
 that keeps 32 connections busy for a few percent of one core, so nearly all of the 2 cores go to
