@@ -220,13 +220,16 @@ def _trafo_branches(net, trafos, number):
 
     start, _ = net._pd2ppc_lookups["branch"]["trafo"]
     ppc_bus = net._pd2ppc_lookups["bus"]
-    rows = net._ppc["branch"][[start + net.trafo.index.get_loc(i) for i in trafos.index]].real
+    branch = net._ppc["branch"][[start + net.trafo.index.get_loc(i) for i in trafos.index]]
+    rows = branch.real
     # branch-table columns of pandapower 3 (older versions have no shunt conductance or asymmetry)
     optional = {name: getattr(idx_brch, name, None) for name in ("BR_G", "BR_R_ASYM", "BR_X_ASYM", "BR_G_ASYM", "BR_B_ASYM")}
     asym = [c for name, c in optional.items() if name.endswith("ASYM") and c is not None]
     if asym and np.abs(rows[:, asym]).max() > 0:
         raise NetworkError("trafo", "asymmetric transformer impedance is not supported", "a symmetric T or pi model")
-    g = rows[:, optional["BR_G"]] if optional["BR_G"] is not None else np.zeros(len(rows))
+    # shunt admittance as pandapower's makeYbus forms it: BR_G + j BR_B (pandapower 3), j BR_B with a
+    # complex BR_B = b - j g (pandapower 2)
+    y_sh = 1j * branch[:, BR_B] + (rows[:, optional["BR_G"]] if optional["BR_G"] is not None else 0.0)
     hv, lv = trafos.hv_bus.to_numpy(), trafos.lv_bus.to_numpy()
     if not (np.array_equal(rows[:, F_BUS], ppc_bus[hv]) and np.array_equal(rows[:, T_BUS], ppc_bus[lv])):
         raise NetworkError("trafo", "pandapower's branch table does not run from hv_bus to lv_bus", "hv_bus -> lv_bus")
@@ -234,7 +237,7 @@ def _trafo_branches(net, trafos, number):
         trafo_hv_bus=_frozen([number[int(b)] for b in hv], np.int64),
         trafo_lv_bus=_frozen([number[int(b)] for b in lv], np.int64),
         trafo_r_pu=_frozen(rows[:, BR_R]), trafo_x_pu=_frozen(rows[:, BR_X]),
-        trafo_g_pu=_frozen(g), trafo_b_pu=_frozen(rows[:, BR_B]),
+        trafo_g_pu=_frozen(y_sh.real), trafo_b_pu=_frozen(y_sh.imag),
         trafo_ratio=_frozen(np.where(rows[:, TAP] != 0, rows[:, TAP], 1.0)),
         trafo_shift_degree=_frozen(rows[:, SHIFT]),
     )
