@@ -264,6 +264,11 @@ def _charging(lines, vn_kv, sn_mva, f_hz):
 
 def _geodata(net, buses) -> np.ndarray:
     """(n, 2) bus coordinates when every bus has geodata, else (0, 2)."""
+    old_style = net.get("bus_geodata")  # pandapower 2: a table of x, y
+    if "geo" not in net.bus and old_style is not None and len(old_style) and {"x", "y"} <= set(old_style.columns):
+        if not set(buses) <= set(old_style.index):
+            return np.zeros((0, 2))
+        return old_style.loc[buses, ["x", "y"]].to_numpy(dtype=np.float64)
     xy = []
     for bus in buses:
         geo = net.bus.geo.get(bus) if "geo" in net.bus else None
