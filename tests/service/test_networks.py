@@ -5,6 +5,7 @@ import httpx
 import pandapower as pp
 import pytest
 
+import gridsim
 from tests.gridsim.feeder_cases import CASE3_M, small_feeder
 from tests.service.conftest import LIMITS, assert_problem
 
@@ -54,7 +55,8 @@ def test_matpower_upload_and_built_ins(memory_server):
         assert ieee["features"][:2] == ["p_mw_bus2", "p_mw_bus3"] and ieee["expires_in_s"] is None
         assert len(ieee["buses"]) == 33 and len(ieee["lines"]) == 37  # 32 closed + 5 open ties
         oberrhein = client.get("/v1/networks/mv_oberrhein_sub0").json()
-        assert oberrhein["layout"] == "geodata" and 7 < oberrhein["buses"][0]["x"] < 9  # longitude
+        geo = gridsim.network("mv_oberrhein_sub0").bus_xy  # the net's own coordinates (pandapower 3: lon/lat)
+        assert oberrhein["layout"] == "geodata" and [[b["x"], b["y"]] for b in oberrhein["buses"]] == geo.tolist()
         assert len(oberrhein["transformers"]) == 1
         assert_problem(client.get("/v1/networks/" + "0" * 64), 404, "network_id")
         assert_problem(client.get("/v1/networks/NOT-AN-ID"), 422)
