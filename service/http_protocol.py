@@ -62,3 +62,8 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.transport = CoalescingTransport(transport, self.loop)  # type: ignore[assignment]
+
+
+def protocol_for(coalesce_writes: bool) -> Any:
+    """The `http` uvicorn serves with: this module's protocol, or uvicorn's own (GRIDPFN_COALESCE_WRITES=false)."""
+    return CoalescingHttpToolsProtocol if coalesce_writes else "httptools"

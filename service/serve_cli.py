@@ -26,7 +26,7 @@ def serve(args: argparse.Namespace) -> int:
 
     from service import supervisor
     from service.app import create_app
-    from service.http_protocol import CoalescingHttpToolsProtocol
+    from service.http_protocol import protocol_for
     from service.settings import Settings, is_loopback
 
     # Every process of a multi-process server builds its own Settings from the environment.
@@ -43,8 +43,7 @@ def serve(args: argparse.Namespace) -> int:
                     "the API; set GRIDPFN_API_KEYS", args.host)
     log.info("serving on http://%s:%d (docs at /docs), store: %s, %d process(es)", args.host, args.port,
              "redis" if settings.redis_url else "embedded", settings.processes)
-    http = CoalescingHttpToolsProtocol if settings.coalesce_writes else "httptools"
-    options = dict(access_log=args.access_log, log_config=None, lifespan="on", http=http)
+    options = dict(access_log=args.access_log, log_config=None, lifespan="on", http=protocol_for(settings.coalesce_writes))
     if settings.processes > 1:  # one SO_REUSEPORT socket per process (service.supervisor)
         return supervisor.run(args.host, args.port, settings.processes, options)
     uvicorn.run(create_app(settings), host=args.host, port=args.port, **options)

@@ -84,3 +84,40 @@ def test_writelines_keeps_the_order_of_pending_writes():
         assert b"".join(real.writes) == b"ab" + b"c" * JOIN_BELOW_BYTES + b"d"
 
     asyncio.run(scenario())
+
+
+def test_the_switch_serves_the_app_with_uvicorns_own_protocol(monkeypatch, model_dir, scenarios):
+    """GRIDPFN_COALESCE_WRITES=false: `gridpfn serve` hands uvicorn its own httptools protocol, which serves the app."""
+    import threading
+    import time
+
+    import httpx
+    import uvicorn
+
+    from service.app import create_app
+    from service.http_protocol import CoalescingHttpToolsProtocol, protocol_for
+    from service.settings import Settings
+    from tests.service.conftest import MODEL, free_port, rows
+
+    monkeypatch.setenv("GRIDPFN_COALESCE_WRITES", "false")
+    settings = Settings(model_dir=model_dir, redis_url=None, gp_max_iter=1)
+    assert protocol_for(settings.coalesce_writes) == "httptools"
+    monkeypatch.delenv("GRIDPFN_COALESCE_WRITES")
+    assert protocol_for(Settings().coalesce_writes) is CoalescingHttpToolsProtocol
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning",
+                                           lifespan="on", http=protocol_for(settings.coalesce_writes)))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        x, y = scenarios
+        answer = httpx.post(f"http://127.0.0.1:{port}/v1/predict", timeout=30, json={
+            "model": MODEL, "context": {"x": rows(x[:30]), "y": rows(y[:30])}, "queries": rows(x[40:42])})
+        assert answer.status_code == 200 and len(answer.json()["mean"]) == 2
+        assert "server-timing" in answer.headers
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
