@@ -419,7 +419,7 @@ def main() -> None:
         single_s = report(f"single-query predicts ({args.client} client)", result, args.clients)
         after = batch_stats(url)
         batches, rows = after[0] - before[0], after[1] - before[1]
-        print(f"  micro-batches{' (the one process that answered /metrics)' if args.processes > 1 else ''}: {batches:.0f} forward passes for {rows:.0f} query rows "
+        print(f"  micro-batches{' (summed over the server processes)' if args.processes > 1 else ''}: {batches:.0f} forward passes for {rows:.0f} query rows "
               f"({rows / max(batches, 1):.1f} rows per pass)")
         result_big = run_load([big], args.big_clients, args.big_seconds)
         report(f"{args.big_queries}-query predicts ({args.client} client)", result_big, args.big_clients)
