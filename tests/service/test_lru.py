@@ -23,6 +23,11 @@ class Computation:
         return self.value
 
 
+def run(scenario) -> None:
+    """A scenario that hangs (a waiter never woken) fails in seconds, not at the suite's timeout."""
+    asyncio.run(asyncio.wait_for(scenario(), timeout=10))
+
+
 def test_concurrent_misses_share_one_computation_and_the_value_is_cached():
     async def scenario():
         lru, fill = AsyncLRU(4), Computation()
@@ -35,7 +40,7 @@ def test_concurrent_misses_share_one_computation_and_the_value_is_cached():
         assert [shared for _, shared in results] == [False, True, True, True, True]
         assert await lru.get_or_compute("k", Computation("other")) == ("value", True)
 
-    asyncio.run(scenario())
+    run(scenario)
 
 
 def test_the_first_callers_cancellation_leaves_the_computation_to_the_others():
@@ -52,7 +57,7 @@ def test_the_first_callers_cancellation_leaves_the_computation_to_the_others():
         assert await second == ("value", True)
         assert fill.calls == 1 and lru.peek("k") == "value"
 
-    asyncio.run(scenario())
+    run(scenario)
 
 
 def test_a_fill_whose_callers_all_left_still_lands_in_the_cache():
@@ -69,7 +74,7 @@ def test_a_fill_whose_callers_all_left_still_lands_in_the_cache():
         assert await lru.get_or_compute("k", Computation("other")) == ("value", True)
         assert fill.calls == 1
 
-    asyncio.run(scenario())
+    run(scenario)
 
 
 def test_a_failure_reaches_every_waiter_and_is_not_cached():
@@ -85,7 +90,7 @@ def test_a_failure_reaches_every_waiter_and_is_not_cached():
         retry.release.set()
         assert await lru.get_or_compute("k", retry) == ("fixed", False)
 
-    asyncio.run(scenario())
+    run(scenario)
 
 
 def test_least_recently_used_entries_leave_first():
@@ -103,4 +108,4 @@ def test_least_recently_used_entries_leave_first():
         lru.discard_where(lambda key: key == "a")
         assert len(lru) == 1
 
-    asyncio.run(scenario())
+    run(scenario)
