@@ -7,6 +7,7 @@ expected}]} so clients parse one format whatever went wrong.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, Iterable
 
 import orjson
@@ -91,6 +92,8 @@ def _expected_from(err: dict[str, Any]) -> str | None:
     if "min_length" in ctx or "max_length" in ctx:
         return f"length between {ctx.get('min_length', 0)} and {ctx.get('max_length', 'any')}"
     kind = err.get("type", "")
+    if kind == "extra_forbidden":
+        return "no such field: unknown fields are refused (see the schema's properties)"
     if kind == "finite_number":
         return "a finite number (no NaN or infinity)"
     if kind.endswith("_type") or kind.endswith("_parsing"):
@@ -138,14 +141,32 @@ def install(app: FastAPI) -> None:
         return problem_response(validation_problem(exc.errors()))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> Response:
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
         slug = {401: "unauthorized", 404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
-        problem = ProblemError(exc.status_code, slug, str(exc.detail), str(exc.detail), headers=dict(exc.headers or {}))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = allowed_methods(app, request.url.path, headers.get("Allow", ""))
+        problem = ProblemError(exc.status_code, slug, str(exc.detail), str(exc.detail), headers=headers)
         return problem_response(problem)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         return unexpected_response(request.method, request.url.path, exc)
+
+
+def allowed_methods(app: FastAPI, path: str, fallback: str) -> str:
+    """The `Allow` value for a path: every method the schema documents for it (HEAD with GET), not
+    only the first matching route's as Starlette names them (GET /{id} hid DELETE /{id}); for a path
+    the schema does not document, Starlette's own value."""
+    methods: set[str] = set()
+    for template, operations in app.openapi()["paths"].items():
+        pattern = "".join("[^/]+" if part.startswith("{") else re.escape(part)
+                          for part in re.split(r"(\{[^/}]+\})", template))
+        if re.fullmatch(pattern, path):
+            methods |= {method.upper() for method in operations}
+    if "GET" in methods:
+        methods.add("HEAD")
+    return ", ".join(sorted(methods)) if methods else fallback
 
 
 def unexpected_response(method: str, path: str, exc: Exception) -> Response:

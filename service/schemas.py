@@ -2,22 +2,42 @@
 
 Numbers must be finite and in physical range, rows 64 loads or 32 voltages long (the IEEE 33-bus
 convention); anything else is a 422 naming the field and the expected shape or range.
+
+One policy for every JSON request body: fields the schema does not declare are refused (422 naming
+the field; `additionalProperties: false` in the OpenAPI schema), and values are not coerced from
+other JSON types (a seed of "1" or true is a 422, as the schema's `integer` says).
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from gridsim.network import KNOWN_NETWORKS
 from service import examples as ex
 
-Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+class Strict(BaseModel):
+    """Base of every request body: undeclared fields are a 422 (`additionalProperties: false`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# Request rows follow the IEEE 33-bus convention (64 loads, 32 voltages), so the load-vector routes
+# serve the built-in networks of that shape; the list grows from gridsim's as row shapes do. Every
+# built-in network can be read through GET /v1/networks.
+SERVED_NETWORKS: tuple[str, ...] = tuple(name for name in KNOWN_NETWORKS if name == "ieee33")
+NetworkName = Annotated[Literal[SERVED_NETWORKS],  # type: ignore[valid-type]
+                        Field(json_schema_extra={"enum": list(SERVED_NETWORKS), "description": "a served network"})]
+StrictInt = Annotated[int, Field(strict=True)]
+StrictBool = Annotated[bool, Field(strict=True)]
+
 # Physical ranges, generous: IEEE 33-bus loads are < 1 MW per bus, voltages ~0.9-1.05 p.u. Outside
 # them the models' arithmetic is not meaningful (1e30 MW overflows the PFN), so they are a 422.
 LOAD_LIMIT = 1000.0
-Load = Annotated[float, Field(allow_inf_nan=False, ge=-LOAD_LIMIT, le=LOAD_LIMIT, description="MW or Mvar")]
-Voltage = Annotated[float, Field(allow_inf_nan=False, ge=0.0, le=5.0, description="|V| in p.u.")]
+Load = Annotated[float, Field(allow_inf_nan=False, strict=True, ge=-LOAD_LIMIT, le=LOAD_LIMIT, description="MW or Mvar")]
+Voltage = Annotated[float, Field(allow_inf_nan=False, strict=True, ge=0.0, le=5.0, description="|V| in p.u.")]
 
 
 def _exactly(n: int, what: str):
@@ -38,37 +58,52 @@ VoltageRow = Annotated[list[Voltage], _exactly(32, "voltages: |V| p.u. at buses 
 Matrix = Annotated[list[LoadRow], Field(min_length=1)]
 VoltageMatrix = Annotated[list[VoltageRow], Field(min_length=1)]
 ContextId = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="sha256 id from POST /v1/context-sets")]
-Level = Annotated[float, Field(gt=0.0, lt=1.0)]
+Level = Annotated[float, Field(gt=0.0, lt=1.0, strict=True)]
+# A voltage band holds the nominal 1.0 p.u.: low < 1 <= high, so low < high is in the types (and the schema).
+BandLow = Annotated[float, Field(gt=0.0, lt=1.0, strict=True, description="low limit, p.u., below 1")]
+BandHigh = Annotated[float, Field(ge=1.0, le=5.0, strict=True, description="high limit, p.u., at least 1")]
+VoltageBand = tuple[BandLow, BandHigh]
 
 
-class ContextData(BaseModel):
+def _given(field: str, kind: str) -> dict[str, Any]:
+    """JSON Schema: `field` is present and not null."""
+    return {"required": [field], "properties": {field: {"type": kind}}}
+
+
+def _absent(*fields: str) -> dict[str, Any]:
+    """JSON Schema: each of `fields` is absent or null."""
+    return {"properties": {field: {"type": "null"} for field in fields}}
+
+
+# exactly one of context / context_id, given and not null (what QueryOptions._check enforces)
+ONE_CONTEXT = [{"allOf": [_given("context", "object"), _absent("context_id")]},
+               {"allOf": [_given("context_id", "string"), _absent("context")]}]
+# either x and y, or simulate (what ContextSetCreate._one_source enforces)
+ONE_SOURCE = [{"allOf": [_given("x", "array"), _given("y", "array"), _absent("simulate")]},
+              {"allOf": [_given("simulate", "object"), _absent("x", "y")]}]
+
+
+class ContextData(Strict):
     """An inline context: x (n, 64 loads in card feature order), y (n, 32 voltages p.u.)."""
 
     x: Matrix
     y: VoltageMatrix
 
 
-class SimulateSpec(BaseModel):
+class SimulateSpec(Strict):
     """Ask gridsim for n AC power flows with loads scaled uniformly within +-delta of nominal."""
 
-    network: str = "ieee33"
-    delta: Annotated[float, Field(gt=0.0, le=1.0)] = 0.1
-    n: Annotated[int, Field(ge=1)] = 500
-    seed: Annotated[int, Field(ge=0)] = 0
-
-    @field_validator("network")
-    @classmethod
-    def _served_network(cls, value: str) -> str:
-        # gridsim knows more networks (GET /v1/networks); the models serve IEEE 33 only so far (issue 15)
-        if value != "ieee33":
-            raise ValueError(f"no model serves network {value!r} yet: expected 'ieee33'")
-        return value
+    network: NetworkName = "ieee33"
+    delta: Annotated[float, Field(gt=0.0, lt=1.0, strict=True)] = 0.1
+    n: Annotated[int, Field(ge=1, strict=True)] = 500
+    seed: Annotated[int, Field(ge=0, strict=True)] = 0
 
 
-class ContextSetCreate(BaseModel):
+class ContextSetCreate(Strict):
     """Either uploaded arrays (x and y) or a simulate spec, not both."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [ex.CONTEXT_SIMULATE, ex.CONTEXT_UPLOAD]})
+    model_config = ConfigDict(json_schema_extra={"examples": [ex.CONTEXT_SIMULATE, ex.CONTEXT_UPLOAD],
+                                                 "oneOf": ONE_SOURCE})
 
     x: Optional[Matrix] = None
     y: Optional[VoltageMatrix] = None
@@ -84,39 +119,39 @@ class ContextSetCreate(BaseModel):
         return self
 
 
-class QueryOptions(BaseModel):
+class QueryOptions(Strict):
     """Context, queries and the statistics wanted; shared by the PFN and the GP endpoints."""
 
     context: Optional[ContextData] = None
     context_id: Optional[ContextId] = None
     queries: Matrix
     quantiles: Annotated[list[Level], Field(max_length=99)] = []
-    voltage_band: Optional[tuple[Finite, Finite]] = Field(None, description="[low, high] p.u.; adds p_outside_band")
+    voltage_band: Optional[VoltageBand] = Field(None, description="[low, high] p.u., low < 1 <= high; adds p_outside_band")
+
+    model_config = ConfigDict(json_schema_extra={"oneOf": ONE_CONTEXT})
 
     @model_validator(mode="after")
     def _check(self) -> "QueryOptions":
         if (self.context is None) == (self.context_id is None):
             raise ValueError("give either context or context_id (exactly one)")
-        if self.voltage_band is not None and not 0.0 < self.voltage_band[0] < self.voltage_band[1]:
-            raise ValueError("voltage_band must be [low, high] with 0 < low < high")
         return self
 
 
 class PredictRequest(QueryOptions):
-    model_config = ConfigDict(json_schema_extra={"examples": [ex.PREDICT_BY_ID, ex.PREDICT_INLINE]})
+    model_config = ConfigDict(json_schema_extra={"examples": [ex.PREDICT_BY_ID, ex.PREDICT_INLINE], "oneOf": ONE_CONTEXT})
 
     model: str = Field(description="a name from GET /v1/models")
-    compare_gp: bool = Field(False, description="also fit the exact GP on the same context and time both")
+    compare_gp: StrictBool = Field(False, description="also fit the exact GP on the same context and time both")
 
 
 class GPPredictRequest(QueryOptions):
-    model_config = ConfigDict(json_schema_extra={"examples": [ex.GP_INLINE]})
+    model_config = ConfigDict(json_schema_extra={"examples": [ex.GP_INLINE], "oneOf": ONE_CONTEXT})
 
 
-class SimulateRequest(BaseModel):
+class SimulateRequest(Strict):
     model_config = ConfigDict(json_schema_extra={"examples": [ex.SIMULATE]})
 
-    network: str = "ieee33"
+    network: NetworkName = "ieee33"
     loads: Matrix = Field(description="(m, 64) load vectors in feature order")
 
 

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Optional
 import redis
 from fastapi import APIRouter, Depends, Path as PathParam, Query, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError
 from starlette.datastructures import UploadFile
 from starlette.responses import FileResponse, Response, StreamingResponse
 
@@ -29,7 +29,7 @@ from service.jobs.model import JobState
 from service.jobs.service import JobService, new_job_id
 from service.jobs.settings import JobSettings
 from service.runtime import Runtime
-from service.schemas import ContextId, Level, SimulateSpec
+from service.schemas import ContextId, Level, SimulateSpec, Strict, StrictBool, VoltageBand
 
 log = logging.getLogger(__name__)
 
@@ -40,20 +40,14 @@ PARQUET = "application/vnd.apache.parquet"
 JSON_BODY_LIMIT = 1 << 20
 
 
-class BatchOptions(BaseModel):
+class BatchOptions(Strict):
     """Fields shared by both ways of submitting."""
 
     model: str = Field(description="a name from GET /v1/models")
     context_id: ContextId
     quantiles: Annotated[list[Level], Field(max_length=99)] = []
-    voltage_band: Optional[tuple[float, float]] = Field(None, description="[low, high] p.u.; adds p_outside_*")
-    with_ground_truth: bool = Field(False, description="also solve the AC power flow per row; adds true_*, err_*")
-
-    @model_validator(mode="after")
-    def _band(self) -> "BatchOptions":
-        if self.voltage_band is not None and not 0.0 < self.voltage_band[0] < self.voltage_band[1]:
-            raise ValueError("voltage_band must be [low, high] with 0 < low < high")
-        return self
+    voltage_band: Optional[VoltageBand] = Field(None, description="[low, high] p.u., low < 1 <= high; adds p_outside_*")
+    with_ground_truth: StrictBool = Field(False, description="also solve the AC power flow per row; adds true_*, err_*")
 
 
 class BatchSimulate(BatchOptions):
@@ -92,16 +86,34 @@ def _split(value: str) -> Any:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+FORM_FIELDS = ("file", "model", "context_id", "quantiles", "voltage_band", "with_ground_truth")
+_FORM_BOOLS = {"true": True, "1": True, "false": False, "0": False}
+
+
+def _number(text: Any) -> Any:
+    """A form list item as a float when it reads as one (the model's strict check names the rest)."""
+    try:
+        return float(text) if isinstance(text, str) else text
+    except ValueError:
+        return text
+
+
 def _form_options(form: Any) -> BatchOptions:
+    unknown = sorted(set(form.keys()) - set(FORM_FIELDS))
+    if unknown:  # the same policy as JSON bodies: undeclared fields are refused
+        raise invalid(unknown[0], "unknown form field", f"only the fields {', '.join(FORM_FIELDS)}")
     raw: dict[str, Any] = {}
-    for name in ("model", "context_id", "with_ground_truth"):
+    for name in ("model", "context_id"):
         if form.get(name) is not None:
             raw[name] = form.get(name)
+    if form.get("with_ground_truth") is not None:
+        text = str(form.get("with_ground_truth"))
+        raw["with_ground_truth"] = _FORM_BOOLS.get(text.strip().lower(), text)
     for name in ("quantiles", "voltage_band"):
         if form.get(name):
             value = _split(str(form.get(name)))
             try:
-                raw[name] = json.loads(value) if isinstance(value, str) else value
+                raw[name] = json.loads(value) if isinstance(value, str) else [_number(v) for v in value]
             except ValueError as exc:
                 raise invalid(name, f"unparseable: {exc}", "comma-separated numbers or a JSON list") from exc
     try:
@@ -182,7 +194,8 @@ async def _submit_simulated(request: Request, rt: Runtime, jobs: JobService) -> 
 
 
 _REQUEST_DOC = {"requestBody": {"required": True, "content": {
-    "multipart/form-data": {"schema": {"type": "object", "required": ["file", "model", "context_id"], "properties": {
+    "multipart/form-data": {"schema": {"type": "object", "required": ["file", "model", "context_id"],
+                                       "additionalProperties": False, "properties": {
         "file": {"type": "string", "format": "binary",
                  "description": "CSV (header row) or Parquet; the 64 feature columns"},
         "model": {"type": "string"}, "context_id": {"type": "string", "pattern": "^[0-9a-f]{64}$"},

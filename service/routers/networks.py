@@ -86,7 +86,7 @@ async def _upload(request: Request) -> tuple[bytes, Optional[str]]:
 
 
 @router.post("", status_code=201, response_model=NetworkInfo, summary="Upload a feeder (pandapower JSON or MATPOWER)",
-             responses=problems(413, 422), openapi_extra=UPLOAD_BODY)
+             responses=problems(400, 413, 422), openapi_extra=UPLOAD_BODY)
 async def create(request: Request, rt: Runtime = Depends(get_runtime)) -> Response:
     data, filename = await _upload(request)
     if not data.strip():

@@ -141,6 +141,8 @@ def test_request_errors(embedded, tmp_path):
     assert_problem(submit_file(client, path, cid, quantiles="0.5,1.5"), 422, "quantiles[1]")
     assert_problem(submit_file(client, path, cid, voltage_band="1.05,0.95"), 422)
     assert_problem(client.post("/v1/batch-jobs", data={"model": MODEL, "context_id": cid}, files={"x": b"1"}), 422,
+                   "x")  # an undeclared form field, refused like an unknown JSON field
+    assert_problem(client.post("/v1/batch-jobs", data={"model": MODEL, "context_id": cid}, files={"file": b"1"}), 422,
                    "file")
     assert_problem(client.post("/v1/batch-jobs", json={"model": MODEL, "context_id": cid}), 422, "simulate")
     assert_problem(client.post("/v1/batch-jobs", content=b"x", headers={"content-type": "text/plain"}), 415)

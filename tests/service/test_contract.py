@@ -1,0 +1,137 @@
+"""The API contract: the OpenAPI schema says what the server accepts, checked by schemathesis and by hand.
+
+The schemathesis run uses every check (`--checks all`: no 5xx, answers as documented, schema-valid
+requests accepted, schema-violating ones refused, auth enforced, `Allow` on 405, links followed...)
+and every phase (examples, coverage, fuzzing, stateful) against a real server with an API key. It
+runs the CLI (its pytest plugin does not support the installed pytest 9) with a small
+`--max-examples` and a fixed seed so it stays within about a minute.
+
+One allowance, in schemathesis.toml below: on the POST routes whose bodies carry rules JSON Schema
+cannot state, a schema-valid body may still be a 422 (positive_data_acceptance). Those rules are:
+an inline context's x and y have the same number of rows, and as many as the chosen model accepts
+(its card's context_size) or the GP's limit for a stored context; a batch-job form's text fields
+hold numbers in range; an uploaded network file is a pandapower or MATPOWER case. Every other
+check holds on every route without allowance.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.settings import Settings
+from tests.service.conftest import LIMITS, running
+
+KEY = "contract-test-key"
+MAX_EXAMPLES = 10
+# 413 refuses a schema-violating body as well as 422 does (more rows than the schema's maxItems).
+CONFIG = """
+[checks.negative_data_rejection]
+expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429"]
+
+[[operations]]
+include-method = "POST"
+include-path-regex = "^/v1/(predict|gp/predict|context-sets|batch-jobs|networks)$"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "401", "403", "404", "409", "422", "429"]
+"""
+
+
+@pytest.fixture(scope="module")
+def keyed_server(model_dir):
+    # smaller row limits than the other tests' keep the coverage phase's boundary cases quick
+    limits = {**LIMITS, "max_queries": 50, "max_context_rows": 120, "max_simulate": 200}
+    with running(Settings(model_dir=model_dir, redis_url=None, api_keys=(KEY,), **limits)) as server:
+        yield server
+
+
+@pytest.fixture
+def api(keyed_server):
+    with httpx.Client(base_url=keyed_server.url, headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as c:
+        yield c
+
+
+def test_schemathesis_all_checks_all_phases(keyed_server, tmp_path):
+    (tmp_path / "schemathesis.toml").write_text(CONFIG)
+    cli = Path(sys.executable).with_name("schemathesis")
+    command = [str(cli), "--config-file", str(tmp_path / "schemathesis.toml"), "run",
+               f"{keyed_server.url}/openapi.json", "-H", f"Authorization: Bearer {KEY}",
+               "--checks", "all", "--phases", "examples,coverage,fuzzing,stateful",
+               "--max-examples", str(MAX_EXAMPLES), "--seed", "1", "--request-timeout", "60",
+               "--workers", "1", "--no-color"]
+    env = dict(os.environ, SCHEMATHESIS_HOOKS="", HYPOTHESIS_STORAGE_DIRECTORY=str(tmp_path))
+    result = subprocess.run(command, capture_output=True, text=True, timeout=400, cwd=tmp_path, env=env)
+    report = result.stdout[-12000:] + result.stderr[-2000:]
+    assert result.returncode == 0, report
+    summary = result.stdout[result.stdout.rfind("SUMMARY"):]
+    for phase in ("Examples", "Coverage", "Fuzzing", "Stateful"):
+        assert f"✅ {phase}" in summary, report
+    assert "failures" not in summary.splitlines()[-1] and " passed" in summary.splitlines()[-1], report
+
+
+def test_unknown_fields_refused_by_both_layers(api, model_dir, scenarios):
+    """The lean ASGI layer and FastAPI's routing answer the same 422 naming the unknown field."""
+    x, y = scenarios
+    context = {"x": x[:20].tolist(), "y": y[:20].tolist()}
+    body = {"model": "tiny-dva", "context": context, "queries": x[:1].tolist(), "colour": "red"}
+    hot = api.post("/v1/predict", json=body)
+    with running(Settings(model_dir=model_dir, redis_url=None, api_keys=(KEY,), hot_routes=False, **LIMITS)) as plain:
+        routed = httpx.post(f"{plain.url}/v1/predict", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
+        routed_gp = httpx.post(f"{plain.url}/v1/gp/predict", json={**body, "model": None}, timeout=60,
+                               headers={"Authorization": f"Bearer {KEY}"})
+    for answer in (hot, routed):
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["errors"][0]["field"] == "colour", answer.text
+        assert "unknown fields are refused" in answer.json()["errors"][0]["expected"]
+    assert hot.json() == routed.json()
+    assert routed_gp.status_code == 422 and {e["field"] for e in routed_gp.json()["errors"]} == {"colour", "model"}
+    nested = api.post("/v1/context-sets", json={"simulate": {"n": 20, "seed": 1, "sead": 2}})
+    assert nested.status_code == 422 and nested.json()["errors"][0]["field"] == "simulate.sead", nested.text
+
+
+@pytest.mark.parametrize("seed", ["1", True, 1.5, None])
+def test_simulate_seed_is_strictly_an_integer(api, seed):
+    answer = api.post("/v1/context-sets", json={"simulate": {"n": 20, "seed": seed}})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["errors"][0]["field"] == "simulate.seed"
+    assert api.post("/v1/context-sets", json={"simulate": {"n": 20, "seed": 7}}).status_code == 201
+
+
+def test_network_is_an_enum_of_the_served_networks(api, keyed_server):
+    from gridsim.network import KNOWN_NETWORKS
+    schema = httpx.get(f"{keyed_server.url}/openapi.json").json()["components"]["schemas"]
+    assert schema["SimulateSpec"]["properties"]["network"]["enum"] == ["ieee33"]
+    assert set(schema["SimulateSpec"]["properties"]["network"]["enum"]) <= set(KNOWN_NETWORKS)
+    answer = api.post("/v1/simulate", json={"network": "ieee34", "loads": [[0.1] * 64]})
+    assert answer.status_code == 422 and answer.json()["errors"][0]["field"] == "network"
+    assert "ieee33" in answer.json()["errors"][0]["expected"]
+    for name in ("PredictRequest", "SimulateRequest", "ContextSetCreate", "ContextData", "SimulateSpec"):
+        assert schema[name]["additionalProperties"] is False, name
+
+
+@pytest.mark.parametrize("path", ["/v1/batch-jobs/0123456789abcdef0123456789abcdef",
+                                  "/v1/context-sets/" + "0" * 64, "/v1/models", "/v1/predict", "/healthz"])
+def test_405_names_every_method_the_path_serves(api, keyed_server, path):
+    schema = httpx.get(f"{keyed_server.url}/openapi.json").json()["paths"]
+    template = next(p for p in schema if p.split("/")[:3] == path.split("/")[:3]
+                    and len(p.split("/")) == len(path.split("/")))
+    declared = {m.upper() for m in schema[template]}
+    answer = api.request("OPTIONS", path)
+    assert answer.status_code == 405, answer.text
+    allowed = {m.strip() for m in answer.headers["allow"].split(",")}
+    assert allowed - {"HEAD"} == declared, (allowed, declared)
+
+
+def test_links_chain_creators_to_readers(keyed_server):
+    paths = httpx.get(f"{keyed_server.url}/openapi.json").json()["paths"]
+    operation_ids = {op["operationId"] for ops in paths.values() for op in ops.values()}
+    links = {
+        ("/v1/context-sets", "post", "201"): 2, ("/v1/batch-jobs", "post", "202"): 3,
+        ("/v1/models", "get", "200"): 1, ("/v1/networks", "post", "201"): 1}
+    for (path, method, status), count in links.items():
+        found = paths[path][method]["responses"][status]["links"]
+        assert len(found) == count, (path, found)
+        assert all(link["operationId"] in operation_ids for link in found.values()), found
