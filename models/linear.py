@@ -5,7 +5,8 @@ On the 33-bus feeder the load -> voltage map is nearly linear (least-squares err
 - MeanPredictor: the context mean and spread per output (the trivial baseline);
 - LeastSquares: ordinary least squares with intercept, std from residual variance and leverage;
 - BayesianLinearRegression: isotropic Gaussian prior on standardised inputs, prior precision
-  and noise per output by evidence maximisation, predictive std with parameter uncertainty.
+  and noise per output by evidence maximisation, predictive std with parameter uncertainty;
+- RidgeLOO: ridge on standardised inputs, penalty per output by exact leave-one-out error.
 All share one SVD of the standardised design across the k outputs.
 """
 from __future__ import annotations
@@ -49,7 +50,7 @@ class LinearFit:
     noise_var: np.ndarray  # (k,) noise variance including the intercept's share
     std_floor: np.ndarray  # (k,)
     alpha: np.ndarray | None = None  # (k,) noise precision (Bayesian only)
-    lam: np.ndarray | None = None  # (k,) prior precision of standardised weights (Bayesian only)
+    lam: np.ndarray | None = None  # (k,) prior precision of standardised weights (Bayesian), ridge penalty (RidgeLOO)
 
     @property
     def coef(self) -> np.ndarray:
@@ -77,10 +78,10 @@ def _standardised_svd(x: np.ndarray, y: np.ndarray):
     rank = int((s > s[0] * max(xs.shape) * np.finfo(float).eps).sum()) if s.size and s[0] > 0 else 0
     u, s, vt = u[:, :rank], s[:rank], vt[:rank]
     c = u.T @ ys  # (r, k)
-    resid = ((ys - u @ c) ** 2).sum(0)  # (k,) part of y no linear fit can explain
+    outside = ys - u @ c  # (n, k) part of y no linear fit can explain
     floor = _floor(y_mean, y_sd)
     return dict(n=n, x_mean=x_mean, x_scale=x_scale, y_mean=y_mean, y_scale=y_scale, y_sd=y_sd,
-                s=s, vt=vt, c=c, resid=resid, floor=floor)
+                u=u, s=s, vt=vt, c=c, outside=outside, resid=(outside**2).sum(0), floor=floor)
 
 
 @_one_blas_thread
@@ -216,6 +217,81 @@ class BayesianLinearRegression(Method):
             x_mean=g["x_mean"], x_scale=g["x_scale"], y_mean=g["y_mean"], y_scale=g["y_scale"],
             w=w, vt=g["vt"], param_prec=param_prec, null_var=1.0 / lam,
             noise_var=(1.0 + 1.0 / n) / alpha, std_floor=g["floor"], alpha=alpha, lam=lam,
+        )
+
+    def predict(self, fitted: LinearFit, query_x) -> GaussianPredictive:
+        return _predict(fitted, query_x)
+
+
+def _ridge_loo(g: dict, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exact leave-one-out residuals (n, k) of ridge with penalty lam (k,) on the standardised design
+    (intercept unpenalised), and 1 - leverage (n, k): e_i / (1 - h_i), no refit.
+
+    Both are sums of what lies outside the design's span (exactly 0 when the centred design spans all
+    n - 1 directions) and of the shrunk part lam / (s^2 + lam), never 1 - (something close to 1), so a
+    nearly interpolating fit (tiny lam, n <= rank + 1) keeps its finite min-norm LOO limit."""
+    u, c, n = g["u"], g["c"], g["n"]
+    damp = lam[None, :] / (g["s"][:, None] ** 2 + lam[None, :])  # (r, k)
+    spans_all = u.shape[1] >= n - 1
+    outside_resid = 0.0 if spans_all else g["outside"]
+    outside_lev = 0.0 if spans_all else np.clip(1.0 - 1.0 / n - (u**2).sum(1, keepdims=True), 0.0, None)
+    resid = outside_resid + u @ (damp * c)
+    one_minus_h = outside_lev + (u**2) @ damp
+    return resid / np.maximum(one_minus_h, np.finfo(float).tiny), one_minus_h
+
+
+class RidgeLOO(Method):
+    """Ridge regression on standardised inputs, penalty per output by exact leave-one-out error.
+
+    The penalty is the grid point (log grid relative to the largest squared singular value) with the
+    smallest mean squared LOO residual, which needs no refit: e_i / (1 - h_i) from one SVD. The noise
+    variance is estimated from the LOO residuals at that penalty as mean(e_loo^2 (1 - h)) (unbiased
+    for least squares), and a query's predictive variance is that noise inflated by its leverage,
+    sigma^2 (1 + 1/n + x_q' (X'X + lam)^-1 x_q), plus sigma^2 / lam per unit of the query outside the
+    design's span (n < d): the Gaussian-prior reading of ridge, w ~ N(0, sigma^2 / lam).
+    """
+
+    name = "ridge_loo"
+
+    def __init__(self, points_per_decade: int = 4, decades: tuple[float, float] = (-14.0, 4.0)):
+        if points_per_decade < 1:
+            raise ValueError(f"points_per_decade must be >= 1, got {points_per_decade}")
+        if not decades[0] < decades[1]:
+            raise ValueError(f"decades must be (low, high) with low < high, got {decades}")
+        self.points_per_decade, self.decades = points_per_decade, decades
+
+    def _select(self, g: dict) -> np.ndarray:
+        """(k,) penalty with the smallest mean squared LOO residual per output."""
+        k = g["c"].shape[1]
+        if g["s"].size == 0:
+            return np.ones(k)
+        lo, hi = self.decades
+        grid = g["s"][0] ** 2 * 10.0 ** np.linspace(lo, hi, int(round((hi - lo) * self.points_per_decade)) + 1)
+        errors = np.stack([(_ridge_loo(g, np.full(k, lam))[0] ** 2).mean(0) for lam in grid])  # (G, k)
+        return grid[errors.argmin(0)]
+
+    @_one_blas_thread
+    def loo_residuals(self, context_x, context_y) -> tuple[np.ndarray, np.ndarray]:
+        """(LOO residuals (n, k) in output units, chosen penalties (k,)) on this context."""
+        x, y = check_context(context_x, context_y)
+        g = _standardised_svd(x, y)
+        lam = self._select(g)
+        return _ridge_loo(g, lam)[0] * g["y_scale"], lam
+
+    @_one_blas_thread
+    def fit(self, context_x, context_y) -> LinearFit:
+        x, y = check_context(context_x, context_y)
+        g = _standardised_svd(x, y)
+        n, s = g["n"], g["s"]
+        lam = self._select(g)
+        loo, one_minus_h = _ridge_loo(g, lam)
+        sigma2 = np.maximum((loo**2 * one_minus_h).mean(0), (g["floor"] / g["y_scale"]) ** 2)
+        s2 = (s**2)[:, None]
+        return LinearFit(
+            x_mean=g["x_mean"], x_scale=g["x_scale"], y_mean=g["y_mean"], y_scale=g["y_scale"],
+            w=g["vt"].T @ (s[:, None] * g["c"] / (s2 + lam[None, :])), vt=g["vt"],
+            param_prec=(s2 + lam[None, :]) / sigma2[None, :], null_var=sigma2 / lam,
+            noise_var=sigma2 * (1.0 + 1.0 / n), std_floor=g["floor"], lam=lam,
         )
 
     def predict(self, fitted: LinearFit, query_x) -> GaussianPredictive:

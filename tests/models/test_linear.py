@@ -1,14 +1,15 @@
-"""Linear baselines: known linear functions, scikit-learn's BayesianRidge, multi-output, bad inputs."""
+"""Linear baselines: known linear functions, scikit-learn's BayesianRidge, ridge LOO vs explicit refits,
+multi-output, bad inputs."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from sklearn.linear_model import BayesianRidge
 
-from models.linear import BayesianLinearRegression, LeastSquares, MeanPredictor
+from models.linear import BayesianLinearRegression, LeastSquares, MeanPredictor, RidgeLOO
 from models.predictive import GaussianPredictive
 
-METHODS = [BayesianLinearRegression, LeastSquares, MeanPredictor]
+METHODS = [BayesianLinearRegression, LeastSquares, MeanPredictor, RidgeLOO]
 
 
 def linear_data(n, d, k, noise, seed=0, m=2000):
@@ -27,7 +28,7 @@ def coverage(pred: GaussianPredictive, y: np.ndarray, level: float = 0.95) -> np
     return ((y >= low) & (y <= high)).mean(0)
 
 
-@pytest.mark.parametrize("method", [BayesianLinearRegression, LeastSquares])
+@pytest.mark.parametrize("method", [BayesianLinearRegression, LeastSquares, RidgeLOO])
 def test_recovers_known_linear_function_with_calibrated_intervals(method):
     x, y, xq, yq, coef, intercept = linear_data(n=300, d=6, k=3, noise=0.3)
     model = method()
@@ -152,6 +153,63 @@ def test_constant_output_and_constant_input_give_finite_positive_std():
 def test_bad_inputs_raise_naming_the_field(method, cx, cy, qx, field):
     with pytest.raises(ValueError, match=field):
         method()(cx, cy, qx)
+
+
+def ridge_problem(n, d, k, noise, seed, m=2000):
+    """Weights ~ N(0, 1) on standardised inputs: the best ridge penalty is noise^2 (per output)."""
+    rng = np.random.default_rng(seed)
+    scales = rng.uniform(0.1, 10.0, size=d)
+    x = rng.normal(size=(n + m, d)) * scales + 3.0
+    xs = (x - x[:n].mean(0)) / x[:n].std(0)
+    y = 2.0 + xs @ rng.normal(size=(d, k)) + noise * rng.normal(size=(n + m, k))
+    return x[:n], y[:n], x[n:], y[n:]
+
+
+def test_ridge_loo_finds_the_right_penalty():
+    for noise in (0.3, 3.0):  # best penalty 0.09 and 9: LOO must tell them apart by two decades
+        x, y, *_ = ridge_problem(n=200, d=20, k=20, noise=noise, seed=7)
+        lam = RidgeLOO().fit(x, y).lam
+        assert noise**2 / 3 <= np.median(lam) <= 3 * noise**2, (noise, np.median(lam))
+
+
+def test_ridge_loo_residuals_equal_explicit_refits():
+    x, y, *_ = ridge_problem(n=60, d=8, k=3, noise=1.0, seed=8)
+    y[:, 1] *= 1e-5  # outputs on different scales, each with its own penalty
+    model = RidgeLOO()
+    fit = model.fit(x, y)
+    loo, lam = model.loo_residuals(x, y)
+    assert np.array_equal(lam, fit.lam) and loo.shape == y.shape
+    a = np.column_stack([np.ones(len(x)), (x - fit.x_mean) / fit.x_scale])  # the fit's own standardisation
+    for i in (0, 17, 59):
+        keep = np.arange(len(x)) != i
+        for j in range(y.shape[1]):
+            penalty = np.diag(np.r_[0.0, np.full(x.shape[1], lam[j])])  # intercept unpenalised
+            coef = np.linalg.solve(a[keep].T @ a[keep] + penalty,
+                                   a[keep].T @ (y[keep, j] - fit.y_mean[j]) / fit.y_scale[j])
+            explicit = (y[i, j] - fit.y_mean[j]) / fit.y_scale[j] - a[i] @ coef
+            assert np.isclose(loo[i, j] / fit.y_scale[j], explicit, rtol=1e-8, atol=1e-12)
+
+
+def test_ridge_loo_with_negligible_penalty_is_least_squares():
+    x, y, xq, yq, *_ = linear_data(n=300, d=6, k=3, noise=0.3)
+    ridge = RidgeLOO(decades=(-13.0, -12.0))(x, y, xq)
+    ls = LeastSquares()(x, y, xq)
+    assert np.allclose(ridge.mean, ls.mean, rtol=0, atol=1e-9 * np.abs(y).max())
+    assert np.allclose(ridge.std, ls.std, rtol=0.05)  # noise from LOO residuals vs from dof: close, not equal
+    # and the LOO choice itself lands near least squares on a problem with little to shrink
+    assert np.abs(RidgeLOO()(x, y, xq).mean - ls.mean).max() < 0.05 * 0.3
+
+
+def test_ridge_loo_calibrated_with_fewer_rows_than_inputs():
+    """n < d: the LOO penalty doubles as a prior on the directions the context never saw."""
+    covs = []
+    for n in (16, 30, 50):
+        for seed in range(4):
+            x, y, xq, yq = ridge_problem(n=n, d=64, k=2, noise=0.5, seed=seed, m=1000)
+            pred = RidgeLOO()(x, y, xq)
+            assert np.isfinite(pred.mean).all() and (pred.std > 0).all()
+            covs.append(coverage(pred, yq).mean())
+    assert 0.88 <= np.mean(covs) <= 0.99, covs
 
 
 def test_timing_is_recorded():
