@@ -64,9 +64,8 @@ def _set_limits(app: FastAPI, schema: dict[str, Any]) -> None:
         return
     settings, components = runtime.settings, schema["components"]["schemas"]
     names = sorted(runtime.registry.models)
-    for component in ("PredictRequest", "BatchSimulate"):
-        if names and component in components:
-            components[component]["properties"]["model"]["enum"] = names
+    if names:
+        components["PredictRequest"]["properties"]["model"]["enum"] = names
     for component in ("PredictRequest", "GPPredictRequest", "SimulateRequest"):
         field = "loads" if component == "SimulateRequest" else "queries"
         limit = settings.max_simulate if component == "SimulateRequest" else settings.max_queries
@@ -76,7 +75,20 @@ def _set_limits(app: FastAPI, schema: dict[str, Any]) -> None:
             components[component]["properties"][field]["maxItems"] = limit
     for field in ("x", "y"):
         components["ContextData"]["properties"][field]["maxItems"] = settings.max_context_rows
-    components["SimulateSpec"]["properties"]["n"]["maximum"] = settings.max_simulate
+    # SimulateSpec is the context-set spec: the simulated rows become a stored context
+    components["SimulateSpec"]["properties"]["n"]["maximum"] = min(settings.max_simulate, settings.max_context_rows)
+    # a batch job simulates up to its own (larger) row limit: its own copy of SimulateSpec
+    from service.jobs.settings import JobSettings
+    job_settings = getattr(app.state, "job_settings", None) or JobSettings()
+    batch_spec = copy.deepcopy(components["SimulateSpec"])
+    batch_spec["properties"]["n"]["maximum"] = job_settings.job_max_rows
+    components["BatchSimulateSpec"] = batch_spec
+    batch_body = schema["paths"]["/v1/batch-jobs"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    batch_body["properties"]["simulate"] = {"$ref": "#/components/schemas/BatchSimulateSpec"}
+    batch_form = schema["paths"]["/v1/batch-jobs"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
+    for body in (batch_body, batch_form):
+        if names:
+            body["properties"]["model"]["enum"] = names
     # the GP fits inline contexts up to its own (smaller) limit: its own copy of ContextData
     gp_context = copy.deepcopy(components["ContextData"])
     for field in ("x", "y"):

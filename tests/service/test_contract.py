@@ -15,6 +15,7 @@ check holds on every route without allowance.
 """
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -26,6 +27,7 @@ import pytest
 from service.settings import Settings
 from tests.service.conftest import LIMITS, running
 
+log = logging.getLogger(__name__)
 KEY = "contract-test-key"
 MAX_EXAMPLES = 10
 # 413 refuses a schema-violating body as well as 422 does (more rows than the schema's maxItems).
@@ -42,8 +44,9 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "401", "403",
 
 @pytest.fixture(scope="module")
 def keyed_server(model_dir):
-    # smaller row limits than the other tests' keep the coverage phase's boundary cases quick
-    limits = {**LIMITS, "max_queries": 50, "max_context_rows": 120, "max_simulate": 200}
+    # simulate.n defaults to 500, so the simulate limits stay at or above it (LIMITS: 500 / 600 rows)
+    # and no spread calibration: it re-encodes every inline context 20 times, the bulk of the coverage phase
+    limits = {**LIMITS, "max_queries": 50, "calibration": False}
     with running(Settings(model_dir=model_dir, redis_url=None, api_keys=(KEY,), **limits)) as server:
         yield server
 
@@ -67,6 +70,7 @@ def test_schemathesis_all_checks_all_phases(keyed_server, tmp_path):
     report = result.stdout[-12000:] + result.stderr[-2000:]
     assert result.returncode == 0, report
     summary = result.stdout[result.stdout.rfind("SUMMARY"):]
+    log.info("schemathesis summary:\n%s", summary)  # pytest -o log_cli=true shows it
     for phase in ("Examples", "Coverage", "Fuzzing", "Stateful"):
         assert f"✅ {phase}" in summary, report
     assert "failures" not in summary.splitlines()[-1] and " passed" in summary.splitlines()[-1], report
