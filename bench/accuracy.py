@@ -7,7 +7,7 @@ HTTP API of a real server (bench/http_accuracy.py). Then a context-size sweep, n
 feeder variations the models were not trained on exactly (batched solver truth), and the verdicts.
 Writes bench/results/accuracy.md and .json.
 
-    .venv/bin/python bench/accuracy.py                      # full report (pandapower truth for the protocol; about an hour on 2 busy CPU cores)
+    .venv/bin/python bench/accuracy.py                      # full report (pandapower truth and 30 exact-GP fits take most of the time: tens of minutes on 2 busy cores)
     .venv/bin/python bench/accuracy.py --solver batched --deltas 0.05 0.5 --no-gp   # quick look
 """
 from __future__ import annotations
