@@ -157,11 +157,11 @@ def main() -> int:
         if args.chunk_rows:
             env["GRIDPFN_JOB_CHUNK_ROWS"] = str(args.chunk_rows)
         port = _free_port()
-        server = subprocess.Popen([sys.executable, "-m", "service.cli", "--log-level", "WARNING", "serve",
+        server = subprocess.Popen([sys.executable, "-m", "service.commands.cli", "--log-level", "WARNING", "serve",
                                    "--port", str(port)], env=env, cwd=ROOT)
         procs.append(server)
         worker_log = open(workdir / "worker.log", "w")
-        worker = subprocess.Popen([sys.executable, "-m", "service.cli", "worker"], env=env, cwd=ROOT,
+        worker = subprocess.Popen([sys.executable, "-m", "service.commands.cli", "worker"], env=env, cwd=ROOT,
                                   stdout=worker_log, stderr=subprocess.STDOUT)
         procs.append(worker)
         input_path, output_path = workdir / "input.parquet", workdir / "result.parquet"

@@ -57,7 +57,7 @@ def spawn(model_dir: str | None, tiny: bool, env_extra: dict[str, str]) -> tuple
         model_dir = str(build_tiny_registry(tempfile.mkdtemp(prefix="gridpfn-bench-")))
     port = _free_port()
     env = dict(os.environ, **env_extra)
-    command = [sys.executable, "-m", "service.cli", "--log-level", "WARNING", "serve", "--port", str(port)]
+    command = [sys.executable, "-m", "service.commands.cli", "--log-level", "WARNING", "serve", "--port", str(port)]
     if model_dir:
         command += ["--model-dir", model_dir]
     proc = subprocess.Popen(command, env=env, cwd=Path(__file__).resolve().parents[1])
@@ -337,7 +337,7 @@ def main() -> None:
         args.seconds = args.seconds if "--seconds" in explicit else 60.0
 
     import gridsim
-    from service.arrow_answer import ARROW_STREAM
+    from service.http.responses import ARROW_STREAM
     from service.client import arrow_request_body
 
     proc = None

@@ -435,7 +435,7 @@ def _arrow_frame(response: httpx.Response) -> pd.DataFrame:
 
 def arrow_request_body(queries: Any, fields: dict[str, Any]) -> bytes:
     """A predict body as Arrow: a column per load feature, a row per query, the request's other `fields`
-    as JSON in the schema metadata `gridpfn` (see service.arrow_request)."""
+    as JSON in the schema metadata `gridpfn` (see service.http.arrow_request)."""
     import numpy as np
     import pyarrow as pa
 

@@ -5,16 +5,14 @@ and a scrape lands on one of them: its counters alone would jump back and forth 
 There the supervisor sets PROMETHEUS_MULTIPROC_DIR before starting the processes, prometheus_client
 keeps every process's values in files in that directory, and /metrics answers the sum over all
 processes (MultiProcessCollector), dead ones included for counters and histograms, live ones only
-for gauges (`livesum`). service.supervisor marks a process dead when it exits or is replaced.
+for gauges (`livesum`). service.commands.supervisor marks a process dead when it exits or is replaced.
 """
 from __future__ import annotations
 
 import os
-import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client reads it when it is first imported
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -60,43 +58,3 @@ class Metrics:
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=self.multiprocess_dir)
         return generate_latest(registry)
-
-
-class HTTPMetricsMiddleware:
-    """Counts and times every request by route template (not raw path, to bound label values), and
-    tells the client that time in a `Server-Timing: app;dur=<ms>` header."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app, self.metrics = app, metrics
-        self._children: dict[tuple[str, str, str], tuple] = {}  # label values -> (counter, histogram) children
-
-    def _observe(self, labels: tuple[str, str, str], seconds: float) -> None:
-        """prometheus_client's .labels() takes a lock and builds a key on every call; look each pair up once."""
-        children = self._children.get(labels)
-        if children is None:
-            children = self._children[labels] = (self.metrics.requests.labels(*labels), self.metrics.latency.labels(*labels))
-        children[0].inc()
-        children[1].observe(seconds)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start, status = time.perf_counter(), 500
-
-        async def send_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                # Server-Timing (W3C): the whole request inside the server, from the first byte the app
-                # saw to the response start, so body parsing, validation and serialisation count too.
-                elapsed_ms = (time.perf_counter() - start) * 1e3
-                headers = list(message.get("headers") or []) + [(b"server-timing", f"app;dur={elapsed_ms:.2f}".encode())]
-                message = {**message, "headers": headers}
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_status)
-        finally:
-            route = getattr(scope.get("route"), "path", "unmatched")
-            self._observe((scope["method"], route, str(status)), time.perf_counter() - start)

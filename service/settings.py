@@ -55,8 +55,8 @@ class Settings(BaseSettings):
     batch_window_ms: float = Field(0.5, ge=0, description="how long the micro-batcher collects single queries")
     batch_max_queries: int = Field(64, ge=1, description="query rows that close a micro-batch early")
     hot_routes: bool = Field(True, description="answer POST /v1/predict and /v1/gp/predict in a lean ASGI layer "
-                             "(service.hot_routes) instead of FastAPI's request machinery; same answers and errors")
-    coalesce_writes: bool = Field(True, description="send a response's header and body writes as one (service.http_protocol, "
+                             "(service.http.hot_routes) instead of FastAPI's request machinery; same answers and errors")
+    coalesce_writes: bool = Field(True, description="send a response's header and body writes as one (service.http.protocol, "
                                   "a subclass of uvicorn's httptools protocol); false = uvicorn's own protocol")
     torch_threads: int | None = Field(1, ge=1, description="torch intra-op threads per process; 1 suits `workers` "
                                       "threads on a small shared CPU (intra-op spinning contends badly); unset = torch's")

@@ -17,8 +17,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
+from service.engine.load_table import InputError, as_float, check_columns, first_non_number
 from service.jobs.results import WRITE_OPTIONS
-from service.load_table import InputError, as_float, check_columns, first_non_number
 
 CSV_BLOCK_BYTES = 4 << 20
 PARQUET_MAGIC = b"PAR1"

@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from service.answers import Answer, on_the_wire
-from service.jobs.model import JobSpec, result_columns
+from service.engine.answers import Answer, on_the_wire
+from service.jobs.jobspec import JobSpec, result_columns
 
 # Float columns barely compress and never repeat: no compression and no dictionary encoding (a
 # dictionary attempt per float column made writing 5x slower: 137 vs 26 ms per 16k x 224 chunk).

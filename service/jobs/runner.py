@@ -17,10 +17,10 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow.parquet as pq
 
-from service.answers import Answer, AnswerSpec, answer as answer_of
-from service.context_sets import ContextSet
+from service.engine.answers import Answer, AnswerSpec, answer as answer_of
+from service.engine.context_sets import ContextSet
 from service.jobs import results
-from service.jobs.model import JobSpec, JobState
+from service.jobs.jobspec import JobSpec, JobState
 from service.jobs.results import JobFiles
 from service.jobs.states import JobStates
 

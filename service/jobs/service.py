@@ -21,7 +21,7 @@ import redis
 
 from service.jobs import inputs
 from service.jobs.janitor import sweep
-from service.jobs.model import JobSpec, JobState
+from service.jobs.jobspec import JobSpec, JobState
 from service.jobs.queue import RedisJobQueue
 from service.jobs.results import JobFiles
 from service.jobs.runner import RunContext, run_job

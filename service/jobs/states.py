@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from service.jobs.model import JobSpec, JobState
+from service.jobs.jobspec import JobSpec, JobState
 
 ACTIVE = (JobState.QUEUED.value, JobState.RUNNING.value)
 

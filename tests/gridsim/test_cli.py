@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 
 import gridsim
-from service.cli import main
+from service.commands.cli import main
 
 
 @pytest.mark.parametrize("suffix, reader", [(".parquet", pd.read_parquet), (".csv", pd.read_csv)])

@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 
 from models.config import GPPriorConfig, ModelConfig, TrainConfig
 from models.train import Trainer
-from service.cli import main
+from service.commands.cli import main
 
 TINY = ModelConfig(d_in=1, emb_dim=16, value_dim=16, n_layers=1, n_heads=2, ffn_dim=32, head_dim=32, n_bars=20, base="none")
 
@@ -73,7 +73,7 @@ def test_sigterm_stops_training_with_a_checkpoint(tmp_path):
     cfg_path = tmp_path / "long.json"
     _config(steps=1_000_000, val_every=5).save(cfg_path)
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "service.cli", "train", "--config", str(cfg_path), "--run-dir", str(run_dir)],
+    proc = subprocess.Popen([sys.executable, "-m", "service.commands.cli", "train", "--config", str(cfg_path), "--run-dir", str(run_dir)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120

@@ -84,7 +84,7 @@ def fetch_frame(client: httpx.Client, job_id: str, fmt: str = "parquet") -> pd.D
 def expected_stats(model_dir: Path, client: httpx.Client, cid: str, x: np.ndarray, chunk_rows: int) -> dict:
     """Mean, std, quantiles and p_outside computed here, in the same chunks, from the same checkpoint."""
     from models.registry import load_registry
-    from service.answers import AnswerSpec, answer
+    from service.engine.answers import AnswerSpec, answer
 
     info = client.get(f"/v1/context-sets/{cid}", params={"include_data": True}).json()
     method = load_registry(model_dir, warmup=False).get(MODEL).method
@@ -103,13 +103,13 @@ def block(frame: pd.DataFrame, stat: str) -> np.ndarray:
 
 
 class WorkerProcess:
-    """`python -m service.cli worker` with its log in a file."""
+    """`python -m service.commands.cli worker` with its log in a file."""
 
     def __init__(self, log_path: Path, env: dict[str, str]) -> None:
         self.log_path = log_path
         self.log = open(log_path, "wb")
         full_env = {**os.environ, "GRIDPFN_WORKER_THREADS": "1", **env}
-        self.proc = subprocess.Popen([sys.executable, "-m", "service.cli", "worker"], cwd=ROOT, env=full_env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "service.commands.cli", "worker"], cwd=ROOT, env=full_env,
                                      stdout=self.log, stderr=subprocess.STDOUT)
 
     def text(self) -> str:

@@ -13,8 +13,8 @@ import pytest
 import uvicorn
 
 from models.testing import build_tiny_registry
-from service.app import create_app
-from service.http_protocol import CoalescingHttpToolsProtocol
+from service.http.app import create_app
+from service.http.protocol import CoalescingHttpToolsProtocol
 from service.settings import Settings
 
 MODEL = "tiny-dva"

@@ -1,0 +1,125 @@
+"""Fitted states kept in process: each model's encoding of a context, and the exact GP fitted on it.
+
+Encoded contexts (torch tensors) and fitted GPs are too big and too process-specific for Redis;
+they live in bounded LRUs with single-flight async fill, keyed per (model, context id) and per
+context id. Concurrent misses on one key share one computation, which one caller's cancellation
+does not stop.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Hashable
+
+from service.engine.context_sets import ContextSet
+from service.metrics import Metrics
+
+
+class AsyncLRU:
+    """At most `size` values; `get_or_compute` returns (value, hit)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._values: OrderedDict[Hashable, Any] = OrderedDict()
+        self._inflight: dict[Hashable, asyncio.Task] = {}
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def peek(self, key: Hashable) -> Any | None:
+        return self._values.get(key)
+
+    def discard(self, key: Hashable) -> None:
+        self._values.pop(key, None)
+
+    def discard_where(self, predicate: Callable[[Hashable], bool]) -> None:
+        for key in [k for k in self._values if predicate(k)]:
+            del self._values[key]
+
+    async def get_or_compute(self, key: Hashable, compute: Callable[[], Awaitable[Any]]) -> tuple[Any, bool]:
+        """The cached value, or one computation shared by every concurrent caller of the key.
+
+        The computation runs as its own task and each caller awaits it through `asyncio.shield`,
+        so a caller that is cancelled (a client that hung up) leaves it running for the others;
+        its result is cached even when every caller has gone.
+        """
+        if key in self._values:
+            self._values.move_to_end(key)
+            return self._values[key], True
+        task = self._inflight.get(key)
+        shared = task is not None
+        if task is None:
+            task = self._inflight[key] = asyncio.get_running_loop().create_task(self._fill(key, compute))
+            task.add_done_callback(_retrieve)
+        return await asyncio.shield(task), shared
+
+    async def _fill(self, key: Hashable, compute: Callable[[], Awaitable[Any]]) -> Any:
+        try:
+            value = await compute()
+        finally:
+            self._inflight.pop(key, None)
+        self._values[key] = value
+        while len(self._values) > self.size:
+            self._values.popitem(last=False)
+        return value
+
+
+def _retrieve(task: asyncio.Task) -> None:
+    """Mark a failed fill's exception retrieved: its callers re-raise it, or nobody was left to."""
+    if not task.cancelled():
+        task.exception()
+
+
+@dataclass
+class Cached:
+    """A fitted state with the seconds its computation took (reported even on cache hits)."""
+
+    value: Any
+    seconds: float
+
+
+class Fits:
+    """The encoded-context and fitted-GP caches; `run` computes a missing one off the event loop."""
+
+    def __init__(self, run: Callable[..., Awaitable[Any]], gp_method: Any, metrics: Metrics,
+                 encoded_size: int, gp_size: int) -> None:
+        self.run, self.gp_method, self.metrics = run, gp_method, metrics
+        self.encoded_cache = AsyncLRU(encoded_size)
+        self.gp_cache = AsyncLRU(gp_size)
+
+    async def encoded(self, loaded: Any, ctx: ContextSet) -> tuple[Cached, bool]:
+        """The model's encoding of ctx, from the in-process LRU or computed now in the pool."""
+
+        async def compute() -> Cached:
+            t0 = time.perf_counter()
+            value = await self.run(loaded.method.fit, ctx.x, ctx.y)
+            seconds = time.perf_counter() - t0
+            self.metrics.encodes.labels(loaded.name).inc()
+            self.metrics.inference.labels(loaded.name, "encode").observe(seconds)
+            return Cached(value, seconds)
+
+        cached, hit = await self.encoded_cache.get_or_compute((loaded.name, loaded.version, ctx.id), compute)
+        self.metrics.cache.labels("encoded_context", "hit" if hit else "miss").inc()
+        return cached, hit
+
+    async def gp(self, ctx: ContextSet) -> tuple[Cached, bool]:
+        """The exact GP fitted on ctx (LRU per context id); its size is checked before (checks.gp_context)."""
+
+        async def compute() -> Cached:
+            t0 = time.perf_counter()
+            value = await self.run(self.gp_method.fit, ctx.x, ctx.y)
+            seconds = time.perf_counter() - t0
+            self.metrics.gp_fits.inc()
+            self.metrics.gp.labels("fit").observe(seconds)
+            return Cached(value, seconds)
+
+        cached, hit = await self.gp_cache.get_or_compute(ctx.id, compute)
+        self.metrics.cache.labels("gp_fit", "hit" if hit else "miss").inc()
+        return cached, hit
+
+    def forget(self, context_id: str) -> None:
+        """Drop every fit of a deleted context."""
+        self.encoded_cache.discard_where(lambda key: key[-1] == context_id)
+        self.gp_cache.discard(context_id)

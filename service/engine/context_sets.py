@@ -1,0 +1,133 @@
+"""Context sets: content-addressed ids, the byte format they are stored in, and the store of them.
+
+The id is the sha256 of the canonical bytes (float64 little-endian, C order) and the shapes, so
+the same data uploaded twice (or sent inline) gets the same id and shares every cache.
+"""
+from __future__ import annotations
+
+import hashlib
+import struct
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from service.engine.errors import NotFound, StoreUnavailable
+from service.engine.store import Store
+
+KEY_PREFIX = "gridpfn:ctx:"
+_MAGIC = b"GPFNCTX1"
+_CANON = np.dtype("<f8")
+
+
+def canonical(a: Any) -> np.ndarray:
+    """float64 little-endian C-contiguous copy: the one byte layout that is hashed and stored."""
+    return np.ascontiguousarray(np.asarray(a, dtype=_CANON))
+
+
+def context_id(x: np.ndarray, y: np.ndarray) -> str:
+    """sha256 over the shapes and the canonical bytes of x then y."""
+    x, y = canonical(x), canonical(y)
+    digest = hashlib.sha256(b"gridpfn-context-v1")
+    digest.update(struct.pack("<4q", *x.shape, *y.shape))
+    digest.update(x.tobytes())
+    digest.update(y.tobytes())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class ContextSet:
+    """A context (x (n, d), y (n, k)) with its id and where it came from."""
+
+    x: np.ndarray
+    y: np.ndarray
+    id: str
+    source: dict[str, Any] = field(default_factory=dict)
+    created_at: float = 0.0
+
+    @classmethod
+    def build(cls, x: Any, y: Any, source: dict[str, Any] | None = None) -> "ContextSet":
+        x, y = canonical(x), canonical(y)
+        return cls(x=x, y=y, id=context_id(x, y), source=source or {"kind": "inline"}, created_at=time.time())
+
+    @property
+    def rows(self) -> int:
+        return int(self.x.shape[0])
+
+    def to_bytes(self) -> bytes:
+        meta = orjson.dumps({"x": list(self.x.shape), "y": list(self.y.shape), "source": self.source,
+                             "created_at": self.created_at})
+        return _MAGIC + struct.pack("<I", len(meta)) + meta + self.x.tobytes() + self.y.tobytes()
+
+    @classmethod
+    def from_bytes(cls, cid: str, blob: bytes) -> "ContextSet":
+        if blob[:8] != _MAGIC:
+            raise ValueError(f"context set {cid}: unknown storage format")
+        (meta_len,) = struct.unpack_from("<I", blob, 8)
+        meta = orjson.loads(blob[12:12 + meta_len])
+        start = 12 + meta_len
+        nx = int(np.prod(meta["x"]))
+        x = np.frombuffer(blob, dtype=_CANON, count=nx, offset=start).reshape(meta["x"]).copy()
+        y = np.frombuffer(blob, dtype=_CANON, offset=start + nx * 8).reshape(meta["y"]).copy()
+        return cls(x=x, y=y, id=cid, source=meta["source"], created_at=meta["created_at"])
+
+
+class ContextSets:
+    """Context sets kept in a Store under `gridpfn:ctx:<id>` with a TTL, the recently used ones also
+    in memory (`stored`)."""
+
+    def __init__(self, store: Store, ttl_s: int, recheck_s: float = 0.0, keep: int = 32) -> None:
+        self.store, self.ttl_s = store, ttl_s
+        self.recheck_s, self.keep = recheck_s, keep
+        self.recent: OrderedDict[str, tuple[ContextSet, float]] = OrderedDict()  # id -> (set, checked at)
+        self._rechecking: set[str] = set()  # context ids whose existence one request is asking the store now
+
+    async def put(self, ctx: ContextSet) -> None:
+        await self.store.set(KEY_PREFIX + ctx.id, ctx.to_bytes(), self.ttl_s)
+
+    async def get(self, cid: str) -> ContextSet | None:
+        blob = await self.store.get(KEY_PREFIX + cid)
+        return None if blob is None else ContextSet.from_bytes(cid, blob)
+
+    async def ttl(self, cid: str) -> int | None:
+        return await self.store.ttl(KEY_PREFIX + cid)
+
+    async def delete(self, cid: str) -> bool:
+        return await self.store.delete(KEY_PREFIX + cid)
+
+    def forget(self, cid: str) -> None:
+        """Drop the in-memory copy (the set was deleted here)."""
+        self.recent.pop(cid, None)
+
+    async def stored(self, cid: str, location: str = "body") -> ContextSet:
+        """The stored set; recently used ones come from memory, so a hot context is not re-read and
+        re-decoded from the store on every request. Whether it still exists in the store (TTL) is
+        asked again once its copy is older than `recheck_s` (GRIDPFN_CONTEXT_RECHECK_S), by one request
+        at a time: the others keep using the copy meanwhile, so a hot context costs one store round trip
+        per period, not one per request in flight when the period ends (a burst of up to a connection each)."""
+        now = time.monotonic()
+        try:
+            ctx, checked = self.recent.get(cid, (None, now))
+            if ctx is not None and now - checked >= self.recheck_s and cid not in self._rechecking:
+                self._rechecking.add(cid)
+                try:
+                    if await self.ttl(cid) is None:
+                        self.recent.pop(cid, None)  # deleted or expired in the store: gone here too
+                        ctx = None
+                finally:
+                    self._rechecking.discard(cid)
+                checked = now
+            if ctx is None:
+                ctx = await self.get(cid)
+        except StoreUnavailable as exc:
+            raise exc.about(hint="; send the context inline instead, or retry") from exc
+        if ctx is None:
+            raise NotFound("context set", cid, "context_id", location)
+        self.recent[cid] = (ctx, checked)
+        self.recent.move_to_end(cid)
+        while len(self.recent) > self.keep:
+            self.recent.popitem(last=False)
+        return ctx

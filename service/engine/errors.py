@@ -1,0 +1,90 @@
+"""What the engine refuses, in its own words: no status codes, no media types.
+
+Each error names what was wrong (`field`, `expected`, `location` of the value in the request) so
+the HTTP layer can answer a problem that points at it; `service.http.problems.PROBLEMS` is the one
+table that gives each kind its status, type and title.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+class EngineError(Exception):
+    """Base of the domain errors; `detail` is for people, `entries` point at the offending values."""
+
+    def __init__(self, detail: str, field: str | None = None, message: str | None = None,
+                 expected: str | None = None, location: str = "body") -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.entries: list[dict[str, Any]] = [] if field is None else [
+            {"location": location, "field": field, "message": detail if message is None else message,
+             "expected": expected}]
+
+
+class InvalidInput(EngineError):
+    """A value that parsed but cannot be used: wrong shape, out of range, a spec that cannot run."""
+
+    def __init__(self, field: str, message: str, expected: str | None = None, location: str = "body") -> None:
+        super().__init__(f"{field}: {message}", field, message, expected, location)
+
+
+class TooLarge(EngineError):
+    """More rows, bytes or simulations than the configured limit."""
+
+    def __init__(self, field: str, detail: str, expected: str) -> None:
+        super().__init__(detail, field, detail, expected)
+
+
+class NotFound(EngineError):
+    """An unknown model, context set, network or batch job (`what`) under `key`."""
+
+    def __init__(self, what: str, key: str, field: str, location: str = "path") -> None:
+        super().__init__(f"no {what} {key!r}", field, f"unknown {what}", f"an existing {what}", location)
+        self.what = what
+
+
+class GPContextTooLarge(EngineError):
+    """A context over the on-demand exact GP's size: a batch job's work."""
+
+    def __init__(self, rows: int, limit: int) -> None:
+        super().__init__(
+            f"the exact GP is limited to {limit} context rows here ({rows} given); "
+            "submit the study as a batch job (POST /v1/batch-jobs) or use a smaller context",
+            "context", f"{rows} rows", f"at most {limit} rows (GRIDPFN_GP_MAX_CONTEXT); larger: POST /v1/batch-jobs")
+
+
+class InputRejected(EngineError):
+    """The model refused an input that passed every check (its ValueError, which names the field first)."""
+
+    def __init__(self, exc: ValueError) -> None:
+        super().__init__(str(exc), str(exc).split(":")[0], str(exc), "inputs within the model's supported range")
+
+
+class QueueFull(EngineError):
+    """Every worker is busy and the waiting queue is full."""
+
+    def __init__(self, running_or_queued: int, capacity: int) -> None:
+        self.reason = f"{running_or_queued} jobs running or queued (capacity {capacity})"
+        super().__init__(f"worker queue full: {self.reason}; retry shortly")
+
+
+class StoreUnavailable(EngineError):
+    """The store holding `what` (context sets, networks) cannot be reached right now.
+
+    str() is the backend's failure alone; `detail` adds what the caller can do (`hint`)."""
+
+    def __init__(self, reason: str, what: str = "context", hint: str = "; retry shortly") -> None:
+        super().__init__(f"{reason}{hint}")
+        self.reason, self.what, self.hint = reason, what, hint
+        self.args = (reason,)
+
+    def about(self, what: str | None = None, hint: str | None = None) -> "StoreUnavailable":
+        """The same failure, told about another kind of data or with other advice."""
+        return StoreUnavailable(self.reason, self.what if what is None else what, self.hint if hint is None else hint)
+
+
+class NonFiniteAnswer(EngineError):
+    """The method produced NaN or infinity; nothing is returned."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"the {what} produced NaN or infinity for this request; nothing is returned")

@@ -1,0 +1,196 @@
+"""Where model work runs: a bounded worker pool, and the micro-batcher that shares its forward passes.
+
+Pool: model and GP work runs in threads, never on the event loop. At most `workers` jobs run and
+`queue_size` wait; a job beyond that is refused at once with `QueueFull` so overload never turns
+into an unbounded pile-up.
+
+Micro-batching: concurrent small predicts on one (model, context) share one forward pass.
+Requests are collected for `window_s` or until `max_rows` query rows, sent to the worker pool as
+one `method.summarize` call, and each caller gets its own rows back. While a forward pass for the
+same key runs, the next batch keeps collecting until it finishes (or the batch fills up), so under
+load batches grow with the arrival rate instead of queueing many one-row passes.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Hashable, TypeVar
+
+import numpy as np
+
+from service.engine.answers import Answer, AnswerSpec, answer
+from service.engine.errors import InputRejected, QueueFull
+
+T = TypeVar("T")
+
+
+class WorkerPool:
+    """Thread pool with admission control; `pending` counts running + waiting jobs."""
+
+    def __init__(self, workers: int, queue_size: int, on_depth: Callable[[int, int], None] | None = None) -> None:
+        self.workers, self.capacity = workers, workers + queue_size
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gridpfn-worker")
+        self.pending = 0
+        self._on_depth = on_depth or (lambda running, waiting: None)
+
+    def _report(self) -> None:
+        self._on_depth(min(self.pending, self.workers), max(0, self.pending - self.workers))
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run fn in a worker thread; raises QueueFull when over capacity."""
+        if self.pending >= self.capacity:
+            raise QueueFull(self.pending, self.capacity)
+        self.pending += 1
+        self._report()
+        try:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+        finally:
+            self.pending -= 1
+            self._report()
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass
+class BatchResult:
+    """One caller's rows of a shared forward pass."""
+
+    answer: Answer
+    predict_s: float
+    batch_rows: int
+    batch_requests: int
+
+
+@dataclass
+class _Batch:
+    method: Any
+    encoded: Any
+    items: list[tuple[np.ndarray, AnswerSpec, asyncio.Future]] = field(default_factory=list)
+    rows: int = 0
+    timer: asyncio.TimerHandle | None = None
+    due: bool = False  # the window has passed; waiting only for the key's running pass
+
+
+def _compute(method: Any, encoded: Any, items: list[tuple[np.ndarray, AnswerSpec, Any]]) -> list[BatchResult]:
+    """Worker-thread side: one pass over the rows of each distinct spec (usually one for all)."""
+    t0 = time.perf_counter()
+    groups: dict[AnswerSpec, list[int]] = {}
+    for i, (_, spec, _) in enumerate(items):
+        groups.setdefault(spec, []).append(i)
+    results: list[BatchResult | None] = [None] * len(items)
+    for spec, members in groups.items():
+        queries = np.concatenate([items[i][0] for i in members], axis=0)
+        shared = answer(method, encoded, queries, spec)
+        shared.all_finite()  # here, once per pass, not per caller on the event loop
+        start = 0
+        for i in members:
+            stop = start + items[i][0].shape[0]
+            results[i] = BatchResult(shared.rows(start, stop), 0.0, sum(qx.shape[0] for qx, _, _ in items), len(items))
+            start = stop
+    elapsed = time.perf_counter() - t0
+    for result in results:
+        result.predict_s = elapsed
+    return results
+
+
+class MicroBatcher:
+    """Collects small requests per key; see module docstring."""
+
+    def __init__(self, pool: WorkerPool, window_s: float, max_rows: int,
+                 on_batch: Callable[[int, int], None] | None = None) -> None:
+        self.pool, self.window_s, self.max_rows = pool, window_s, max_rows
+        self._pending: dict[Hashable, _Batch] = {}
+        self._on_batch = on_batch or (lambda rows, requests: None)
+        self._tasks: set[asyncio.Task] = set()
+        self._running: dict[Hashable, int] = {}
+        # One pass per key at a time: the next batch collects while it runs. Two passes of a few rows
+        # side by side mostly fight over the GIL with the event loop (measured: 1206 -> 1472 single-query
+        # req/s on 2 cores); requests of other keys and big requests still use every pool worker.
+        self.max_running = 1
+
+    async def predict(self, key: Hashable, method: Any, encoded: Any, queries: np.ndarray,
+                      spec: AnswerSpec) -> BatchResult:
+        loop = asyncio.get_running_loop()
+        batch = self._pending.get(key)
+        if batch is None:
+            batch = self._pending[key] = _Batch(method, encoded)
+            batch.timer = loop.call_later(self.window_s, self._window_passed, key, batch)
+        future = loop.create_future()
+        batch.items.append((queries, spec, future))
+        batch.rows += queries.shape[0]
+        if batch.rows >= self.max_rows:
+            self._flush(key, batch)
+        return await future
+
+    def _window_passed(self, key: Hashable, batch: _Batch) -> None:
+        batch.due = True
+        if self._running.get(key, 0) < self.max_running:
+            self._flush(key, batch)
+
+    def _flush(self, key: Hashable, batch: _Batch) -> None:
+        if self._pending.get(key) is not batch:
+            return  # already flushed by the row limit
+        del self._pending[key]
+        if batch.timer is not None:
+            batch.timer.cancel()
+        task = asyncio.get_running_loop().create_task(self._run(key, batch))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, key: Hashable, batch: _Batch) -> None:
+        futures = [future for _, _, future in batch.items]
+        self._running[key] = self._running.get(key, 0) + 1
+        try:
+            results = await self.pool.run(_compute, batch.method, batch.encoded, batch.items)
+        except Exception as exc:  # every waiter sees the same failure (QueueFull, model error)
+            for future in futures:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        finally:
+            self._running[key] -= 1
+            if not self._running[key]:
+                del self._running[key]
+            waiting = self._pending.get(key)
+            if waiting is not None and waiting.due:
+                self._flush(key, waiting)
+        self._on_batch(batch.rows, len(futures))
+        for future, result in zip(futures, results):
+            if not future.done():
+                future.set_result(result)
+
+
+class Executor:
+    """The worker pool and the micro-batcher of one service; a full queue is counted and raised as
+    QueueFull, a model's ValueError (the project's convention: bad input, naming the field) as InputRejected."""
+
+    def __init__(self, workers: int, queue_size: int, window_s: float, max_rows: int, metrics: Any) -> None:
+        self.metrics = metrics
+        self.pool = WorkerPool(workers, queue_size, metrics.depth)
+        self.batcher = MicroBatcher(self.pool, window_s, max_rows, metrics.batch)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """fn(*args) in a worker thread."""
+        return await self._refusals(self.pool.run(fn, *args))
+
+    async def batched(self, key: Hashable, method: Any, encoded: Any, queries: np.ndarray,
+                      spec: AnswerSpec) -> BatchResult:
+        """A few query rows answered in a forward pass shared with other requests on the same key."""
+        return await self._refusals(self.batcher.predict(key, method, encoded, queries, spec))
+
+    async def _refusals(self, work: Awaitable[T]) -> T:
+        try:
+            return await work
+        except QueueFull:
+            self.metrics.rejected.labels("queue_full").inc()
+            raise
+        except ValueError as exc:
+            raise InputRejected(exc) from exc
+
+    def shutdown(self) -> None:
+        self.pool.shutdown()

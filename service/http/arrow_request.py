@@ -1,0 +1,90 @@
+"""Predict and GP requests whose queries come as Apache Arrow
+(`Content-Type: application/vnd.apache.arrow.stream`).
+
+Why: a planning tool holding thousands of load vectors in a DataFrame sends them without writing
+JSON text, and the server skips parsing it: a 4500 x 64 JSON body is 5.8 MB, and parsing and
+validating it is the biggest part of that request besides the model. The body is one Arrow IPC
+stream with a column per load feature, named as in the model cards (`p_mw_bus2` ... `q_mvar_bus33`,
+any numeric type, any order) and a row per query. The rest of the request (model, context_id or
+context, quantiles, voltage_band, compare_gp: the JSON body's fields without `queries`) is JSON in
+the schema metadata under `gridpfn`, as in Arrow answers (service.http.responses). Cells are checked
+as batch-job uploads are (service.engine.load_table: the row and column of the first bad one) and against
+the JSON body's load range; the other fields by the same request schema as JSON bodies.
+"""
+from __future__ import annotations
+
+from typing import TypeVar
+
+import numpy as np
+import orjson
+import pyarrow as pa
+from pydantic import ValidationError
+
+from service.engine.errors import InvalidInput, TooLarge
+from service.engine.gridsim_calls import served_network
+from service.engine.load_table import InputError, as_float, check_columns
+from service.http.problems import ProblemError, field_error, validation_problem
+from service.http.responses import ARROW_STREAM, METADATA_KEY
+from service.http.schemas import LOAD_LIMIT, QueryOptions
+
+FEATURES = served_network().feature_names
+Request = TypeVar("Request", bound=QueryOptions)
+
+
+def is_arrow(content_type: str | None) -> bool:
+    return bool(content_type) and content_type.split(";", 1)[0].strip().lower() == ARROW_STREAM
+
+
+def _cell_problem(exc: InputError) -> ProblemError:
+    entry = field_error("queries", exc.message, exc.expected)
+    entry.update(row=exc.row, column=exc.column)
+    return ProblemError(422, "validation-error", "Invalid request", f"queries: {exc}", [entry])
+
+
+def _queries(table: pa.Table) -> np.ndarray:
+    """(rows, features) float64 in feature order; 422 naming the first bad column or cell."""
+    try:
+        check_columns(table.schema.names, FEATURES)
+        columns = []
+        for name in FEATURES:
+            values = as_float(table.column(name), name, 0)
+            outside = np.abs(values) > LOAD_LIMIT
+            if outside.any():
+                row = int(np.argmax(outside))
+                raise InputError(f"value {values[row]} is outside [-{LOAD_LIMIT:g}, {LOAD_LIMIT:g}]",
+                                 f"MW or Mvar within +-{LOAD_LIMIT:g}", row + 1, name)
+            columns.append(values)
+    except InputError as exc:
+        raise _cell_problem(exc) from None
+    return np.column_stack(columns)
+
+
+def parse(schema: type[Request], body: bytes, max_rows: int) -> Request:
+    """The request `schema` describes, from an Arrow body; a 422 / 413 refusal when it is not one."""
+    try:
+        table = pa.ipc.open_stream(body).read_all()
+    except (pa.ArrowException, OSError) as exc:
+        raise InvalidInput("body", f"is not an Arrow IPC stream ({exc})", f"one Arrow IPC stream ({ARROW_STREAM})") from None
+    raw = (table.schema.metadata or {}).get(METADATA_KEY)
+    expected = "the request's fields other than queries, as a JSON object in the schema metadata 'gridpfn'"
+    if raw is None:
+        raise InvalidInput("gridpfn", "the schema metadata has no 'gridpfn' entry", expected)
+    try:
+        fields = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise InvalidInput("gridpfn", "is not JSON", expected) from None
+    if not isinstance(fields, dict):
+        raise InvalidInput("gridpfn", f"is a JSON {type(fields).__name__}, not an object", expected)
+    if "queries" in fields:
+        raise InvalidInput("gridpfn.queries", "queries go in the table's columns, not in the metadata", expected)
+    if table.num_rows > max_rows:
+        raise TooLarge("queries", f"{table.num_rows} rows is over the limit", f"at most {max_rows} rows")
+    if table.num_rows == 0:
+        raise InvalidInput("queries", "the table has no rows", "at least one row: a load vector per row")
+    queries = _queries(table)
+    try:  # the other fields through the JSON body's schema; one placeholder row stands in for the table
+        request = schema.model_validate({**fields, "queries": [[0.0] * len(FEATURES)]})
+    except ValidationError as exc:
+        raise validation_problem(exc.errors(include_url=False), "body") from None
+    return request.model_copy(update={"queries": queries})
+

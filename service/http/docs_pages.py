@@ -1,0 +1,64 @@
+"""/docs (Swagger UI) and /redoc with every asset served by this service, so they work offline.
+
+FastAPI's own pages load Swagger UI's and ReDoc's scripts and styles from a CDN, and ReDoc its fonts
+from Google: on an air-gapped network they stay blank. The same files ship in the `fastapi-offline`
+wheel (Swagger UI's swagger-ui-bundle.js and swagger-ui.css, ReDoc's redoc.standalone.js, a
+favicon) as package data; they are served here under /docs/assets/, read once and cached in
+memory. Swagger UI's validator badge (a call to an outside validator) is off.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib.resources import files
+
+from fastapi import FastAPI, Request
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
+from starlette.responses import HTMLResponse, Response
+
+from service.engine.errors import NotFound
+
+ASSETS_PATH = "/docs/assets"
+ASSETS = {"swagger-ui-bundle.js": "text/javascript; charset=utf-8", "swagger-ui.css": "text/css; charset=utf-8",
+          "redoc.standalone.js": "text/javascript; charset=utf-8", "favicon.png": "image/png"}
+
+
+@lru_cache(maxsize=None)
+def asset_bytes(name: str) -> bytes:
+    return (files("fastapi_offline") / "static" / name).read_bytes()
+
+
+def install(app: FastAPI, docs_url: str = "/docs", redoc_url: str = "/redoc") -> None:
+    """Add the two pages and their assets; the app must be built with docs_url=None, redoc_url=None."""
+    oauth2_redirect = f"{docs_url}/oauth2-redirect"
+
+    def prefix(request: Request) -> str:
+        return request.scope.get("root_path", "")
+
+    @app.get(docs_url, include_in_schema=False)
+    async def swagger_ui(request: Request) -> HTMLResponse:
+        root = prefix(request)
+        return get_swagger_ui_html(
+            openapi_url=f"{root}{app.openapi_url}", title=f"{app.title} - Swagger UI",
+            oauth2_redirect_url=f"{root}{oauth2_redirect}",
+            swagger_js_url=f"{root}{ASSETS_PATH}/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}{ASSETS_PATH}/swagger-ui.css",
+            swagger_favicon_url=f"{root}{ASSETS_PATH}/favicon.png",
+            swagger_ui_parameters={**(app.swagger_ui_parameters or {}), "validatorUrl": None})
+
+    @app.get(oauth2_redirect, include_in_schema=False)
+    async def swagger_ui_redirect() -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()
+
+    @app.get(redoc_url, include_in_schema=False)
+    async def redoc(request: Request) -> HTMLResponse:
+        root = prefix(request)
+        return get_redoc_html(openapi_url=f"{root}{app.openapi_url}", title=f"{app.title} - ReDoc",
+                              redoc_js_url=f"{root}{ASSETS_PATH}/redoc.standalone.js",
+                              redoc_favicon_url=f"{root}{ASSETS_PATH}/favicon.png", with_google_fonts=False)
+
+    @app.get(ASSETS_PATH + "/{name}", include_in_schema=False)
+    async def asset(name: str) -> Response:
+        media_type = ASSETS.get(name)
+        if media_type is None:
+            raise NotFound("documentation asset", name, "name", "path")
+        return Response(asset_bytes(name), media_type=media_type, headers={"Cache-Control": "public, max-age=86400"})

@@ -1,0 +1,91 @@
+"""The query routes (POST /v1/predict, /v1/gp/predict) answered without FastAPI's per-request machinery.
+
+Why: on the 2-core CPU a single-query predict spent about 1 ms of the event loop's time in
+FastAPI's routing, dependency solving, exception and response plumbing — several times its
+share of the model — and the event loop is what caps single-query requests/s. This ASGI layer
+answers the same requests from the same pieces: the bearer check of `service.http.auth`, the request
+schema's own JSON validation (pydantic parses and validates in one pass), `service.engine.inference`
+for the work, `service.http.responses` for the answer and the problem shape of
+`service.http.problems` for every failure. The routes stay
+declared in FastAPI, which documents them (/docs, /openapi.json) and answers them when this
+layer is off (`GRIDPFN_HOT_ROUTES=false`); tests check both give the same answers and errors.
+Requests whose queries come as Arrow (service.http.arrow_request) are answered here either way:
+FastAPI has no parser for them.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, Awaitable, Callable
+
+from pydantic import BaseModel, ValidationError
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from service.engine import inference
+from service.engine.errors import EngineError
+from service.http import arrow_request
+from service.http.auth import check_authorization_header
+from service.http.problems import ProblemError, problem_of, problem_response, unexpected_response, validation_problem
+from service.http.responses import answer_response
+from service.http.schemas import GPPredictRequest, PredictRequest
+
+Flow = Callable[[Any, Any], Awaitable[dict]]  # (runtime, request) -> the answer as plain data
+
+# (method, path) -> (request schema, the engine's flow); every route here also exists in FastAPI
+ROUTES: dict[tuple[str, str], tuple[type[BaseModel], Flow]] = {
+    ("POST", "/v1/predict"): (PredictRequest, inference.predict),
+    ("POST", "/v1/gp/predict"): (GPPredictRequest, inference.gp_predict),
+}
+
+
+def _json_or_absent(content_type: str | None) -> bool:
+    """Bodies FastAPI would parse as JSON: no content type, or application/json or a +json type."""
+    if content_type is None:
+        return True
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+class HotRoutes:
+    """ASGI middleware: the ROUTES table is answered here, everything else passes through."""
+
+    def __init__(self, app: ASGIApp, fastapi_app: Any, json: bool = True) -> None:
+        self.app, self.fastapi_app, self.json = app, fastapi_app, json
+        # what FastAPI's routing leaves in scope["route"]: metrics label requests by its path template
+        self.route_of = {key: SimpleNamespace(path=key[1]) for key in ROUTES}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        key = (scope.get("method"), scope.get("path"))
+        if scope["type"] != "http" or key not in ROUTES:
+            await self.app(scope, receive, send)
+            return
+        content_type = Headers(scope=scope).get("content-type")
+        arrow = arrow_request.is_arrow(content_type)
+        if not (arrow or (self.json and _json_or_absent(content_type))):
+            await self.app(scope, receive, send)  # other content types get FastAPI's own answer
+            return
+        scope["route"] = self.route_of[key]
+        try:
+            response = await self._answer(key, Request(scope, receive), arrow)
+        except ProblemError as problem:
+            response = problem_response(problem)
+        except EngineError as refused:
+            response = problem_response(problem_of(refused))
+        except Exception as exc:  # noqa: BLE001 - the same 500 problem FastAPI's handler gives
+            response = unexpected_response(key[0], key[1], exc)
+        await response(scope, receive, send)
+
+    async def _answer(self, key: tuple[str, str], http: Request, arrow: bool) -> Response:
+        runtime = self.fastapi_app.state.runtime
+        check_authorization_header(http.headers.get("authorization"), runtime.settings.api_keys)
+        schema, flow = ROUTES[key]
+        if arrow:
+            request = arrow_request.parse(schema, await http.body(), runtime.settings.max_queries)
+        else:
+            try:
+                request = schema.model_validate_json(await http.body())
+            except ValidationError as exc:
+                raise validation_problem(exc.errors(include_url=False), "body") from None
+        return answer_response(await flow(runtime, request), http.headers.get("accept"))

@@ -1,0 +1,101 @@
+"""The ASGI middleware around every request: metrics and Server-Timing (outermost), then the body
+limit, which refuses request bodies over the configured size with 413 before any parsing happens.
+"""
+from __future__ import annotations
+
+import time
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.engine.errors import TooLarge
+from service.http.problems import problem_of, problem_response
+from service.metrics import Metrics
+
+
+class HTTPMetricsMiddleware:
+    """Counts and times every request by route template (not raw path, to bound label values), and
+    tells the client that time in a `Server-Timing: app;dur=<ms>` header."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+        self._children: dict[tuple[str, str, str], tuple] = {}  # label values -> (counter, histogram) children
+
+    def _observe(self, labels: tuple[str, str, str], seconds: float) -> None:
+        """prometheus_client's .labels() takes a lock and builds a key on every call; look each pair up once."""
+        children = self._children.get(labels)
+        if children is None:
+            children = self._children[labels] = (self.metrics.requests.labels(*labels), self.metrics.latency.labels(*labels))
+        children[0].inc()
+        children[1].observe(seconds)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                # Server-Timing (W3C): the whole request inside the server, from the first byte the app
+                # saw to the response start, so body parsing, validation and serialisation count too.
+                elapsed_ms = (time.perf_counter() - start) * 1e3
+                headers = list(message.get("headers") or []) + [(b"server-timing", f"app;dur={elapsed_ms:.2f}".encode())]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            self._observe((scope["method"], route, str(status)), time.perf_counter() - start)
+
+
+
+class BodyLimitMiddleware:
+    """Checks Content-Length up front, and counts streamed bytes for chunked bodies.
+
+    Paths under `exempt` (file uploads that stream to disk) enforce their own limit instead.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int, exempt: tuple[str, ...] = ()) -> None:
+        self.app, self.max_bytes, self.exempt = app, max_bytes, exempt
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, size: str) -> None:
+        problem = problem_of(TooLarge("body", f"request body of {size} bytes is over the limit",
+                                      f"at most {self.max_bytes} bytes (GRIDPFN_MAX_BODY_BYTES)"))
+        await problem_response(problem)(scope, receive, send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "DELETE", "OPTIONS")
+                or scope["path"].startswith(self.exempt)):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await self._refuse(scope, receive, send, length.decode())
+            return
+        chunks, total = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            total += len(chunks[-1])
+            if total > self.max_bytes:
+                await self._refuse(scope, receive, send, f"more than {self.max_bytes}")
+                return
+            if not message.get("more_body", False):
+                break
+        body, replayed = b"".join(chunks), False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)

@@ -1,0 +1,120 @@
+"""/openapi.json saying exactly what this server accepts, with examples that run as shown.
+
+Examples: the served model's name, inline contexts of a size its card accepts, and the real
+content-addressed id of the simulate example's context set (built with gridsim once, on the first
+schema request). Contract: `model` is an enum of the served models, the configured limits (rows per
+request, context rows, simulated rows) are the schema's maxima, and OpenAPI links chain the routes
+that create a resource to those that read or delete it (POST /v1/context-sets -> GET/DELETE,
+POST /v1/batch-jobs -> status/result/DELETE, POST /v1/networks -> GET, GET /v1/models -> GET one)."""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from typing import Any
+
+from fastapi import FastAPI
+
+from service.http import examples
+
+log = logging.getLogger(__name__)
+
+
+def _live_examples(app: FastAPI) -> dict[str, list[dict]]:
+    runtime = getattr(app.state, "runtime", None)
+    models = sorted(runtime.registry.models.items()) if runtime is not None else []
+    if not models:
+        name, min_rows = examples.PREDICT_BY_ID["model"], 8
+    else:
+        name, loaded = models[0]
+        min_rows = int((loaded.card.get("context_size") or {}).get("min", 8))
+    return examples.live(name, min_rows)
+
+
+def _link(operation_id: str, parameter: str, expression: str) -> dict[str, Any]:
+    return {"operationId": operation_id, "parameters": {parameter: expression}}
+
+
+# (path, method, status) of the creating answer -> {link name: (operationId, parameter, runtime expression)}
+LINKS: dict[tuple[str, str, str], dict[str, tuple[str, str, str]]] = {
+    ("/v1/context-sets", "post", "201"): {
+        "GetContextSet": ("read_v1_context_sets__context_id__get", "context_id", "$response.body#/id"),
+        "DeleteContextSet": ("delete_v1_context_sets__context_id__delete", "context_id", "$response.body#/id")},
+    ("/v1/batch-jobs", "post", "202"): {
+        "GetBatchJob": ("status_v1_batch_jobs__job_id__get", "job_id", "$response.body#/id"),
+        "GetBatchJobResult": ("result_v1_batch_jobs__job_id__result_get", "job_id", "$response.body#/id"),
+        "DeleteBatchJob": ("cancel_v1_batch_jobs__job_id__delete", "job_id", "$response.body#/id")},
+    ("/v1/networks", "post", "201"): {
+        "GetNetwork": ("read_v1_networks__network_id__get", "network_id", "$response.body#/id")},
+    ("/v1/models", "get", "200"): {
+        "GetModel": ("get_model_v1_models__name__get", "name", "$response.body#/models/0/name")},
+}
+
+
+def _add_links(schema: dict[str, Any]) -> None:
+    for (path, method, status), links in LINKS.items():
+        answer = schema["paths"][path][method]["responses"].setdefault(status, {"description": "created"})
+        answer["links"] = {name: _link(*target) for name, target in links.items()}
+
+
+def _set_limits(app: FastAPI, schema: dict[str, Any]) -> None:
+    """The served models as an enum and the configured limits as maxima, where the schema has the field."""
+    runtime = getattr(app.state, "runtime", None)
+    if runtime is None:
+        return
+    settings, components = runtime.settings, schema["components"]["schemas"]
+    names = sorted(runtime.registry.models)
+    if names:
+        components["PredictRequest"]["properties"]["model"]["enum"] = names
+    for component in ("PredictRequest", "GPPredictRequest", "SimulateRequest"):
+        field = "loads" if component == "SimulateRequest" else "queries"
+        limit = settings.max_simulate if component == "SimulateRequest" else settings.max_queries
+        if component == "GPPredictRequest":
+            limit = min(limit, settings.gp_max_queries)
+        if component in components:
+            components[component]["properties"][field]["maxItems"] = limit
+    for field in ("x", "y"):
+        components["ContextData"]["properties"][field]["maxItems"] = settings.max_context_rows
+    # SimulateSpec is the context-set spec: the simulated rows become a stored context
+    components["SimulateSpec"]["properties"]["n"]["maximum"] = min(settings.max_simulate, settings.max_context_rows)
+    # a batch job simulates up to its own (larger) row limit: its own copy of SimulateSpec
+    from service.jobs.settings import JobSettings
+    job_settings = getattr(app.state, "job_settings", None) or JobSettings()
+    batch_spec = copy.deepcopy(components["SimulateSpec"])
+    batch_spec["properties"]["n"]["maximum"] = job_settings.job_max_rows
+    components["BatchSimulateSpec"] = batch_spec
+    batch_body = schema["paths"]["/v1/batch-jobs"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    batch_body["properties"]["simulate"] = {"$ref": "#/components/schemas/BatchSimulateSpec"}
+    batch_form = schema["paths"]["/v1/batch-jobs"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
+    for body in (batch_body, batch_form):
+        if names:
+            body["properties"]["model"]["enum"] = names
+    # the GP fits inline contexts up to its own (smaller) limit: its own copy of ContextData
+    gp_context = copy.deepcopy(components["ContextData"])
+    for field in ("x", "y"):
+        gp_context["properties"][field]["maxItems"] = min(settings.max_context_rows, settings.gp_max_context)
+    components["GPContextData"] = gp_context
+    if "GPPredictRequest" in components:
+        gp_request = components["GPPredictRequest"]["properties"]
+        gp_request["context"] = json.loads(json.dumps(gp_request["context"]).replace(
+            "#/components/schemas/ContextData", "#/components/schemas/GPContextData"))
+
+
+def install(app: FastAPI) -> None:
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            try:
+                components = schema["components"]["schemas"]
+                for model_name, model_examples in _live_examples(app).items():
+                    components[model_name]["examples"] = model_examples
+            except Exception:  # the docs still work, with the static examples
+                log.exception("could not build the live examples")
+            _add_links(schema)
+            _set_limits(app, schema)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi

@@ -1,0 +1,192 @@
+"""One error shape for every failure: RFC 9457 problem details (`application/problem+json`).
+
+Handlers turn our ProblemError, the engine's domain errors (through the one table PROBLEMS),
+FastAPI's validation errors, Starlette's HTTP errors and any unexpected exception into
+{type, title, status, detail, errors: [{location, field, message, expected}]} so clients parse one
+format whatever went wrong.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any, Iterable
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+from service.engine.errors import (EngineError, GPContextTooLarge, InputRejected, InvalidInput, NonFiniteAnswer,
+                                   NotFound, QueueFull, StoreUnavailable, TooLarge)
+
+log = logging.getLogger(__name__)
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+TYPE_PREFIX = "urn:gridpfn:problem:"
+
+
+def field_error(field: str, message: str, expected: str | None = None, location: str = "body") -> dict[str, Any]:
+    """One entry of a problem's `errors` list."""
+    return {"location": location, "field": field, "message": message, "expected": expected}
+
+
+class ProblemError(Exception):
+    """An HTTP error answered as problem+json; raise it anywhere in a request."""
+
+    def __init__(
+        self,
+        status: int,
+        slug: str,
+        title: str,
+        detail: str,
+        errors: Iterable[dict[str, Any]] = (),
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status, self.slug, self.title, self.detail = status, slug, title, detail
+        self.errors = list(errors)
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "type": TYPE_PREFIX + self.slug,
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+            "errors": self.errors,
+        }
+
+
+def unavailable(slug: str, title: str, detail: str, retry_after_s: int = 1) -> ProblemError:
+    return ProblemError(503, slug, title, detail, headers={"Retry-After": str(retry_after_s)})
+
+
+# The engine's domain errors as problems: status, type (after TYPE_PREFIX), title ({what} is the
+# error's subject: "model", "context set", "network", ...) and Retry-After seconds for a 503.
+PROBLEMS: dict[type[EngineError], tuple[int, str, str, int | None]] = {
+    InvalidInput: (422, "validation-error", "Invalid request", None),
+    InputRejected: (422, "input-rejected", "Input rejected by the model", None),
+    GPContextTooLarge: (422, "gp-too-large", "Context too large for the on-demand GP", None),
+    NotFound: (404, "not-found", "Unknown {what}", None),
+    TooLarge: (413, "too-large", "Request too large", None),
+    NonFiniteAnswer: (500, "non-finite-answer", "Non-finite answer", None),
+    QueueFull: (503, "overloaded", "Server busy", 1),
+    StoreUnavailable: (503, "store-unavailable", "{What} store unavailable", 5),
+}
+
+
+def problem_of(exc: EngineError) -> ProblemError:
+    """The problem answering a domain error (PROBLEMS, by its class or the nearest listed base)."""
+    kind = next(k for k in type(exc).__mro__ if k in PROBLEMS)
+    status, slug, title, retry_after_s = PROBLEMS[kind]
+    what = getattr(exc, "what", "")
+    return ProblemError(status, slug, title.format(what=what, What=what.capitalize()), exc.detail, exc.entries,
+                        headers=None if retry_after_s is None else {"Retry-After": str(retry_after_s)})
+
+
+def problem_response(problem: ProblemError) -> Response:
+    return Response(orjson.dumps(problem.body()), status_code=problem.status,
+                    media_type=PROBLEM_MEDIA_TYPE, headers=problem.headers)
+
+
+def _expected_from(err: dict[str, Any]) -> str | None:
+    """Human wording of the constraint pydantic checked (range, length, type)."""
+    ctx = err.get("ctx") or {}
+    if "expected" in ctx:
+        return str(ctx["expected"])
+    bounds = [f"{name} {ctx[key]}" for key, name in
+              (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if key in ctx]
+    if bounds:
+        return "a number " + " and ".join(bounds)
+    if "pattern" in ctx:
+        return f"a string matching {ctx['pattern']}"
+    if "min_length" in ctx or "max_length" in ctx:
+        return f"length between {ctx.get('min_length', 0)} and {ctx.get('max_length', 'any')}"
+    kind = err.get("type", "")
+    if kind == "extra_forbidden":
+        return "no such field: unknown fields are refused (see the schema's properties)"
+    if kind == "finite_number":
+        return "a finite number (no NaN or infinity)"
+    if kind.endswith("_type") or kind.endswith("_parsing"):
+        return kind.removesuffix("_type").removesuffix("_parsing")
+    return None
+
+
+def _field_path(loc: Iterable[Any]) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path
+
+
+def validation_problem(pydantic_errors: Iterable[dict[str, Any]], location: str | None = None) -> ProblemError:
+    """Pydantic's error list, renamed into the problem shape (one entry per bad field).
+
+    FastAPI's errors start their `loc` with the location ("body", "query", ...); a model validated
+    directly (the hot routes) has none, so its `location` is given.
+    """
+    errors = []
+    for err in pydantic_errors:
+        loc = ([location] if location else []) + list(err.get("loc", ()))
+        where = str(loc.pop(0)) if loc and loc[0] in ("body", "query", "path", "header") else "body"
+        message = err.get("msg", "invalid")
+        if err.get("type") == "json_invalid":  # FastAPI's loc is a character offset, not a field: name the body
+            loc, reason = [], (err.get("ctx") or {}).get("error")
+            message = f"Invalid JSON: {reason}" if reason and reason not in message else message
+        errors.append(field_error(_field_path(loc) or where, message, _expected_from(err), where))
+    detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5]) or "invalid request"
+    if len(errors) > 5:
+        detail += f"; and {len(errors) - 5} more"
+    return ProblemError(422, "validation-error", "Invalid request", detail, errors)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers that give every error the problem shape."""
+
+    @app.exception_handler(ProblemError)
+    async def _problem(_: Request, exc: ProblemError) -> Response:
+        return problem_response(exc)
+
+    @app.exception_handler(EngineError)
+    async def _refused(_: Request, exc: EngineError) -> Response:
+        return problem_response(problem_of(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> Response:
+        return problem_response(validation_problem(exc.errors()))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+        slug = {401: "unauthorized", 404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = allowed_methods(app, request.url.path, headers.get("Allow", ""))
+        problem = ProblemError(exc.status_code, slug, str(exc.detail), str(exc.detail), headers=headers)
+        return problem_response(problem)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        return unexpected_response(request.method, request.url.path, exc)
+
+
+def allowed_methods(app: FastAPI, path: str, fallback: str) -> str:
+    """The `Allow` value for a path: every method the schema documents for it (HEAD with GET), not
+    only the first matching route's as Starlette names them (GET /{id} hid DELETE /{id}); for a path
+    the schema does not document, Starlette's own value."""
+    methods: set[str] = set()
+    for template, operations in app.openapi()["paths"].items():
+        pattern = "".join("[^/]+" if part.startswith("{") else re.escape(part)
+                          for part in re.split(r"(\{[^/}]+\})", template))
+        if re.fullmatch(pattern, path):
+            methods |= {method.upper() for method in operations}
+    if "GET" in methods:
+        methods.add("HEAD")
+    return ", ".join(sorted(methods)) if methods else fallback
+
+
+def unexpected_response(method: str, path: str, exc: Exception) -> Response:
+    """A 500 problem for an exception nothing else handled; the details go to the log only."""
+    log.exception("unhandled error on %s %s", method, path, exc_info=exc)
+    return problem_response(ProblemError(500, "internal-error", "Internal server error",
+                                         f"unexpected {type(exc).__name__}; see the server log"))

@@ -1,0 +1,295 @@
+"""Batch jobs over HTTP: submit (upload or simulate) -> 202 + id, poll status, fetch result, cancel.
+
+POST takes either multipart/form-data (a CSV or Parquet `file` plus form fields) or JSON with a
+`simulate` spec. Files are validated completely before anything is queued, so a bad file is a 422
+naming its row and column and leaves no job behind.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import redis
+from fastapi import APIRouter, Depends, Path as PathParam, Query, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import Field, ValidationError
+from starlette.datastructures import UploadFile
+from starlette.responses import FileResponse, Response, StreamingResponse
+
+from service.engine.answers import VoltageBand
+from service.engine.errors import InvalidInput, NotFound, TooLarge
+from service.engine.runtime import Runtime
+from service.http.auth import require_api_key
+from service.http.deps import get_runtime, problems
+from service.http.problems import ProblemError, field_error, unavailable
+from service.http.responses import json_response
+from service.http.schemas import ContextId, Level, SimulateSpec, Strict, StrictBool
+from service.jobs.inputs import InputError
+from service.jobs.jobspec import JobState
+from service.jobs.service import JobService, new_job_id
+from service.jobs.settings import JobSettings
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/v1/batch-jobs", tags=["batch jobs"], dependencies=[Depends(require_api_key)],
+                   responses=problems(401, 503))
+JobId = PathParam(pattern=r"^[0-9a-f]{32}$", description="id returned by POST /v1/batch-jobs")
+PARQUET = "application/vnd.apache.parquet"
+JSON_BODY_LIMIT = 1 << 20
+
+
+class BatchOptions(Strict):
+    """Fields shared by both ways of submitting."""
+
+    model: str = Field(description="a name from GET /v1/models")
+    context_id: ContextId
+    quantiles: Annotated[list[Level], Field(max_length=99)] = []
+    voltage_band: Optional[VoltageBand] = Field(None, description="[low, high] p.u., low < 1 <= high; adds p_outside_*")
+    with_ground_truth: StrictBool = Field(False, description="also solve the AC power flow per row; adds true_*, err_*")
+
+
+class BatchSimulate(BatchOptions):
+    simulate: SimulateSpec
+
+
+async def get_jobs(request: Request) -> JobService:
+    """The app's JobService, built on first use from the runtime (Redis URL, registry) and JobSettings.
+
+    async on purpose: it runs on the event loop, so two first requests cannot build two services."""
+    state = request.app.state
+    if getattr(state, "jobs", None) is None:
+        rt: Runtime = state.runtime
+        job_settings = getattr(state, "job_settings", None) or JobSettings()
+        state.jobs = JobService(job_settings, rt.settings.redis_url, rt.registry, max(rt.settings.store_timeout_s, 2.0))
+    return state.jobs
+
+
+async def _call(fn, *args):
+    """Blocking job-store work off the event loop; an unreachable Redis is a 503."""
+    try:
+        return await asyncio.to_thread(fn, *args)
+    except redis.RedisError as exc:
+        raise unavailable("store-unavailable", "Job store unavailable", f"{type(exc).__name__}: {exc}", 5) from exc
+
+
+def _validation(exc: ValidationError, location: str) -> RequestValidationError:
+    return RequestValidationError([{**e, "loc": (location, *e["loc"])} for e in exc.errors()])
+
+
+def _split(value: str) -> Any:
+    """A form value: a JSON list as text (kept for json.loads) or comma-separated numbers."""
+    value = value.strip()
+    if value.startswith("["):
+        return value
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+FORM_FIELDS = ("file", "model", "context_id", "quantiles", "voltage_band", "with_ground_truth")
+_FORM_BOOLS = {"true": True, "1": True, "false": False, "0": False}
+
+
+def _number(text: Any) -> Any:
+    """A form list item as a float when it reads as one (the model's strict check names the rest)."""
+    try:
+        return float(text) if isinstance(text, str) else text
+    except ValueError:
+        return text
+
+
+def _form_options(form: Any) -> BatchOptions:
+    unknown = sorted(set(form.keys()) - set(FORM_FIELDS))
+    if unknown:  # the same policy as JSON bodies: undeclared fields are refused
+        raise InvalidInput(unknown[0], "unknown form field", f"only the fields {', '.join(FORM_FIELDS)}")
+    raw: dict[str, Any] = {}
+    for name in ("model", "context_id"):
+        if form.get(name) is not None:
+            raw[name] = form.get(name)
+    if form.get("with_ground_truth") is not None:
+        text = str(form.get("with_ground_truth"))
+        raw["with_ground_truth"] = _FORM_BOOLS.get(text.strip().lower(), text)
+    for name in ("quantiles", "voltage_band"):
+        if form.get(name):
+            value = _split(str(form.get(name)))
+            try:
+                raw[name] = json.loads(value) if isinstance(value, str) else [_number(v) for v in value]
+            except ValueError as exc:
+                raise InvalidInput(name, f"unparseable: {exc}", "comma-separated numbers or a JSON list") from exc
+    try:
+        return BatchOptions.model_validate(raw)
+    except ValidationError as exc:
+        raise _validation(exc, "body") from exc
+
+
+async def _resolve(rt: Runtime, options: BatchOptions) -> tuple[Any, Any]:
+    loaded = rt.models.get(options.model)
+    ctx = await rt.contexts.stored(options.context_id)
+    rt.checks.context_size(loaded, ctx)
+    return loaded, ctx
+
+
+def _file_problem(exc: InputError) -> ProblemError:
+    entry = field_error("file", exc.message, exc.expected)
+    entry.update(row=exc.row, column=exc.column)
+    return ProblemError(422, "invalid-file", "Invalid input file", f"file: {exc}", [entry])
+
+
+async def _submit_upload(request: Request, rt: Runtime, jobs: JobService) -> tuple[Any, Any, str]:
+    async with request.form(max_files=1, max_fields=16) as form:
+        options = _form_options(form)
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise InvalidInput("file", "no file part in the form", "a multipart `file` field with CSV or Parquet")
+        loaded, ctx = await _resolve(rt, options)
+        job_id = new_job_id()
+        files = jobs.files(job_id)
+        files.dir.mkdir(parents=True, exist_ok=True)
+        staged = files.dir / "upload"
+        try:
+            await asyncio.to_thread(_copy, upload.file, staged)
+            if staged.stat().st_size > jobs.settings.job_max_upload_bytes:
+                raise TooLarge("file", f"upload of {staged.stat().st_size} bytes",
+                                f"at most {jobs.settings.job_max_upload_bytes} bytes (GRIDPFN_JOB_MAX_UPLOAD_BYTES)")
+            rows, fmt = await asyncio.to_thread(jobs.prepare_upload, job_id, staged, upload.filename,
+                                                list(loaded.card["features"]))
+        except InputError as exc:
+            files.remove()
+            raise _file_problem(exc) from exc
+        except BaseException:
+            files.remove()
+            raise
+        finally:
+            staged.unlink(missing_ok=True)
+    return jobs.spec_for(job_id, loaded, ctx.id, options, rows, fmt), ctx, job_id
+
+
+def _copy(source: Any, dest: Path) -> None:
+    source.seek(0)
+    with open(dest, "wb") as out:
+        shutil.copyfileobj(source, out, 1 << 20)
+
+
+async def _submit_simulated(request: Request, rt: Runtime, jobs: JobService) -> tuple[Any, Any, str]:
+    body = bytearray()
+    async for block in request.stream():  # capped while reading: this path skips the app's body limit
+        body += block
+        if len(body) > JSON_BODY_LIMIT:
+            raise TooLarge("body", f"a JSON body over {JSON_BODY_LIMIT} bytes",
+                            f"at most {JSON_BODY_LIMIT} bytes; send load vectors as a file upload")
+    try:
+        options = BatchSimulate.model_validate_json(body)
+    except ValidationError as exc:
+        raise _validation(exc, "body") from exc
+    if options.simulate.n > jobs.settings.job_max_rows:
+        raise TooLarge("simulate.n", f"{options.simulate.n} rows", f"at most {jobs.settings.job_max_rows} rows")
+    loaded, ctx = await _resolve(rt, options)
+    job_id = new_job_id()
+    try:
+        rows = await asyncio.to_thread(jobs.prepare_simulated, job_id, options.simulate, list(loaded.card["features"]))
+    except ValueError as exc:
+        jobs.files(job_id).remove()
+        raise InvalidInput("simulate", str(exc), "a valid gridsim scenario spec") from exc
+    return jobs.spec_for(job_id, loaded, ctx.id, options, rows, "simulate"), ctx, job_id
+
+
+_REQUEST_DOC = {"requestBody": {"required": True, "content": {
+    "multipart/form-data": {"schema": {"type": "object", "required": ["file", "model", "context_id"],
+                                       "additionalProperties": False, "properties": {
+        "file": {"type": "string", "format": "binary",
+                 "description": "CSV (header row) or Parquet; the 64 feature columns"},
+        "model": {"type": "string"}, "context_id": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+        "quantiles": {"type": "string", "example": "0.05,0.5,0.95"},
+        "voltage_band": {"type": "string", "example": "0.95,1.05"},
+        "with_ground_truth": {"type": "boolean"}}}},
+    "application/json": {"schema": BatchSimulate.model_json_schema(ref_template="#/components/schemas/{model}"),
+                         "example": {"simulate": {"network": "ieee33", "delta": 0.1, "n": 10000, "seed": 0},
+                                     "model": "ieee33-transformer-dva", "context_id": "0" * 64,
+                                     "quantiles": [0.05, 0.5, 0.95], "voltage_band": [0.95, 1.05]}}}}}
+
+
+@router.post("", status_code=202, summary="Submit a batch job (file upload or simulate spec)",
+             responses=problems(400, 404, 413, 415, 422), openapi_extra=_REQUEST_DOC)
+async def submit(request: Request, rt: Runtime = Depends(get_runtime),
+                 jobs: JobService = Depends(get_jobs)) -> Response:
+    """Answers 202 with the job's status and `Location: /v1/batch-jobs/{id}`."""
+    length = request.headers.get("content-length")
+    if length and length.isdigit() and int(length) > jobs.settings.job_max_upload_bytes:
+        raise TooLarge("file", f"upload of {length} bytes",
+                        f"at most {jobs.settings.job_max_upload_bytes} bytes (GRIDPFN_JOB_MAX_UPLOAD_BYTES)")
+    kind = request.headers.get("content-type", "")
+    if kind.startswith("multipart/form-data"):
+        spec, ctx, job_id = await _submit_upload(request, rt, jobs)
+    elif kind.startswith("application/json"):
+        spec, ctx, job_id = await _submit_simulated(request, rt, jobs)
+    else:
+        raise ProblemError(415, "unsupported-media-type", "Unsupported media type",
+                           f"content-type {kind or 'none'} is not accepted",
+                           [field_error("Content-Type", "unsupported", "multipart/form-data or application/json",
+                                        "header")])
+    try:
+        await _call(jobs.enqueue, spec, ctx.to_bytes())
+    except BaseException:
+        jobs.files(job_id).remove()
+        raise
+    log.info("job %s queued: %d rows, model %s, context %s", job_id, spec.rows, spec.model, spec.context_id[:12])
+    response = json_response(await _call(jobs.status, job_id), status=202)
+    response.headers["Location"] = f"/v1/batch-jobs/{job_id}"
+    return response
+
+
+async def _status(jobs: JobService, job_id: str) -> dict:
+    status = await _call(jobs.status, job_id)
+    if status is None:
+        raise NotFound("batch job", job_id, "job_id")
+    return status
+
+
+@router.get("/{job_id}", summary="State, progress (rows done / total, rows/s) and errors", responses=problems(404, 422))
+async def status(job_id: str = JobId, jobs: JobService = Depends(get_jobs)) -> Response:
+    return json_response(await _status(jobs, job_id))
+
+
+def _wanted_format(request: Request, fmt: str | None) -> str:
+    if fmt is not None:
+        return fmt
+    accept = request.headers.get("accept", "")
+    return "csv" if "text/csv" in accept and "parquet" not in accept else "parquet"
+
+
+@router.get("/{job_id}/result", summary="The result file: Parquet (default) or CSV by Accept or ?format=",
+            responses={**problems(404, 409, 422), 200: {"content": {PARQUET: {}, "text/csv": {}}}})
+async def result(request: Request, job_id: str = JobId,
+                 format: Optional[str] = Query(None, pattern="^(parquet|csv)$", description="overrides Accept"),
+                 jobs: JobService = Depends(get_jobs)) -> Response:
+    job = await _status(jobs, job_id)
+    if job["state"] != JobState.DONE.value:
+        raise ProblemError(409, "job-not-done", "Result not available",
+                           f"job {job_id} is {job['state']}; the result exists once it is done",
+                           [field_error("job_id", f"state {job['state']}", "a job in state done", "path")])
+    path = jobs.files(job_id).result
+    if _wanted_format(request, format) == "csv":
+        from service.jobs.results import csv_stream
+
+        return StreamingResponse(csv_stream(path), media_type="text/csv",
+                                 headers={"Content-Disposition": f'attachment; filename="{job_id}.csv"'})
+    return FileResponse(path, media_type=PARQUET, filename=f"{job_id}.parquet")
+
+
+@router.delete("/{job_id}", summary="Cancel a queued or running job; delete a finished one",
+               responses={**problems(404, 422), 202: {"description": "cancelled; body is the job's status"},
+                          204: {"description": "finished job and its files deleted"}})
+async def cancel(job_id: str = JobId, jobs: JobService = Depends(get_jobs)) -> Response:
+    job = await _status(jobs, job_id)
+    if not JobState(job["state"]).terminal and await _call(jobs.cancel, job_id):
+        return json_response(await _status(jobs, job_id), status=202)
+    await _call(jobs.delete, job_id)
+    return Response(status_code=204)
+
+
+async def shutdown(app: Any) -> None:
+    jobs = getattr(app.state, "jobs", None)
+    if jobs is not None:
+        jobs.close()

@@ -1,0 +1,65 @@
+"""Context sets: upload or simulate, content-addressed, kept with a TTL; read and delete by id."""
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Path, Query
+from starlette.responses import Response
+
+from service.engine.context_sets import ContextSet
+from service.engine.errors import InvalidInput, NotFound, TooLarge
+from service.engine.gridsim_calls import simulate_context
+from service.engine.runtime import Runtime
+from service.http.auth import require_api_key
+from service.http.deps import get_runtime, problems
+from service.http.fast_json import OrjsonRoute
+from service.http.responses import json_response
+from service.http.schemas import ContextSetCreate, ContextSetInfo
+
+router = APIRouter(prefix="/v1/context-sets", tags=["context sets"], route_class=OrjsonRoute, dependencies=[Depends(require_api_key)],
+                   responses=problems(401, 503))
+IdPath = Path(pattern=r"^[0-9a-f]{64}$", description="sha256 id returned by POST /v1/context-sets")
+
+
+def _info(ctx: ContextSet, ttl: int | None, with_data: bool = False) -> dict:
+    info = {"id": ctx.id, "rows": ctx.rows, "features": int(ctx.x.shape[1]), "outputs": int(ctx.y.shape[1]),
+            "source": ctx.source, "created_at": ctx.created_at, "expires_in_s": ttl}
+    if with_data:
+        info.update(x=ctx.x, y=ctx.y)
+    return info
+
+
+@router.post("", status_code=201, response_model=ContextSetInfo, summary="Store an uploaded or simulated context set",
+             responses=problems(413, 422))
+async def create(body: ContextSetCreate, rt: Runtime = Depends(get_runtime)) -> Response:
+    limit = min(rt.settings.max_simulate, rt.settings.max_context_rows)
+    if body.simulate is not None:
+        if body.simulate.n > limit:
+            raise TooLarge("simulate.n", f"{body.simulate.n} simulated rows is over the limit", f"at most {limit}")
+        x, y, dropped = await rt.executor.run(simulate_context, body.simulate)
+        if len(x) == 0:
+            raise InvalidInput("simulate", "no power flow converged", "a spec whose scenarios converge")
+        ctx = ContextSet.build(x, y, {"kind": "simulated", **body.simulate.model_dump(), "dropped_nonconverged": dropped})
+    else:
+        ctx = rt.checks.inline_context(body.x, body.y, field="body")
+        ctx = ContextSet.build(ctx.x, ctx.y, {"kind": "uploaded"})
+    await rt.contexts.put(ctx)
+    response = json_response(_info(ctx, rt.settings.context_ttl_s), status=201)
+    response.headers["Location"] = f"/v1/context-sets/{ctx.id}"
+    return response
+
+
+@router.get("/{context_id}", response_model=ContextSetInfo, summary="A stored context set (arrays with include_data)",
+            responses=problems(404, 422))
+async def read(context_id: str = IdPath, include_data: bool = Query(False, description="also return x and y"),
+               rt: Runtime = Depends(get_runtime)) -> Response:
+    ctx = await rt.contexts.stored(context_id, location="path")
+    ttl = await rt.contexts.ttl(context_id)
+    return json_response(_info(ctx, ttl, include_data))
+
+
+@router.delete("/{context_id}", status_code=204, summary="Delete a context set", responses=problems(404, 422))
+async def delete(context_id: str = IdPath, rt: Runtime = Depends(get_runtime)) -> Response:
+    if not await rt.contexts.delete(context_id):
+        raise NotFound("context set", context_id, "context_id")
+    rt.fits.forget(context_id)
+    rt.contexts.forget(context_id)
+    return Response(status_code=204)

@@ -1,0 +1,130 @@
+"""Networks: upload a feeder (pandapower JSON or MATPOWER), list them, read one with its layout.
+
+The models serve IEEE 33 only so far (issue 15): context sets, predict and batch jobs still take
+'ieee33'; these routes publish what gridsim can simulate and what a feeder's features and
+outputs are called.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from fastapi import APIRouter, Depends, Path, Request
+from pydantic import BaseModel, ConfigDict
+from starlette.responses import Response
+
+from service.engine.errors import InvalidInput, NotFound, StoreUnavailable
+from service.engine.networks import Networks, built_in, built_in_names, snapshot_upload, summary
+from service.engine.runtime import Runtime
+from service.http.auth import require_api_key
+from service.http.deps import get_runtime, problems
+from service.http.responses import json_response
+
+router = APIRouter(prefix="/v1/networks", tags=["networks"], dependencies=[Depends(require_api_key)],
+                   responses=problems(401, 503))
+IdPath = Path(pattern=r"^[a-z0-9_]{1,64}$", description="a built-in name (e.g. ieee33) or the sha256 id of an upload")
+
+UPLOAD_BODY = {"requestBody": {"required": True, "description":
+               "the feeder: pandapower JSON (`pandapower.to_json(net)`), a MATPOWER case (.m text or .mat), "
+               "or either as the multipart field `file` (its suffix .json/.m/.mat names the format)", "content": {
+                   "application/json": {"schema": {"type": "object"}},
+                   "text/plain": {"schema": {"type": "string"}},
+                   "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+                   "multipart/form-data": {"schema": {"type": "object", "required": ["file"], "properties": {
+                       "file": {"type": "string", "format": "binary"}}}}}}}
+
+
+class NetworkSummary(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    kind: str
+    n_buses: int
+    n_loads: int
+    n_features: int
+    n_outputs: int
+    layout: str
+    created_at: Optional[float] = None
+    expires_in_s: Optional[int] = None
+
+
+class NetworkList(BaseModel):
+    networks: list[NetworkSummary]
+
+
+class NetworkInfo(BaseModel):
+    """Buses (number, name, kV, picture x/y), loads, lines (closed, or open ties), transformers, names."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    kind: str
+    slack_bus: int
+    n_buses: int
+    buses: list[dict[str, Any]]
+    loads: list[dict[str, Any]]
+    lines: list[dict[str, Any]]
+    transformers: list[dict[str, Any]]
+    features: list[str]
+    outputs: list[str]
+    layout: str
+    expires_in_s: Optional[int] = None
+
+
+def _store_down(exc: StoreUnavailable) -> StoreUnavailable:
+    return exc.about(what="network")
+
+
+async def _upload(request: Request) -> tuple[bytes, Optional[str]]:
+    if request.headers.get("content-type", "").startswith("multipart/form-data"):
+        form = await request.form()
+        upload = form.get("file")
+        if upload is None or isinstance(upload, str):
+            raise InvalidInput("file", "no file in the multipart body", "the feeder as the multipart field 'file'")
+        return await upload.read(), upload.filename
+    return await request.body(), None
+
+
+@router.post("", status_code=201, response_model=NetworkInfo, summary="Upload a feeder (pandapower JSON or MATPOWER)",
+             responses=problems(400, 413, 422), openapi_extra=UPLOAD_BODY)
+async def create(request: Request, rt: Runtime = Depends(get_runtime)) -> Response:
+    data, filename = await _upload(request)
+    if not data.strip():
+        raise InvalidInput("body", "empty upload", "pandapower JSON or a MATPOWER case")
+    info, source = await rt.executor.run(snapshot_upload, data, filename)
+    try:
+        await Networks(rt.store, rt.settings.context_ttl_s).put(info, source)
+    except StoreUnavailable as exc:
+        raise _store_down(exc) from exc
+    response = json_response({**info, "expires_in_s": rt.settings.context_ttl_s}, status=201)
+    response.headers["Location"] = f"/v1/networks/{info['id']}"
+    return response
+
+
+@router.get("", response_model=NetworkList, summary="Built-in and uploaded networks")
+async def list_networks(rt: Runtime = Depends(get_runtime)) -> Response:
+    store = Networks(rt.store, rt.settings.context_ttl_s)
+    found = [summary(await rt.executor.run(built_in, name), None) for name in built_in_names()]
+    try:
+        for network_id in await store.ids():
+            info = await store.get(network_id)
+            if info is not None:  # expired between the scan and the read
+                found.append(summary(info, await store.ttl(network_id)))
+    except StoreUnavailable as exc:
+        raise _store_down(exc) from exc
+    return json_response({"networks": found})
+
+
+@router.get("/{network_id}", response_model=NetworkInfo, summary="A network: buses, loads, lines, names, layout",
+            responses=problems(404, 422))
+async def read(network_id: str = IdPath, rt: Runtime = Depends(get_runtime)) -> Response:
+    if network_id in built_in_names():
+        return json_response({**await rt.executor.run(built_in, network_id), "expires_in_s": None})
+    store = Networks(rt.store, rt.settings.context_ttl_s)
+    try:
+        info = await store.get(network_id)
+        ttl = None if info is None else await store.ttl(network_id)
+    except StoreUnavailable as exc:
+        raise _store_down(exc) from exc
+    if info is None:
+        raise NotFound("network", network_id, "network_id")
+    return json_response({**info, "expires_in_s": ttl})

@@ -1,0 +1,170 @@
+"""The operator's page at /ui: static files served by the service itself, and two small JSON helpers
+the page needs beyond the /v1 API (which gives it models, networks, context sets, predictions and jobs).
+
+- `POST /ui/api/context-sets`: a measured context uploaded as a CSV or Parquet file (the 64 load columns
+  and the 32 `vm_pu_bus*` columns, as `gridpfn simulate -o` writes them) stored exactly as
+  `POST /v1/context-sets` stores `{x, y}`; a bad cell is a 422 naming its row and column.
+- `GET /ui/api/batch-jobs/{id}/risk-histogram`: the histogram of each row's worst-bus P(outside band)
+  over a finished job's result, computed where the result file is (a result can have millions of rows).
+
+None of them is in the OpenAPI document: they serve the page, not API clients.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+from fastapi import APIRouter, Depends, Query, Request
+from pydantic import ValidationError
+from starlette.datastructures import UploadFile
+from starlette.responses import FileResponse, Response
+
+from service.engine.errors import InvalidInput, NotFound, TooLarge
+from service.engine.load_table import InputError, as_float
+from service.engine.runtime import Runtime
+from service.http.auth import require_api_key
+from service.http.deps import get_runtime
+from service.http.problems import ProblemError, field_error
+from service.http.responses import json_response
+from service.http.routers import batch_jobs, context_sets
+from service.http.schemas import ContextSetCreate
+from service.jobs.inputs import PARQUET_MAGIC
+from service.jobs.jobspec import JobState
+from service.jobs.service import JobService
+
+STATIC_DIR = Path(__file__).resolve().parents[2] / "ui"
+# The page's files, by the name the page asks for; nothing else under /ui/static is served.
+STATIC_FILES = {"app.js": "text/javascript", "charts.js": "text/javascript", "app.css": "text/css",
+                "favicon.svg": "image/svg+xml"}
+# The page changes with the package; a browser re-checks it (ETag) instead of keeping a stale copy.
+NO_STALE = {"Cache-Control": "no-cache"}
+
+router = APIRouter(include_in_schema=False)
+api = APIRouter(prefix="/ui/api", include_in_schema=False, dependencies=[Depends(require_api_key)])
+
+
+@router.get("/ui")
+@router.get("/ui/")
+async def page() -> Response:
+    return FileResponse(STATIC_DIR / "index.html", media_type="text/html; charset=utf-8", headers=NO_STALE)
+
+
+@router.get("/ui/static/{name}")
+async def static(name: str) -> Response:
+    if name not in STATIC_FILES:
+        raise NotFound("file", name, "name")
+    return FileResponse(STATIC_DIR / name, media_type=STATIC_FILES[name], headers=NO_STALE)
+
+
+def _read_table(data: bytes, filename: str | None) -> pa.Table:
+    try:
+        if data[:4] == PARQUET_MAGIC:
+            return pq.read_table(io.BytesIO(data))
+        if filename and filename.lower().endswith((".parquet", ".pq")):
+            raise InputError("the file is named .parquet but is not a Parquet file", "a Parquet or CSV file")
+        return pcsv.read_csv(io.BytesIO(data))
+    except pa.ArrowException as exc:
+        raise InputError(f"unreadable file: {exc}", "a CSV file with a header row, or a Parquet file") from exc
+
+
+def context_arrays(data: bytes, filename: str | None, features: list[str], outputs: list[str],
+                   max_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) of an uploaded context file; rows whose `converged` column is false are left out."""
+    table = _read_table(data, filename)
+    missing = [c for c in (*features, *outputs) if c not in table.column_names]
+    if missing:
+        raise InputError(f"missing column(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}",
+                         f"the {len(features)} load columns and the {len(outputs)} voltage columns "
+                         f"({features[0]} ... {outputs[-1]})", column=missing[0])
+    if "converged" in table.column_names:
+        table = table.filter(pc.cast(table["converged"], pa.bool_()))
+    if table.num_rows == 0:
+        raise InputError("no data rows", "at least one load -> voltage row")
+    if table.num_rows > max_rows:
+        raise TooLarge("file", f"{table.num_rows} rows", f"at most {max_rows} rows (GRIDPFN_MAX_CONTEXT_ROWS)")
+    x = np.column_stack([as_float(table[c], c, 0) for c in features])
+    y = np.column_stack([as_float(table[c], c, 0) for c in outputs])
+    return x, y
+
+
+@api.post("/context-sets", status_code=201)
+async def upload_context(request: Request, rt: Runtime = Depends(get_runtime)) -> Response:
+    """Stores an uploaded CSV/Parquet context; answers like POST /v1/context-sets (201, Location)."""
+    async with request.form(max_files=1, max_fields=4) as form:
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise InvalidInput("file", "no file part in the form", "a multipart `file` field with CSV or Parquet")
+        data, filename = await upload.read(), upload.filename
+    features, outputs = await network_columns(str(form.get("network") or "ieee33"))
+    try:
+        x, y = await asyncio.to_thread(context_arrays, data, filename, features, outputs, rt.settings.max_context_rows)
+    except InputError as exc:
+        raise batch_jobs._file_problem(exc) from exc
+    try:
+        body = ContextSetCreate(x=x.tolist(), y=y.tolist())
+    except ValidationError as exc:  # e.g. a voltage the API refuses
+        raise ProblemError(422, "invalid-file", "Invalid input file", f"file: {exc.errors()[0]['msg']}",
+                           [field_error("file", exc.errors()[0]["msg"], "loads and voltages the API accepts")]) from exc
+    return await context_sets.create(body, rt)
+
+
+async def network_columns(name: str) -> tuple[list[str], list[str]]:
+    """(load columns, voltage columns) of a context for a built-in network; 422 for another name."""
+    from gridsim import KNOWN_NETWORKS
+
+    if name not in KNOWN_NETWORKS:
+        raise InvalidInput("network", f"no context sets for network {name!r}", f"one of {list(KNOWN_NETWORKS)}")
+    net = await asyncio.to_thread(_network, name)
+    return list(net.feature_names), list(net.output_names)
+
+
+@functools.lru_cache(maxsize=None)
+def _network(name: str) -> Any:
+    import gridsim
+
+    return gridsim.network(name)
+
+
+def worst_bus_histogram(path: Path, bins: int) -> dict[str, Any]:
+    """Histogram over rows of max over buses of p_outside_*, streamed a row group at a time."""
+    source = pq.ParquetFile(path)
+    columns = [c for c in source.schema_arrow.names if c.startswith("p_outside_")]
+    edges = np.linspace(0.0, 1.0, bins + 1)
+    counts = np.zeros(bins, dtype=np.int64)
+    rows, total, at_worst = 0, 0.0, 0.0
+    if columns:
+        for batch in source.iter_batches(columns=columns, batch_size=65536):
+            worst = np.max(np.column_stack([batch.column(i).to_numpy(zero_copy_only=False)
+                                            for i in range(batch.num_columns)]), axis=1).astype(np.float64)
+            counts += np.histogram(np.clip(worst, 0.0, 1.0), bins=edges)[0]
+            rows += len(worst)
+            total += float(worst.sum())
+            at_worst = max(at_worst, float(worst.max(initial=0.0)))
+    return {"rows": rows, "columns": len(columns), "edges": edges.tolist(), "counts": counts.tolist(),
+            "mean": total / rows if rows else None, "max": at_worst if rows else None}
+
+
+@api.get("/batch-jobs/{job_id}/risk-histogram")
+async def risk_histogram(job_id: str = batch_jobs.JobId, bins: int = Query(20, ge=1, le=200),
+                         jobs: JobService = Depends(batch_jobs.get_jobs)) -> Response:
+    job = await batch_jobs._status(jobs, job_id)
+    if job["state"] != JobState.DONE.value:
+        raise ProblemError(409, "job-not-done", "Result not available",
+                           f"job {job_id} is {job['state']}; the histogram exists once it is done",
+                           [field_error("job_id", f"state {job['state']}", "a job in state done", "path")])
+    answer = await asyncio.to_thread(worst_bus_histogram, jobs.files(job_id).result, bins)
+    if not answer["columns"]:
+        raise InvalidInput("job_id", "the job was run without a voltage band, so its result has no p_outside_* columns",
+                      "a job submitted with voltage_band", "path")
+    return json_response(answer)
+
+
+router.include_router(api)

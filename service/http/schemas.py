@@ -1,0 +1,209 @@
+"""Request and response bodies of the /v1 API, with the examples shown at /docs.
+
+Numbers must be finite and in physical range, rows as long as the served network's load and voltage
+vectors (gridsim's description: 64 loads, 32 voltages on IEEE 33); anything else is a 422 naming the
+field and the expected shape or range.
+
+One policy for every JSON request body: fields the schema does not declare are refused (422 naming
+the field; `additionalProperties: false` in the OpenAPI schema), and values are not coerced from
+other JSON types (a seed of "1" or true is a 422, as the schema's `integer` says).
+"""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Optional
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from service.engine.answers import VoltageBand
+from service.engine.gridsim_calls import SERVED_NETWORKS, served_network
+from service.http import examples as ex
+
+
+class Strict(BaseModel):
+    """Base of every request body: undeclared fields are a 422 (`additionalProperties: false`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+NetworkName = Annotated[Literal[SERVED_NETWORKS],  # type: ignore[valid-type]
+                        Field(json_schema_extra={"enum": list(SERVED_NETWORKS), "description": "a served network"})]
+StrictInt = Annotated[int, Field(strict=True)]
+StrictBool = Annotated[bool, Field(strict=True)]
+
+# Physical ranges, generous: IEEE 33-bus loads are < 1 MW per bus, voltages ~0.9-1.05 p.u. Outside
+# them the models' arithmetic is not meaningful (1e30 MW overflows the PFN), so they are a 422.
+LOAD_LIMIT = 1000.0
+Load = Annotated[float, Field(allow_inf_nan=False, strict=True, ge=-LOAD_LIMIT, le=LOAD_LIMIT, description="MW or Mvar")]
+Voltage = Annotated[float, Field(allow_inf_nan=False, strict=True, ge=0.0, le=5.0, description="|V| in p.u.")]
+
+
+def _exactly(n: int, what: str):
+    """Row-length check whose error carries the expected shape (a plain max_length would not)."""
+
+    def check(row: list[float]) -> list[float]:
+        if len(row) != n:
+            raise PydanticCustomError("row_length", "has {got} values", {"got": len(row), "expected": f"exactly {n} {what}"})
+        return row
+
+    return AfterValidator(check)
+
+
+_NET = served_network()
+LoadRow = Annotated[list[Load], _exactly(_NET.n_features, f"loads: {_NET.feature_names[0]} .. {_NET.feature_names[-1]}"),
+                    Field(json_schema_extra={"minItems": _NET.n_features, "maxItems": _NET.n_features})]
+VoltageRow = Annotated[list[Voltage], _exactly(_NET.n_outputs, f"voltages: {_NET.output_names[0]} .. {_NET.output_names[-1]}"),
+                       Field(json_schema_extra={"minItems": _NET.n_outputs, "maxItems": _NET.n_outputs})]
+Matrix = Annotated[list[LoadRow], Field(min_length=1)]
+VoltageMatrix = Annotated[list[VoltageRow], Field(min_length=1)]
+ContextId = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="sha256 id from POST /v1/context-sets")]
+Level = Annotated[float, Field(gt=0.0, lt=1.0, strict=True)]
+
+
+def _given(field: str, kind: str) -> dict[str, Any]:
+    """JSON Schema: `field` is present and not null."""
+    return {"required": [field], "properties": {field: {"type": kind}}}
+
+
+def _absent(*fields: str) -> dict[str, Any]:
+    """JSON Schema: each of `fields` is absent or null."""
+    return {"properties": {field: {"type": "null"} for field in fields}}
+
+
+# exactly one of context / context_id, given and not null (what QueryOptions._check enforces)
+ONE_CONTEXT = [{"allOf": [_given("context", "object"), _absent("context_id")]},
+               {"allOf": [_given("context_id", "string"), _absent("context")]}]
+# either x and y, or simulate (what ContextSetCreate._one_source enforces)
+ONE_SOURCE = [{"allOf": [_given("x", "array"), _given("y", "array"), _absent("simulate")]},
+              {"allOf": [_given("simulate", "object"), _absent("x", "y")]}]
+
+
+class ContextData(Strict):
+    """An inline context: x (n, loads in card feature order), y (n, voltages p.u.)."""
+
+    x: Matrix
+    y: VoltageMatrix
+
+
+class SimulateSpec(Strict):
+    """Ask gridsim for n AC power flows with loads scaled uniformly within +-delta of nominal."""
+
+    network: NetworkName = "ieee33"
+    delta: Annotated[float, Field(gt=0.0, lt=1.0, strict=True)] = 0.1
+    n: Annotated[int, Field(ge=1, strict=True)] = 500
+    seed: Annotated[int, Field(ge=0, strict=True)] = 0
+
+
+class ContextSetCreate(Strict):
+    """Either uploaded arrays (x and y) or a simulate spec, not both."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [ex.CONTEXT_SIMULATE, ex.CONTEXT_UPLOAD],
+                                                 "oneOf": ONE_SOURCE})
+
+    x: Optional[Matrix] = None
+    y: Optional[VoltageMatrix] = None
+    simulate: Optional[SimulateSpec] = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "ContextSetCreate":
+        uploaded = self.x is not None or self.y is not None
+        if uploaded == (self.simulate is not None):
+            raise ValueError("give either x and y, or simulate (exactly one)")
+        if uploaded and (self.x is None or self.y is None):
+            raise ValueError("an uploaded context needs both x and y")
+        return self
+
+
+class QueryOptions(Strict):
+    """Context, queries and the statistics wanted; shared by the PFN and the GP endpoints."""
+
+    context: Optional[ContextData] = None
+    context_id: Optional[ContextId] = None
+    queries: Matrix
+    quantiles: Annotated[list[Level], Field(max_length=99)] = []
+    voltage_band: Optional[VoltageBand] = Field(None, description="[low, high] p.u., low < 1 <= high; adds p_outside_band")
+
+    model_config = ConfigDict(json_schema_extra={"oneOf": ONE_CONTEXT})
+
+    @model_validator(mode="after")
+    def _check(self) -> "QueryOptions":
+        if (self.context is None) == (self.context_id is None):
+            raise ValueError("give either context or context_id (exactly one)")
+        return self
+
+
+class PredictRequest(QueryOptions):
+    model_config = ConfigDict(json_schema_extra={"examples": [ex.PREDICT_BY_ID, ex.PREDICT_INLINE], "oneOf": ONE_CONTEXT})
+
+    model: str = Field(description="a name from GET /v1/models")
+    compare_gp: StrictBool = Field(False, description="also fit the exact GP on the same context and time both")
+
+
+class GPPredictRequest(QueryOptions):
+    model_config = ConfigDict(json_schema_extra={"examples": [ex.GP_INLINE], "oneOf": ONE_CONTEXT})
+
+
+class SimulateRequest(Strict):
+    model_config = ConfigDict(json_schema_extra={"examples": [ex.SIMULATE]})
+
+    network: NetworkName = "ieee33"
+    loads: Matrix = Field(description="(m, features) load vectors in feature order")
+
+
+class Timing(BaseModel):
+    pfn_ms: Optional[float] = Field(None, description="model time spent in this request (encode if done now + predict)")
+    pfn_encode_ms: Optional[float] = Field(None, description="time the context encoding took (even if cached)")
+    pfn_predict_ms: Optional[float] = Field(None, description="forward pass + statistics (shared if micro-batched)")
+    context_cached: Optional[bool] = None
+    batch_rows: Optional[int] = Field(None, description="rows in the forward pass that answered this request")
+    gp_fit_ms: Optional[float] = Field(None, description="time the GP fit took (even if cached)")
+    gp_predict_ms: Optional[float] = None
+    gp_fit_cached: Optional[bool] = None
+    speedup: Optional[float] = Field(None, description="(gp_fit+gp_predict) / (pfn_encode+pfn_predict)")
+    total_ms: float = Field(description="server time from request parsed to response built")
+
+
+class GPAnswer(BaseModel):
+    mean: list[list[float]]
+    std: list[list[float]]
+
+
+class PredictResponse(BaseModel):
+    model: str
+    context_id: str
+    outputs: list[str]
+    mean: list[list[float]]
+    std: list[list[float]]
+    quantiles: dict[str, list[list[float]]]
+    p_outside_band: Optional[list[list[float]]]
+    timing: Timing
+    gp: Optional[GPAnswer] = None
+
+
+class ContextSetInfo(BaseModel):
+    id: str
+    rows: int
+    features: int
+    outputs: int
+    source: dict[str, Any]
+    created_at: float
+    expires_in_s: Optional[int]
+    x: Optional[list[list[float]]] = None
+    y: Optional[list[list[float]]] = None
+
+
+class SimulateResponse(BaseModel):
+    network: str
+    outputs: list[str]
+    vm_pu: list[Optional[list[float]]] = Field(description="null for a load vector whose power flow did not converge")
+    converged: list[bool]
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details, the body of every error."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    errors: list[dict[str, Any]] = []

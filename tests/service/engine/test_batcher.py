@@ -1,0 +1,163 @@
+"""service.engine.executor.MicroBatcher on its own, with a real method (least squares) and a real pool."""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+from models.linear import LeastSquares
+from service.engine.answers import AnswerSpec, answer
+from service.engine.executor import MicroBatcher
+from service.engine.executor import QueueFull, WorkerPool
+
+
+class RecordingLeastSquares(LeastSquares):
+    """Least squares that records the rows of every pass and can hold a pass until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.passes: list[int] = []
+        self.hold = threading.Event()
+        self.hold.set()
+
+    def summarize(self, fitted, query_x, levels=(), band=None):
+        self.hold.wait(5)
+        self.passes.append(query_x.shape[0])
+        return super().summarize(fitted, query_x, levels, band)
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 64))
+    y = 1.0 + 0.01 * (x @ rng.normal(size=(64, 32))) / 8
+    return x, y, rng.normal(size=(80, 64))
+
+
+def run(scenario):
+    """Run an async scenario with a 2-worker pool, shut down after."""
+    async def main():
+        pool = WorkerPool(workers=2, queue_size=8)
+        try:
+            return await scenario(pool)
+        finally:
+            pool.shutdown()
+
+    return asyncio.run(main())
+
+
+def test_concurrent_requests_share_one_pass_and_each_gets_its_own_rows(data):
+    x, y, q = data
+    method = RecordingLeastSquares()
+    fitted = method.fit(x, y)
+    spec = AnswerSpec((0.1, 0.9), (0.95, 1.05))
+    reported: list[tuple[int, int]] = []
+
+    async def scenario(pool):
+        batcher = MicroBatcher(pool, window_s=0.02, max_rows=64, on_batch=lambda r, n: reported.append((r, n)))
+        sizes = [1, 2, 1, 3]
+        starts = np.cumsum([0] + sizes[:-1])
+        return await asyncio.gather(*(batcher.predict("key", method, fitted, q[s:s + m], spec)
+                                      for s, m in zip(starts, sizes))), starts, sizes
+
+    results, starts, sizes = run(scenario)
+    assert method.passes == [7] and reported == [(7, 4)]
+    expected = answer(LeastSquares(), fitted, q[:7], spec)
+    for result, s, m in zip(results, starts, sizes):
+        assert result.batch_rows == 7 and result.batch_requests == 4 and result.predict_s > 0
+        np.testing.assert_allclose(result.answer.mean, expected.mean[s:s + m])
+        np.testing.assert_allclose(result.answer.std, expected.std[s:s + m])
+        np.testing.assert_allclose(result.answer.quantiles, expected.quantiles[:, s:s + m])
+        np.testing.assert_allclose(result.answer.p_outside, expected.p_outside[s:s + m])
+
+
+def test_the_row_limit_closes_a_batch_before_the_window(data):
+    x, y, q = data
+    method = RecordingLeastSquares()
+    fitted = method.fit(x, y)
+
+    async def scenario(pool):
+        batcher = MicroBatcher(pool, window_s=30.0, max_rows=4, on_batch=None)  # the window would never pass
+        return await asyncio.wait_for(asyncio.gather(*(batcher.predict("key", method, fitted, q[i:i + 2], AnswerSpec())
+                                                       for i in range(0, 8, 2))), timeout=10)
+
+    results = run(scenario)
+    assert method.passes == [4, 4]
+    assert [r.batch_rows for r in results] == [4, 4, 4, 4]
+
+
+def test_different_keys_and_specs_never_mix_rows(data):
+    x, y, q = data
+    method = RecordingLeastSquares()
+    fitted_a, fitted_b = method.fit(x, y), method.fit(x, y + 0.5)
+
+    async def scenario(pool):
+        batcher = MicroBatcher(pool, window_s=0.01, max_rows=64)
+        return await asyncio.gather(
+            batcher.predict("a", method, fitted_a, q[:1], AnswerSpec()),
+            batcher.predict("b", method, fitted_b, q[:1], AnswerSpec()),
+            batcher.predict("a", method, fitted_a, q[1:2], AnswerSpec((0.5,))),
+        )
+
+    a1, b1, a2 = run(scenario)
+    np.testing.assert_allclose(b1.answer.mean - a1.answer.mean, 0.5, rtol=1e-6)
+    assert a1.answer.quantiles.shape[0] == 0 and a2.answer.quantiles.shape[0] == 1
+    assert sorted(method.passes) == [1, 1, 1]  # key b alone; key a: one pass per spec
+    assert a1.batch_requests == a2.batch_requests == 2 and b1.batch_requests == 1
+
+
+def test_while_a_pass_runs_the_next_batch_keeps_collecting(data):
+    x, y, q = data
+    method = RecordingLeastSquares()
+    fitted = method.fit(x, y)
+
+    async def scenario(pool):
+        batcher = MicroBatcher(pool, window_s=0.001, max_rows=64)
+        method.hold.clear()  # the first pass blocks in its worker
+        first = asyncio.create_task(batcher.predict("key", method, fitted, q[:1], AnswerSpec()))
+        await asyncio.sleep(0.05)  # window passed: the first pass is running
+        later = [asyncio.create_task(batcher.predict("key", method, fitted, q[i:i + 1], AnswerSpec()))
+                 for i in range(1, 6)]
+        await asyncio.sleep(0.05)  # their window passed too, but the key's pass still runs
+        method.hold.set()
+        return await first, await asyncio.gather(*later)
+
+    first, later = run(scenario)
+    assert method.passes == [1, 5]
+    assert first.batch_rows == 1 and all(r.batch_rows == 5 for r in later)
+
+
+def test_a_full_pool_and_a_model_error_reach_every_caller_of_the_batch(data):
+    x, y, q = data
+    method = RecordingLeastSquares()
+    fitted = method.fit(x, y)
+
+    async def full():
+        pool = WorkerPool(workers=1, queue_size=0)
+        gate = threading.Event()
+        try:
+            blocker = asyncio.create_task(pool.run(gate.wait, 5))
+            await asyncio.sleep(0.02)
+            batcher = MicroBatcher(pool, window_s=0.001, max_rows=64)
+            outcomes = await asyncio.gather(*(batcher.predict("key", method, fitted, q[i:i + 1], AnswerSpec())
+                                              for i in range(3)), return_exceptions=True)
+            gate.set()
+            await blocker
+            return outcomes
+        finally:
+            gate.set()
+            pool.shutdown()
+
+    outcomes = asyncio.run(full())
+    assert len(outcomes) == 3 and all(isinstance(o, QueueFull) for o in outcomes)
+
+    async def wrong_width(pool):
+        batcher = MicroBatcher(pool, window_s=0.001, max_rows=64)
+        return await asyncio.gather(batcher.predict("key", method, fitted, q[:1, :10], AnswerSpec()),
+                                    batcher.predict("key", method, fitted, q[:1, :10], AnswerSpec()),
+                                    return_exceptions=True)
+
+    errors = run(wrong_width)
+    assert len(errors) == 2 and all(isinstance(e, Exception) for e in errors) and errors[0] is errors[1]

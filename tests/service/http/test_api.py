@@ -1,0 +1,225 @@
+"""Main flows over real HTTP, against the embedded store and against real Redis."""
+from __future__ import annotations
+
+import httpx
+import numpy as np
+import pytest
+
+import gridsim
+from service.engine.context_sets import context_id
+from service.settings import Settings
+from tests.service.conftest import MODEL, metric, rows
+
+K = 32
+
+
+def upload(client, x, y) -> str:
+    response = client.post("/v1/context-sets", json={"x": rows(x), "y": rows(y)})
+    assert response.status_code == 201, response.text
+    body = response.json()
+    assert response.headers["location"] == f"/v1/context-sets/{body['id']}"
+    return body["id"]
+
+
+def test_health_and_readiness(client, server):
+    assert client.get("/healthz").json()["live"] is True
+    assert client.get("/v2/health/live").status_code == 200
+    for path in ("/readyz", "/v2/health/ready"):
+        body = client.get(path).json()
+        assert body["ready"] is True and body["models"] == [MODEL]
+    assert client.get("/readyz").json()["store"] == server.app.state.runtime.store.kind
+
+
+def test_models_list_and_card(client):
+    listing = client.get("/v1/models").json()
+    assert [m["name"] for m in listing["models"]] == [MODEL]
+    card = client.get(f"/v1/models/{MODEL}").json()
+    net = gridsim.network("ieee33")
+    assert card["features"] == list(net.feature_names) and card["outputs"] == list(net.output_names)
+    assert card["context_size"] == {"min": 8, "max": 2000} and card["device"] == "cpu"
+
+
+def test_context_set_upload_is_content_addressed(client, scenarios):
+    x, y = scenarios[0][:30], scenarios[1][:30]
+    cid = upload(client, x, y)
+    assert cid == context_id(x, y) and upload(client, x, y) == cid  # same data, same id
+    info = client.get(f"/v1/context-sets/{cid}", params={"include_data": True}).json()
+    assert info["rows"] == 30 and info["features"] == 64 and info["outputs"] == K
+    assert 0 < info["expires_in_s"] <= 86400 and info["source"]["kind"] == "uploaded"
+    np.testing.assert_array_equal(np.array(info["x"]), x)  # float64 round trip, bit for bit
+    np.testing.assert_array_equal(np.array(info["y"]), y)
+    assert "x" not in client.get(f"/v1/context-sets/{cid}").json()  # arrays only when asked for
+    assert client.delete(f"/v1/context-sets/{cid}").status_code == 204
+    assert client.get(f"/v1/context-sets/{cid}").status_code == 404
+
+
+def test_context_set_simulated_matches_gridsim(client):
+    spec = {"network": "ieee33", "delta": 0.1, "n": 20, "seed": 7}
+    response = client.post("/v1/context-sets", json={"simulate": spec})
+    assert response.status_code == 201, response.text
+    body = response.json()
+    expected = gridsim.simulate(20, 0.1, 7)
+    assert body["id"] == context_id(expected.x, expected.vm_pu)
+    assert body["source"] == {"kind": "simulated", **spec, "dropped_nonconverged": 0}
+
+
+def test_predict_shapes_quantiles_band(client, scenarios):
+    x, y = scenarios
+    cid = upload(client, x[:40], y[:40])
+    body = client.post("/v1/predict", json={
+        "model": MODEL, "context_id": cid, "queries": rows(x[100:105]),
+        "quantiles": [0.05, 0.5, 0.95], "voltage_band": [0.95, 1.05]}).json()
+    assert body["model"] == MODEL and body["context_id"] == cid and len(body["outputs"]) == K
+    mean, std = np.array(body["mean"]), np.array(body["std"])
+    assert mean.shape == std.shape == (5, K) and np.isfinite(mean).all() and (std > 0).all()
+    q = {level: np.array(v) for level, v in body["quantiles"].items()}
+    assert set(q) == {"0.05", "0.5", "0.95"} and all(v.shape == (5, K) for v in q.values())
+    assert (q["0.05"] <= q["0.5"] + 1e-6).all() and (q["0.5"] <= q["0.95"] + 1e-6).all()
+    p = np.array(body["p_outside_band"])
+    assert p.shape == (5, K) and ((p >= 0) & (p <= 1)).all()
+    assert body["gp"] is None and body["timing"]["total_ms"] > 0
+
+
+def test_server_timing_header_covers_the_whole_request(client, scenarios):
+    """Server-Timing's app;dur spans parsing and serialisation, so it is at least the handler's total_ms."""
+    x, y = scenarios
+    cid = upload(client, x[:40], y[:40])
+    response = client.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows(x[100:150])})
+    name, _, duration = response.headers["server-timing"].partition(";dur=")
+    assert name == "app" and float(duration) >= response.json()["timing"]["total_ms"]
+    missing = client.get("/v1/models/no-such-model")
+    assert missing.status_code == 404 and missing.headers["server-timing"].startswith("app;dur=")
+
+
+def test_inline_context_equals_stored_context(client, scenarios):
+    x, y = scenarios
+    cid = upload(client, x[:25], y[:25])
+    query = {"model": MODEL, "queries": rows(x[150:160])}
+    by_id = client.post("/v1/predict", json={**query, "context_id": cid}).json()
+    inline = client.post("/v1/predict", json={**query, "context": {"x": rows(x[:25]), "y": rows(y[:25])}}).json()
+    assert inline["context_id"] == cid
+    np.testing.assert_allclose(inline["mean"], by_id["mean"], rtol=1e-6)
+    assert by_id["quantiles"] == {} and by_id["p_outside_band"] is None
+
+
+def test_encoded_context_is_cached(client, scenarios):
+    x, y = scenarios
+    cid = upload(client, x[40:72], y[40:72])
+    before = metric(client, "gridpfn_context_encodes_total", model=MODEL)
+    first = client.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows(x[:2])}).json()
+    second = client.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows(x[2:20])}).json()
+    assert metric(client, "gridpfn_context_encodes_total", model=MODEL) == before + 1
+    assert first["timing"]["context_cached"] is False and second["timing"]["context_cached"] is True
+    assert second["timing"]["pfn_ms"] == second["timing"]["pfn_predict_ms"]  # nothing re-encoded
+    assert metric(client, "gridpfn_cache_lookups_total", cache="encoded_context", result="hit") >= 1
+
+
+def test_compare_gp_side_by_side_and_gp_fit_cached(client, scenarios):
+    x, y = scenarios
+    cid = upload(client, x[80:120], y[80:120])
+    fits = metric(client, "gridpfn_gp_fits_total")
+    request = {"model": MODEL, "context_id": cid, "queries": rows(x[:3]), "compare_gp": True}
+    first = client.post("/v1/predict", json=request).json()
+    gp_mean, gp_std = np.array(first["gp"]["mean"]), np.array(first["gp"]["std"])
+    assert gp_mean.shape == gp_std.shape == (3, K) and (gp_std > 0).all()
+    assert np.abs(gp_mean - y[:3]).max() < 0.05  # an exact GP on real power flows is close
+    t = first["timing"]
+    assert t["gp_fit_cached"] is False and t["gp_fit_ms"] > 0 and t["gp_predict_ms"] > 0
+    assert t["speedup"] == (t["gp_fit_ms"] + t["gp_predict_ms"]) / (t["pfn_encode_ms"] + t["pfn_predict_ms"])
+    second = client.post("/v1/predict", json=request).json()
+    assert second["timing"]["gp_fit_cached"] is True and second["timing"]["gp_fit_ms"] == t["gp_fit_ms"]
+    assert metric(client, "gridpfn_gp_fits_total") == fits + 1
+    gp_only = client.post("/v1/gp/predict", json={"context_id": cid, "queries": rows(x[:3]),
+                                                  "quantiles": [0.5], "voltage_band": [0.95, 1.05]}).json()
+    np.testing.assert_allclose(gp_only["mean"], gp_mean, rtol=1e-6)
+    np.testing.assert_allclose(gp_only["quantiles"]["0.5"], gp_mean, rtol=1e-6)
+    assert np.array(gp_only["p_outside_band"]).shape == (3, K) and gp_only["timing"]["gp_fit_cached"] is True
+
+
+def test_simulate_is_ground_truth(client, scenarios):
+    x, y = scenarios
+    body = client.post("/v1/simulate", json={"loads": rows(x[:4])}).json()
+    assert body["converged"] == [True] * 4 and body["outputs"] == list(gridsim.network("ieee33").output_names)
+    np.testing.assert_allclose(np.array(body["vm_pu"]), y[:4], atol=1e-9)
+
+
+def test_simulate_reports_non_convergence_as_null(client, scenarios):
+    overloaded = np.full(64, 50.0)  # 50 MW at every bus: no power-flow solution
+    body = client.post("/v1/simulate", json={"loads": [rows(scenarios[0][0]), rows(overloaded)]}).json()
+    assert body["converged"] == [True, False] and body["vm_pu"][1] is None
+
+
+def test_metrics_exposition(client):
+    client.get("/healthz")
+    text = client.get("/metrics").text
+    for name in ("gridpfn_http_requests_total", "gridpfn_http_request_seconds_bucket", "gridpfn_queue_depth",
+                 "gridpfn_pool_running", "gridpfn_model_inference_seconds"):
+        assert name in text
+    assert metric(client, "gridpfn_http_requests_total", method="GET", route="/healthz", status="200") >= 1
+
+
+def test_documented_examples_work(client):
+    """Every example shown at /docs, sent as it is, succeeds (the by-id one after its context exists)."""
+    from service.http import examples
+
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    by_id, inline = schemas["PredictRequest"]["examples"]
+    assert by_id["model"] == inline["model"] == MODEL and len(inline["context"]["x"]) >= 8
+    for body in schemas["ContextSetCreate"]["examples"]:
+        created = client.post("/v1/context-sets", json=body)
+        assert created.status_code == 201, created.text
+    assert client.post("/v1/context-sets", json=examples.CONTEXT_SIMULATE).json()["id"] == by_id["context_id"]
+    for path, body in (("/v1/predict", by_id), ("/v1/predict", inline),
+                       ("/v1/gp/predict", schemas["GPPredictRequest"]["examples"][0]),
+                       ("/v1/simulate", schemas["SimulateRequest"]["examples"][0])):
+        response = client.post(path, json=body)
+        assert response.status_code == 200, (path, response.text)
+
+
+@pytest.mark.parametrize("recheck_s", [0.0, 0.5])
+def test_context_deleted_by_another_process_is_gone_here_too(model_dir, redis_url, scenarios, recheck_s):
+    """The in-process copy of a hot context outlives the stored one by at most GRIDPFN_CONTEXT_RECHECK_S."""
+    import time
+
+    import httpx
+    import redis
+
+    from tests.service.conftest import LIMITS, running  # noqa: PLC0415 - a server of its own
+
+    x, y = scenarios
+    settings = Settings(model_dir=model_dir, redis_url=redis_url, context_recheck_s=recheck_s, **LIMITS)
+    with running(settings) as server, httpx.Client(base_url=server.url, timeout=60) as client:
+        cid = upload(client, x[120:140], y[120:140])
+        request = {"model": MODEL, "context_id": cid, "queries": rows(x[:1])}
+        assert client.post("/v1/predict", json=request).status_code == 200
+        deleted_at = time.monotonic()
+        redis.Redis.from_url(redis_url).delete(f"gridpfn:ctx:{cid}")  # as another server would
+        status = client.post("/v1/predict", json=request).status_code
+        if recheck_s == 0:
+            assert status == 404
+        else:  # within the bound the copy may still answer; past it, never
+            assert status in (200, 404) and (status == 404 or time.monotonic() - deleted_at < recheck_s)
+            time.sleep(recheck_s)
+            assert client.post("/v1/predict", json=request).status_code == 404
+
+
+def test_big_predict_split_across_workers_equals_small_requests(model_dir, scenarios):
+    """A request over SPLIT_ROWS runs as blocks in parallel workers; the answer is the unsplit one, in order."""
+    from service.engine.inference import SPLIT_ROWS
+    from tests.service.conftest import LIMITS, running  # noqa: PLC0415 - a server of its own with 2 workers
+
+    x, y = scenarios
+    rng = np.random.default_rng(0)
+    queries = x[rng.integers(0, len(x), SPLIT_ROWS + 500)] * rng.uniform(0.9, 1.1, (SPLIT_ROWS + 500, x.shape[1]))
+    settings = Settings(model_dir=model_dir, redis_url=None, workers=2, **{**LIMITS, "max_queries": 5000})
+    with running(settings) as srv, httpx.Client(base_url=srv.url, timeout=120) as c:
+        cid = upload(c, x[:120], y[:120])
+        ask = {"model": MODEL, "context_id": cid, "quantiles": [0.1, 0.9], "voltage_band": [0.95, 1.05]}
+        whole = c.post("/v1/predict", json={**ask, "queries": rows(queries)}).json()
+        parts = [c.post("/v1/predict", json={**ask, "queries": rows(queries[i:i + 500])}).json()
+                 for i in range(0, len(queries), 500)]
+    assert np.array(whole["mean"]).shape == (len(queries), K)
+    for key in ("mean", "std", "p_outside_band"):
+        np.testing.assert_array_equal(np.array(whole[key]), np.concatenate([np.array(p[key]) for p in parts]))
+    np.testing.assert_array_equal(np.array(whole["quantiles"]["0.9"]),
+                                  np.concatenate([np.array(p["quantiles"]["0.9"]) for p in parts]))
