@@ -213,7 +213,7 @@ def test_build_context_has_what_the_image_copies_and_nothing_secret():
         for source in rest.split()[:-1]:
             assert (REPO / source).exists(), f"COPY {source}: not in the repository"
             assert not dockerignored(source), f"COPY {source}: excluded by .dockerignore"
-    for kept in ("pyproject.toml", "README.md", "gridsim/api.py", "service/cli.py", "models/registry/a/1/card.json",
+    for kept in ("pyproject.toml", "README.md", "gridsim/api.py", "service/commands/cli.py", "models/registry/a/1/card.json",
                  "models/registry/a/1/model.safetensors", "models/configs/x.json"):
         assert not dockerignored(kept), kept
     for dropped in (".env", ".venv/bin/python", "runs/ieee33/ckpt.pt", "tests/conftest.py", ".git/HEAD",
