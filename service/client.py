@@ -35,7 +35,9 @@ import pandas as pd
 
 TERMINAL = ("done", "failed", "cancelled")
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
-# The model cards' feature names (IEEE 33-bus: P then Q at buses 2..33), for queries given as arrays.
+# The IEEE 33-bus feeder's load feature names (P then Q at buses 2..33), for building DataFrames and
+# for arrow_request_body's arrays. The client's own predict and gp_predict name an array's columns as
+# the server does instead (the model's card, the network's description: gridsim's names).
 LOAD_FEATURES = [f"p_mw_bus{bus}" for bus in range(2, 34)] + [f"q_mvar_bus{bus}" for bus in range(2, 34)]
 # errors after which the request may not have reached the server's handler: retried for idempotent calls
 _RETRYABLE_ERRORS = (httpx.NetworkError, httpx.RemoteProtocolError)
@@ -68,6 +70,7 @@ class Call:
     parse: Callable[[httpx.Response], Any] = field(default=lambda r: r.json())
     idempotent: bool = True
     options: dict[str, Any] = field(default_factory=dict)  # json, content, data, files, params, headers
+    then: Callable[[Any], "Call"] | None = None  # given this call's answer, the call that is made next
 
 
 class _Endpoints:
@@ -80,6 +83,7 @@ class _Endpoints:
         self.base_url = base_url.rstrip("/")
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.retries, self.backoff_s, self.max_retry_wait_s = retries, backoff_s, max_retry_wait_s
+        self._features: dict[str, list[str]] = {}  # the server's feature names, per model card or network path
 
     def _request_args(self, call: Call) -> dict[str, Any]:
         options = dict(call.options)
@@ -140,19 +144,33 @@ class _Endpoints:
                 compare_gp: bool = False) -> Call:
         """POST /v1/predict with the queries sent as Arrow and answered as Arrow: a DataFrame with a row per
         query and a column per statistic and bus (`mean_vm_pu_bus2`, `q0.05_...`, ...); model, timing etc.
-        in `frame.attrs`. `queries`: a DataFrame with the 64 feature columns, or an (m, 64) array in
-        LOAD_FEATURES order."""
+        in `frame.attrs`. `queries`: a DataFrame with the model's feature columns, or an (m, features)
+        array in the order of the model card's `features` (read from the server once per client)."""
         fields = _query_fields(context_id, context, quantiles, voltage_band)
         fields.update(model=model, compare_gp=compare_gp)
-        return _arrow_call("/v1/predict", queries, fields)
+        return self._query_call("/v1/predict", queries, fields, f"/v1/models/{model}")
 
     def gp_predict(self, queries: Any, context_id: str | None = None, context: tuple[Any, Any] | None = None,
                    quantiles: Sequence[float] = (), voltage_band: Sequence[float] | None = None) -> Call:
-        """POST /v1/gp/predict: the exact GP fitted on the context (cached per context), as a DataFrame like predict's."""
-        return _arrow_call("/v1/gp/predict", queries, _query_fields(context_id, context, quantiles, voltage_band))
+        """POST /v1/gp/predict: the exact GP fitted on the context (cached per context), as a DataFrame like predict's;
+        an array's columns in the order of the network's `features` (GET /v1/networks/ieee33)."""
+        fields = _query_fields(context_id, context, quantiles, voltage_band)
+        return self._query_call("/v1/gp/predict", queries, fields, "/v1/networks/ieee33")
+
+    def _query_call(self, path: str, queries: Any, fields: dict[str, Any], described_at: str) -> Call:
+        """An Arrow query call; an array's columns named by the `features` of the description at
+        `described_at` (a model card, a network), asked for first when this client has not yet."""
+        if isinstance(queries, pd.DataFrame) or described_at in self._features:
+            return _arrow_call(path, queries, fields, self._features.get(described_at))
+
+        def named(description: dict[str, Any]) -> Call:
+            self._features[described_at] = list(description["features"])
+            return _arrow_call(path, queries, fields, self._features[described_at])
+
+        return Call("GET", described_at, then=named)
 
     def simulate(self, loads: Any, network: str = "ieee33") -> Call:
-        """POST /v1/simulate: AC power flow of (m, 64) load vectors; the answer as the service gives it."""
+        """POST /v1/simulate: AC power flow of (m, features) load vectors; the answer as the service gives it."""
         return Call("POST", "/v1/simulate", options={"json": {"network": network, "loads": _rows(loads)}})
 
     # --- batch jobs ----------------------------------------------------------------------------------
@@ -235,7 +253,8 @@ class GridPFNClient(_Endpoints):
             attempt += 1
 
     def call(self, call: Call) -> Any:
-        return call.parse(self.send(call))
+        answer = call.parse(self.send(call))
+        return answer if call.then is None else self.call(call.then(answer))
 
     for _name in _ENDPOINTS:
         locals()[_name] = _sync(getattr(_Endpoints, _name))
@@ -318,7 +337,8 @@ class AsyncGridPFNClient(_Endpoints):
             attempt += 1
 
     async def call(self, call: Call) -> Any:
-        return call.parse(await self.send(call))
+        answer = call.parse(await self.send(call))
+        return answer if call.then is None else await self.call(call.then(answer))
 
     for _name in _ENDPOINTS:
         locals()[_name] = _async(getattr(_Endpoints, _name))
@@ -418,9 +438,9 @@ def _query_fields(context_id: str | None, context: tuple[Any, Any] | None, quant
     return fields
 
 
-def _arrow_call(path: str, queries: Any, fields: dict[str, Any]) -> Call:
+def _arrow_call(path: str, queries: Any, fields: dict[str, Any], features: Sequence[str] | None = None) -> Call:
     """A query route called with an Arrow body and read as Arrow into a DataFrame (metadata in .attrs)."""
-    return Call("POST", path, _arrow_frame, options={"content": arrow_request_body(queries, fields),
+    return Call("POST", path, _arrow_frame, options={"content": arrow_request_body(queries, fields, features),
                                                      "headers": {"Content-Type": ARROW_STREAM, "Accept": ARROW_STREAM}})
 
 
@@ -433,19 +453,21 @@ def _arrow_frame(response: httpx.Response) -> pd.DataFrame:
     return frame
 
 
-def arrow_request_body(queries: Any, fields: dict[str, Any]) -> bytes:
+def arrow_request_body(queries: Any, fields: dict[str, Any], features: Sequence[str] | None = None) -> bytes:
     """A predict body as Arrow: a column per load feature, a row per query, the request's other `fields`
-    as JSON in the schema metadata `gridpfn` (see service.http.arrow_request)."""
+    as JSON in the schema metadata `gridpfn` (see service.http.arrow_request). An array's columns are
+    named `features` (default LOAD_FEATURES); a DataFrame keeps its own."""
     import numpy as np
     import pyarrow as pa
 
     if isinstance(queries, pd.DataFrame):
         table = pa.Table.from_pandas(queries, preserve_index=False)
     else:
+        names = list(LOAD_FEATURES if features is None else features)
         matrix = np.asarray(queries, dtype=np.float64)
-        if matrix.ndim != 2 or matrix.shape[1] != len(LOAD_FEATURES):
-            raise ValueError(f"queries: expected an (m, {len(LOAD_FEATURES)}) array or a DataFrame, got shape {matrix.shape}")
-        table = pa.table(dict(zip(LOAD_FEATURES, np.ascontiguousarray(matrix.T))))
+        if matrix.ndim != 2 or matrix.shape[1] != len(names):
+            raise ValueError(f"queries: expected an (m, {len(names)}) array or a DataFrame, got shape {matrix.shape}")
+        table = pa.table(dict(zip(names, np.ascontiguousarray(matrix.T))))
     table = table.replace_schema_metadata({b"gridpfn": json.dumps(fields).encode()})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
