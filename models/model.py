@@ -65,6 +65,7 @@ class ContextCache:
     values: list[torch.Tensor] = field(default_factory=list)  # per layer: (B, H, n, k*dv) or (B, k, H, n, dv) for VA
     attended: torch.Tensor | None = None  # (n_att,) context rows the attention sees; None = all of them
     targets: torch.Tensor | None = None  # (B, k, n_att) their standardised LOO residuals, the values' source
+    leverage: torch.Tensor | None = None  # (B, n_att) their own (in-sample) leverage feature
 
     @property
     def n_outputs(self) -> int:
@@ -405,7 +406,7 @@ class DVAPFN(nn.Module):
         hy = self.embed_y(values.to(self.embed_y.weight.dtype)[..., None])  # (B, k, n, Dv)
         if joint is not None:
             hy = hy + joint
-        cache = ContextCache(stats, attended=attended, targets=values)
+        cache = ContextCache(stats, attended=attended, targets=values, leverage=leverage)
         for layer in self.layers:
             keys, vals = layer.keys_values(hx, hy)
             cache.keys.append(keys)
@@ -426,6 +427,12 @@ class DVAPFN(nn.Module):
         stats = cache.stats
         xs = self._standardise_x(query_x, stats.x_mean, stats.x_std)
         loc, leverage = RidgeBase.predict(stats, xs)
+        if held_out:
+            # A context point's leave-one-out residual is the error of the fit without it, whose
+            # leverage there is its own in-sample one: the feature the encoding computed. Deriving
+            # it as for a new query would understate it (h / (1 + h) of an in-sample h) and the
+            # calibration would widen every interval to make up for it.
+            leverage = cache.leverage
         k, m = cache.n_outputs, query_x.shape[-2]
         hx, joint = self._x_tokens(xs, leverage, k)
         hy = self.query_token.expand(query_x.shape[0], k, m, -1)
