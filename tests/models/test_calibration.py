@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from models.bar_predictive import BarPredictive
-from models.calibration import MIN_CALIBRATION_POINTS, MIN_SPREAD, conformal_spread, spread_from_heldout
+from models.calibration import (MIN_CALIBRATION_POINTS, MIN_NARROWING_POINTS, MIN_SPREAD, conformal_spread,
+                                spread_from_heldout)
 from models.pfn import PFNMethod
 from models.predictive import GaussianPredictive
 from models.testing import TINY_CONFIG, tiny_model
@@ -38,6 +39,17 @@ def test_conformal_factor_covers_its_level_and_never_collapses():
     assert (covered.mean(axis=0) >= 0.9).all() and (covered.mean(axis=0) < 0.93).all()
     exact = spread_from_heldout(pred, pred.mean.copy())  # every held-out point predicted exactly
     assert (exact == MIN_SPREAD).all()
+
+
+def test_few_held_out_points_may_widen_but_not_narrow():
+    """A predictive twice too wide: narrowed with enough held-out points, left alone with few;
+    one half as wide as the truth is widened either way."""
+    wide, y = _gaussian_heldout(0.5, n=MIN_NARROWING_POINTS)
+    np.testing.assert_allclose(spread_from_heldout(wide, y), 0.5, rtol=0.25)
+    few_wide, few_y = _gaussian_heldout(0.5, n=MIN_NARROWING_POINTS - 1)
+    assert (spread_from_heldout(few_wide, few_y) == 1.0).all()
+    narrow, y_narrow = _gaussian_heldout(2.0, n=40)
+    assert (spread_from_heldout(narrow, y_narrow) > 1.5).all()
 
 
 def test_spread_stretches_the_bar_predictive_around_its_mean():
