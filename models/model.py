@@ -115,14 +115,18 @@ class RidgeBase:
     """
 
     @staticmethod
-    def fit(xs: torch.Tensor, y: torch.Tensor, kind: str, x_mean, x_std) -> tuple[Standardisation, torch.Tensor, torch.Tensor]:
-        """Return statistics, standardised context targets (B, k, n) and leverage feature (B, n)."""
+    def fit(xs: torch.Tensor, y: torch.Tensor, kind: str, x_mean, x_std,
+            load_positions=None) -> tuple[Standardisation, torch.Tensor, torch.Tensor]:
+        """Return statistics, standardised context targets (B, k, n) and leverage feature (B, n).
+
+        `load_positions`: the output index of each load bus, for the physics fit (None: output j is
+        the bus of loads j and j + m)."""
         n, d = xs.shape[-2], xs.shape[-1]
         y64 = y.double()
         y_mean = y64.mean(dim=-2)  # (B, k)
         yc = y64 - y_mean[..., None, :]
         if kind == "physics":
-            fitted, loo, leverage = physics_base.fit(xs, y64, x_std)
+            fitted, loo, leverage = physics_base.fit(xs, y64, x_std, load_positions)
             scale = loo.pow(2).mean(dim=-2).sqrt() + 1e-12 * (y_mean.abs() + 1.0)
             stats = Standardisation(x_mean, x_std, y_mean, scale, None, None, None, n, physics=fitted)
             values = (loo / scale[..., None, :]).transpose(-1, -2)
@@ -394,7 +398,7 @@ class DVAPFN(nn.Module):
         x_mean = context_x.mean(dim=-2)
         x_std = context_x.std(dim=-2, unbiased=False).clamp_min(1e-6 * (x_mean.abs() + 1e-6))
         xs = self._standardise_x(context_x, x_mean, x_std)
-        stats, values, leverage = RidgeBase.fit(xs, context_y, self.cfg.base, x_mean, x_std)
+        stats, values, leverage = RidgeBase.fit(xs, context_y, self.cfg.base, x_mean, x_std, self.cfg.load_positions)
         if outputs is not None:
             stats = stats.select(outputs)
             values = torch.gather(values, 1, outputs[..., None].expand(-1, -1, values.shape[-1]))
