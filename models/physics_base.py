@@ -29,7 +29,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
+
+from models.predictive import GaussianPredictive, Method
+from models.validation import check_context, check_queries
 
 # Ridge penalties tried per output, relative to n (features are standardised, so s_j^2 ~ n).
 RIDGE_GRID = (1e-12, 1e-10, 1e-8, 1e-6, 1e-4, 1e-2, 1.0, 10.0)
@@ -232,3 +236,29 @@ def predict(state: PhysicsFit, xs: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     proj = design @ state.right_vectors.transpose(-1, -2)
     h = (proj.square() * state.leverage_weights[:, None, :]).sum(-1) + 1.0 / state.n_context
     return loc, h / (1.0 + h)  # what the leverage would be had the query been in the context
+
+
+class PhysicsBaseMethod(Method):
+    """The base fit alone as a predictor: its mean, and its leave-one-out error as a Gaussian spread.
+
+    What the closed form gives without the network: a baseline for the PFN built on it, and for
+    feeders no checkpoint serves yet (bench/accuracy.py --network)."""
+
+    name = "physics base (closed form)"
+
+    def __init__(self, load_positions=None):
+        self.load_positions = None if load_positions is None else torch.as_tensor(load_positions, dtype=torch.long)
+
+    def fit(self, context_x, context_y) -> tuple[PhysicsFit, torch.Tensor, torch.Tensor, np.ndarray]:
+        x, y = check_context(context_x, context_y)
+        xt, yt = torch.as_tensor(x, dtype=torch.float64)[None], torch.as_tensor(y, dtype=torch.float64)[None]
+        mean = xt.mean(dim=-2)
+        std = xt.std(dim=-2, unbiased=False).clamp_min(1e-6 * (mean.abs() + 1e-6))  # constant loads, as the model
+        state, loo, _ = fit((xt - mean[:, None]) / std[:, None], yt, std, self.load_positions)
+        return state, mean, std, loo[0].square().mean(dim=0).sqrt().numpy()
+
+    def predict(self, fitted, query_x) -> GaussianPredictive:
+        state, mean, std, spread = fitted
+        q = torch.as_tensor(check_queries(query_x, d=mean.shape[-1]), dtype=torch.float64)[None]
+        loc, _ = predict(state, (q - mean[:, None]) / std[:, None])
+        return GaussianPredictive(loc[0].numpy(), np.broadcast_to(spread, loc.shape[1:]).copy())

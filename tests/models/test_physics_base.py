@@ -174,3 +174,16 @@ def test_large_context_attends_to_a_bounded_subset_and_fits_on_all_points():
     assert encoded.spread is not None and np.isfinite(encoded.spread).all()
     pred = method.predict(encoded, sim.x[4000:])
     assert np.isfinite(pred.mean).all() and np.isfinite(pred.std).all()
+
+
+def test_the_base_fit_alone_is_a_method():
+    """PhysicsBaseMethod: the closed form's mean, its LOO error as spread (the bench's baseline row)."""
+    sim = gridsim.simulate(1500, 0.3, seed=3)
+    method = physics_base.PhysicsBaseMethod()
+    pred = method(sim.x[:500], sim.vm_pu[:500], sim.x[500:])
+    assert pred.mean.shape == (1000, 32) and pred.timing.fit_s > 0
+    assert np.abs(pred.mean - sim.vm_pu[500:]).mean(0).max() < 0.05 * _least_squares_mae(
+        sim.x[:500], sim.vm_pu[:500], sim.x[500:], sim.vm_pu[500:])
+    low, high = pred.interval(0.95)
+    inside = ((sim.vm_pu[500:] >= low) & (sim.vm_pu[500:] <= high)).mean(0)
+    assert 0.85 < inside.mean() < 0.995
