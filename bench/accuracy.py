@@ -9,6 +9,8 @@ Writes bench/results/accuracy.md and .json.
 
     .venv/bin/python bench/accuracy.py                      # full report (pandapower truth and 30 exact-GP fits take most of the time: tens of minutes on 2 busy cores)
     .venv/bin/python bench/accuracy.py --solver batched --deltas 0.05 0.5 --no-gp   # quick look
+    .venv/bin/python bench/accuracy.py --network mv_oberrhein_sub0   # another built-in feeder: the Table-4 protocol only
+                                                                      # -> bench/results/accuracy-mv_oberrhein_sub0.md
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from models.gp import ExactGP  # noqa: E402
 from models.linear import BayesianLinearRegression, LeastSquares, MeanPredictor, RidgeLOO  # noqa: E402
 from models.metrics import accuracy_summary  # noqa: E402
 from models.pfn import PFNMethod  # noqa: E402
+from models.physics_base import PhysicsBaseMethod  # noqa: E402
 from models.registry import DEFAULT_ROOT, load_registry  # noqa: E402
 
 DELTAS = (0.05, 0.10, 0.30, 0.50)
@@ -44,14 +47,15 @@ SWEEP_SIZES, SWEEP_DELTA, SWEEP_GP_MAX = (16, 50, 100, 500, 2000, 10000), 0.30, 
 NOISE_CELLS = ((0.30, 1e-5), (0.30, 1e-4), (0.05, 1e-5), (0.05, 1e-4))  # (delta, reading noise std p.u.)
 GP, GP_LINEAR, LS, RIDGE, BLR, MEAN = ("exact GP (ARD RBF)", "exact GP + linear", "least squares", "ridge (LOO)",
                                       "Bayesian linear", "mean predictor")
+PHYSICS = PhysicsBaseMethod.name
 # Reference figures of the paper's Table 4 (max-over-buses MAE of its exact GP).
 PAPER_GP_MAE = {0.05: 4e-4, 0.10: 4e-4, 0.30: 5e-4, 0.50: 3e-4}
 PV_BUSES = (12, 18, 22, 25, 30, 33)
 
 
 # --- data ---------------------------------------------------------------------------------------
-def _dataset(delta: float, seed: int, solver: str, n: int = N_CONTEXT + N_TEST, **options):
-    sim = gridsim.simulate(n, delta, seed=seed, solver=solver, **options)
+def _dataset(delta: float, seed: int, solver: str, n: int = N_CONTEXT + N_TEST, network: str = "ieee33", **options):
+    sim = gridsim.simulate(n, delta, seed=seed, solver=solver, network=network, **options)
     if not sim.converged.all():
         raise RuntimeError(f"{sim.n_failed} scenarios did not converge at delta={delta}")
     return sim.x, sim.vm_pu
@@ -90,8 +94,9 @@ def _split(x, y, n_context: int = N_CONTEXT):
 
 
 # --- methods ------------------------------------------------------------------------------------
-def _methods(registry, with_gp: bool, uncalibrated: bool = True) -> list:
-    """Served PFNs (and the same weights without calibration), the exact GPs, the linear baselines."""
+def _methods(registry, with_gp: bool, uncalibrated: bool = True, network: str = "ieee33") -> list:
+    """Served PFNs (and the same weights without calibration), the exact GPs, the physics base fit
+    alone and the linear baselines."""
     methods = []
     for name, loaded in sorted(registry.models.items()):
         loaded.method.name = name
@@ -104,7 +109,10 @@ def _methods(registry, with_gp: bool, uncalibrated: bool = True) -> list:
         gp, gp_lin = ExactGP(), ExactGP(linear_term=True)
         gp.name, gp_lin.name = GP, GP_LINEAR
         methods += [gp, gp_lin]
-    baselines = [(BayesianLinearRegression(), BLR), (RidgeLOO(), RIDGE), (LeastSquares(), LS), (MeanPredictor(), MEAN)]
+    net = gridsim.network(network)
+    positions = None if tuple(net.output_buses) == tuple(net.load_buses) else net.load_positions
+    baselines = [(PhysicsBaseMethod(positions), PHYSICS), (BayesianLinearRegression(), BLR), (RidgeLOO(), RIDGE),
+                 (LeastSquares(), LS), (MeanPredictor(), MEAN)]
     for method, name in baselines:
         method.name = name
     return methods + [m for m, _ in baselines]
@@ -141,7 +149,7 @@ def _table(title: str, rows: dict, note: str = "", ls_defined: bool = True) -> l
     gp_s = rows[GP]["seconds"] if GP in rows else None
     out = [f"### {title}", ""] + ([note, ""] if note else []) + [
         "| method | max MSE | max MAE | mean MAE | MAE / LS | MAE / ridge (LOO) | NLL | cov95 mean | cov95 worst | "
-        "cov95 best | seconds (fit + calibration + predict, 32 buses) | GP time / time |",
+        "cov95 best | seconds (fit + calibration + predict, all buses) | GP time / time |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
         nll = f"{r['nll']:.2f}" if "nll" in r else "–"
@@ -156,7 +164,7 @@ def _table(title: str, rows: dict, note: str = "", ls_defined: bool = True) -> l
 def _protocol(args, methods, pfn_names, http_url) -> tuple[dict, list[str]]:
     results, lines = {}, ["## Table-4 protocol", ""]
     for delta in args.deltas:
-        x, y = _dataset(delta, seed=1000 + int(round(100 * delta)), solver=args.solver)
+        x, y = _dataset(delta, seed=1000 + int(round(100 * delta)), solver=args.solver, network=args.network)
         cx, cy, qx, qy = _split(x, y)
         rows = _evaluate(methods, cx, cy, qx, qy)
         if http_url:
@@ -318,15 +326,16 @@ def _write_cards(registry_root: Path, pfn_names: list[str], make_section) -> Non
 
 
 def _header(args, command: str) -> list[str]:
-    return ["# Accuracy report: IEEE 33-bus voltage magnitudes", "",
+    net = gridsim.network(args.network)
+    return [f"# Accuracy report: {net.name} voltage magnitudes ({net.n_outputs} buses, {net.n_features} load inputs)", "",
             f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} by `{command}`.",
             f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores ({platform.processor() or 'unknown CPU'}), "
             f"torch {torch.__version__} with {torch.get_num_threads()} threads, device {args.device or 'auto'}; "
             f"Python {platform.python_version()}.",
             f"Protocol: {N_CONTEXT} context and {N_TEST} test scenarios per delta, each P and Q uniform within +-delta of base, "
-            f"ground truth from the {args.solver} solver, seed 1000 + 100*delta. MAE/MSE are the maximum over the 32 buses; "
+            f"ground truth from the {args.solver} solver, seed 1000 + 100*delta. MAE/MSE are the maximum over the buses; "
             "NLL is the mean negative log-density per bus and point (p.u.); seconds are fit (including the spread "
-            "calibration) + predict for all 32 buses in process, the cold path of a new context. A model's plain row is "
+            "calibration) + predict for all buses in process, the cold path of a new context. A model's plain row is "
             "what the service answers (spread calibrated on the context, models/calibration.py); its '(uncalibrated)' "
             "row is the same weights without that step; its 'via HTTP' row is a real `gridpfn serve` answering the same "
             "context (uploaded as a context set) and queries (Arrow, quantiles 0.025/0.975), figures computed from the "
@@ -349,8 +358,18 @@ def _parse_args():
     parser.add_argument("--no-generalisation", action="store_true", help="skip the feeder variations")
     parser.add_argument("--write-cards", action="store_true",
                         help="also write each model's accuracy section into its card in --registry")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "accuracy.md")
-    return parser.parse_args()
+    parser.add_argument("--network", default="ieee33", choices=list(gridsim.KNOWN_NETWORKS),
+                        help="feeder (default ieee33); on the others only the Table-4 protocol runs, with the "
+                             "checkpoints whose card names that feeder")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="report path (default bench/results/accuracy.md, accuracy-<network>.md for other feeders)")
+    args = parser.parse_args()
+    if args.network != "ieee33":  # the sweep, noise and variation cells are IEEE 33's
+        args.no_sweep = args.no_noise = args.no_generalisation = True
+    if args.out is None:
+        name = "accuracy.md" if args.network == "ieee33" else f"accuracy-{args.network}.md"
+        args.out = Path(__file__).parent / "results" / name
+    return args
 
 
 def main() -> None:
@@ -363,11 +382,13 @@ def main() -> None:
     registry = load_registry(args.registry, device=args.device)
     if registry.errors:
         logging.warning("refused checkpoints: %s", registry.errors)
-    methods = _methods(registry, with_gp=not args.no_gp)
+    for name in [n for n, loaded in registry.models.items() if loaded.card.get("network", "ieee33") != args.network]:
+        del registry.models[name]  # serves another feeder
+    methods = _methods(registry, with_gp=not args.no_gp, network=args.network)
     pfn_names = sorted(registry.models)
 
     lines, report = _header(args, command), {}
-    if args.no_http:
+    if args.no_http or not pfn_names:
         report["protocol"], section = _protocol(args, methods, pfn_names, None)
     else:
         rows = max([N_CONTEXT + N_TEST] + args.sweep_sizes)

@@ -17,6 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--max-minutes", type=float, help="stop (with a checkpoint) after this many minutes")
     train.add_argument("--steps", type=int, help="override the config's total steps (e.g. to extend a run)")
     train.add_argument("--lr", type=float, help="override the config's peak learning rate")
+    train.add_argument("--network", help="train for this feeder instead of the config's (a gridsim built-in "
+                                          "name): the prior's network, the model's inputs and load positions")
     train.add_argument("--init-weights", type=Path,
                        help="start a new run from these weights (e.g. a registry checkpoint's model.safetensors): "
                             "fresh optimizer, the config's warmup and cosine schedule; recorded in the card")
@@ -35,14 +37,16 @@ def _train(args: argparse.Namespace) -> int:
     import dataclasses
 
     from models.config import TrainConfig
-    from models.train import Trainer
+    from models.train import Trainer, for_network
 
     config = TrainConfig.load(args.config)
+    if args.network:
+        config = for_network(config, args.network)
     if args.steps:
         config = dataclasses.replace(config, steps=args.steps)
     if args.lr:
         config = dataclasses.replace(config, lr=args.lr)
-    run_dir = args.run_dir or Path("runs") / args.config.stem
+    run_dir = args.run_dir or Path("runs") / (args.config.stem + (f"-{args.network}" if args.network else ""))
     trainer = Trainer(config, run_dir, resume=args.resume, init_weights=args.init_weights)
     progress = trainer.run(max_minutes=args.max_minutes)
     log.info("stopped at step %d, best validation NLL %.4f at step %d", progress.step, progress.best_val_nll, progress.best_step)

@@ -67,6 +67,9 @@ class ModelConfig(_FileConfig):
     head_dim: int = 128  # hidden width of the bar-logit head
     n_bars: int = 500
     base: Literal["physics", "ridge", "none"] = "ridge"  # in-context mean function under the attention
+    # base="physics" on a feeder whose outputs are not exactly its load buses: the output index of
+    # each load bus (gridsim's Network.load_positions); None = output j is the bus of loads j, j + m
+    load_positions: tuple[int, ...] | None = None
     dropout: float = 0.0  # reserved: the model has no dropout layers yet; kept so saved configs load
 
     def __post_init__(self) -> None:

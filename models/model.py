@@ -65,6 +65,7 @@ class ContextCache:
     values: list[torch.Tensor] = field(default_factory=list)  # per layer: (B, H, n, k*dv) or (B, k, H, n, dv) for VA
     attended: torch.Tensor | None = None  # (n_att,) context rows the attention sees; None = all of them
     targets: torch.Tensor | None = None  # (B, k, n_att) their standardised LOO residuals, the values' source
+    leverage: torch.Tensor | None = None  # (B, n_att) their own (in-sample) leverage feature
 
     @property
     def n_outputs(self) -> int:
@@ -114,14 +115,18 @@ class RidgeBase:
     """
 
     @staticmethod
-    def fit(xs: torch.Tensor, y: torch.Tensor, kind: str, x_mean, x_std) -> tuple[Standardisation, torch.Tensor, torch.Tensor]:
-        """Return statistics, standardised context targets (B, k, n) and leverage feature (B, n)."""
+    def fit(xs: torch.Tensor, y: torch.Tensor, kind: str, x_mean, x_std,
+            load_positions=None) -> tuple[Standardisation, torch.Tensor, torch.Tensor]:
+        """Return statistics, standardised context targets (B, k, n) and leverage feature (B, n).
+
+        `load_positions`: the output index of each load bus, for the physics fit (None: output j is
+        the bus of loads j and j + m)."""
         n, d = xs.shape[-2], xs.shape[-1]
         y64 = y.double()
         y_mean = y64.mean(dim=-2)  # (B, k)
         yc = y64 - y_mean[..., None, :]
         if kind == "physics":
-            fitted, loo, leverage = physics_base.fit(xs, y64, x_std)
+            fitted, loo, leverage = physics_base.fit(xs, y64, x_std, load_positions)
             scale = loo.pow(2).mean(dim=-2).sqrt() + 1e-12 * (y_mean.abs() + 1.0)
             stats = Standardisation(x_mean, x_std, y_mean, scale, None, None, None, n, physics=fitted)
             values = (loo / scale[..., None, :]).transpose(-1, -2)
@@ -393,7 +398,7 @@ class DVAPFN(nn.Module):
         x_mean = context_x.mean(dim=-2)
         x_std = context_x.std(dim=-2, unbiased=False).clamp_min(1e-6 * (x_mean.abs() + 1e-6))
         xs = self._standardise_x(context_x, x_mean, x_std)
-        stats, values, leverage = RidgeBase.fit(xs, context_y, self.cfg.base, x_mean, x_std)
+        stats, values, leverage = RidgeBase.fit(xs, context_y, self.cfg.base, x_mean, x_std, self.cfg.load_positions)
         if outputs is not None:
             stats = stats.select(outputs)
             values = torch.gather(values, 1, outputs[..., None].expand(-1, -1, values.shape[-1]))
@@ -405,7 +410,7 @@ class DVAPFN(nn.Module):
         hy = self.embed_y(values.to(self.embed_y.weight.dtype)[..., None])  # (B, k, n, Dv)
         if joint is not None:
             hy = hy + joint
-        cache = ContextCache(stats, attended=attended, targets=values)
+        cache = ContextCache(stats, attended=attended, targets=values, leverage=leverage)
         for layer in self.layers:
             keys, vals = layer.keys_values(hx, hy)
             cache.keys.append(keys)
@@ -426,6 +431,12 @@ class DVAPFN(nn.Module):
         stats = cache.stats
         xs = self._standardise_x(query_x, stats.x_mean, stats.x_std)
         loc, leverage = RidgeBase.predict(stats, xs)
+        if held_out:
+            # A context point's leave-one-out residual is the error of the fit without it, whose
+            # leverage there is its own in-sample one: the feature the encoding computed. Deriving
+            # it as for a new query would understate it (h / (1 + h) of an in-sample h) and the
+            # calibration would widen every interval to make up for it.
+            leverage = cache.leverage
         k, m = cache.n_outputs, query_x.shape[-2]
         hx, joint = self._x_tokens(xs, leverage, k)
         hy = self.query_token.expand(query_x.shape[0], k, m, -1)

@@ -18,15 +18,22 @@ identify; this one has 4 per bus and needs the topology, which the context itsel
 4. Each output keeps whichever of the linear and the physics fit has the lower leave-one-out
    error, so a context too small or too noisy for the second-order term falls back to ridge.
 
-Requires the outputs to be the load buses in feature order (output j at the bus of loads j and
-j + m), which holds for every network gridsim builds. Works in float64: the second-order term
-is ~1e-3 of the voltage variation at small load perturbations.
+Any radial feeder: outputs are the non-slack buses, loads those that carry a load (`load_positions`
+says which output each load sits at; IEEE 33 has a load at every bus). The tree is recovered over
+the load buses; a bus without a load takes as downstream the loads that share its whole path
+(`downstream_of_outputs`), and a constant load (the same in every context row) is placed from the
+sensitivities that are measured. Works in float64: the second-order term is ~1e-3 of the voltage
+variation at small load perturbations.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
 import torch
+
+from models.predictive import GaussianPredictive, Method
+from models.validation import check_context, check_queries
 
 # Ridge penalties tried per output, relative to n (features are standardised, so s_j^2 ~ n).
 RIDGE_GRID = (1e-12, 1e-10, 1e-8, 1e-6, 1e-4, 1e-2, 1.0, 10.0)
@@ -40,7 +47,7 @@ LEVERAGE_LAMBDA = 1e-4
 class PhysicsFit:
     """What a query needs: the tree, the linear drops, the feature scaling and the coefficients."""
 
-    subtree: torch.Tensor  # (B, k, m): 1 where load i is downstream of (or at) bus j
+    subtree: torch.Tensor  # (B, k, m): 1 where load i is downstream of (or at) output bus j
     drop_coef: torch.Tensor  # (B, d, k): linear fit on standardised loads, for the squared drops
     load_scale: torch.Tensor  # (B, d): std of each load, to form physical branch flows
     feat_mean: torch.Tensor  # (B, p)
@@ -49,7 +56,7 @@ class PhysicsFit:
     y_mean: torch.Tensor  # (B, k)
     right_vectors: torch.Tensor  # (B, r, p) of the standardised design
     leverage_weights: torch.Tensor  # (B, r): 1 / (s^2 + lambda) at the fixed leverage penalty
-    parent: torch.Tensor  # (B, k) int: recovered parent bus index, -1 for the substation
+    parent: torch.Tensor  # (B, m) int: recovered parent load bus (load index), -1 for none above it
     physics_used: torch.Tensor  # (B, k) bool: the physics fit won on leave-one-out error
     n_context: int
 
@@ -88,17 +95,29 @@ def _ridge_loo(design: torch.Tensor, yc: torch.Tensor):
     return beta, loo, best_err, (u, s, vh)
 
 
-def recover_tree(sens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def recover_tree(sens: torch.Tensor, varies: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Parent (B, k) and subtree membership (B, k, k) from load sensitivities (B, k, d), d = 2k.
 
     Scores from the P and Q halves (resistances and reactances) are added, each normalised by its
-    deepest bus, so either alone suffices and both together resist noise.
+    deepest bus, so either alone suffices and both together resist noise. `varies` (B, d): which
+    loads vary in the context (None: all). A constant load has no measured sensitivity, so the
+    shared impedance of buses p and j comes from whichever of S[p, j] and S[j, p] is measured
+    (their mean when both are; nothing when neither is).
     """
     k = sens.shape[1]
     score = torch.zeros(sens.shape[0], k, k, dtype=sens.dtype, device=sens.device)
-    for half in (sens[..., :k], sens[..., k:]):
-        common = -(half + half.transpose(-1, -2)) / 2  # (B, k, k) ~ shared path impedance
-        depth = torch.diagonal(common, dim1=-2, dim2=-1)
+    if varies is None:
+        varies = torch.ones(sens.shape[0], 2 * k, dtype=torch.bool, device=sens.device)
+    for half, measured in ((sens[..., :k], varies[:, :k]), (sens[..., k:], varies[:, k:])):
+        by_column = measured[:, None, :].to(sens.dtype).expand(-1, k, -1)  # [p, j]: S[p, j] is measured
+        weight = by_column + by_column.transpose(-1, -2)
+        common = -(half * by_column + (half * by_column).transpose(-1, -2)) / weight.clamp_min(1.0)
+        # A constant load's own depth is unmeasured: the most it shares with a measured load is its
+        # depth when one lies below it (and a lower bound otherwise).
+        shared_most = torch.where(by_column.bool(), common, torch.full_like(common, -torch.inf)).amax(dim=-1)
+        depth = torch.where(measured, torch.diagonal(common, dim1=-2, dim2=-1), shared_most.clamp_min(0.0))
+        common = common.clone()
+        torch.diagonal(common, dim1=-2, dim2=-1).copy_(depth)
         norm = depth.abs().amax(dim=-1).clamp_min(torch.finfo(sens.dtype).tiny)[:, None, None]
         score = score + (2 * common - depth[..., :, None]) / norm  # score[p, j]
     depth = torch.diagonal(score, dim1=-2, dim2=-1)  # (B, k): sum of normalised depths
@@ -120,6 +139,38 @@ def recover_tree(sens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return parent, reach.clamp_max(1.0).transpose(-1, -2)  # subtree[p, j] = p is j or j's ancestor
 
 
+# Relative tolerance under which a load shares a load-less bus's whole path (see downstream_of_outputs).
+SHARED_PATH_TOLERANCE = 0.05
+
+
+def downstream_of_outputs(sens: torch.Tensor, load_positions: torch.Tensor, load_subtree: torch.Tensor) -> torch.Tensor:
+    """(B, k, m): 1 where load i is downstream of (or at) output bus j, for every output bus.
+
+    Load buses take their rows from the recovered tree. A bus j without a load shares with load i
+    the resistance of their common path, -S[j, i]; the loads below j share all of j's path, the
+    most any load shares with it, so they are the loads within SHARED_PATH_TOLERANCE of that most
+    (P and Q halves normalised and added as in `recover_tree`). A bus with no load below it carries
+    no flow: an empty row.
+    """
+    b, k, d = sens.shape
+    m = d // 2
+    subtree = torch.zeros(b, k, m, dtype=sens.dtype, device=sens.device)
+    subtree[:, load_positions] = load_subtree
+    others = torch.ones(k, dtype=torch.bool, device=sens.device)
+    others[load_positions] = False
+    if not bool(others.any()):
+        return subtree
+    shared = torch.zeros(b, int(others.sum()), m, dtype=sens.dtype, device=sens.device)
+    for half in (sens[..., :m], sens[..., m:]):
+        common = -half[:, others]  # (B, k', m)
+        norm = common.amax(dim=(-2, -1), keepdim=True).clamp_min(torch.finfo(sens.dtype).tiny)
+        shared = shared + common / norm
+    most = shared.amax(dim=-1, keepdim=True)
+    below = (shared >= most * (1 - SHARED_PATH_TOLERANCE)) & (most > 0)
+    subtree[:, others] = below.to(sens.dtype)
+    return subtree
+
+
 def _features(xs: torch.Tensor, fit_like: dict) -> torch.Tensor:
     """[standardised loads, P_b^2, Q_b^2, P_b Q_b, drop_j^2] (B, n, d + 4k), unstandardised."""
     k = fit_like["subtree"].shape[-1]
@@ -130,21 +181,32 @@ def _features(xs: torch.Tensor, fit_like: dict) -> torch.Tensor:
     return torch.cat([xs, flow_p.square(), flow_q.square(), flow_p * flow_q, drop.square()], dim=-1)
 
 
-def fit(xs: torch.Tensor, y: torch.Tensor, x_std: torch.Tensor):
+def fit(xs: torch.Tensor, y: torch.Tensor, x_std: torch.Tensor, load_positions: torch.Tensor | None = None):
     """Fit on standardised loads xs (B, n, d) and targets y (B, n, k), float64.
+
+    `load_positions` (m,): the output index of each load bus, d = 2m; None when the outputs are the
+    load buses in feature order (d = 2k). Outputs without a load (junctions, load-less leaves) get
+    their downstream loads from `downstream_of_outputs`.
 
     Returns the fit, LOO residuals (B, n, k) of the chosen fit per output, and the design's
     leverages at the fixed penalty (B, n) (an input-only feature for the attention).
     """
     xs, y = xs.double(), y.double()
     n, d, k = xs.shape[-2], xs.shape[-1], y.shape[-1]
-    if d != 2 * k:
-        raise ValueError(f"physics base: expected 2 loads (P, Q) per output bus, got {d} inputs for {k} outputs")
+    if load_positions is None:
+        if d != 2 * k:
+            raise ValueError(f"physics base: expected 2 loads (P, Q) per output bus, got {d} inputs for {k} outputs")
+        load_positions = torch.arange(k, device=xs.device)
+    load_positions = torch.as_tensor(load_positions, dtype=torch.long, device=xs.device)
+    if d != 2 * len(load_positions):
+        raise ValueError(f"physics base: {d} inputs for {len(load_positions)} load buses (expected P and Q of each)")
     y_mean = y.mean(dim=-2)
     yc = y - y_mean[:, None, :]
     lin_beta, lin_loo, lin_err, _ = _ridge_loo(xs, yc)
     sens = (lin_beta / x_std.double()[..., None]).transpose(-1, -2)  # (B, k, d) in p.u. per MW / MVAr
-    parent, subtree = recover_tree(sens)
+    varies = xs.std(dim=-2) > 0.5  # standardised: 1 where a load varies, 0 where it is constant
+    parent, load_subtree = recover_tree(sens[:, load_positions], varies)
+    subtree = downstream_of_outputs(sens, load_positions, load_subtree)
     parts = dict(subtree=subtree, drop_coef=lin_beta, load_scale=x_std.double())
     raw = _features(xs, parts)
     feat_mean = raw.mean(dim=-2)
@@ -174,3 +236,29 @@ def predict(state: PhysicsFit, xs: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     proj = design @ state.right_vectors.transpose(-1, -2)
     h = (proj.square() * state.leverage_weights[:, None, :]).sum(-1) + 1.0 / state.n_context
     return loc, h / (1.0 + h)  # what the leverage would be had the query been in the context
+
+
+class PhysicsBaseMethod(Method):
+    """The base fit alone as a predictor: its mean, and its leave-one-out error as a Gaussian spread.
+
+    What the closed form gives without the network: a baseline for the PFN built on it, and for
+    feeders no checkpoint serves yet (bench/accuracy.py --network)."""
+
+    name = "physics base (closed form)"
+
+    def __init__(self, load_positions=None):
+        self.load_positions = None if load_positions is None else torch.as_tensor(load_positions, dtype=torch.long)
+
+    def fit(self, context_x, context_y) -> tuple[PhysicsFit, torch.Tensor, torch.Tensor, np.ndarray]:
+        x, y = check_context(context_x, context_y)
+        xt, yt = torch.as_tensor(x, dtype=torch.float64)[None], torch.as_tensor(y, dtype=torch.float64)[None]
+        mean = xt.mean(dim=-2)
+        std = xt.std(dim=-2, unbiased=False).clamp_min(1e-6 * (mean.abs() + 1e-6))  # constant loads, as the model
+        state, loo, _ = fit((xt - mean[:, None]) / std[:, None], yt, std, self.load_positions)
+        return state, mean, std, loo[0].square().mean(dim=0).sqrt().numpy()
+
+    def predict(self, fitted, query_x) -> GaussianPredictive:
+        state, mean, std, spread = fitted
+        q = torch.as_tensor(check_queries(query_x, d=mean.shape[-1]), dtype=torch.float64)[None]
+        loc, _ = predict(state, (q - mean[:, None]) / std[:, None])
+        return GaussianPredictive(loc[0].numpy(), np.broadcast_to(spread, loc.shape[1:]).copy())

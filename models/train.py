@@ -8,6 +8,7 @@ the datasets an uninterrupted one would have.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -23,6 +24,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
+from gridsim.network import network
 from models.bar_distribution import BarDistribution
 from models.config import TrainConfig
 from models.model import DVAPFN
@@ -70,6 +72,19 @@ def init_record(weights: Path) -> dict:
 
 def _generator(seed: int, stream: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed * 1_000_003 + stream)
+
+
+def for_network(config: TrainConfig, name: str) -> TrainConfig:
+    """The same architecture and prior family on another feeder: its inputs, its outputs, its loads.
+
+    Sets the power-flow prior's network, the model's input width and, where the network has buses
+    without a load, which output each load sits at (the physics base fit needs it)."""
+    if config.prior.get("kind", "powerflow") != "powerflow":
+        raise ValueError(f"--network: only a power-flow prior has a network (this config's prior is {config.prior.get('kind')!r})")
+    net = network(name)
+    positions = None if tuple(net.output_buses) == tuple(net.load_buses) else tuple(int(i) for i in net.load_positions)
+    model = dataclasses.replace(config.model, d_in=net.n_features, load_positions=positions)
+    return dataclasses.replace(config, model=model, prior={**config.prior, "network": net.name})
 
 
 class Trainer:

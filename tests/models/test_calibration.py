@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from models.bar_predictive import BarPredictive
-from models.calibration import MIN_CALIBRATION_POINTS, MIN_SPREAD, conformal_spread, spread_from_heldout
+from models.calibration import (MIN_CALIBRATION_POINTS, MIN_NARROWING_POINTS, MIN_SPREAD, conformal_spread,
+                                spread_from_heldout)
 from models.pfn import PFNMethod
 from models.predictive import GaussianPredictive
 from models.testing import TINY_CONFIG, tiny_model
@@ -38,6 +39,17 @@ def test_conformal_factor_covers_its_level_and_never_collapses():
     assert (covered.mean(axis=0) >= 0.9).all() and (covered.mean(axis=0) < 0.93).all()
     exact = spread_from_heldout(pred, pred.mean.copy())  # every held-out point predicted exactly
     assert (exact == MIN_SPREAD).all()
+
+
+def test_few_held_out_points_may_widen_but_not_narrow():
+    """A predictive twice too wide: narrowed with enough held-out points, left alone with few;
+    one half as wide as the truth is widened either way."""
+    wide, y = _gaussian_heldout(0.5, n=MIN_NARROWING_POINTS)
+    np.testing.assert_allclose(spread_from_heldout(wide, y), 0.5, rtol=0.25)
+    few_wide, few_y = _gaussian_heldout(0.5, n=MIN_NARROWING_POINTS - 1)
+    assert (spread_from_heldout(few_wide, few_y) == 1.0).all()
+    narrow, y_narrow = _gaussian_heldout(2.0, n=40)
+    assert (spread_from_heldout(narrow, y_narrow) > 1.5).all()
 
 
 def test_spread_stretches_the_bar_predictive_around_its_mean():
@@ -96,11 +108,15 @@ def test_small_contexts_skip_calibration():
     assert PFNMethod(model).fit(cx, cy).spread.shape == (2,)
 
 
-def test_held_out_prediction_is_the_prediction_without_the_point():
+def test_held_out_prediction_is_the_prediction_without_the_point(monkeypatch):
     """One layer: a context point's keys and values are its own embedding, so masking its key equals
-    deleting the point from the encoded context."""
+    deleting the point from the encoded context and asking for it as a new query whose leverage
+    feature is the point's own in-sample leverage (what a fit without it gives it once added)."""
+    from models import model as model_module
+
     model = tiny_model(dataclasses.replace(TINY_CONFIG, d_in=6, n_layers=1), seed=0).eval()
     cx, cy = (torch.as_tensor(a) for a in _feeder_like(40, 0))
+    base_predict = model_module.RidgeBase.predict
     with torch.no_grad():
         cache = model.encode_context(cx[None], cy[None])
         held, _, _ = model.predict(cache, cx[None], held_out=True)
@@ -108,7 +124,23 @@ def test_held_out_prediction_is_the_prediction_without_the_point():
             keep = torch.arange(40) != i
             smaller = dataclasses.replace(cache, keys=[k[:, :, keep] for k in cache.keys],
                                           values=[v[:, :, keep] for v in cache.values])
+            own = cache.leverage[:, i : i + 1]
+            monkeypatch.setattr(model_module.RidgeBase, "predict",
+                                staticmethod(lambda stats, xs, own=own: (base_predict(stats, xs)[0], own)))
             alone, _, _ = model.predict(smaller, cx[None, i : i + 1])
+            monkeypatch.undo()
             torch.testing.assert_close(held[:, :, i], alone[:, :, 0], rtol=1e-5, atol=1e-5)
         plain, _, _ = model.predict(cache, cx[None])
         assert not torch.allclose(plain, held, atol=1e-4)  # the mask does change the answer
+
+
+def test_held_out_points_keep_their_in_sample_leverage():
+    """As new queries the context points would get h / (1 + h) of their in-sample h, a smaller
+    leverage than the fit without them gives them; the held-out pass uses the encoding's own."""
+    model = tiny_model(dataclasses.replace(TINY_CONFIG, d_in=6, n_layers=1), seed=0).eval()
+    cx, cy = (torch.as_tensor(a) for a in _feeder_like(40, 0))
+    with torch.no_grad():
+        cache = model.encode_context(cx[None], cy[None])
+        _, as_queries = model.predict_base(cache.stats, cx[None])
+    assert cache.leverage.shape == (1, 40)
+    assert bool((as_queries < cache.leverage).all())

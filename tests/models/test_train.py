@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from models.config import GPPriorConfig, ModelConfig, TrainConfig
-from models.train import Trainer
+from models.train import Trainer, for_network
 from service.commands.cli import main
 
 TINY = ModelConfig(d_in=1, emb_dim=16, value_dim=16, n_layers=1, n_heads=2, ffn_dim=32, head_dim=32, n_bars=20, base="none")
@@ -124,3 +125,32 @@ def test_warm_start_from_published_weights_is_recorded_in_the_card(tmp_path):
         (ckpt / "optimizer.pt").unlink()
     with pytest.raises(ValueError, match="--init-weights"):
         Trainer(TrainConfig.load(cfg_path), tmp_path / "d", resume=True)
+
+
+def test_network_option_trains_a_physics_model_for_another_feeder(tmp_path):
+    """--network: the config's architecture and prior family on Kerber's LV feeder (16 inputs, 17
+    outputs at 8 loads): the card lists that feeder's names, and the published model answers it."""
+    import gridsim
+    from models.registry import load_registry
+
+    cfg_path = tmp_path / "tiny.json"
+    _config(steps=3, val_every=3, model=ModelConfig(emb_dim=16, value_dim=16, n_layers=1, n_heads=2, ffn_dim=32, head_dim=32,
+                                                    n_bars=20, base="physics"),
+            prior={"kind": "powerflow"}, n_context=(40, 60), n_query=10, val_datasets=4, batch_size=2, border_samples=4).save(cfg_path)
+    run_dir = tmp_path / "run"
+    assert main(["train", "--config", str(cfg_path), "--network", "kerber_landnetz_kabel_1", "--run-dir", str(run_dir)]) == 0
+    saved = TrainConfig.load(run_dir / "config.json")
+    net = gridsim.network("kerber_landnetz_kabel_1")
+    assert saved.prior["network"] == net.name and saved.model.d_in == net.n_features == 16
+    assert saved.model.load_positions == tuple(net.load_positions.tolist())
+    assert main(["export", "--run-dir", str(run_dir), "--name", "k", "--version", "0.1.0", "--registry", str(tmp_path / "reg")]) == 0
+    card = json.loads((tmp_path / "reg" / "k" / "0.1.0" / "card.json").read_text())
+    assert card["network"] == net.name and card["features"] == list(net.feature_names) and card["outputs"] == list(net.output_names)
+    method = load_registry(tmp_path / "reg", warmup=False).models["k"].method
+    sim = gridsim.simulate(300, 0.3, seed=2, network=net.name)
+    pred = method.predict(method.fit(sim.x[:200], sim.vm_pu[:200]), sim.x[200:])
+    assert pred.mean.shape == (100, 17) and bool(np.isfinite(pred.std).all())
+    assert np.abs(pred.mean - sim.vm_pu[200:]).mean() < 0.1 * np.abs(sim.vm_pu[200:] - sim.vm_pu[:200].mean(0)).mean()
+
+    with pytest.raises(ValueError, match="--network: only a power-flow prior"):
+        for_network(_config(), "ieee33")
