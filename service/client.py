@@ -169,6 +169,25 @@ class _Endpoints:
 
         return Call("GET", described_at, then=named)
 
+    # --- networks ----------------------------------------------------------------------------------
+    def networks(self) -> Call:
+        """GET /v1/networks: the built-in and uploaded feeders (id, sizes, kind)."""
+        return Call("GET", "/v1/networks", lambda r: r.json()["networks"])
+
+    def network(self, network_id: str) -> Call:
+        """GET /v1/networks/{id}: buses, loads, lines, transformers, feature and output names, layout."""
+        return Call("GET", f"/v1/networks/{network_id}")
+
+    def upload_network(self, data: str | os.PathLike | bytes) -> Call:
+        """POST /v1/networks: a feeder as pandapower JSON or a MATPOWER case (.m text or .mat), from a
+        path or bytes; returns its description with its content id. Content-addressed, so a repeated
+        upload stores the same network: retried like a read."""
+        if isinstance(data, (bytes, bytearray)):
+            name, content = "network", bytes(data)
+        else:
+            name, content = Path(data).name, Path(data).read_bytes()
+        return Call("POST", "/v1/networks", options={"files": {"file": (name, content, "application/octet-stream")}})
+
     def simulate(self, loads: Any, network: str = "ieee33") -> Call:
         """POST /v1/simulate: AC power flow of (m, features) load vectors; the answer as the service gives it."""
         return Call("POST", "/v1/simulate", options={"json": {"network": network, "loads": _rows(loads)}})
@@ -212,7 +231,7 @@ def _async(endpoint: Callable[..., Call]) -> Callable[..., Any]:
 
 
 _ENDPOINTS = ("health", "ready", "models", "model", "create_context", "get_context", "delete_context", "predict",
-              "gp_predict", "simulate", "submit_simulated", "status", "cancel")
+              "gp_predict", "networks", "network", "upload_network", "simulate", "submit_simulated", "status", "cancel")
 
 
 class GridPFNClient(_Endpoints):

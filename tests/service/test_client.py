@@ -163,6 +163,13 @@ def test_every_endpoint_sync_through_the_callers_own_httpx_client(memory_server,
         assert len(gp) == 2 and gp.attrs["model"] == "exact-gp"
         simulated = client.simulate(x[:2])
         np.testing.assert_allclose(np.asarray(simulated["vm_pu"]), y[:2], atol=1e-6)
+        assert "ieee33" in [n["id"] for n in client.networks()]
+        feeder = _feeder_json()
+        uploaded = client.upload_network(feeder)
+        assert client.upload_network(feeder)["id"] == uploaded["id"]  # content-addressed: the same network
+        described = client.network(uploaded["id"])
+        assert described["id"] == uploaded["id"] and described["features"][0].startswith("p_mw_bus")
+        assert uploaded["id"] in [n["id"] for n in client.networks()]
         assert client.delete_context(cid) is None
         with pytest.raises(GridPFNError) as gone:
             client.get_context(cid)
@@ -170,6 +177,14 @@ def test_every_endpoint_sync_through_the_callers_own_httpx_client(memory_server,
     assert not http.is_closed  # the caller's client stays the caller's
     http.close()
     assert "GET /v1/models" in sent and "DELETE /v1/context-sets/" + cid in sent
+
+
+def _feeder_json() -> bytes:
+    """A small radial feeder as pandapower JSON: Kerber's LV cable feeder."""
+    import pandapower as pp
+    import pandapower.networks as pn
+
+    return pp.to_json(pn.create_kerber_landnetz_kabel_1()).encode()
 
 
 def test_every_endpoint_async_matches_the_sync_client(memory_server, scenarios):
@@ -185,6 +200,7 @@ def test_every_endpoint_async_matches_the_sync_client(memory_server, scenarios):
             simulated = await client.simulate(x[:1])
             info = await client.get_context(cid)
             await client.delete_context(cid)
+            assert (await client.network("ieee33"))["n_buses"] == 33
             return cid, answer, gp, simulated, info
 
     cid, answer, gp, simulated, info = asyncio.run(scenario())
