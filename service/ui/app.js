@@ -91,6 +91,9 @@ async function loadModels() {
   refreshButtons();
 }
 
+// The model picked first when the network has it: the README's choice for accuracy.
+const PREFERRED_MODEL = "transformer-dva";
+
 // A model answers for the network its card names (cards before networks were named: ieee33).
 function modelNetwork(m) { return m.network || "ieee33"; }
 
@@ -106,7 +109,9 @@ async function networkChanged() {
     o.textContent = `${m.name} ${m.version}${m.device ? ` (${m.device})` : ""}`;
     sel.appendChild(o);
   }
-  if (previous && [...sel.options].some((o) => o.value === previous)) sel.value = previous;
+  const offered = (name) => [...sel.options].some((o) => o.value === name);
+  if (previous && offered(previous)) sel.value = previous;
+  else if (offered(PREFERRED_MODEL)) sel.value = PREFERRED_MODEL;
   showModelInfo();
   if (!state.topo || state.topo.name !== net) {
     await loadNetwork();
