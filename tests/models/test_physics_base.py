@@ -11,10 +11,13 @@ from gridsim.sampling import sample_loads
 from models import physics_base
 
 
-def _parents(net: gridsim.Network, closed: np.ndarray | None = None) -> np.ndarray:
-    """True parent index (in load-bus order, -1 = substation) of every load bus of a radial feeder."""
-    ends = list(zip(net.from_bus.tolist() + net.tie_from_bus.tolist(), net.to_bus.tolist() + net.tie_to_bus.tolist()))
-    closed = np.arange(len(ends)) < net.n_lines if closed is None else closed
+def _bus_parents(net: gridsim.Network, closed: np.ndarray | None = None) -> dict:
+    """Parent bus of every bus (None at the slack) of the radial feeder the closed branches form:
+    lines (and ties where `closed` says so) and transformers."""
+    ends = list(zip(net.from_bus.tolist() + net.tie_from_bus.tolist() + net.trafo_hv_bus.tolist(),
+                    net.to_bus.tolist() + net.tie_to_bus.tolist() + net.trafo_lv_bus.tolist()))
+    lines = np.arange(len(net.from_bus) + len(net.tie_from_bus)) < net.n_lines if closed is None else closed
+    closed = np.r_[lines, np.ones(len(net.trafo_hv_bus), dtype=bool)]
     links: dict[int, list[int]] = {}
     for (a, b), on in zip(ends, closed):
         if on:
@@ -27,6 +30,12 @@ def _parents(net: gridsim.Network, closed: np.ndarray | None = None) -> np.ndarr
             if nxt not in parent:
                 parent[nxt] = bus
                 todo.append(nxt)
+    return parent
+
+
+def _parents(net: gridsim.Network, closed: np.ndarray | None = None) -> np.ndarray:
+    """True parent index (in load-bus order, -1 = substation) of every load bus of a radial feeder."""
+    parent = _bus_parents(net, closed)
     pos = {b: i for i, b in enumerate(net.load_buses)}
     return np.array([pos.get(parent[b], -1) for b in net.load_buses])
 
@@ -53,18 +62,7 @@ def _least_squares_mae(cx, cy, qx, qy) -> float:
 
 def _downstream(net: gridsim.Network) -> np.ndarray:
     """True (outputs, loads) incidence: 1 where load bus i is at or below output bus j."""
-    ends = list(zip(net.from_bus.tolist() + net.trafo_hv_bus.tolist(), net.to_bus.tolist() + net.trafo_lv_bus.tolist()))
-    links: dict[int, list[int]] = {}
-    for a, b in ends:
-        links.setdefault(a, []).append(b)
-        links.setdefault(b, []).append(a)
-    parent, todo = {net.slack_bus: None}, [net.slack_bus]
-    while todo:
-        bus = todo.pop()
-        for nxt in links.get(bus, []):
-            if nxt not in parent:
-                parent[nxt] = bus
-                todo.append(nxt)
+    parent = _bus_parents(net)
 
     def path(bus):
         while bus is not None:
