@@ -149,8 +149,9 @@ def downstream_of_outputs(sens: torch.Tensor, load_positions: torch.Tensor, load
     Load buses take their rows from the recovered tree. A bus j without a load shares with load i
     the resistance of their common path, -S[j, i]; the loads below j share all of j's path, the
     most any load shares with it, so they are the loads within SHARED_PATH_TOLERANCE of that most
-    (P and Q halves normalised and added as in `recover_tree`). A bus with no load below it carries
-    no flow: an empty row.
+    (P and Q halves normalised and added as in `recover_tree`). A bus with no load below it (a
+    load-less leaf) carries no flow; it gets the loads of the bus it hangs from, a duplicate feature
+    the ridge fit shares out; a bus no load shares any path with gets an empty row.
     """
     b, k, d = sens.shape
     m = d // 2
