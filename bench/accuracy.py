@@ -109,9 +109,7 @@ def _methods(registry, with_gp: bool, uncalibrated: bool = True, network: str = 
         gp, gp_lin = ExactGP(), ExactGP(linear_term=True)
         gp.name, gp_lin.name = GP, GP_LINEAR
         methods += [gp, gp_lin]
-    net = gridsim.network(network)
-    positions = None if tuple(net.output_buses) == tuple(net.load_buses) else net.load_positions
-    baselines = [(PhysicsBaseMethod(positions), PHYSICS), (BayesianLinearRegression(), BLR), (RidgeLOO(), RIDGE),
+    baselines = [(PhysicsBaseMethod(gridsim.network(network).load_positions), PHYSICS), (BayesianLinearRegression(), BLR), (RidgeLOO(), RIDGE),
                  (LeastSquares(), LS), (MeanPredictor(), MEAN)]
     for method, name in baselines:
         method.name = name

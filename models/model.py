@@ -395,8 +395,7 @@ class DVAPFN(nn.Module):
 
         `outputs` (B, k') keeps only those outputs after the base fit (which sees every bus).
         """
-        x_mean = context_x.mean(dim=-2)
-        x_std = context_x.std(dim=-2, unbiased=False).clamp_min(1e-6 * (x_mean.abs() + 1e-6))
+        x_mean, x_std = physics_base.load_scaling(context_x)
         xs = self._standardise_x(context_x, x_mean, x_std)
         stats, values, leverage = RidgeBase.fit(xs, context_y, self.cfg.base, x_mean, x_std, self.cfg.load_positions)
         if outputs is not None:

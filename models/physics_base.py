@@ -43,6 +43,13 @@ LOO_MIN_SLACK = 1e-6
 LEVERAGE_LAMBDA = 1e-4
 
 
+def load_scaling(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and std of each load over the context rows (..., n, d); a constant load (zero P or Q
+    on some feeders) gets a tiny std instead of zero, so it standardises to 0 rather than NaN."""
+    mean = x.mean(dim=-2)
+    return mean, x.std(dim=-2, unbiased=False).clamp_min(1e-6 * (mean.abs() + 1e-6))
+
+
 @dataclass
 class PhysicsFit:
     """What a query needs: the tree, the linear drops, the feature scaling and the coefficients."""
@@ -253,8 +260,7 @@ class PhysicsBaseMethod(Method):
     def fit(self, context_x, context_y) -> tuple[PhysicsFit, torch.Tensor, torch.Tensor, np.ndarray]:
         x, y = check_context(context_x, context_y)
         xt, yt = torch.as_tensor(x, dtype=torch.float64)[None], torch.as_tensor(y, dtype=torch.float64)[None]
-        mean = xt.mean(dim=-2)
-        std = xt.std(dim=-2, unbiased=False).clamp_min(1e-6 * (mean.abs() + 1e-6))  # constant loads, as the model
+        mean, std = load_scaling(xt)
         state, loo, _ = fit((xt - mean[:, None]) / std[:, None], yt, std, self.load_positions)
         return state, mean, std, loo[0].square().mean(dim=0).sqrt().numpy()
 

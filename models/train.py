@@ -77,12 +77,12 @@ def _generator(seed: int, stream: int) -> torch.Generator:
 def for_network(config: TrainConfig, name: str) -> TrainConfig:
     """The same architecture and prior family on another feeder: its inputs, its outputs, its loads.
 
-    Sets the power-flow prior's network, the model's input width and, where the network has buses
-    without a load, which output each load sits at (the physics base fit needs it)."""
+    Sets the power-flow prior's network, the model's input width and which output each load sits
+    at (the physics base fit needs it where buses carry no load)."""
     if config.prior.get("kind", "powerflow") != "powerflow":
         raise ValueError(f"--network: only a power-flow prior has a network (this config's prior is {config.prior.get('kind')!r})")
     net = network(name)
-    positions = None if tuple(net.output_buses) == tuple(net.load_buses) else tuple(int(i) for i in net.load_positions)
+    positions = tuple(int(i) for i in net.load_positions)
     model = dataclasses.replace(config.model, d_in=net.n_features, load_positions=positions)
     return dataclasses.replace(config, model=model, prior={**config.prior, "network": net.name})
 

@@ -42,8 +42,7 @@ def _parents(net: gridsim.Network, closed: np.ndarray | None = None) -> np.ndarr
 
 def _fit(x: np.ndarray, y: np.ndarray, load_positions=None):
     xt, yt = torch.as_tensor(x)[None], torch.as_tensor(y)[None]
-    mean = xt.mean(1)
-    std = xt.std(1, unbiased=False).clamp_min(1e-6 * (mean.abs() + 1e-6))  # as the model does: constant loads
+    mean, std = physics_base.load_scaling(xt)  # as the model does: constant loads
     state, loo, leverage = physics_base.fit((xt - mean[:, None]) / std[:, None], yt, std, load_positions)
     return state, loo[0].numpy(), leverage[0].numpy(), (mean, std)
 
