@@ -263,10 +263,19 @@ class Trainer:
         if not weights.is_file():
             raise ValueError(f"init_weights: {weights} is not a file (expected a model.safetensors)")
         try:
-            self.model.load_state_dict(load_file(str(weights), device=str(self.device)))
-        except (RuntimeError, OSError) as exc:  # another architecture, or not a safetensors file
-            raise ValueError(f"init_weights: {weights} does not fit this config's model: {exc}") from None
-        self.progress.init = init_record(weights)
+            found = load_file(str(weights), device=str(self.device))
+        except (RuntimeError, OSError) as exc:  # not a safetensors file
+            raise ValueError(f"init_weights: {weights} is not readable weights: {exc}") from None
+        own = self.model.state_dict()
+        # Another feeder's checkpoint of the same architecture: only the input embedding depends on
+        # the input width; it keeps its fresh initialisation, everything else transfers.
+        fresh = sorted(k for k in own if k in found and found[k].shape != own[k].shape)
+        if set(found) != set(own) or len(fresh) > 1 or any(not k.startswith("embed_x.") for k in fresh):
+            raise ValueError(f"init_weights: {weights} does not fit this config's model: tensors missing "
+                             f"{sorted(set(own) - set(found))[:5]}, unexpected {sorted(set(found) - set(own))[:5]}, "
+                             f"other shapes {fresh[:5]}")
+        self.model.load_state_dict({k: own[k] if k in fresh else v for k, v in found.items()})
+        self.progress.init = {**init_record(weights), **({"kept_fresh": fresh} if fresh else {})}
 
     def _load_latest(self) -> None:
         name = json.loads((self.run_dir / LATEST).read_text())["checkpoint"]
