@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from models.predictive import GaussianPredictive, Method
+from models.predictive import Method, StudentTPredictive
 from models.validation import check_context, check_queries
 
 # Ridge penalties tried per output, relative to n (features are standardised, so s_j^2 ~ n).
@@ -41,6 +41,11 @@ RIDGE_GRID = (1e-12, 1e-10, 1e-8, 1e-6, 1e-4, 1e-2, 1.0, 10.0)
 LOO_MIN_SLACK = 1e-6
 # The penalty of the leverage feature: fixed, so that feature depends on inputs only.
 LEVERAGE_LAMBDA = 1e-4
+# PhysicsBaseMethod's spread: below this many context points also K-fold cross-validated (CV_FOLDS).
+CV_BELOW_POINTS = 300
+CV_FOLDS = 5
+# Smallest spread it reports (p.u.): a bus whose voltage the context never moves still gets a density.
+SPREAD_FLOOR_PU = 1e-12
 
 
 def load_scaling(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -246,26 +251,56 @@ def predict(state: PhysicsFit, xs: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     return loc, h / (1.0 + h)  # what the leverage would be had the query been in the context
 
 
-class PhysicsBaseMethod(Method):
-    """The base fit alone as a predictor: its mean, and its leave-one-out error as a Gaussian spread.
+def _fit_raw(x: torch.Tensor, y: torch.Tensor, load_positions: torch.Tensor | None):
+    """fit() on raw loads x (1, n, d) and voltages y (1, n, k): the state, the load scaling and the LOO residuals."""
+    mean, std = load_scaling(x)
+    state, loo, _ = fit((x - mean[:, None]) / std[:, None], y, std, load_positions)
+    return state, mean, std, loo
 
-    What the closed form gives without the network: a baseline for the PFN built on it, and for
-    feeders no checkpoint serves yet (bench/accuracy.py --network)."""
+
+def cross_validated_errors(x: torch.Tensor, y: torch.Tensor, load_positions: torch.Tensor | None,
+                           folds: int = CV_FOLDS) -> torch.Tensor:
+    """Held-out residuals (n, k) of the whole fit, tree recovery and model choice included, by
+    K-fold cross-validation on interleaved folds (rows i, i + K, ...). Leave-one-out residuals of
+    the final fit miss those choices, which on a small context made its error look up to 2x smaller."""
+    n = x.shape[-2]
+    fold = torch.arange(n) % folds
+    out = torch.empty_like(y[0])
+    for f in range(folds):
+        train, held = fold != f, fold == f
+        state, mean, std, _ = _fit_raw(x[:, train], y[:, train], load_positions)
+        loc, _ = predict(state, (x[:, held] - mean[:, None]) / std[:, None])
+        out[held] = y[0, held] - loc[0]
+    return out
+
+
+class PhysicsBaseMethod(Method):
+    """The base fit alone as a predictor: its mean, and a Student-t spread from held-out errors.
+
+    What the closed form gives without a network, on any radial feeder (the service's `physics-fit`
+    model, which serves feeders no checkpoint was trained for) and as a baseline for the PFN built
+    on it. The spread per bus is the rms leave-one-out error, on a context under CV_BELOW_POINTS the
+    larger of it and the K-fold cross-validated error of the whole fit; the t's degrees of freedom
+    (residuals - 1) carry the uncertainty of that estimate itself."""
 
     name = "physics base (closed form)"
 
     def __init__(self, load_positions=None):
         self.load_positions = None if load_positions is None else torch.as_tensor(load_positions, dtype=torch.long)
 
-    def fit(self, context_x, context_y) -> tuple[PhysicsFit, torch.Tensor, torch.Tensor, np.ndarray]:
+    def fit(self, context_x, context_y) -> tuple[PhysicsFit, torch.Tensor, torch.Tensor, np.ndarray, int]:
         x, y = check_context(context_x, context_y)
         xt, yt = torch.as_tensor(x, dtype=torch.float64)[None], torch.as_tensor(y, dtype=torch.float64)[None]
-        mean, std = load_scaling(xt)
-        state, loo, _ = fit((xt - mean[:, None]) / std[:, None], yt, std, self.load_positions)
-        return state, mean, std, loo[0].square().mean(dim=0).sqrt().numpy()
+        state, mean, std, loo = _fit_raw(xt, yt, self.load_positions)
+        n = xt.shape[-2]
+        spread = loo[0].square().mean(dim=0).sqrt()
+        if n < CV_BELOW_POINTS:
+            cv = cross_validated_errors(xt, yt, self.load_positions)
+            spread = torch.maximum(spread, cv.square().mean(dim=0).sqrt())
+        return state, mean, std, spread.clamp_min(SPREAD_FLOOR_PU).numpy(), n - 1
 
-    def predict(self, fitted, query_x) -> GaussianPredictive:
-        state, mean, std, spread = fitted
+    def predict(self, fitted, query_x) -> StudentTPredictive:
+        state, mean, std, spread, dof = fitted
         q = torch.as_tensor(check_queries(query_x, d=mean.shape[-1]), dtype=torch.float64)[None]
         loc, _ = predict(state, (q - mean[:, None]) / std[:, None])
-        return GaussianPredictive(loc[0].numpy(), np.broadcast_to(spread, loc.shape[1:]).copy())
+        return StudentTPredictive(loc[0].numpy(), np.broadcast_to(spread, loc.shape[1:]).copy(), float(dof))

@@ -128,6 +128,40 @@ class GaussianPredictive(Predictive):
         return -0.5 * z**2 - np.log(self.sigma) - 0.5 * np.log(2 * np.pi)
 
 
+@dataclass
+class StudentTPredictive(Predictive):
+    """Independent Student-t per query and output: location, scale and degrees of freedom.
+
+    For a spread estimated from a few held-out residuals (the physics fit on a small context):
+    the scale's own uncertainty widens the tails, as a t with `dof` = residuals - 1 does."""
+
+    mu: np.ndarray
+    scale: np.ndarray
+    dof: float
+    timing: Timing = field(default_factory=Timing)
+
+    @property
+    def mean(self) -> np.ndarray:
+        return self.mu
+
+    @property
+    def std(self) -> np.ndarray:
+        return self.scale * np.sqrt(self.dof / (self.dof - 2.0)) if self.dof > 2 else np.full_like(self.scale, np.inf)
+
+    def quantile(self, levels: Sequence[float]) -> np.ndarray:
+        t = special.stdtrit(self.dof, np.asarray(levels, dtype=np.float64))
+        return self.mu[None] + t[:, None, None] * self.scale[None]
+
+    def cdf(self, values: np.ndarray | float) -> np.ndarray:
+        return special.stdtr(self.dof, (np.asarray(values, dtype=np.float64) - self.mu) / self.scale)
+
+    def log_prob(self, y: np.ndarray) -> np.ndarray:
+        z = (np.asarray(y, dtype=np.float64) - self.mu) / self.scale
+        nu = self.dof
+        return (special.gammaln((nu + 1) / 2) - special.gammaln(nu / 2) - 0.5 * np.log(nu * np.pi)
+                - np.log(self.scale) - (nu + 1) / 2 * np.log1p(z**2 / nu))
+
+
 class Method(ABC):
     """A way to turn a context into predictions: fit once, predict many query batches."""
 
