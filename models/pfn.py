@@ -7,6 +7,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from models import physics_base
 from models.bar_distribution import BarDistribution
 from models.bar_predictive import BarPredictive
 from models.calibration import MIN_CALIBRATION_POINTS, spread_from_heldout
@@ -54,19 +55,30 @@ class PFNMethod(Method):
     def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> EncodedContext:
         context_x, context_y = check_context(context_x, context_y, d=self.d_in)
         x = self._tensor(context_x)
-        cache = self.model.encode_context(x[None], self._tensor(context_y)[None])
-        return EncodedContext(cache, self.spread_factors(cache, x) if self.calibrate else None)
+        y = self._tensor(context_y)
+        cache = self.model.encode_context(x[None], y[None])
+        return EncodedContext(cache, self.spread_factors(cache, x, y) if self.calibrate else None)
 
     @torch.inference_mode()
-    def spread_factors(self, cache: ContextCache, context_x: torch.Tensor) -> np.ndarray | None:
+    def spread_factors(self, cache: ContextCache, context_x: torch.Tensor,
+                       context_y: torch.Tensor | None = None) -> np.ndarray | None:
         """Per-output spread factors (k,) from the context itself, in one pass (None below
         MIN_CALIBRATION_POINTS): every point the attention sees is predicted with its own point
         masked, and its truth is the base fit's leave-one-out residual, so each point is held out
-        of both without a refit."""
+        of both without a refit. On a small context (under physics_base.CV_BELOW_POINTS, physics
+        base) the truth is the base fit's K-fold residual instead: leave-one-out of the final fit
+        keeps the tree and the model choice made with the point, and understated the error at new
+        points up to 2x there."""
         targets = cache.targets[0].transpose(0, 1).cpu().numpy()  # (n, k) standardised LOO residuals
         n, k = targets.shape
         if n < MIN_CALIBRATION_POINTS:
             return None
+        if (context_y is not None and self.model.cfg.base == "physics" and cache.attended is None
+                and n < physics_base.CV_BELOW_POINTS):
+            positions = self.model.cfg.load_positions
+            positions = None if positions is None else torch.as_tensor(positions, dtype=torch.long)
+            cv = physics_base.cross_validated_errors(context_x[None].double(), context_y[None].double(), positions)
+            targets = (cv / cache.stats.y_scale[0]).cpu().numpy()
         points = context_x if cache.attended is None else context_x[cache.attended]
         logits, _, _ = self.model.predict(cache, points[None], held_out=True)  # (1, k, n, bars)
         pred = BarPredictive(self.bar, logits[0].transpose(0, 1).float().cpu(), np.zeros((n, k)), np.ones((1, k)))

@@ -39,3 +39,18 @@ def test_summary_of_a_transposed_view_equals_that_of_contiguous_logits(tmp_path)
     dense = BarPredictive(method.bar, logits.contiguous(), loc, scale, spread=encoded.spread).summary(levels, band)
     for name in ("mean", "std", "quantiles", "p_outside"):
         np.testing.assert_array_equal(getattr(view, name), getattr(dense, name))
+
+
+def test_small_context_calibration_holds_out_the_whole_base_fit():
+    """Under physics_base.CV_BELOW_POINTS rows the calibration's truth is the base fit's K-fold
+    residual (tree and model choice refit without the point): on 50 IEEE 33 rows those are larger
+    than the final fit's LOO residuals, so the shipped model's intervals widen where they were short."""
+    import gridsim
+    from models.registry import DEFAULT_ROOT, load_checkpoint
+
+    method = load_checkpoint(DEFAULT_ROOT / "transformer-dva-fast" / "0.2.1", warmup=False).method
+    sim = gridsim.simulate(50, 0.3, seed=501)
+    encoded = method.fit(sim.x, sim.vm_pu)
+    loo_only = method.spread_factors(encoded.cache, method._tensor(sim.x))
+    assert encoded.spread is not None and loo_only is not None
+    assert np.median(encoded.spread / loo_only) > 1.05
