@@ -334,13 +334,25 @@ def _pandapower_net_cached(name: str):
     """The built-in net with its switch states applied (what the snapshot describes)."""
     from gridsim.feeders import normalise
 
-    return normalise(_BUILDERS[name][0]())
+    return normalise(_builder(name)[0]())
 
 
 def _check_name(name) -> str:
-    if name not in _BUILDERS:
-        raise ValueError(f"network: expected one of {list(KNOWN_NETWORKS)}, got {name!r}")
+    from gridsim.random_feeder import parse_name
+
+    if name not in _BUILDERS and (not isinstance(name, str) or parse_name(name) is None):
+        raise ValueError(f"network: expected one of {list(KNOWN_NETWORKS)} or random-<buses>-<seed>, got {name!r}")
     return name
+
+
+def _builder(name: str) -> tuple[Callable, int]:
+    """A built-in's (constructor, numbering offset), or a random feeder's (gridsim.random_feeder)."""
+    from gridsim.random_feeder import parse_name, random_feeder
+
+    if name in _BUILDERS:
+        return _BUILDERS[name]
+    buses, seed = parse_name(name)
+    return (lambda: random_feeder(buses, seed)), 0
 
 
 def pandapower_net(name: "str | Network" = "ieee33"):
@@ -359,7 +371,7 @@ def pandapower_net(name: "str | Network" = "ieee33"):
 def _build(name: str) -> Network:
     from gridsim.feeders import snapshot
 
-    builder, offset = _BUILDERS[name]
+    _, offset = _builder(name)
     return snapshot(_pandapower_net_cached(name), name=name, number_offset=offset, keep_source=False)
 
 
