@@ -71,19 +71,33 @@ class PhysicsFit:
     parent: torch.Tensor  # (B, m) int: recovered parent load bus (load index), -1 for none above it
     physics_used: torch.Tensor  # (B, k) bool: the physics fit won on leave-one-out error
     n_context: int
+    compact_loss: torch.Tensor  # (B, k, k): weight of branch c's squared flow in bus j's loss term
+    compact_path: torch.Tensor  # (B, k, k): weight of branch c's squared flow on bus j's own path
+    compact_mean: torch.Tensor  # (B, k, 3): the compact features' mean and std over the context
+    compact_std: torch.Tensor
+    compact_gamma: torch.Tensor  # (B, 3, k): their coefficients (zero where compact_used is False)
+    compact_used: torch.Tensor  # (B, k) bool: the compact DistFlow fit won on leave-one-out error
 
     def select(self, pick: torch.Tensor) -> "PhysicsFit":
         """Keep outputs `pick` (B, k') for the coefficients; features still describe every bus."""
+        rows = pick[..., None].expand(-1, -1, self.compact_loss.shape[-1])
+        per_bus = pick[..., None].expand(-1, -1, 3)
         return replace(self, beta=torch.gather(self.beta, 2, pick[:, None, :].expand(-1, self.beta.shape[1], -1)),
                        y_mean=torch.gather(self.y_mean, 1, pick),
-                       physics_used=torch.gather(self.physics_used, 1, pick))
+                       physics_used=torch.gather(self.physics_used, 1, pick),
+                       compact_loss=torch.gather(self.compact_loss, 1, rows),
+                       compact_path=torch.gather(self.compact_path, 1, rows),
+                       compact_mean=torch.gather(self.compact_mean, 1, per_bus),
+                       compact_std=torch.gather(self.compact_std, 1, per_bus),
+                       compact_gamma=torch.gather(self.compact_gamma, 2, pick[:, None, :].expand(-1, 3, -1)),
+                       compact_used=torch.gather(self.compact_used, 1, pick))
 
 
 def _ridge_loo(design: torch.Tensor, yc: torch.Tensor):
     """Ridge on a centred design (B, n, p) for centred targets (B, n, k), penalty per output by LOO.
 
     Returns coefficients (B, p, k), LOO residuals (B, n, k), LOO mean squared error (B, k) and the
-    SVD (u, s, vh) for leverages.
+    SVD (u, s, vh) with each output's chosen s^2 / (s^2 + lambda) and s / (s^2 + lambda) (B, k, r).
     """
     n = design.shape[-2]
     u, s, vh = torch.linalg.svd(design, full_matrices=False)
@@ -104,7 +118,8 @@ def _ridge_loo(design: torch.Tensor, yc: torch.Tensor):
     coef = s[:, None, :] / (s2[:, None, :] + lam[None, :, None])  # (B, L, r)
     coef = torch.gather(coef, 1, best[..., None].expand(-1, -1, coef.shape[-1]))  # (B, k, r)
     beta = vh.transpose(-1, -2) @ (coef.transpose(-1, -2) * uy)  # (B, p, k)
-    return beta, loo, best_err, (u, s, vh)
+    chosen = torch.gather(shrink, 1, best[..., None].expand(-1, -1, shrink.shape[-1]))  # (B, k, r)
+    return beta, loo, best_err, (u, s, vh, chosen, coef)
 
 
 def recover_tree(sens: torch.Tensor, varies: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -194,6 +209,81 @@ def _features(xs: torch.Tensor, fit_like: dict) -> torch.Tensor:
     return torch.cat([xs, flow_p.square(), flow_q.square(), flow_p * flow_q, drop.square()], dim=-1)
 
 
+def _compact_weights(sens: torch.Tensor, subtree: torch.Tensor, load_positions: torch.Tensor):
+    """DistFlow's second-order weights from the sensitivities alone, for every output bus j and
+    branch c (the branch into output bus c): (loss weights, path weights), each (B, k, k).
+
+    With rho[j, i] = -dV_j/dP_i the resistance shared by bus j and load i (likewise xi with Q), bus
+    j's depth R_j is the most it shares with any load, c's branch resistance is R_c minus its
+    parent's depth, and the resistance j shares with c is min(R_c, rho[j, i] for loads i below c).
+    A branch's loss r_c (P_c^2 + Q_c^2) flows in from upstream like a load at c, so it lowers |V_j|
+    by rho_common(j, c) r_c (+ the X part); on j's own path the (r^2 + x^2)(P^2 + Q^2) / 2 term adds.
+    """
+    m = load_positions.shape[0]
+    weights = []
+    for half in (sens[..., :m], sens[..., m:]):
+        shared = (-half).clamp_min(0.0)  # (B, k, m): resistance j shares with load i
+        depth = shared.amax(dim=-1)  # (B, k)
+        below = subtree > 0.5  # (B, c, m): loads below output c
+        # common[j, c] = min over loads i below c of shared[j, i], capped at c's depth
+        masked = torch.where(below[:, None, :, :], shared[:, :, None, :], torch.full_like(shared[:, :, None, :], torch.inf))
+        common = torch.minimum(masked.amin(dim=-1), depth[:, None, :])  # (B, j, c)
+        common = torch.where(below.any(dim=-1)[:, None, :], common, torch.zeros_like(common))
+        # parent depth: the deepest output strictly above c whose loads include all of c's
+        contains = (subtree @ (1.0 - subtree).transpose(-1, -2)) < 0.5  # [c, p]: no load of c that p lacks
+        above = contains & (depth[:, None, :] < depth[:, :, None] * (1 - 1e-9))
+        parent_depth = torch.where(above, depth[:, None, :], torch.zeros_like(common)).amax(dim=-1)
+        weights.append((common, (depth - parent_depth).clamp_min(0.0)))
+    (rho, r), (xi, x) = weights
+    loss = rho * r[:, None, :] + xi * x[:, None, :]
+    on_path = rho >= (1 - SHARED_PATH_TOLERANCE) * torch.diagonal(rho, dim1=-2, dim2=-1)[:, None, :]
+    path = on_path.to(sens.dtype) * 0.5 * (r.square() + x.square())[:, None, :]
+    return loss, path
+
+
+def _compact_features(xs: torch.Tensor, parts: dict, compact) -> torch.Tensor:
+    """Per output bus: [loss term, own-path term, squared linear drop] (B, n, k, 3), unstandardised."""
+    loss_w, path_w = compact
+    loads = xs * parts["load_scale"][:, None, :]
+    m = parts["subtree"].shape[-1]
+    flow_p = loads[..., :m] @ parts["subtree"].transpose(-1, -2)  # (B, n, k)
+    flow_q = loads[..., m:] @ parts["subtree"].transpose(-1, -2)
+    ell = flow_p.square() + flow_q.square()
+    drop = xs @ parts["drop_coef"]
+    return torch.stack([ell @ loss_w.transpose(-1, -2), ell @ path_w.transpose(-1, -2), drop.square()], dim=-1)
+
+
+def _compact_fit(xs, yc, g, lin_beta, lin_svd):
+    """Each bus's ridge on the loads plus its own 3 compact features g (B, n, k, 3), by partialling
+    the loads out (Frisch-Waugh at the linear fit's penalty). Returns load coefficients (B, d, k),
+    feature coefficients (B, 3, k), LOO residuals (B, n, k) and their mean square (B, k)."""
+    u, s, vh, shrink, coef = lin_svd
+    n = xs.shape[-2]
+
+    def project(a):  # U^T a: (B, n, k, f) -> (B, r, k, f)
+        return (u.transpose(-1, -2) @ a.flatten(2)).unflatten(2, a.shape[2:])
+
+    def hat(a):  # each output's linear-ridge hat matrix U diag(shrink_k) U^T applied to a (B, n, k, f)
+        shrunk = project(a) * shrink.transpose(-1, -2)[..., None]
+        return (u @ shrunk.flatten(2)).unflatten(2, a.shape[2:])
+
+    g_res = g - hat(g)  # features with the loads partialled out
+    y_res = yc - hat(yc[..., None])[..., 0]
+    gram = torch.einsum("bnkf,bnkh->bkfh", g_res, g_res)
+    gram = gram + 1e-8 * n * torch.eye(3, dtype=g.dtype, device=g.device)
+    gamma = torch.linalg.solve(gram, torch.einsum("bnkf,bnk->bkf", g_res, y_res)[..., None])[..., 0]  # (B, k, 3)
+    resid = y_res - torch.einsum("bnkf,bkf->bnk", g_res, gamma)
+    lin_h = u.square() @ shrink.transpose(-1, -2)  # (B, n, k)
+    proj = torch.linalg.solve(gram, g_res.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)  # M g_res^T: (B, n, k, 3)
+    extra = (proj * (g_res - hat(g_res))).sum(-1)  # diag of g_res M g_res^T (I - H)
+    leverage = lin_h + 1.0 / n + extra
+    loo = resid / (1.0 - leverage).clamp_min(1e-6)
+    err = loo.square().mean(dim=-2)
+    err = torch.where((1.0 - leverage).amin(dim=-2) > LOO_MIN_SLACK, err, torch.full_like(err, torch.inf))
+    load_part = vh.transpose(-1, -2) @ ((project(g) * gamma[:, None]).sum(-1) * coef.transpose(-1, -2))  # (B, d, k)
+    return lin_beta - load_part, gamma.transpose(-1, -2), loo, err
+
+
 def fit(xs: torch.Tensor, y: torch.Tensor, x_std: torch.Tensor, load_positions: torch.Tensor | None = None):
     """Fit on standardised loads xs (B, n, d) and targets y (B, n, k), float64.
 
@@ -215,7 +305,7 @@ def fit(xs: torch.Tensor, y: torch.Tensor, x_std: torch.Tensor, load_positions: 
         raise ValueError(f"physics base: {d} inputs for {len(load_positions)} load buses (expected P and Q of each)")
     y_mean = y.mean(dim=-2)
     yc = y - y_mean[:, None, :]
-    lin_beta, lin_loo, lin_err, _ = _ridge_loo(xs, yc)
+    lin_beta, lin_loo, lin_err, lin_svd = _ridge_loo(xs, yc)
     sens = (lin_beta / x_std.double()[..., None]).transpose(-1, -2)  # (B, k, d) in p.u. per MW / MVAr
     varies = xs.std(dim=-2) > 0.5  # standardised: 1 where a load varies, 0 where it is constant
     parent, load_subtree = recover_tree(sens[:, load_positions], varies)
@@ -227,25 +317,50 @@ def fit(xs: torch.Tensor, y: torch.Tensor, x_std: torch.Tensor, load_positions: 
     feat_mean[..., :d], feat_std[..., :d] = 0.0, 1.0  # the loads are standardised already
     feat_std = torch.where(feat_std > 1e-12 * (feat_mean.abs() + 1e-300), feat_std, torch.ones_like(feat_std))
     design = (raw - feat_mean[:, None, :]) / feat_std[:, None, :]
-    beta, loo, err, (u, s, vh) = _ridge_loo(design, yc)
+    beta, loo, err, (u, s, vh, _, _) = _ridge_loo(design, yc)
     physics_used = err < lin_err
     lin_full = torch.cat([lin_beta, torch.zeros_like(beta[:, d:])], dim=1)
     beta = torch.where(physics_used[:, None, :], beta, lin_full)
     loo = torch.where(physics_used[:, None, :], loo, lin_loo)
+    best_err = torch.minimum(err, lin_err)
+    compact = _compact_weights(sens, subtree, load_positions)
+    g_raw = _compact_features(xs, parts, compact)
+    g_mean, g_std = g_raw.mean(dim=-3), g_raw.std(dim=-3, unbiased=False)
+    g_std = torch.where(g_std > 1e-12 * (g_mean.abs() + 1e-300), g_std, torch.ones_like(g_std))
+    c_beta, gamma, c_loo, c_err = _compact_fit(xs, yc, (g_raw - g_mean[:, None]) / g_std[:, None], lin_beta, lin_svd)
+    compact_used = c_err < best_err
+    beta = torch.where(compact_used[:, None, :], torch.cat([c_beta, torch.zeros_like(beta[:, d:])], dim=1), beta)
+    loo = torch.where(compact_used[:, None, :], c_loo, loo)
+    physics_used = physics_used & ~compact_used
+    gamma = torch.where(compact_used[:, None, :], gamma, torch.zeros_like(gamma))
     s2 = s.square()
     lev_weights = 1.0 / (s2 + LEVERAGE_LAMBDA * n)
     leverage = (u.square() * (s2 * lev_weights)[:, None, :]).sum(-1) + 1.0 / n
     result = PhysicsFit(subtree=subtree, drop_coef=lin_beta, load_scale=x_std.double(), feat_mean=feat_mean,
                         feat_std=feat_std, beta=beta, y_mean=y_mean, right_vectors=vh, leverage_weights=lev_weights,
-                        parent=parent, physics_used=physics_used, n_context=n)
+                        parent=parent, physics_used=physics_used, n_context=n, compact_loss=compact[0],
+                        compact_path=compact[1], compact_mean=g_mean, compact_std=g_std, compact_gamma=gamma,
+                        compact_used=compact_used)
     return result, loo, leverage
 
 
-def predict(state: PhysicsFit, xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Base prediction (B, m, k) float64 and the leverage each query would have in the context (B, m)."""
-    raw = _features(xs.double(), dict(subtree=state.subtree, drop_coef=state.drop_coef, load_scale=state.load_scale))
-    design = (raw - state.feat_mean[:, None, :]) / state.feat_std[:, None, :]
-    loc = design @ state.beta + state.y_mean[:, None, :]
+def predict(state: PhysicsFit, xs: torch.Tensor, leverage: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Base prediction (B, m, k) float64 and the leverage each query would have in the context (B, m),
+    or None when `leverage` is False (the full design is then built only if some bus uses it)."""
+    xs = xs.double()
+    parts = dict(subtree=state.subtree, drop_coef=state.drop_coef, load_scale=state.load_scale)
+    d = xs.shape[-1]
+    if leverage or bool(state.physics_used.any()):
+        design = (_features(xs, parts) - state.feat_mean[:, None, :]) / state.feat_std[:, None, :]
+        loc = design @ state.beta + state.y_mean[:, None, :]
+    else:  # linear and compact buses have no coefficients past the loads
+        design, loc = None, xs @ state.beta[:, :d] + state.y_mean[:, None, :]
+    if bool(state.compact_used.any()):
+        g = _compact_features(xs, parts, (state.compact_loss, state.compact_path))
+        g = (g - state.compact_mean[:, None]) / state.compact_std[:, None]
+        loc = loc + torch.einsum("bnkf,bfk->bnk", g, state.compact_gamma)
+    if not leverage:
+        return loc, None
     proj = design @ state.right_vectors.transpose(-1, -2)
     h = (proj.square() * state.leverage_weights[:, None, :]).sum(-1) + 1.0 / state.n_context
     return loc, h / (1.0 + h)  # what the leverage would be had the query been in the context
@@ -269,7 +384,7 @@ def cross_validated_errors(x: torch.Tensor, y: torch.Tensor, load_positions: tor
     for f in range(folds):
         train, held = fold != f, fold == f
         state, mean, std, _ = _fit_raw(x[:, train], y[:, train], load_positions)
-        loc, _ = predict(state, (x[:, held] - mean[:, None]) / std[:, None])
+        loc, _ = predict(state, (x[:, held] - mean[:, None]) / std[:, None], leverage=False)
         out[held] = y[0, held] - loc[0]
     return out
 
@@ -302,5 +417,5 @@ class PhysicsBaseMethod(Method):
     def predict(self, fitted, query_x) -> StudentTPredictive:
         state, mean, std, spread, dof = fitted
         q = torch.as_tensor(check_queries(query_x, d=mean.shape[-1]), dtype=torch.float64)[None]
-        loc, _ = predict(state, (q - mean[:, None]) / std[:, None])
+        loc, _ = predict(state, (q - mean[:, None]) / std[:, None], leverage=False)
         return StudentTPredictive(loc[0].numpy(), np.broadcast_to(spread, loc.shape[1:]).copy(), float(dof))

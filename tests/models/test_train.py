@@ -1,6 +1,7 @@
 """Training smoke test, resumability and the CLI (tiny models, a few dozen steps)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -119,7 +120,12 @@ def test_warm_start_from_published_weights_is_recorded_in_the_card(tmp_path):
     with pytest.raises(ValueError, match="init_weights: .* is not a file"):
         Trainer(TrainConfig.load(cfg_path), tmp_path / "e", init_weights=tmp_path / "missing.safetensors")
     with pytest.raises(ValueError, match="init_weights: .* does not fit"):  # another architecture
-        Trainer(_config(), tmp_path / "f", init_weights=published)
+        Trainer(_config(model=dataclasses.replace(TINY, n_layers=TINY.n_layers + 1)), tmp_path / "f", init_weights=published)
+    # the same architecture for another width (another feeder): all but the input embedding transfers
+    other = Trainer(_config(model=ModelConfig(d_in=1, emb_dim=16, value_dim=16, n_layers=1, n_heads=2, ffn_dim=32,
+                                              head_dim=32, n_bars=20)), tmp_path / "g", init_weights=published)
+    assert other.progress.init["kept_fresh"] == ["embed_x.weight"]
+    torch.testing.assert_close(other.model.head[1].weight, warm.model.head[1].weight, atol=0, rtol=0)
 
     for ckpt in (tmp_path / "d").glob("ckpt-*"):
         (ckpt / "optimizer.pt").unlink()
