@@ -77,12 +77,14 @@ class PhysicsFit:
     compact_std: torch.Tensor
     compact_gamma: torch.Tensor  # (B, 3, k): their coefficients (zero where compact_used is False)
     compact_used: torch.Tensor  # (B, k) bool: the compact DistFlow fit won on leave-one-out error
+    outputs: torch.Tensor | None = None  # (B, k): which of the feeder's outputs these are (None: all, in order)
 
     def select(self, pick: torch.Tensor) -> "PhysicsFit":
         """Keep outputs `pick` (B, k') for the coefficients; features still describe every bus."""
         rows = pick[..., None].expand(-1, -1, self.compact_loss.shape[-1])
         per_bus = pick[..., None].expand(-1, -1, 3)
-        return replace(self, beta=torch.gather(self.beta, 2, pick[:, None, :].expand(-1, self.beta.shape[1], -1)),
+        outputs = pick if self.outputs is None else torch.gather(self.outputs, 1, pick)
+        return replace(self, outputs=outputs, beta=torch.gather(self.beta, 2, pick[:, None, :].expand(-1, self.beta.shape[1], -1)),
                        y_mean=torch.gather(self.y_mean, 1, pick),
                        physics_used=torch.gather(self.physics_used, 1, pick),
                        compact_loss=torch.gather(self.compact_loss, 1, rows),
@@ -250,6 +252,8 @@ def _compact_features(xs: torch.Tensor, parts: dict, compact) -> torch.Tensor:
     flow_q = loads[..., m:] @ parts["subtree"].transpose(-1, -2)
     ell = flow_p.square() + flow_q.square()
     drop = xs @ parts["drop_coef"]
+    if parts.get("outputs") is not None:  # the state answers some outputs only (PhysicsFit.select)
+        drop = torch.gather(drop, -1, parts["outputs"][:, None, :].expand(-1, drop.shape[-2], -1))
     return torch.stack([ell @ loss_w.transpose(-1, -2), ell @ path_w.transpose(-1, -2), drop.square()], dim=-1)
 
 
@@ -356,7 +360,7 @@ def predict(state: PhysicsFit, xs: torch.Tensor, leverage: bool = True) -> tuple
     else:  # linear and compact buses have no coefficients past the loads
         design, loc = None, xs @ state.beta[:, :d] + state.y_mean[:, None, :]
     if bool(state.compact_used.any()):
-        g = _compact_features(xs, parts, (state.compact_loss, state.compact_path))
+        g = _compact_features(xs, {**parts, "outputs": state.outputs}, (state.compact_loss, state.compact_path))
         g = (g - state.compact_mean[:, None]) / state.compact_std[:, None]
         loc = loc + torch.einsum("bnkf,bfk->bnk", g, state.compact_gamma)
     if not leverage:

@@ -220,3 +220,20 @@ def test_compact_fit_on_a_mid_sized_ieee33_context():
     """150 IEEE 33 rows (fewer than the 192 full features): 0.73x least squares before, compact <= 0.1x."""
     sim = gridsim.simulate(1150, 0.3, seed=12)
     assert _max_mae_over_ls(physics_base.PhysicsBaseMethod(), sim.x, sim.vm_pu, 150) < 0.1
+
+
+def test_selected_outputs_predict_as_the_whole_fit_does():
+    """PhysicsFit.select (training keeps a few outputs per dataset): every candidate, the compact one
+    included, answers the picked outputs exactly as the whole fit answers them."""
+    sim = gridsim.simulate(300, 0.3, seed=13)
+    x = torch.as_tensor(sim.x)[None]
+    mean, std = physics_base.load_scaling(x)
+    xs = (x - mean[:, None]) / std[:, None]
+    state, _, _ = physics_base.fit(xs[:, :150], torch.as_tensor(sim.vm_pu[:150])[None], std)
+    assert bool(state.compact_used.any())
+    pick = torch.tensor([[30, 3, 17, 0]])
+    whole, _ = physics_base.predict(state, xs[:, 150:])
+    part, _ = physics_base.predict(state.select(pick), xs[:, 150:])
+    torch.testing.assert_close(part, whole[..., pick[0]], rtol=0, atol=1e-15)
+    again, _ = physics_base.predict(state.select(pick).select(torch.tensor([[2, 0]])), xs[:, 150:])
+    torch.testing.assert_close(again, whole[..., [17, 30]], rtol=0, atol=1e-15)
