@@ -1,6 +1,9 @@
 """Registry of pretrained checkpoints: `<root>/<name>/<version>/{model.safetensors, card.json}`.
 
-Loading checks each checkpoint (card fields, sha256 of the weights, config, tensor names and
+A name may have checkpoints for several networks (the card's `network`, "ieee33" when absent): a
+checkpoint's input and output widths are its network's, so the newest version per (name, network)
+is served, and `get(name, network)` picks it. Width-free models (models.physics_fit) serve every
+network, built for each on first use. Loading checks each checkpoint (card fields, sha256 of the weights, config, tensor names and
 shapes), places it on the GPU when there is one, runs a warm-up forward pass, and refuses a
 corrupted or incompatible checkpoint with a clear reason while the others still load.
 """
@@ -10,9 +13,11 @@ import hashlib
 import json
 import logging
 import os
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -44,15 +49,100 @@ class LoadedModel:
     device: str
 
 
+DEFAULT_NETWORK = "ieee33"  # the network of a card that names none (cards before networks were named)
+BUILT_FOR_NETWORKS = 64  # width-free models built per network and kept (uploads come and go)
+
+
+class ModelNotServed(LookupError):
+    """No model `name`, or none for `network`; says what the name serves and what serves the network."""
+
+    def __init__(self, name: str, network: str, serves: list[str], models_for: list[str]) -> None:
+        self.name, self.network, self.serves, self.models_for = name, network, serves, models_for
+        told = (f"model {name!r} does not serve network {network!r} (it serves {', '.join(serves)})" if serves
+                else f"there is no model {name!r}")
+        super().__init__(f"{told}; models serving {network!r}: {', '.join(models_for) or 'none'}")
+
+    @property
+    def unknown(self) -> bool:
+        return not self.serves
+
+
+def card_network(card: dict[str, Any]) -> str:
+    return str(card.get("network") or DEFAULT_NETWORK)
+
+
 @dataclass
 class Registry:
-    models: dict[str, LoadedModel] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)  # "<name>/<version>" -> why it was refused
+    """Checkpoints per (name, network), width-free models, and the refused checkpoints' reasons.
 
-    def get(self, name: str) -> LoadedModel:
-        if name not in self.models:
-            raise KeyError(name)
-        return self.models[name]
+    `models` is one checkpoint per name (its DEFAULT_NETWORK one where it has one, else its newest
+    network's): the view of callers that serve one network (bench/, `load_registry(network=...)`)."""
+
+    checkpoints: dict[tuple[str, str], LoadedModel] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # "<name>/<version>" -> why it was refused
+    width_free: dict[str, Callable[[Any], LoadedModel]] = field(default_factory=dict)  # name -> build(network)
+    models: dict[str, LoadedModel] = field(default_factory=dict)
+    _built: "OrderedDict[tuple[str, str], LoadedModel]" = field(default_factory=OrderedDict, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, loaded: LoadedModel) -> None:
+        """Serve `loaded` unless a newer version of its (name, network) is served already."""
+        key = (loaded.name, card_network(loaded.card))
+        current = self.checkpoints.get(key)
+        if current is None or _version_key(loaded.version) > _version_key(current.version):
+            self.checkpoints[key] = loaded
+        self._by_name()
+
+    def refuse(self, name: str, network: str, why: str) -> None:
+        """Stop serving a checkpoint that loaded but failed later (the service's warm-up)."""
+        loaded = self.checkpoints.pop((name, network), None)
+        self.errors[f"{name}/{loaded.version if loaded else '?'}"] = why
+        self._by_name()
+
+    def _by_name(self) -> None:
+        self.models.clear()
+        for (name, network), loaded in sorted(self.checkpoints.items()):
+            if name not in self.models or network == DEFAULT_NETWORK:
+                self.models[name] = loaded
+
+    def names(self) -> list[str]:
+        """Every served model name, checkpoints and width-free."""
+        return sorted({name for name, _ in self.checkpoints} | set(self.width_free))
+
+    def versions(self, name: str) -> dict[str, str]:
+        """network -> served version of a checkpoint model (empty for a width-free one)."""
+        return {net: loaded.version for (n, net), loaded in sorted(self.checkpoints.items()) if n == name}
+
+    def networks_of(self, name: str) -> list[str]:
+        """What `name` serves, in words for a width-free model."""
+        if name in self.width_free:
+            return ["any radial feeder"]
+        return list(self.versions(name))
+
+    def models_for(self, network: str) -> list[str]:
+        """Names that serve `network` (a built-in name or an uploaded network's id)."""
+        return sorted({n for n, net in self.checkpoints if net == network} | set(self.width_free))
+
+    def get(self, name: str, network: Any = DEFAULT_NETWORK) -> LoadedModel:
+        """The model `name` for `network` (a built-in name or a gridsim Network); ModelNotServed when none."""
+        network_id = network if isinstance(network, str) else network.name
+        loaded = self.checkpoints.get((name, network_id))
+        if loaded is not None:
+            return loaded
+        if name not in self.width_free:
+            raise ModelNotServed(name, network_id, self.networks_of(name), self.models_for(network_id))
+        with self._lock:  # request threads and the event loop both ask; build once
+            loaded = self._built.get((name, network_id))
+            if loaded is None:
+                if isinstance(network, str):
+                    from gridsim.network import network as built_in
+
+                    network = built_in(network)  # ValueError for a name gridsim does not know
+                loaded = self._built[(name, network_id)] = self.width_free[name](network)
+                while len(self._built) > BUILT_FOR_NETWORKS:
+                    self._built.popitem(last=False)
+            self._built.move_to_end((name, network_id))
+        return loaded
 
 
 def sha256_file(path: Path) -> str:
@@ -109,6 +199,7 @@ def load_checkpoint(directory: str | Path, device: str | None = None, warmup: bo
         raise CheckpointError(f"{directory}: invalid config: {exc}") from exc
     if len(card["features"]) != cfg.d_in:
         raise CheckpointError(f"{directory}: card lists {len(card['features'])} features, config d_in is {cfg.d_in}")
+    _check_network(directory, card)
     model = DVAPFN(cfg)
     _check_tensors(directory, weights, model)
     model.load_state_dict(load_file(str(weights)))
@@ -116,6 +207,20 @@ def load_checkpoint(directory: str | Path, device: str | None = None, warmup: bo
     if warmup:
         _warm_up(method, card)
     return LoadedModel(card["name"], str(card["version"]), {**card, "device": device}, method, device)
+
+
+def _check_network(directory: Path, card: dict[str, Any]) -> None:
+    """A card for a built-in network names that network's features and outputs, in its order."""
+    from gridsim.network import KNOWN_NETWORKS, network
+
+    name = card_network(card)
+    if name not in KNOWN_NETWORKS:
+        return  # a feeder served by its uploaded id: its widths are checked against each request's network
+    net = network(name)
+    for what, names in (("features", net.feature_names), ("outputs", net.output_names)):
+        if list(card[what]) != list(names):
+            raise CheckpointError(f"{directory}: card {what} ({len(card[what])}) are not network {name}'s "
+                                  f"{len(names)} {what} in its order")
 
 
 def _check_tensors(directory: Path, weights: Path, model: DVAPFN) -> None:
@@ -147,10 +252,29 @@ def _warm_up(method: PFNMethod, card: dict) -> None:
         raise CheckpointError(f"{card['name']}: warm-up produced non-finite predictions")
 
 
+def physics_fit_builder(max_context: int) -> Callable[[Any], LoadedModel]:
+    """Builds "physics-fit" (models.physics_fit) for one network."""
+    from models import physics_fit
+
+    def build(network: Any) -> LoadedModel:
+        return LoadedModel(physics_fit.NAME, physics_fit.VERSION, physics_fit.card_for(network, max_context),
+                           physics_fit.method_for(network), "cpu")
+
+    return build
+
+
 def load_registry(root: str | Path = DEFAULT_ROOT, device: str | None = None, warmup: bool = True,
-                  calibrate: bool = True) -> Registry:
-    """Every `<name>/<version>` under root; the newest version of each name is served."""
+                  calibrate: bool = True, network: str | None = None, width_free: bool = False,
+                  max_context: int = 10_000) -> Registry:
+    """Every `<name>/<version>` under root; the newest version of each (name, network) is served.
+
+    network: only checkpoints for that network. width_free: also serve "physics-fit" on every
+    network, with contexts of up to `max_context` rows (the service's GRIDPFN_MAX_CONTEXT_ROWS)."""
     registry = Registry()
+    if width_free:
+        from models import physics_fit
+
+        registry.width_free[physics_fit.NAME] = physics_fit_builder(max_context)
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"model_dir: {root} is not a directory")
@@ -163,10 +287,11 @@ def load_registry(root: str | Path = DEFAULT_ROOT, device: str | None = None, wa
             log.error("refusing checkpoint %s: %s", key, exc)
             registry.errors[key] = str(exc)
             continue
-        current = registry.models.get(loaded.name)
-        if current is None or _version_key(loaded.version) > _version_key(current.version):
-            registry.models[loaded.name] = loaded
-        log.info("loaded model %s version %s on %s", loaded.name, loaded.version, loaded.device)
+        if network is not None and card_network(loaded.card) != network:
+            continue
+        registry.add(loaded)
+        log.info("loaded model %s version %s for %s on %s", loaded.name, loaded.version, card_network(loaded.card),
+                 loaded.device)
     return registry
 
 

@@ -1,0 +1,44 @@
+""""physics-fit": the physics base fit alone, served as a model on every radial feeder.
+
+Why a model without weights: a feeder no checkpoint was trained for (any upload, and the built-ins
+until their checkpoints land) still gets calibrated-enough voltage distributions from the closed
+form that every PFN here is built on (models.physics_base: linear in the loads plus DistFlow's
+squares, its leave-one-out error as the spread). It needs only the feeder's load positions, so
+the registry builds one per network on demand instead of loading a checkpoint.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from models.physics_base import PhysicsBaseMethod
+
+NAME = "physics-fit"
+VERSION = "built-in"
+ANY_NETWORK = "any radial feeder"
+MIN_CONTEXT = 16  # below this the leave-one-out choice between the linear and the physics fit is noise
+
+
+def general_card(max_context: int) -> dict[str, Any]:
+    """What the model is, whatever the network (GET /v1/models)."""
+    return {
+        "name": NAME,
+        "version": VERSION,
+        "description": "the physics base fit alone (no weights): per bus, linear in the loads plus DistFlow's "
+                       "second-order branch-flow terms, the feeder's tree recovered from the context; the spread "
+                       "is each bus's leave-one-out error, Gaussian",
+        "architecture": {"kind": "closed form", "base": "physics"},
+        "networks": ANY_NETWORK,
+        "features": "the network's load inputs: P then Q of each load bus (GET /v1/networks/{id})",
+        "outputs": "the network's outputs: |V| of each non-slack bus (GET /v1/networks/{id})",
+        "context_size": {"min": MIN_CONTEXT, "max": int(max_context)},
+    }
+
+
+def card_for(network: Any, max_context: int) -> dict[str, Any]:
+    """The card on one network: its feature and output names."""
+    return {**general_card(max_context), "network": network.name,
+            "features": list(network.feature_names), "outputs": list(network.output_names)}
+
+
+def method_for(network: Any) -> PhysicsBaseMethod:
+    return PhysicsBaseMethod(load_positions=network.load_positions)
