@@ -81,6 +81,7 @@ class Registry:
     checkpoints: dict[tuple[str, str], LoadedModel] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # "<name>/<version>" -> why it was refused
     width_free: dict[str, Callable[[Any], LoadedModel]] = field(default_factory=dict)  # name -> build(network)
+    width_free_cards: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> its card on no network
     models: dict[str, LoadedModel] = field(default_factory=dict)
     _built: "OrderedDict[tuple[str, str], LoadedModel]" = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -275,6 +276,7 @@ def load_registry(root: str | Path = DEFAULT_ROOT, device: str | None = None, wa
         from models import physics_fit
 
         registry.width_free[physics_fit.NAME] = physics_fit_builder(max_context)
+        registry.width_free_cards[physics_fit.NAME] = physics_fit.general_card(max_context)
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"model_dir: {root} is not a directory")

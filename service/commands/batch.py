@@ -66,8 +66,9 @@ def run_worker(args: argparse.Namespace) -> int:
     from models.registry import load_registry
 
     torch.set_num_threads(1)  # parallel blocks instead: intra-op threads contend badly on small shared CPUs
-    registry = load_registry(settings.model_dir, device=settings.device, calibrate=settings.calibration)
-    if not registry.models:
+    registry = load_registry(settings.model_dir, device=settings.device, calibrate=settings.calibration,
+                             width_free=True, max_context=settings.max_context_rows)
+    if not registry.checkpoints:
         raise ValueError(f"worker: no usable model under {settings.model_dir}: {registry.errors}")
     worker = Worker(settings.redis_url, registry, job_settings, args.name)
     worker.install_signals()

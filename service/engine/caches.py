@@ -1,8 +1,8 @@
 """Fitted states kept in process: each model's encoding of a context, and the exact GP fitted on it.
 
 Encoded contexts (torch tensors) and fitted GPs are too big and too process-specific for Redis;
-they live in bounded LRUs with single-flight async fill, keyed per (model, context id) and per
-context id. Concurrent misses on one key share one computation, which one caller's cancellation
+they live in bounded LRUs with single-flight async fill, keyed per (model, version, network,
+context id) and per context id (which itself names the network, so networks never mix). Concurrent misses on one key share one computation, which one caller's cancellation
 does not stop.
 """
 from __future__ import annotations
@@ -100,7 +100,8 @@ class Fits:
             self.metrics.inference.labels(loaded.name, "encode").observe(seconds)
             return Cached(value, seconds)
 
-        cached, hit = await self.encoded_cache.get_or_compute((loaded.name, loaded.version, ctx.id), compute)
+        key = (loaded.name, loaded.version, ctx.network, ctx.id)
+        cached, hit = await self.encoded_cache.get_or_compute(key, compute)
         self.metrics.cache.labels("encoded_context", "hit" if hit else "miss").inc()
         return cached, hit
 

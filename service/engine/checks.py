@@ -1,7 +1,9 @@
 """The limits and shapes a request is held to before any model time is spent.
 
-Row widths are the served network's (gridsim's description), limits the GRIDPFN_* settings; every
-refusal is a domain error naming the field (InvalidInput, TooLarge, GPContextTooLarge).
+Row widths are the request's network's (gridsim's description of the built-in or uploaded
+feeder the context set names), limits the GRIDPFN_* settings; every refusal is a domain error
+naming the field, and a width that does not fit names both widths (InvalidInput, TooLarge,
+GPContextTooLarge).
 """
 from __future__ import annotations
 
@@ -11,18 +13,49 @@ import numpy as np
 
 from service.engine.context_sets import ContextSet
 from service.engine.errors import GPContextTooLarge, InvalidInput, TooLarge
-from service.engine.gridsim_calls import served_network
+from service.engine.load_table import InputError, NamedColumns
 from service.settings import Settings
 
 
-def as_matrix(rows: Any, width: int, field: str) -> np.ndarray:
-    """(len(rows), width) float64 array; InvalidInput naming the first row of another length."""
+def _inputs(net: Any) -> str:
+    return f"network {net.name} has {net.n_features} load inputs"
+
+
+def _outputs(net: Any) -> str:
+    return f"network {net.name} has {net.n_outputs} outputs"
+
+
+def as_matrix(rows: Any, width: int, field: str, why: str | None = None) -> np.ndarray:
+    """(len(rows), width) float64 array; InvalidInput naming the first row of another length (and `why`
+    the width is what it is)."""
     if isinstance(rows, np.ndarray) and rows.ndim == 2 and rows.shape[1] == width:  # an Arrow body's, checked
         return np.asarray(rows, dtype=np.float64)
     for i, row in enumerate(rows):
         if len(row) != width:
-            raise InvalidInput(f"{field}[{i}]", f"has {len(row)} values", f"{width} finite numbers")
+            message = f"has {len(row)} values" + (f"; {why}" if why else "")
+            raise InvalidInput(f"{field}[{i}]", message, f"{width} finite numbers")
     return np.asarray(rows, dtype=np.float64)
+
+
+def _width_check(rows: Any, width: int, field: str, why: str, what: str) -> np.ndarray:
+    """The whole matrix's width first (the common mistake: another network's rows), then each row's."""
+    first = len(rows[0]) if len(rows) and not isinstance(rows, np.ndarray) else (rows.shape[1] if len(rows) else width)
+    if first != width:
+        raise InvalidInput(field, f"{field.rpartition('.')[2]} has {first} columns; {why}",
+                           f"{width} {what} per row, in the network's order (GET /v1/networks/{{id}})")
+    return as_matrix(rows, width, field, why)
+
+
+def load_rows(rows: Any, net: Any, field: str) -> np.ndarray:
+    """(m, net.n_features) float64 load vectors; InvalidInput naming both widths."""
+    if isinstance(rows, NamedColumns):  # an Arrow body: columns by name, in the network's feature order
+        try:
+            return rows.ordered(net.feature_names)
+        except InputError as exc:
+            problem = InvalidInput(field, f"{exc}; {_inputs(net)}", exc.expected)
+            problem.entries[0].update(row=exc.row, column=exc.column)
+            raise problem from None
+    return _width_check(rows, net.n_features, field, _inputs(net), "load values (P then Q of each load bus)")
 
 
 class Checks:
@@ -30,27 +63,24 @@ class Checks:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        net = served_network()
-        self.n_features, self.n_outputs = net.n_features, net.n_outputs
-        self.output_names = list(net.output_names)
 
-    def queries(self, queries: Any, width: int, field: str = "queries") -> np.ndarray:
-        """(m, width) float64 array; TooLarge over GRIDPFN_MAX_QUERIES, InvalidInput for a row of the wrong length."""
+    def queries(self, queries: Any, net: Any, field: str = "queries") -> np.ndarray:
+        """(m, net.n_features) float64 array; TooLarge over GRIDPFN_MAX_QUERIES, InvalidInput for another width."""
         limit = self.settings.max_queries
         if len(queries) > limit:
             raise TooLarge(field, f"{len(queries)} rows is over the limit", f"at most {limit} rows")
-        return as_matrix(queries, width, field)
+        return load_rows(queries, net, field)
 
-    def inline_context(self, x: Any, y: Any, field: str = "context") -> ContextSet:
-        """Validate an uploaded or inline context's shape and build its content-addressed set."""
+    def context(self, x: Any, y: Any, net: Any, field: str = "context", source: dict | None = None) -> ContextSet:
+        """Validate an uploaded or inline context against its network and build its content-addressed set."""
         if len(x) > self.settings.max_context_rows:
             raise TooLarge(f"{field}.x", f"{len(x)} context rows is over the limit",
                            f"at most {self.settings.max_context_rows} rows (GRIDPFN_MAX_CONTEXT_ROWS)")
         if len(x) != len(y):
             raise InvalidInput(f"{field}.y", f"has {len(y)} rows but x has {len(x)}", f"{len(x)} rows, one per x row")
-        xa = as_matrix(x, self.n_features, f"{field}.x")
-        ya = as_matrix(y, self.n_outputs, f"{field}.y")
-        return ContextSet.build(xa, ya)
+        xa = load_rows(x, net, f"{field}.x")
+        ya = _width_check(y, net.n_outputs, f"{field}.y", _outputs(net), "voltages (|V| p.u. of each non-slack bus)")
+        return ContextSet.build(xa, ya, source, network=net.name)
 
     def context_size(self, loaded: Any, ctx: ContextSet) -> None:
         """The context's rows within what the model's card supports."""
@@ -67,4 +97,3 @@ class Checks:
         if queries.shape[0] > self.settings.gp_max_queries:
             raise TooLarge("queries", f"{queries.shape[0]} rows is over the exact-GP limit",
                            f"at most {self.settings.gp_max_queries} rows (GRIDPFN_GP_MAX_QUERIES); more: POST /v1/batch-jobs")
-

@@ -1,7 +1,9 @@
 """Context sets: content-addressed ids, the byte format they are stored in, and the store of them.
 
-The id is the sha256 of the canonical bytes (float64 little-endian, C order) and the shapes, so
-the same data uploaded twice (or sent inline) gets the same id and shares every cache.
+The id is the sha256 of the network's name, the shapes and the canonical bytes (float64
+little-endian, C order), so the same data uploaded twice (or sent inline) gets the same id and
+shares every cache, while the same numbers on two networks are two sets. The network (a built-in
+name or an uploaded network's id) is kept in the set's `source`.
 """
 from __future__ import annotations
 
@@ -28,10 +30,14 @@ def canonical(a: Any) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(a, dtype=_CANON))
 
 
-def context_id(x: np.ndarray, y: np.ndarray) -> str:
-    """sha256 over the shapes and the canonical bytes of x then y."""
+DEFAULT_NETWORK = "ieee33"  # the network of a set stored before sets named theirs
+
+
+def context_id(x: np.ndarray, y: np.ndarray, network: str = DEFAULT_NETWORK) -> str:
+    """sha256 over the network, the shapes and the canonical bytes of x then y."""
     x, y = canonical(x), canonical(y)
-    digest = hashlib.sha256(b"gridpfn-context-v1")
+    digest = hashlib.sha256(b"gridpfn-context-v2")
+    digest.update(network.encode() + b"\0")
     digest.update(struct.pack("<4q", *x.shape, *y.shape))
     digest.update(x.tobytes())
     digest.update(y.tobytes())
@@ -49,9 +55,15 @@ class ContextSet:
     created_at: float = 0.0
 
     @classmethod
-    def build(cls, x: Any, y: Any, source: dict[str, Any] | None = None) -> "ContextSet":
+    def build(cls, x: Any, y: Any, source: dict[str, Any] | None = None,
+              network: str = DEFAULT_NETWORK) -> "ContextSet":
         x, y = canonical(x), canonical(y)
-        return cls(x=x, y=y, id=context_id(x, y), source=source or {"kind": "inline"}, created_at=time.time())
+        source = {**(source or {"kind": "inline"}), "network": network}
+        return cls(x=x, y=y, id=context_id(x, y, network), source=source, created_at=time.time())
+
+    @property
+    def network(self) -> str:
+        return str(self.source.get("network") or DEFAULT_NETWORK)
 
     @property
     def rows(self) -> int:

@@ -58,11 +58,14 @@ def _spec(req: Any) -> AnswerSpec:
     return AnswerSpec(tuple(float(q) for q in req.quantiles), band)
 
 
-async def context_of(rt: Runtime, request: Any) -> ContextSet:
-    """The request's context: inline (no store needed) or stored, by id."""
+async def context_of(rt: Runtime, request: Any) -> tuple[ContextSet, Any]:
+    """The request's context (inline, no store needed, or stored, by id) and its network (gridsim's
+    Network: the widths, names and model choice follow it)."""
     if request.context is not None:
-        return rt.checks.inline_context(request.context.x, request.context.y)
-    return await rt.contexts.stored(request.context_id)
+        net = await rt.networks.resolve(request.context.network, "context.network")
+        return rt.checks.context(request.context.x, request.context.y, net), net
+    ctx = await rt.contexts.stored(request.context_id)
+    return ctx, await rt.networks.resolve(ctx.network, "context_id")
 
 
 async def _gp_answer(rt: Runtime, ctx: Any, queries: np.ndarray, spec: AnswerSpec) -> tuple[Answer, dict]:
@@ -75,16 +78,17 @@ async def _gp_answer(rt: Runtime, ctx: Any, queries: np.ndarray, spec: AnswerSpe
 async def predict(rt: Runtime, req: Any) -> dict[str, Any]:
     """The answer to a PredictRequest (see the module docstring)."""
     t0 = time.perf_counter()
-    loaded = rt.models.get(req.model)
-    ctx = await context_of(rt, req)
+    rt.models.known(req.model)
+    ctx, net = await context_of(rt, req)
+    loaded = rt.models.get(req.model, net)
     rt.checks.context_size(loaded, ctx)
-    queries = rt.checks.queries(req.queries, len(loaded.card.get("features") or ()) or ctx.x.shape[1])
+    queries = rt.checks.queries(req.queries, net)
     spec = _spec(req)
     if req.compare_gp:
         rt.checks.gp(ctx, queries)
     encoded, hit = await rt.fits.encoded(loaded, ctx)
     if queries.shape[0] <= BATCHABLE_ROWS:
-        result = await rt.executor.batched((loaded.name, loaded.version, ctx.id), loaded.method,
+        result = await rt.executor.batched((loaded.name, loaded.version, net.name, ctx.id), loaded.method,
                                            encoded.value, queries, spec)
         answer, predict_s, batch_rows = result.answer, result.predict_s, result.batch_rows
     else:
@@ -106,7 +110,7 @@ async def predict(rt: Runtime, req: Any) -> dict[str, Any]:
         timing.update(gp_timing)
         pfn_total = timing["pfn_encode_ms"] + timing["pfn_predict_ms"]
         timing["speedup"] = (gp_timing["gp_fit_ms"] + gp_timing["gp_predict_ms"]) / max(pfn_total, 1e-6)
-    body = {"model": loaded.name, "context_id": ctx.id, "outputs": list(loaded.card.get("outputs") or rt.checks.output_names),
+    body = {"model": loaded.name, "network": net.name, "context_id": ctx.id, "outputs": list(net.output_names),
             **_arrays(answer, spec, f"model {loaded.name}"), "gp": gp}
     timing["total_ms"] = (time.perf_counter() - t0) * 1e3
     body["timing"] = timing
@@ -116,12 +120,13 @@ async def predict(rt: Runtime, req: Any) -> dict[str, Any]:
 async def gp_predict(rt: Runtime, req: Any) -> dict[str, Any]:
     """The answer to a GPPredictRequest: the exact GP fitted on the context (cached per context)."""
     t0 = time.perf_counter()
-    ctx = await context_of(rt, req)
-    queries = rt.checks.queries(req.queries, ctx.x.shape[1])
+    ctx, net = await context_of(rt, req)
+    queries = rt.checks.queries(req.queries, net)
     rt.checks.gp(ctx, queries)
     spec = _spec(req)
     answer, timing = await _gp_answer(rt, ctx, queries, spec)
-    body = {"model": "exact-gp", "context_id": ctx.id, "outputs": rt.checks.output_names, **_arrays(answer, spec, "exact GP")}
+    body = {"model": "exact-gp", "network": net.name, "context_id": ctx.id, "outputs": list(net.output_names),
+            **_arrays(answer, spec, "exact GP")}
     timing["total_ms"] = (time.perf_counter() - t0) * 1e3
     body["timing"] = timing
     return body

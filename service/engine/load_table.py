@@ -30,10 +30,10 @@ def check_columns(names: Sequence[str], features: Sequence[str]) -> None:
     extra = [n for n in names if n not in set(features)]
     if missing:
         raise InputError(f"missing column(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}",
-                         f"the {len(features)} feature columns of the model card", column=missing[0])
+                         f"the {len(features)} feature columns of the network", column=missing[0])
     if extra:
         raise InputError(f"unexpected column(s) {extra[:5]}{' ...' if len(extra) > 5 else ''}",
-                         f"only the {len(features)} feature columns of the model card", column=extra[0])
+                         f"only the {len(features)} feature columns of the network", column=extra[0])
 
 
 def first_non_number(values: pa.Array) -> int | None:
@@ -62,3 +62,20 @@ def as_float(column: pa.ChunkedArray | pa.Array, name: str, offset: int) -> np.n
         idx = int(np.argmin(finite))
         raise InputError(f"value {values[idx]} is not finite", "a finite number", offset + idx + 1, name)
     return values
+
+
+class NamedColumns:
+    """Query rows that came as named columns (an Arrow body), their cells already checked: the order is
+    the network's, known only once the request's context (and so its network) is, in the engine."""
+
+    def __init__(self, columns: dict[str, np.ndarray], names: Sequence[str]) -> None:
+        self.columns, self.names = columns, list(names)
+        self.rows = len(next(iter(columns.values()))) if columns else 0
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def ordered(self, features: Sequence[str]) -> np.ndarray:
+        """(rows, features) float64 in `features` order; InputError naming the first missing or extra column."""
+        check_columns(self.names, features)
+        return np.column_stack([self.columns[name] for name in features])

@@ -6,18 +6,26 @@ modelled number, bus names and coordinates), so the same feeder uploaded twice, 
 where they agree, gets one id. Stored under `gridpfn:net:<id>` (the description) and
 `gridpfn:netsrc:<id>` (the normalised pandapower JSON, to rebuild the snapshot) with the context
 sets' TTL; the built-ins are always there and never stored.
+
+Requests name their network by that id; `Networks.resolve` gives the gridsim `Network` behind it
+(an upload rebuilt once per process from its stored JSON, then kept in a small LRU), which every
+width check, model pick and power flow uses.
 """
 from __future__ import annotations
 
 import functools
+import re
 import time
-from typing import Any
+from collections import OrderedDict
+from typing import Any, Awaitable, Callable
 
 import orjson
 
-from service.engine.errors import InvalidInput
+from service.engine.errors import InvalidInput, NotFound
 from service.engine.store import Store
 
+UPLOAD_ID = re.compile(r"^[0-9a-f]{64}$")
+RESOLVED_KEEP = 16  # uploaded networks kept rebuilt in process (a rebuild runs a base-load power flow)
 KEY_PREFIX = "gridpfn:net:"
 SOURCE_PREFIX = "gridpfn:netsrc:"
 FORMATS = ("pandapower-json", "matpower")
@@ -75,11 +83,53 @@ def built_in_names() -> tuple[str, ...]:
     return KNOWN_NETWORKS
 
 
-class Networks:
-    """Uploaded networks in a Store with a TTL (the built-ins live in gridsim)."""
+def _rebuild(source_json: bytes, network_id: str) -> Any:
+    from gridsim.feeders import from_pandapower_json
 
-    def __init__(self, store: Store, ttl_s: int) -> None:
-        self.store, self.ttl_s = store, ttl_s
+    return from_pandapower_json(source_json, name=network_id)
+
+
+def unknown_network(name: str, field: str) -> InvalidInput:
+    return InvalidInput(field, f"no network {name!r}",
+                        f"a built-in network ({', '.join(built_in_names())}) or the id of an uploaded one (POST /v1/networks)")
+
+
+class Networks:
+    """Uploaded networks in a Store with a TTL (the built-ins live in gridsim), and their gridsim
+    `Network`s for requests (`resolve`)."""
+
+    def __init__(self, store: Store, ttl_s: int, run: Callable[..., Awaitable[Any]] | None = None) -> None:
+        self.store, self.ttl_s, self.run = store, ttl_s, run
+        self.resolved: OrderedDict[str, Any] = OrderedDict()
+
+    async def resolve(self, network_id: str, field: str = "network") -> Any:
+        """The gridsim Network named by a request: a built-in, or an upload (NotFound when it is not stored)."""
+        import gridsim
+
+        if network_id in built_in_names():
+            return gridsim.network(network_id)
+        if not UPLOAD_ID.match(network_id):
+            raise unknown_network(network_id, field)
+        net = self.resolved.get(network_id)
+        if net is None:
+            source = await self.store.get(SOURCE_PREFIX + network_id)
+            if source is None:
+                raise NotFound("network", network_id, field, "body")
+            net = await self.run(_rebuild, source, network_id) if self.run else _rebuild(source, network_id)
+            self.resolved[network_id] = net
+            while len(self.resolved) > RESOLVED_KEEP:
+                self.resolved.popitem(last=False)
+        self.resolved.move_to_end(network_id)
+        return net
+
+    async def keep(self, network_id: str) -> None:
+        """Restart an upload's TTL (a context set was just stored on it, and needs it as long)."""
+        if network_id in built_in_names():
+            return
+        for prefix in (SOURCE_PREFIX, KEY_PREFIX):
+            value = await self.store.get(prefix + network_id)
+            if value is not None:
+                await self.store.set(prefix + network_id, value, self.ttl_s)
 
     async def put(self, info: dict[str, Any], source_json: str) -> None:
         await self.store.set(SOURCE_PREFIX + info["id"], source_json.encode(), self.ttl_s)

@@ -1,6 +1,7 @@
 """One running service's engine, assembled from parts that each do one thing.
 
-- `models`: the registry's loaded models by name (lookup),
+- `models`: the registry's models by name and network (lookup),
+- `networks`: the built-in and uploaded feeders a request names (resolve),
 - `contexts`: the context sets in the store, recently used ones in memory (storage),
 - `checks`: the configured limits and row shapes (checks),
 - `fits`: encoded contexts and fitted GPs kept in process (caches),
@@ -18,8 +19,9 @@ from typing import Any
 from service.engine.caches import Fits
 from service.engine.checks import Checks
 from service.engine.context_sets import ContextSets
-from service.engine.errors import NotFound
+from service.engine.errors import InvalidInput, NotFound
 from service.engine.executor import Executor
+from service.engine.networks import Networks
 from service.engine.store import Store
 from service.metrics import Metrics
 from service.settings import Settings
@@ -28,21 +30,31 @@ log = logging.getLogger(__name__)
 
 
 class Models:
-    """The registry's loaded models by name, and the reasons checkpoints were refused."""
+    """The registry's models by name and network, and the reasons checkpoints were refused."""
 
     def __init__(self, registry: Any) -> None:
         self.registry = registry
 
-    def get(self, name: str, field: str = "model") -> Any:
-        """The loaded model; NotFound (naming a refused checkpoint's reason) when none is served by that name."""
-        loaded = self.registry.models.get(name)
-        if loaded is None:
+    def known(self, name: str, field: str = "model") -> None:
+        """NotFound (naming a refused checkpoint's reason) when no network has a model by that name."""
+        if name not in self.registry.names():
             problem = NotFound("model", name, field, "path" if field == "name" else "body")
             refused = [why for key, why in self.registry.errors.items() if key.split("/")[0] == name]
             if refused:
                 problem.detail += f" (checkpoint refused: {refused[0]})"
             raise problem
-        return loaded
+
+    def get(self, name: str, network: Any, field: str = "model") -> Any:
+        """The model `name` for `network` (a gridsim Network); NotFound for an unknown name, InvalidInput
+        naming the model, the network, what the model serves and what serves the network otherwise."""
+        from models.registry import ModelNotServed
+
+        self.known(name, field)
+        try:
+            return self.registry.get(name, network)
+        except ModelNotServed as exc:
+            raise InvalidInput(field, str(exc), f"a model serving network {exc.network}: "
+                                                f"{', '.join(exc.models_for) or 'none yet'} (GET /v1/models)") from None
 
 
 @dataclass
@@ -60,6 +72,7 @@ class Runtime:
         self.checks = Checks(s)
         self.contexts = ContextSets(self.store, s.context_ttl_s, s.context_recheck_s, s.encoded_cache_size)
         self.executor = Executor(s.workers, s.queue_size, s.batch_window_ms / 1000.0, s.batch_max_queries, self.metrics)
+        self.networks = Networks(self.store, s.context_ttl_s, self.executor.run)
         self.fits = Fits(self.executor.run, self.gp_method, self.metrics, s.encoded_cache_size, s.gp_cache_size)
 
     async def close(self) -> None:

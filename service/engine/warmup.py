@@ -1,5 +1,5 @@
-"""Start-up work of the engine: load the registry, and warm every model (and the exact GP) so the
-first request pays no first-call costs."""
+"""Start-up work of the engine: load the registry (checkpoints per network, and physics-fit for any
+network), and warm every model (and the exact GP) so the first request pays no first-call costs."""
 from __future__ import annotations
 
 import logging
@@ -19,35 +19,45 @@ def load_registry(settings: Settings) -> Any:
     from models.registry import load_registry as load
 
     try:
-        return load(settings.model_dir, device=settings.device, calibrate=settings.calibration)
+        return load(settings.model_dir, device=settings.device, calibrate=settings.calibration,
+                    width_free=True, max_context=settings.max_context_rows)
     except Exception as exc:  # an unusable model dir leaves the service alive but not ready
         log.error("could not load the model registry at %s: %s", settings.model_dir, exc)
-        return SimpleNamespace(models={}, errors={"*": f"{type(exc).__name__}: {exc}"})
+        from models.registry import Registry
+
+        return Registry(errors={"*": f"{type(exc).__name__}: {exc}"})
+
+
+def _warm_one(loaded: Any, rng: np.random.Generator, n_features: int, n_outputs: int) -> None:
+    sizes = loaded.card.get("context_size") or {}
+    n = int(min(max(16, int(sizes.get("min", 1))), int(sizes.get("max", 16))))
+    x, y = rng.normal(size=(n, n_features)), 1.0 + 0.01 * rng.normal(size=(n, n_outputs))
+    encoded = loaded.method.fit(x, y)
+    for m in (1, 8):
+        loaded.method.predict(encoded, rng.normal(size=(m, n_features))).quantile([0.5])
 
 
 def warm(rt: Runtime) -> None:
-    """One fit + predict per model and one GP fit, so the first request pays no first-call costs."""
+    """One fit + predict per checkpoint (at its network's widths) and for physics-fit on IEEE 33, and
+    one GP fit, so the first request pays no first-call costs."""
     rng = np.random.default_rng(0)
-    n_features, n_outputs = rt.checks.n_features, rt.checks.n_outputs
-    for name, loaded in list(rt.registry.models.items()):
-        sizes = loaded.card.get("context_size") or {}
-        n = int(min(max(16, int(sizes.get("min", 1))), int(sizes.get("max", 16))))
-        x, y = rng.normal(size=(n, n_features)), 1.0 + 0.01 * rng.normal(size=(n, n_outputs))
+    for (name, network), loaded in sorted(rt.registry.checkpoints.items()):
         try:
-            encoded = loaded.method.fit(x, y)
-            for m in (1, 8):
-                loaded.method.predict(encoded, rng.normal(size=(m, n_features))).quantile([0.5])
+            _warm_one(loaded, rng, len(loaded.card["features"]), len(loaded.card["outputs"]))
         except Exception as exc:
-            log.exception("warm-up of model %s failed; it will not be served", name)
-            rt.registry.models.pop(name)
-            rt.registry.errors[name] = f"warm-up failed: {type(exc).__name__}: {exc}"
+            log.exception("warm-up of model %s for %s failed; it will not be served", name, network)
+            rt.registry.refuse(name, network, f"warm-up failed: {type(exc).__name__}: {exc}")
+    ieee33 = gridsim_calls.built_in_network()
+    n_features, n_outputs = ieee33.n_features, ieee33.n_outputs
+    for name in rt.registry.width_free:
+        _warm_one(rt.registry.get(name, ieee33), rng, n_features, n_outputs)
     x, y = rng.normal(size=(16, n_features)), 1.0 + 0.01 * rng.normal(size=(16, n_outputs))
     quick_gp = gp_method(rt.settings, max_iter=1)  # exercises the GP code paths, not its optimiser
     quick_gp.predict(quick_gp.fit(x, y), x[:2])
     # gridsim pulls in pandapower (pandas, scipy, networkx, sympy: ~130k objects); imported here, they
     # are frozen with the rest of start-up instead of making every later full GC pass ~100 ms long
-    loads, _, _ = gridsim_calls.simulate_context(SimpleNamespace(n=2, delta=0.1, seed=0, network="ieee33"))
-    gridsim_calls.solve(loads, "ieee33")
+    loads, _, _ = gridsim_calls.simulate_context(SimpleNamespace(n=2, delta=0.1, seed=0), ieee33)
+    gridsim_calls.solve(loads, ieee33)
 
 
 def gp_method(settings: Settings, max_iter: int | None = None) -> Any:

@@ -40,7 +40,7 @@ async def lifespan(app: FastAPI):
     await asyncio.to_thread(warmup.warm, rt)
     rt.ready = True
     gc.freeze()  # start-up objects (registry, modules) leave the collector's view: full GC passes stay short
-    log.info("ready: models %s, refused %s, store %s", sorted(registry.models), sorted(registry.errors), store.kind)
+    log.info("ready: models %s, refused %s, store %s", registry.names(), sorted(registry.errors), store.kind)
     try:
         yield
     finally:

@@ -4,8 +4,10 @@
 Why: a planning tool holding thousands of load vectors in a DataFrame sends them without writing
 JSON text, and the server skips parsing it: a 4500 x 64 JSON body is 5.8 MB, and parsing and
 validating it is the biggest part of that request besides the model. The body is one Arrow IPC
-stream with a column per load feature, named as in the model cards (`p_mw_bus2` ... `q_mvar_bus33`,
-any numeric type, any order) and a row per query. The rest of the request (model, context_id or
+stream with a column per load feature of the context's network, named as in its description
+(`GET /v1/networks/{id}`: `p_mw_bus2` ... `q_mvar_bus33` on IEEE 33; any numeric type, any order)
+and a row per query. Cells are checked here; the columns against the network's features in the
+engine (service.engine.checks), which knows the network once it has the context. The rest of the request (model, context_id or
 context, quantiles, voltage_band, compare_gp: the JSON body's fields without `queries`) is JSON in
 the schema metadata under `gridpfn`, as in Arrow answers (service.http.responses). Cells are checked
 as batch-job uploads are (service.engine.load_table: the row and column of the first bad one) and against
@@ -21,13 +23,11 @@ import pyarrow as pa
 from pydantic import ValidationError
 
 from service.engine.errors import InvalidInput, TooLarge
-from service.engine.gridsim_calls import served_network
-from service.engine.load_table import InputError, as_float, check_columns
+from service.engine.load_table import InputError, NamedColumns, as_float
 from service.http.problems import ProblemError, field_error, validation_problem
 from service.http.responses import ARROW_STREAM, METADATA_KEY
 from service.http.schemas import LOAD_LIMIT, QueryOptions
 
-FEATURES = served_network().feature_names
 Request = TypeVar("Request", bound=QueryOptions)
 
 
@@ -41,22 +41,21 @@ def _cell_problem(exc: InputError) -> ProblemError:
     return ProblemError(422, "validation-error", "Invalid request", f"queries: {exc}", [entry])
 
 
-def _queries(table: pa.Table) -> np.ndarray:
-    """(rows, features) float64 in feature order; 422 naming the first bad column or cell."""
+def _queries(table: pa.Table) -> NamedColumns:
+    """Every column as float64 by name; 422 naming the first bad cell."""
     try:
-        check_columns(table.schema.names, FEATURES)
-        columns = []
-        for name in FEATURES:
-            values = as_float(table.column(name), name, 0)
+        columns = {}
+        for index, name in enumerate(table.schema.names):
+            values = as_float(table.column(index), name, 0)
             outside = np.abs(values) > LOAD_LIMIT
             if outside.any():
                 row = int(np.argmax(outside))
                 raise InputError(f"value {values[row]} is outside [-{LOAD_LIMIT:g}, {LOAD_LIMIT:g}]",
                                  f"MW or Mvar within +-{LOAD_LIMIT:g}", row + 1, name)
-            columns.append(values)
+            columns[name] = values
     except InputError as exc:
         raise _cell_problem(exc) from None
-    return np.column_stack(columns)
+    return NamedColumns(columns, table.schema.names)
 
 
 def parse(schema: type[Request], body: bytes, max_rows: int) -> Request:
@@ -83,7 +82,7 @@ def parse(schema: type[Request], body: bytes, max_rows: int) -> Request:
         raise InvalidInput("queries", "the table has no rows", "at least one row: a load vector per row")
     queries = _queries(table)
     try:  # the other fields through the JSON body's schema; one placeholder row stands in for the table
-        request = schema.model_validate({**fields, "queries": [[0.0] * len(FEATURES)]})
+        request = schema.model_validate({**fields, "queries": [[0.0]]})
     except ValidationError as exc:
         raise validation_problem(exc.errors(include_url=False), "body") from None
     return request.model_copy(update={"queries": queries})

@@ -22,12 +22,17 @@ log = logging.getLogger(__name__)
 
 def _live_examples(app: FastAPI) -> dict[str, list[dict]]:
     runtime = getattr(app.state, "runtime", None)
-    models = sorted(runtime.registry.models.items()) if runtime is not None else []
-    if not models:
-        name, min_rows = examples.PREDICT_BY_ID["model"], 8
-    else:
-        name, loaded = models[0]
+    # the examples are on IEEE 33: a checkpoint for it, else physics-fit (which serves every network)
+    registry = runtime.registry if runtime is not None else None
+    models = sorted((key, m) for key, m in registry.checkpoints.items() if key[1] == "ieee33") if registry else []
+    if models:
+        (name, _), loaded = models[0]
         min_rows = int((loaded.card.get("context_size") or {}).get("min", 8))
+    elif registry is not None and registry.width_free_cards:
+        name, card = sorted(registry.width_free_cards.items())[0]
+        min_rows = int(card["context_size"]["min"])
+    else:
+        name, min_rows = examples.PREDICT_BY_ID["model"], 8
     return examples.live(name, min_rows)
 
 
@@ -63,7 +68,7 @@ def _set_limits(app: FastAPI, schema: dict[str, Any]) -> None:
     if runtime is None:
         return
     settings, components = runtime.settings, schema["components"]["schemas"]
-    names = sorted(runtime.registry.models)
+    names = runtime.registry.names()
     if names:
         components["PredictRequest"]["properties"]["model"]["enum"] = names
     for component in ("PredictRequest", "GPPredictRequest", "SimulateRequest"):

@@ -1,8 +1,9 @@
 """Request and response bodies of the /v1 API, with the examples shown at /docs.
 
-Numbers must be finite and in physical range, rows as long as the served network's load and voltage
-vectors (gridsim's description: 64 loads, 32 voltages on IEEE 33); anything else is a 422 naming the
-field and the expected shape or range.
+Numbers must be finite and in physical range; rows must be as long as their network's load and
+voltage vectors (gridsim's description: 64 loads, 32 voltages on IEEE 33), which the engine checks
+once it knows the network (a context set names its own): anything else is a 422 naming the field
+and the expected shape or range, and for a width both widths.
 
 One policy for every JSON request body: fields the schema does not declare are refused (422 naming
 the field; `additionalProperties: false` in the OpenAPI schema), and values are not coerced from
@@ -10,13 +11,14 @@ other JSON types (a seed of "1" or true is a 422, as the schema's `integer` says
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Optional
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from gridsim.feeders import MAX_BUSES
 from service.engine.answers import VoltageBand
-from service.engine.gridsim_calls import SERVED_NETWORKS, served_network
+from service.engine.gridsim_calls import BUILT_IN_NETWORKS, DEFAULT_NETWORK
 from service.http import examples as ex
 
 
@@ -26,8 +28,9 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-NetworkName = Annotated[Literal[SERVED_NETWORKS],  # type: ignore[valid-type]
-                        Field(json_schema_extra={"enum": list(SERVED_NETWORKS), "description": "a served network"})]
+NETWORK_PATTERN = "^(" + "|".join(BUILT_IN_NETWORKS) + "|[0-9a-f]{64})$"
+NetworkName = Annotated[str, Field(pattern=NETWORK_PATTERN, description="a built-in network (" + ", ".join(BUILT_IN_NETWORKS)
+                                   + ") or the id of an uploaded one (POST /v1/networks)")]
 StrictInt = Annotated[int, Field(strict=True)]
 StrictBool = Annotated[bool, Field(strict=True)]
 
@@ -38,22 +41,24 @@ Load = Annotated[float, Field(allow_inf_nan=False, strict=True, ge=-LOAD_LIMIT, 
 Voltage = Annotated[float, Field(allow_inf_nan=False, strict=True, ge=0.0, le=5.0, description="|V| in p.u.")]
 
 
-def _exactly(n: int, what: str):
-    """Row-length check whose error carries the expected shape (a plain max_length would not)."""
+def _within(low: int, high: int, what: str):
+    """Row-length check whose error carries the expected shape (a plain max_length would not); the
+    network's exact width is the engine's check (service.engine.checks), once the network is known."""
 
     def check(row: list[float]) -> list[float]:
-        if len(row) != n:
-            raise PydanticCustomError("row_length", "has {got} values", {"got": len(row), "expected": f"exactly {n} {what}"})
+        if not low <= len(row) <= high:
+            raise PydanticCustomError("row_length", "has {got} values",
+                                      {"got": len(row), "expected": f"{low} to {high} {what}, as many as the network has"})
         return row
 
     return AfterValidator(check)
 
 
-_NET = served_network()
-LoadRow = Annotated[list[Load], _exactly(_NET.n_features, f"loads: {_NET.feature_names[0]} .. {_NET.feature_names[-1]}"),
-                    Field(json_schema_extra={"minItems": _NET.n_features, "maxItems": _NET.n_features})]
-VoltageRow = Annotated[list[Voltage], _exactly(_NET.n_outputs, f"voltages: {_NET.output_names[0]} .. {_NET.output_names[-1]}"),
-                       Field(json_schema_extra={"minItems": _NET.n_outputs, "maxItems": _NET.n_outputs})]
+# a feeder has at most MAX_BUSES buses: at most 2 (MAX_BUSES - 1) loads and MAX_BUSES - 1 voltages
+LoadRow = Annotated[list[Load], _within(1, 2 * (MAX_BUSES - 1), "loads (P then Q of each load bus)"),
+                    Field(json_schema_extra={"minItems": 1, "maxItems": 2 * (MAX_BUSES - 1)})]
+VoltageRow = Annotated[list[Voltage], _within(1, MAX_BUSES - 1, "voltages (|V| of each non-slack bus)"),
+                       Field(json_schema_extra={"minItems": 1, "maxItems": MAX_BUSES - 1})]
 Matrix = Annotated[list[LoadRow], Field(min_length=1)]
 VoltageMatrix = Annotated[list[VoltageRow], Field(min_length=1)]
 ContextId = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="sha256 id from POST /v1/context-sets")]
@@ -79,29 +84,32 @@ ONE_SOURCE = [{"allOf": [_given("x", "array"), _given("y", "array"), _absent("si
 
 
 class ContextData(Strict):
-    """An inline context: x (n, loads in card feature order), y (n, voltages p.u.)."""
+    """An inline context on `network`: x (n, the network's loads in feature order), y (n, its voltages p.u.)."""
 
     x: Matrix
     y: VoltageMatrix
+    network: NetworkName = DEFAULT_NETWORK
 
 
 class SimulateSpec(Strict):
     """Ask gridsim for n AC power flows with loads scaled uniformly within +-delta of nominal."""
 
-    network: NetworkName = "ieee33"
+    network: NetworkName = DEFAULT_NETWORK
     delta: Annotated[float, Field(gt=0.0, lt=1.0, strict=True)] = 0.1
     n: Annotated[int, Field(ge=1, strict=True)] = 500
     seed: Annotated[int, Field(ge=0, strict=True)] = 0
 
 
 class ContextSetCreate(Strict):
-    """Either uploaded arrays (x and y) or a simulate spec, not both."""
+    """Either uploaded arrays (x and y, on `network`) or a simulate spec (on `simulate.network`), not both."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [ex.CONTEXT_SIMULATE, ex.CONTEXT_UPLOAD],
                                                  "oneOf": ONE_SOURCE})
 
     x: Optional[Matrix] = None
     y: Optional[VoltageMatrix] = None
+    network: Optional[NetworkName] = Field(None, description="the network of x and y (default ieee33); "
+                                           "with simulate, simulate.network names it")
     simulate: Optional[SimulateSpec] = None
 
     @model_validator(mode="after")
@@ -111,7 +119,14 @@ class ContextSetCreate(Strict):
             raise ValueError("give either x and y, or simulate (exactly one)")
         if uploaded and (self.x is None or self.y is None):
             raise ValueError("an uploaded context needs both x and y")
+        if self.simulate is not None and self.network not in (None, self.simulate.network):
+            raise ValueError(f"network {self.network} differs from simulate.network {self.simulate.network} "
+                             "(give the network once, in simulate)")
         return self
+
+    @property
+    def network_name(self) -> str:
+        return self.simulate.network if self.simulate is not None else (self.network or DEFAULT_NETWORK)
 
 
 class QueryOptions(Strict):
@@ -146,8 +161,8 @@ class GPPredictRequest(QueryOptions):
 class SimulateRequest(Strict):
     model_config = ConfigDict(json_schema_extra={"examples": [ex.SIMULATE]})
 
-    network: NetworkName = "ieee33"
-    loads: Matrix = Field(description="(m, features) load vectors in feature order")
+    network: NetworkName = DEFAULT_NETWORK
+    loads: Matrix = Field(description="(m, features) load vectors in the network's feature order")
 
 
 class Timing(BaseModel):
@@ -170,6 +185,7 @@ class GPAnswer(BaseModel):
 
 class PredictResponse(BaseModel):
     model: str
+    network: str = Field(description="the context's network, whose outputs these are")
     context_id: str
     outputs: list[str]
     mean: list[list[float]]
@@ -182,6 +198,7 @@ class PredictResponse(BaseModel):
 
 class ContextSetInfo(BaseModel):
     id: str
+    network: str = Field(description="a built-in network's name or an uploaded network's id")
     rows: int
     features: int
     outputs: int

@@ -34,6 +34,7 @@ class JobFiles:
     def __init__(self, root: Path, job_id: str) -> None:
         self.dir = Path(root) / job_id
         self.input, self.context = self.dir / "input.parquet", self.dir / "context.bin"
+        self.network = self.dir / "network.json"  # an uploaded network's pandapower JSON (built-ins: absent)
         self.parts, self.result = self.dir / "parts", self.dir / "result.parquet"
         self.streaming = self.dir / "result.streaming"  # a StreamedResult in progress (or left by a killed worker)
 

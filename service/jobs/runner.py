@@ -3,6 +3,9 @@
 Shared by `gridpfn worker` and the embedded executor. A chunk is: read row group i of the input,
 one forward pass + statistics, optional ground-truth power flow, write part i, record i+1 as done.
 The write and record of chunk i run in a writer thread beside chunk i+1's forward pass, in order.
+The job's network is a built-in's name or an upload's id, rebuilt from the JSON its directory holds
+(the store's copy may have expired by the time a worker runs it); it picks the model's checkpoint
+for that network and is what the ground truth is solved on.
 Recording fails when the job was cancelled or taken over; the runner then stops without touching
 the job again. Memory is bounded by two chunks whatever the file size.
 """
@@ -50,7 +53,7 @@ class RunContext:
 
     states: JobStates
     jobs_dir: Any
-    models: Callable[[str], Any]  # name -> LoadedModel; KeyError when absent
+    models: Callable[[str, Any], Any]  # (name, gridsim Network) -> LoadedModel; LookupError when none
     owner: str
     max_attempts: int = 5
     chunk_pause_s: float = 0.0
@@ -108,10 +111,11 @@ def _run_chunks(ctx: RunContext, spec: JobSpec, files: JobFiles, start: int,
     times = ctx.times
     if start >= spec.chunks:
         return True
+    net = job_network(spec, files)
     try:
-        loaded = ctx.models(spec.model)
-    except KeyError:
-        raise RuntimeError(f"model {spec.model!r} is not loaded in this worker") from None
+        loaded = ctx.models(spec.model, net)
+    except LookupError as exc:
+        raise RuntimeError(f"model {spec.model!r} for network {spec.network} is not loaded in this worker: {exc}") from None
     if str(loaded.version) != spec.model_version:
         log.warning("job %s was submitted for %s %s, this worker serves %s", spec.id, spec.model,
                     spec.model_version, loaded.version)
@@ -151,7 +155,7 @@ def _run_chunks(ctx: RunContext, spec: JobSpec, files: JobFiles, start: int,
             if not answer.all_finite():
                 raise RuntimeError(f"model produced NaN or infinity in chunk {index} "
                                    f"(rows {index * spec.chunk_rows + 1}..{index * spec.chunk_rows + len(x)})")
-            truth = _ground_truth(x, spec.network) if spec.with_ground_truth else None
+            truth = _ground_truth(x, net) if spec.with_ground_truth else None
             times.read += t1 - t0
             times.predict += t2 - t1
             times.truth += time.perf_counter() - t2
@@ -164,7 +168,18 @@ def _run_chunks(ctx: RunContext, spec: JobSpec, files: JobFiles, start: int,
         return pending.result()
 
 
-def _ground_truth(x: np.ndarray, network: str) -> tuple[np.ndarray, np.ndarray]:
+def job_network(spec: JobSpec, files: JobFiles) -> Any:
+    """The gridsim Network the job runs on."""
+    import gridsim
+
+    if spec.network in gridsim.KNOWN_NETWORKS:
+        return gridsim.network(spec.network)
+    from gridsim.feeders import from_pandapower_json
+
+    return from_pandapower_json(files.network.read_text(), name=spec.network)
+
+
+def _ground_truth(x: np.ndarray, network: Any) -> tuple[np.ndarray, np.ndarray]:
     import gridsim
 
     result = gridsim.solve(x, network=network)

@@ -70,11 +70,12 @@ class JobService:
                              self.settings.job_max_rows)
         return rows, fmt
 
-    def prepare_simulated(self, job_id: str, sim: Any, features: list[str]) -> int:
-        """Sample n load vectors like gridsim.simulate(n, delta, seed) does, written chunk by chunk."""
+    def prepare_simulated(self, job_id: str, sim: Any, net: Any) -> int:
+        """Sample n load vectors on `net` (a gridsim Network) like gridsim.simulate(n, delta, seed) does,
+        written chunk by chunk."""
         import gridsim
 
-        net = gridsim.network(sim.network)
+        features = list(net.feature_names)
         rng = np.random.default_rng(sim.seed)
         step = self.settings.job_chunk_rows
 
@@ -96,18 +97,21 @@ class JobService:
             self.executor.submit(self._run_embedded, spec.id)
 
     def _run_embedded(self, job_id: str) -> None:
-        ctx = RunContext(self.states, self.root, lambda name: self.registry.models[name], owner="embedded",
+        ctx = RunContext(self.states, self.root, self.registry.get, owner="embedded",
                          max_attempts=self.settings.job_max_attempts, chunk_pause_s=self.settings.job_chunk_pause_s)
         try:
             run_job(ctx, job_id)
         except Exception:  # the executor would swallow it silently
             log.exception("embedded job %s crashed", job_id)
 
-    def spec_for(self, job_id: str, loaded: Any, context_id: str, options: Any, rows: int, source: str) -> JobSpec:
-        card = loaded.card
+    def spec_for(self, job_id: str, loaded: Any, context_id: str, net: Any, options: Any, rows: int,
+                 source: str) -> JobSpec:
+        """The job's spec; an uploaded network's JSON goes into the job's directory (workers rebuild it from there)."""
+        if net.source_json:
+            self.files(job_id).network.write_text(net.source_json)
         return JobSpec(id=job_id, model=loaded.name, model_version=str(loaded.version), context_id=context_id,
-                       network=str(card.get("network", "ieee33")), features=tuple(card["features"]),
-                       outputs=tuple(card["outputs"]), quantiles=tuple(float(q) for q in options.quantiles),
+                       network=net.name, features=tuple(net.feature_names),
+                       outputs=tuple(net.output_names), quantiles=tuple(float(q) for q in options.quantiles),
                        voltage_band=tuple(options.voltage_band) if options.voltage_band else None,
                        with_ground_truth=bool(options.with_ground_truth), rows=rows,
                        chunk_rows=self.settings.job_chunk_rows, source=source, created_at=time.time())
@@ -126,7 +130,7 @@ class JobService:
         errors = [] if not job["error"] else [{"location": "job", "field": "job", "message": job["error"],
                                                "expected": None}]
         return {"id": spec.id, "state": state.value, "model": spec.model, "model_version": spec.model_version,
-                "context_id": spec.context_id, "source": spec.source, "rows_total": spec.rows,
+                "network": spec.network, "context_id": spec.context_id, "source": spec.source, "rows_total": spec.rows,
                 "rows_done": job["rows_done"], "chunks_total": spec.chunks, "chunks_done": job["chunks_done"],
                 "rows_per_s": rate, "attempts": job["attempts"], "quantiles": list(spec.quantiles),
                 "voltage_band": list(spec.voltage_band) if spec.voltage_band else None,

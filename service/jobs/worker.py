@@ -54,7 +54,7 @@ class Worker:
         if delivery is None:
             return False
         log.info("worker %s took job %s%s", self.name, delivery.job_id, " (reclaimed)" if delivery.reclaimed else "")
-        ctx = RunContext(self.states, self.settings.jobs_dir, lambda n: self.registry.models[n], owner=self.name,
+        ctx = RunContext(self.states, self.settings.jobs_dir, self.registry.get, owner=self.name,
                          max_attempts=self.settings.job_max_attempts, chunk_pause_s=self.settings.job_chunk_pause_s,
                          heartbeat=lambda: self.queue.heartbeat(self.name, delivery.message_id),
                          should_stop=self.stopping.is_set, parallel=self.parallel)
@@ -74,7 +74,7 @@ class Worker:
     def serve_forever(self) -> None:
         self.queue.ensure_group()
         log.info("worker %s waiting for jobs on %s (models: %s)", self.name, self.queue.stream,
-                 sorted(self.registry.models))
+                 self.registry.names())
         next_sweep = 0.0
         while not self.stopping.is_set():
             try:

@@ -79,13 +79,13 @@ async function loadModels() {
     const previous = nsel.value;
     nsel.textContent = "";
     for (const n of nets.networks) {
-      const count = state.models.filter((m) => modelNetwork(m) === n).length;
+      const count = state.models.filter((m) => servesNetwork(m, n) && !("*" in (m.versions || {}))).length;
       const o = document.createElement("option");
       o.value = n;
       o.textContent = count ? n : `${n} (no model yet)`;
       nsel.appendChild(o);
     }
-    nsel.value = previous || (state.models.length ? modelNetwork(state.models[0]) : nets.networks[0]);
+    nsel.value = previous || (nets.networks.includes("ieee33") ? "ieee33" : nets.networks[0]);
     await networkChanged();
   } catch (err) { showProblem($("banner"), err); }
   refreshButtons();
@@ -94,8 +94,12 @@ async function loadModels() {
 // The model picked first when the network has it: the README's choice for accuracy.
 const PREFERRED_MODEL = "transformer-dva";
 
-// A model answers for the network its card names (cards before networks were named: ieee33).
-function modelNetwork(m) { return m.network || "ieee33"; }
+// A model answers for the networks its entry lists (versions: network -> version, "*" for any network;
+// entries before networks were listed: the network its card names, else ieee33).
+function servesNetwork(m, net) {
+  const versions = m.versions || { [m.network || "ieee33"]: m.version };
+  return "*" in versions || net in versions;
+}
 
 // The models of the chosen network, its topology and nominal loads; a context of another network is dropped.
 async function networkChanged() {
@@ -103,10 +107,11 @@ async function networkChanged() {
   const sel = $("model");
   const previous = sel.value;
   sel.textContent = "";
-  for (const m of state.models.filter((m) => modelNetwork(m) === net)) {
+  for (const m of state.models.filter((m) => servesNetwork(m, net))) {
     const o = document.createElement("option");
     o.value = m.name;
-    o.textContent = `${m.name} ${m.version}${m.device ? ` (${m.device})` : ""}`;
+    const version = (m.versions || {})[net] || m.version;
+    o.textContent = `${m.name} ${version}${m.device ? ` (${m.device})` : ""}`;
     sel.appendChild(o);
   }
   const offered = (name) => [...sel.options].some((o) => o.value === name);
@@ -130,7 +135,7 @@ function showModelInfo() {
   const m = currentModel();
   const sizes = m && m.context_size ? `context of ${m.context_size.min}–${m.context_size.max} rows` : "";
   $("model-info").textContent = m ? [m.description, sizes].filter(Boolean).join(" · ")
-                                  : "no model is trained for this network yet";
+                                  : "no model serves this network";
 }
 
 // The page's view of a feeder described by GET /v1/networks/{id}: closed lines and transformers form

@@ -2,7 +2,9 @@
 
 POST takes either multipart/form-data (a CSV or Parquet `file` plus form fields) or JSON with a
 `simulate` spec. Files are validated completely before anything is queued, so a bad file is a 422
-naming its row and column and leaves no job behind.
+naming its row and column and leaves no job behind. The job runs on the context set's network:
+the file's columns are that network's features, a `simulate` spec must name the same network, and
+the model is its checkpoint for that network (or physics-fit).
 """
 from __future__ import annotations
 
@@ -124,11 +126,14 @@ def _form_options(form: Any) -> BatchOptions:
         raise _validation(exc, "body") from exc
 
 
-async def _resolve(rt: Runtime, options: BatchOptions) -> tuple[Any, Any]:
-    loaded = rt.models.get(options.model)
+async def _resolve(rt: Runtime, options: BatchOptions) -> tuple[Any, Any, Any]:
+    """(model, context set, network): the network is the context set's."""
+    rt.models.known(options.model)
     ctx = await rt.contexts.stored(options.context_id)
+    net = await rt.networks.resolve(ctx.network, "context_id")
+    loaded = rt.models.get(options.model, net)
     rt.checks.context_size(loaded, ctx)
-    return loaded, ctx
+    return loaded, ctx, net
 
 
 def _file_problem(exc: InputError) -> ProblemError:
@@ -143,7 +148,7 @@ async def _submit_upload(request: Request, rt: Runtime, jobs: JobService) -> tup
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
             raise InvalidInput("file", "no file part in the form", "a multipart `file` field with CSV or Parquet")
-        loaded, ctx = await _resolve(rt, options)
+        loaded, ctx, net = await _resolve(rt, options)
         job_id = new_job_id()
         files = jobs.files(job_id)
         files.dir.mkdir(parents=True, exist_ok=True)
@@ -154,7 +159,7 @@ async def _submit_upload(request: Request, rt: Runtime, jobs: JobService) -> tup
                 raise TooLarge("file", f"upload of {staged.stat().st_size} bytes",
                                 f"at most {jobs.settings.job_max_upload_bytes} bytes (GRIDPFN_JOB_MAX_UPLOAD_BYTES)")
             rows, fmt = await asyncio.to_thread(jobs.prepare_upload, job_id, staged, upload.filename,
-                                                list(loaded.card["features"]))
+                                                list(net.feature_names))
         except InputError as exc:
             files.remove()
             raise _file_problem(exc) from exc
@@ -163,7 +168,7 @@ async def _submit_upload(request: Request, rt: Runtime, jobs: JobService) -> tup
             raise
         finally:
             staged.unlink(missing_ok=True)
-    return jobs.spec_for(job_id, loaded, ctx.id, options, rows, fmt), ctx, job_id
+    return jobs.spec_for(job_id, loaded, ctx.id, net, options, rows, fmt), ctx, job_id
 
 
 def _copy(source: Any, dest: Path) -> None:
@@ -185,21 +190,24 @@ async def _submit_simulated(request: Request, rt: Runtime, jobs: JobService) -> 
         raise _validation(exc, "body") from exc
     if options.simulate.n > jobs.settings.job_max_rows:
         raise TooLarge("simulate.n", f"{options.simulate.n} rows", f"at most {jobs.settings.job_max_rows} rows")
-    loaded, ctx = await _resolve(rt, options)
+    loaded, ctx, net = await _resolve(rt, options)
+    if options.simulate.network != net.name:
+        raise InvalidInput("simulate.network", f"{options.simulate.network} is not the context set's network {net.name}",
+                           f"{net.name}: the job's loads are for the network its context set was made on")
     job_id = new_job_id()
     try:
-        rows = await asyncio.to_thread(jobs.prepare_simulated, job_id, options.simulate, list(loaded.card["features"]))
+        rows = await asyncio.to_thread(jobs.prepare_simulated, job_id, options.simulate, net)
     except ValueError as exc:
         jobs.files(job_id).remove()
         raise InvalidInput("simulate", str(exc), "a valid gridsim scenario spec") from exc
-    return jobs.spec_for(job_id, loaded, ctx.id, options, rows, "simulate"), ctx, job_id
+    return jobs.spec_for(job_id, loaded, ctx.id, net, options, rows, "simulate"), ctx, job_id
 
 
 _REQUEST_DOC = {"requestBody": {"required": True, "content": {
     "multipart/form-data": {"schema": {"type": "object", "required": ["file", "model", "context_id"],
                                        "additionalProperties": False, "properties": {
         "file": {"type": "string", "format": "binary",
-                 "description": "CSV (header row) or Parquet; the 64 feature columns"},
+                 "description": "CSV (header row) or Parquet; the feature columns of the context set's network"},
         "model": {"type": "string"}, "context_id": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
         "quantiles": {"type": "string", "example": "0.05,0.5,0.95"},
         "voltage_band": {"type": "string", "example": "0.95,1.05"},

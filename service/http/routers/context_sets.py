@@ -1,4 +1,8 @@
-"""Context sets: upload or simulate, content-addressed, kept with a TTL; read and delete by id."""
+"""Context sets: upload or simulate on a network, content-addressed, kept with a TTL; read and delete by id.
+
+A set names its network (a built-in or an upload): its widths are checked against it here, and
+every later predict, GP or batch job on the set takes the network from it.
+"""
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Path, Query
@@ -20,7 +24,7 @@ IdPath = Path(pattern=r"^[0-9a-f]{64}$", description="sha256 id returned by POST
 
 
 def _info(ctx: ContextSet, ttl: int | None, with_data: bool = False) -> dict:
-    info = {"id": ctx.id, "rows": ctx.rows, "features": int(ctx.x.shape[1]), "outputs": int(ctx.y.shape[1]),
+    info = {"id": ctx.id, "network": ctx.network, "rows": ctx.rows, "features": int(ctx.x.shape[1]), "outputs": int(ctx.y.shape[1]),
             "source": ctx.source, "created_at": ctx.created_at, "expires_in_s": ttl}
     if with_data:
         info.update(x=ctx.x, y=ctx.y)
@@ -34,14 +38,17 @@ async def create(body: ContextSetCreate, rt: Runtime = Depends(get_runtime)) -> 
     if body.simulate is not None:
         if body.simulate.n > limit:
             raise TooLarge("simulate.n", f"{body.simulate.n} simulated rows is over the limit", f"at most {limit}")
-        x, y, dropped = await rt.executor.run(simulate_context, body.simulate)
+        net = await rt.networks.resolve(body.simulate.network, "simulate.network")
+        x, y, dropped = await rt.executor.run(simulate_context, body.simulate, net)
         if len(x) == 0:
             raise InvalidInput("simulate", "no power flow converged", "a spec whose scenarios converge")
-        ctx = ContextSet.build(x, y, {"kind": "simulated", **body.simulate.model_dump(), "dropped_nonconverged": dropped})
+        source = {"kind": "simulated", **body.simulate.model_dump(), "dropped_nonconverged": dropped}
+        ctx = ContextSet.build(x, y, source, network=net.name)
     else:
-        ctx = rt.checks.inline_context(body.x, body.y, field="body")
-        ctx = ContextSet.build(ctx.x, ctx.y, {"kind": "uploaded"})
+        net = await rt.networks.resolve(body.network_name, "network")
+        ctx = rt.checks.context(body.x, body.y, net, field="body", source={"kind": "uploaded"})
     await rt.contexts.put(ctx)
+    await rt.networks.keep(net.name)
     response = json_response(_info(ctx, rt.settings.context_ttl_s), status=201)
     response.headers["Location"] = f"/v1/context-sets/{ctx.id}"
     return response

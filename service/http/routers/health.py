@@ -26,13 +26,13 @@ async def live() -> dict:
 async def ready(rt: Runtime = Depends(get_runtime)) -> dict:
     if not rt.ready:
         raise unavailable("not-ready", "Not ready", "models are still loading or warming up", 2)
-    if not rt.registry.models:
+    if not rt.registry.checkpoints:  # physics-fit alone means the model dir is unusable: a deployment error
         raise unavailable("no-models", "No models", f"no usable checkpoint in {rt.settings.model_dir}", 30)
     try:
         await rt.store.ping()
     except StoreUnavailable as exc:
         raise unavailable("store-unavailable", "Context store unavailable", str(exc), 5) from exc
-    return {"status": "ready", "ready": True, "models": sorted(rt.registry.models), "store": rt.store.kind}
+    return {"status": "ready", "ready": True, "models": rt.registry.names(), "store": rt.store.kind}
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)

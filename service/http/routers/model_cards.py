@@ -1,7 +1,15 @@
-"""The registry's model cards."""
+"""The registry's model cards, per model and network.
+
+A checkpoint serves the network it was trained on, so a name may have a version per network; a
+width-free model (physics-fit) serves every network. The list says, per model, which networks
+and versions (`versions`: network -> version, "*" for any network); one model's entry adds each
+network's card, or, with `?network=`, is that network's card.
+"""
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from typing import Any, Optional
+
+from fastapi import APIRouter, Depends, Query
 
 from service.engine.runtime import Runtime
 from service.http.auth import require_api_key
@@ -12,13 +20,33 @@ router = APIRouter(prefix="/v1/models", tags=["models"], route_class=OrjsonRoute
                    responses=problems(401))
 
 
-@router.get("", summary="Cards of every loaded model, and checkpoints refused with the reason")
-async def list_models(rt: Runtime = Depends(get_runtime)) -> dict:
-    cards = [dict(m.card, name=m.name, version=m.version, device=m.device) for m in rt.registry.models.values()]
-    return {"models": cards, "refused": dict(rt.registry.errors)}
-
-
-@router.get("/{name}", summary="One model's card", responses=problems(404))
-async def get_model(name: str, rt: Runtime = Depends(get_runtime)) -> dict:
-    loaded = rt.models.get(name, field="name")
+def _card(loaded: Any) -> dict[str, Any]:
     return dict(loaded.card, name=loaded.name, version=loaded.version, device=loaded.device)
+
+
+def model_entry(registry: Any, name: str) -> dict[str, Any]:
+    """One model: the card of its default network's checkpoint (or its general card), the networks it
+    serves and the version on each."""
+    if name in registry.width_free:
+        return {**registry.width_free_cards[name], "versions": {"*": registry.width_free_cards[name]["version"]}}
+    versions = registry.versions(name)
+    return {**_card(registry.models[name]), "networks": list(versions), "versions": versions}
+
+
+@router.get("", summary="Every served model with the networks it serves, and checkpoints refused with the reason")
+async def list_models(rt: Runtime = Depends(get_runtime)) -> dict:
+    return {"models": [model_entry(rt.registry, name) for name in rt.registry.names()], "refused": dict(rt.registry.errors)}
+
+
+@router.get("/{name}", summary="One model: its networks and each network's card (or one network's card)",
+            responses=problems(404, 422))
+async def get_model(name: str, rt: Runtime = Depends(get_runtime),
+                    network: Optional[str] = Query(None, description="a network's name or id: that network's card")) -> dict:
+    rt.models.known(name, field="name")
+    if network is not None:
+        net = await rt.networks.resolve(network, "network")
+        return _card(rt.models.get(name, net, field="name"))
+    entry = model_entry(rt.registry, name)
+    if name not in rt.registry.width_free:
+        entry["cards"] = {net: _card(rt.registry.checkpoints[(name, net)]) for net in entry["versions"]}
+    return entry

@@ -1,8 +1,8 @@
 """Networks: upload a feeder (pandapower JSON or MATPOWER), list them, read one with its layout.
 
-The models serve IEEE 33 only so far (issue 15): context sets, predict and batch jobs still take
-'ieee33'; these routes publish what gridsim can simulate and what a feeder's features and
-outputs are called.
+Context sets, predict, the GP, /v1/simulate and batch jobs name a network by the id these routes
+give (a built-in's name or an upload's sha256); each entry says which models serve it (`models`:
+physics-fit serves every network, a checkpoint the network it was trained on).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
 from service.engine.errors import InvalidInput, NotFound, StoreUnavailable
-from service.engine.networks import Networks, built_in, built_in_names, snapshot_upload, summary
+from service.engine.networks import built_in, built_in_names, snapshot_upload, summary
 from service.engine.runtime import Runtime
 from service.http.auth import require_api_key
 from service.http.deps import get_runtime, problems
@@ -43,6 +43,7 @@ class NetworkSummary(BaseModel):
     n_features: int
     n_outputs: int
     layout: str
+    models: list[str]
     created_at: Optional[float] = None
     expires_in_s: Optional[int] = None
 
@@ -67,6 +68,7 @@ class NetworkInfo(BaseModel):
     features: list[str]
     outputs: list[str]
     layout: str
+    models: list[str]
     expires_in_s: Optional[int] = None
 
 
@@ -92,17 +94,18 @@ async def create(request: Request, rt: Runtime = Depends(get_runtime)) -> Respon
         raise InvalidInput("body", "empty upload", "pandapower JSON or a MATPOWER case")
     info, source = await rt.executor.run(snapshot_upload, data, filename)
     try:
-        await Networks(rt.store, rt.settings.context_ttl_s).put(info, source)
+        await rt.networks.put(info, source)
     except StoreUnavailable as exc:
         raise _store_down(exc) from exc
-    response = json_response({**info, "expires_in_s": rt.settings.context_ttl_s}, status=201)
+    response = json_response({**info, "models": rt.registry.models_for(info["id"]),
+                              "expires_in_s": rt.settings.context_ttl_s}, status=201)
     response.headers["Location"] = f"/v1/networks/{info['id']}"
     return response
 
 
 @router.get("", response_model=NetworkList, summary="Built-in and uploaded networks")
 async def list_networks(rt: Runtime = Depends(get_runtime)) -> Response:
-    store = Networks(rt.store, rt.settings.context_ttl_s)
+    store = rt.networks
     found = [summary(await rt.executor.run(built_in, name), None) for name in built_in_names()]
     try:
         for network_id in await store.ids():
@@ -111,15 +114,16 @@ async def list_networks(rt: Runtime = Depends(get_runtime)) -> Response:
                 found.append(summary(info, await store.ttl(network_id)))
     except StoreUnavailable as exc:
         raise _store_down(exc) from exc
-    return json_response({"networks": found})
+    return json_response({"networks": [{**entry, "models": rt.registry.models_for(entry["id"])} for entry in found]})
 
 
 @router.get("/{network_id}", response_model=NetworkInfo, summary="A network: buses, loads, lines, names, layout",
             responses=problems(404, 422))
 async def read(network_id: str = IdPath, rt: Runtime = Depends(get_runtime)) -> Response:
+    models = rt.registry.models_for(network_id)
     if network_id in built_in_names():
-        return json_response({**await rt.executor.run(built_in, network_id), "expires_in_s": None})
-    store = Networks(rt.store, rt.settings.context_ttl_s)
+        return json_response({**await rt.executor.run(built_in, network_id), "models": models, "expires_in_s": None})
+    store = rt.networks
     try:
         info = await store.get(network_id)
         ttl = None if info is None else await store.ttl(network_id)
@@ -127,4 +131,4 @@ async def read(network_id: str = IdPath, rt: Runtime = Depends(get_runtime)) -> 
         raise _store_down(exc) from exc
     if info is None:
         raise NotFound("network", network_id, "network_id")
-    return json_response({**info, "expires_in_s": ttl})
+    return json_response({**info, "models": models, "expires_in_s": ttl})

@@ -1,11 +1,12 @@
-"""POST /v1/simulate: ground-truth AC power flow for given load vectors, to check any answer."""
+"""POST /v1/simulate: ground-truth AC power flow for given load vectors on a built-in or uploaded
+network, to check any answer."""
 from __future__ import annotations
 
 import numpy as np
 from fastapi import APIRouter, Depends
 from starlette.responses import Response
 
-from service.engine.checks import as_matrix
+from service.engine.checks import load_rows
 from service.engine.errors import TooLarge
 from service.engine.gridsim_calls import solve
 from service.engine.runtime import Runtime
@@ -25,9 +26,10 @@ async def simulate(body: SimulateRequest, rt: Runtime = Depends(get_runtime)) ->
     if len(body.loads) > limit:
         raise TooLarge("loads", f"{len(body.loads)} load vectors is over the limit",
                        f"at most {limit} (GRIDPFN_MAX_SIMULATE); more: POST /v1/batch-jobs")
-    loads = as_matrix(body.loads, rt.checks.n_features, "loads")
-    names, vm_pu, converged = await rt.executor.run(solve, loads, body.network)
+    net = await rt.networks.resolve(body.network)
+    loads = load_rows(body.loads, net, "loads")
+    names, vm_pu, converged = await rt.executor.run(solve, loads, net)
     rows = [row if ok and np.isfinite(row).all() else None
             for row, ok in zip(np.asarray(vm_pu, dtype=np.float64).tolist(), converged.tolist())]
-    return json_response({"network": body.network, "outputs": names, "vm_pu": rows,
+    return json_response({"network": net.name, "outputs": names, "vm_pu": rows,
                           "converged": [row is not None for row in rows]})

@@ -12,7 +12,6 @@ None of them is in the OpenAPI document: they serve the page, not API clients.
 from __future__ import annotations
 
 import asyncio
-import functools
 import io
 from pathlib import Path
 from typing import Any
@@ -103,34 +102,21 @@ async def upload_context(request: Request, rt: Runtime = Depends(get_runtime)) -
         if not isinstance(upload, UploadFile):
             raise InvalidInput("file", "no file part in the form", "a multipart `file` field with CSV or Parquet")
         data, filename = await upload.read(), upload.filename
-    features, outputs = await network_columns(str(form.get("network") or "ieee33"))
+    network = str(form.get("network") or "ieee33")
+    net = await rt.networks.resolve(network, "network")
+    features, outputs = list(net.feature_names), list(net.output_names)
     try:
         x, y = await asyncio.to_thread(context_arrays, data, filename, features, outputs, rt.settings.max_context_rows)
     except InputError as exc:
         raise batch_jobs._file_problem(exc) from exc
     try:
-        body = ContextSetCreate(x=x.tolist(), y=y.tolist())
+        body = ContextSetCreate(x=x.tolist(), y=y.tolist(), network=net.name)
     except ValidationError as exc:  # e.g. a voltage the API refuses
         raise ProblemError(422, "invalid-file", "Invalid input file", f"file: {exc.errors()[0]['msg']}",
                            [field_error("file", exc.errors()[0]["msg"], "loads and voltages the API accepts")]) from exc
     return await context_sets.create(body, rt)
 
 
-async def network_columns(name: str) -> tuple[list[str], list[str]]:
-    """(load columns, voltage columns) of a context for a built-in network; 422 for another name."""
-    from gridsim import KNOWN_NETWORKS
-
-    if name not in KNOWN_NETWORKS:
-        raise InvalidInput("network", f"no context sets for network {name!r}", f"one of {list(KNOWN_NETWORKS)}")
-    net = await asyncio.to_thread(_network, name)
-    return list(net.feature_names), list(net.output_names)
-
-
-@functools.lru_cache(maxsize=None)
-def _network(name: str) -> Any:
-    import gridsim
-
-    return gridsim.network(name)
 
 
 def worst_bus_histogram(path: Path, bins: int) -> dict[str, Any]:

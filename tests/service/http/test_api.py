@@ -26,17 +26,22 @@ def test_health_and_readiness(client, server):
     assert client.get("/v2/health/live").status_code == 200
     for path in ("/readyz", "/v2/health/ready"):
         body = client.get(path).json()
-        assert body["ready"] is True and body["models"] == [MODEL]
+        assert body["ready"] is True and body["models"] == ["physics-fit", MODEL]
     assert client.get("/readyz").json()["store"] == server.app.state.runtime.store.kind
 
 
 def test_models_list_and_card(client):
     listing = client.get("/v1/models").json()
-    assert [m["name"] for m in listing["models"]] == [MODEL]
+    assert [m["name"] for m in listing["models"]] == ["physics-fit", MODEL]
+    tiny = listing["models"][1]
+    assert tiny["networks"] == ["ieee33"] and tiny["versions"] == {"ieee33": "0.0.1"}
+    assert listing["models"][0]["networks"] == "any radial feeder" and listing["models"][0]["versions"] == {"*": "built-in"}
     card = client.get(f"/v1/models/{MODEL}").json()
     net = gridsim.network("ieee33")
     assert card["features"] == list(net.feature_names) and card["outputs"] == list(net.output_names)
     assert card["context_size"] == {"min": 8, "max": 2000} and card["device"] == "cpu"
+    assert card["cards"]["ieee33"]["version"] == "0.0.1"
+    assert client.get(f"/v1/models/{MODEL}", params={"network": "ieee33"}).json()["version"] == "0.0.1"
 
 
 def test_context_set_upload_is_content_addressed(client, scenarios):

@@ -44,10 +44,13 @@ def test_nan_in_context_names_the_field(api, scenarios):
 def test_wrong_lengths(api, cid, scenarios):
     x, y = scenarios
     body = assert_problem(predict(api, context_id=cid, queries=[rows(x[0]), rows(x[1][:63])]), 422, "queries[1]")
-    assert body["errors"][0]["expected"].startswith("exactly 64 loads") and "63" in body["errors"][0]["message"]
+    assert body["errors"][0]["expected"].startswith("64 ") and "63" in body["errors"][0]["message"]
+    assert "network ieee33 has 64 load inputs" in body["errors"][0]["message"]
     assert_problem(api.post("/v1/context-sets", json={"x": rows(x[:10]), "y": rows(y[:9])}), 422, "body.y")
-    assert_problem(api.post("/v1/context-sets", json={"x": rows(x[:10]), "y": rows(y[:10, :31])}), 422, "y[0]")
-    assert_problem(api.post("/v1/simulate", json={"loads": [[0.1] * 65]}), 422, "loads[0]")
+    short = assert_problem(api.post("/v1/context-sets", json={"x": rows(x[:10]), "y": rows(y[:10, :31])}), 422, "body.y")
+    assert "y has 31 columns; network ieee33 has 32 outputs" in short["detail"]
+    assert_problem(api.post("/v1/simulate", json={"loads": [[0.1] * 65]}), 422, "loads")
+    assert_problem(api.post("/v1/simulate", json={"loads": [[0.1] * 999]}), 422, "loads[0]")  # over any network's
 
 
 def test_malformed_requests(api, cid, scenarios):
