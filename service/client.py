@@ -6,6 +6,7 @@ GridPFN: `pip install "gridpfn[client]"` is enough once the package is installed
     client = GridPFNClient("http://127.0.0.1:8000", api_key=None)        # or AsyncGridPFNClient, same methods
     cid = client.create_context(simulate={"network": "ieee33", "delta": 0.1, "n": 500, "seed": 0})
     answer = client.predict(loads, model="transformer-dva", context_id=cid, quantiles=[0.05, 0.95])  # DataFrame
+    # another feeder: nid = client.upload_network("feeder.json")["id"], then create_context(..., network=nid)
     job = client.submit("loads.parquet", model="transformer-dva", context_id=cid, quantiles=[0.05, 0.95])
     client.wait(job["id"])
     frame = client.fetch(job["id"])            # pandas DataFrame (or fetch(id, "out.parquet") to a file)
@@ -37,7 +38,7 @@ TERMINAL = ("done", "failed", "cancelled")
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 # The IEEE 33-bus feeder's load feature names (P then Q at buses 2..33), for building DataFrames and
 # for arrow_request_body's arrays. The client's own predict and gp_predict name an array's columns as
-# the server does instead (the model's card, the network's description: gridsim's names).
+# the server does instead (the context's network's description: gridsim's names).
 LOAD_FEATURES = [f"p_mw_bus{bus}" for bus in range(2, 34)] + [f"q_mvar_bus{bus}" for bus in range(2, 34)]
 # errors after which the request may not have reached the server's handler: retried for idempotent calls
 _RETRYABLE_ERRORS = (httpx.NetworkError, httpx.RemoteProtocolError)
@@ -83,7 +84,7 @@ class _Endpoints:
         self.base_url = base_url.rstrip("/")
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.retries, self.backoff_s, self.max_retry_wait_s = retries, backoff_s, max_retry_wait_s
-        self._features: dict[str, list[str]] = {}  # the server's feature names, per model card or network path
+        self._features: dict[str, list[str]] = {}  # the server's feature names, per network id
 
     def _request_args(self, call: Call) -> dict[str, Any]:
         options = dict(call.options)
@@ -124,10 +125,15 @@ class _Endpoints:
         return Call("GET", f"/v1/models/{name}")
 
     # --- context sets ------------------------------------------------------------------------------
-    def create_context(self, x: Any = None, y: Any = None, simulate: dict | None = None) -> Call:
-        """Store a context set (arrays, or a gridsim simulate spec); returns its id. Ids are content
+    def create_context(self, x: Any = None, y: Any = None, simulate: dict | None = None,
+                       network: str | None = None) -> Call:
+        """Store a context set (arrays, or a gridsim simulate spec) on `network` (a built-in name or an
+        uploaded network's id; default ieee33, or the simulate spec's); returns its id. Ids are content
         addresses, so a repeated upload stores the same set: retried like a read."""
-        body = {"simulate": simulate} if simulate is not None else {"x": _rows(x), "y": _rows(y)}
+        if simulate is not None:
+            body: dict[str, Any] = {"simulate": {**simulate, **({"network": network} if network else {})}}
+        else:
+            body = {"x": _rows(x), "y": _rows(y), **({"network": network} if network else {})}
         return Call("POST", "/v1/context-sets", lambda r: r.json()["id"], options={"json": body})
 
     def get_context(self, context_id: str, include_data: bool = False) -> Call:
@@ -141,33 +147,43 @@ class _Endpoints:
     # --- predictions ---------------------------------------------------------------------------------
     def predict(self, queries: Any, model: str, context_id: str | None = None, context: tuple[Any, Any] | None = None,
                 quantiles: Sequence[float] = (), voltage_band: Sequence[float] | None = None,
-                compare_gp: bool = False) -> Call:
+                compare_gp: bool = False, network: str | None = None) -> Call:
         """POST /v1/predict with the queries sent as Arrow and answered as Arrow: a DataFrame with a row per
-        query and a column per statistic and bus (`mean_vm_pu_bus2`, `q0.05_...`, ...); model, timing etc.
-        in `frame.attrs`. `queries`: a DataFrame with the model's feature columns, or an (m, features)
-        array in the order of the model card's `features` (read from the server once per client)."""
-        fields = _query_fields(context_id, context, quantiles, voltage_band)
+        query and a column per statistic and bus (`mean_vm_pu_bus2`, `q0.05_...`, ...); model, network,
+        timing etc. in `frame.attrs`. The server picks the model's checkpoint for the context's network.
+        `network`: an inline context's (default ieee33); a stored context set names its own. `queries`: a
+        DataFrame with the network's feature columns, or an (m, features) array in the order of the
+        network's `features` (read from the server once per network and client)."""
+        fields = _query_fields(context_id, context, quantiles, voltage_band, network)
         fields.update(model=model, compare_gp=compare_gp)
-        return self._query_call("/v1/predict", queries, fields, f"/v1/models/{model}")
+        return self._query_call("/v1/predict", queries, fields, network)
 
     def gp_predict(self, queries: Any, context_id: str | None = None, context: tuple[Any, Any] | None = None,
-                   quantiles: Sequence[float] = (), voltage_band: Sequence[float] | None = None) -> Call:
-        """POST /v1/gp/predict: the exact GP fitted on the context (cached per context), as a DataFrame like predict's;
-        an array's columns in the order of the network's `features` (GET /v1/networks/ieee33)."""
-        fields = _query_fields(context_id, context, quantiles, voltage_band)
-        return self._query_call("/v1/gp/predict", queries, fields, "/v1/networks/ieee33")
+                   quantiles: Sequence[float] = (), voltage_band: Sequence[float] | None = None,
+                   network: str | None = None) -> Call:
+        """POST /v1/gp/predict: the exact GP fitted on the context (cached per context), as a DataFrame like
+        predict's (`network` and `queries` as there)."""
+        fields = _query_fields(context_id, context, quantiles, voltage_band, network)
+        return self._query_call("/v1/gp/predict", queries, fields, network)
 
-    def _query_call(self, path: str, queries: Any, fields: dict[str, Any], described_at: str) -> Call:
-        """An Arrow query call; an array's columns named by the `features` of the description at
-        `described_at` (a model card, a network), asked for first when this client has not yet."""
-        if isinstance(queries, pd.DataFrame) or described_at in self._features:
-            return _arrow_call(path, queries, fields, self._features.get(described_at))
+    def _query_call(self, path: str, queries: Any, fields: dict[str, Any], network: str | None) -> Call:
+        """An Arrow query call; an array's columns named by the `features` of the context's network, asked
+        for first when this client has not yet (a stored set's network first, when not given)."""
+        if network is None and "context" in fields:
+            network = fields["context"]["network"]
+        if isinstance(queries, pd.DataFrame) or (network is not None and network in self._features):
+            return _arrow_call(path, queries, fields, self._features.get(network) if network else None)
 
         def named(description: dict[str, Any]) -> Call:
-            self._features[described_at] = list(description["features"])
-            return _arrow_call(path, queries, fields, self._features[described_at])
+            self._features[description["id"]] = list(description["features"])
+            return _arrow_call(path, queries, fields, self._features[description["id"]])
 
-        return Call("GET", described_at, then=named)
+        def described(net: str) -> Call:
+            return Call("GET", f"/v1/networks/{net}", then=named)
+
+        if network is not None:
+            return described(network)
+        return Call("GET", f"/v1/context-sets/{fields['context_id']}", then=lambda info: described(info["network"]))
 
     # --- networks ----------------------------------------------------------------------------------
     def networks(self) -> Call:
@@ -446,10 +462,10 @@ def _frame(data: bytes, fmt: str) -> pd.DataFrame:
 
 
 def _query_fields(context_id: str | None, context: tuple[Any, Any] | None, quantiles: Sequence[float],
-                  voltage_band: Sequence[float] | None) -> dict[str, Any]:
+                  voltage_band: Sequence[float] | None, network: str | None = None) -> dict[str, Any]:
     fields: dict[str, Any] = {"quantiles": [float(q) for q in quantiles]}
     if context is not None:
-        fields["context"] = {"x": _rows(context[0]), "y": _rows(context[1])}
+        fields["context"] = {"x": _rows(context[0]), "y": _rows(context[1]), "network": network or "ieee33"}
     else:
         fields["context_id"] = context_id
     if voltage_band is not None:

@@ -81,19 +81,22 @@ def test_context_id_is_canonical():
     assert context_id(x, y) == context_id(x.tolist(), y.tolist())
     assert context_id(x, y) != context_id(x[:4], y[:4])
     assert context_id(x, y) != context_id(x.reshape(10, 32), y)  # same bytes, other shape
+    assert context_id(x, y) == context_id(x, y, "ieee33") != context_id(x, y, "kerber_landnetz_kabel_1")  # network
     assert len(context_id(x, y)) == 64
 
 
 def test_context_set_round_trip(make_store):
     async def scenario():
         rng = np.random.default_rng(1)
-        ctx = ContextSet.build(rng.normal(size=(7, 64)), rng.normal(size=(7, 32)), {"kind": "uploaded"})
+        ctx = ContextSet.build(rng.normal(size=(7, 16)), rng.normal(size=(7, 17)), {"kind": "uploaded"},
+                               network="kerber_landnetz_kabel_1")
         sets = ContextSets(make_store(), ttl_s=60)
         await sets.put(ctx)
         back = await sets.get(ctx.id)
         np.testing.assert_array_equal(back.x, ctx.x)
         np.testing.assert_array_equal(back.y, ctx.y)
-        assert back.source == {"kind": "uploaded"} and back.x.flags.writeable
+        assert back.source == {"kind": "uploaded", "network": "kerber_landnetz_kabel_1"} and back.x.flags.writeable
+        assert back.network == "kerber_landnetz_kabel_1"
         assert 0 < await sets.ttl(ctx.id) <= 60
         assert await sets.delete(ctx.id) and await sets.get(ctx.id) is None
         await sets.store.close()
