@@ -102,7 +102,7 @@ class Networks:
         self.store, self.ttl_s, self.run = store, ttl_s, run
         self.resolved: OrderedDict[str, Any] = OrderedDict()
 
-    async def resolve(self, network_id: str, field: str = "network") -> Any:
+    async def resolve(self, network_id: str, field: str = "network", location: str = "body") -> Any:
         """The gridsim Network named by a request: a built-in, or an upload (NotFound when it is not stored)."""
         import gridsim
 
@@ -114,7 +114,7 @@ class Networks:
         if net is None:
             source = await self.store.get(SOURCE_PREFIX + network_id)
             if source is None:
-                raise NotFound("network", network_id, field, "body")
+                raise NotFound("network", network_id, field, location)
             net = await self.run(_rebuild, source, network_id) if self.run else _rebuild(source, network_id)
             self.resolved[network_id] = net
             while len(self.resolved) > RESOLVED_KEEP:

@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from models.registry import CheckpointError, load_checkpoint, load_registry
+from models.registry import CheckpointError, ModelNotServed, load_checkpoint, load_registry
 from models.testing import build_tiny_registry
 
 
@@ -75,3 +75,46 @@ def test_shipped_registry_loads_without_errors():
     registry = load_registry(DEFAULT_ROOT, device="cpu")
     assert registry.errors == {}
     assert len(registry.models) >= 1
+
+
+def test_checkpoints_per_network_newest_version_of_each(tmp_path):
+    root = build_tiny_registry(tmp_path / "nets", names=("tiny",), networks=("ieee33", "kerber_landnetz_kabel_1"))
+    newer = root / "tiny" / "0.0.2-kerber"
+    shutil.copytree(root / "tiny" / "0.0.1-kerber_landnetz_kabel_1", newer)
+    card = json.loads((newer / "card.json").read_text())
+    (newer / "card.json").write_text(json.dumps({**card, "version": "0.0.2"}))
+    registry = load_registry(root, device="cpu", warmup=False)
+    assert registry.errors == {} and registry.versions("tiny") == {"ieee33": "0.0.1", "kerber_landnetz_kabel_1": "0.0.2"}
+    assert registry.get("tiny", "kerber_landnetz_kabel_1").version == "0.0.2"
+    assert registry.get("tiny").card["network"] == "ieee33" and registry.models["tiny"].card["network"] == "ieee33"
+    with pytest.raises(ModelNotServed) as refused:
+        registry.get("tiny", "mv_oberrhein_sub0")
+    assert refused.value.serves == ["ieee33", "kerber_landnetz_kabel_1"] and "mv_oberrhein_sub0" in str(refused.value)
+    only = load_registry(root, device="cpu", warmup=False, network="kerber_landnetz_kabel_1")
+    assert list(only.checkpoints) == [("tiny", "kerber_landnetz_kabel_1")] and only.models["tiny"].version == "0.0.2"
+
+
+def test_card_naming_another_networks_features_is_refused(registry_root):
+    card_path = registry_root / "victim" / "0.0.1" / "card.json"
+    card = json.loads(card_path.read_text())
+    card_path.write_text(json.dumps({**card, "network": "kerber_landnetz_kabel_1"}))
+    with pytest.raises(CheckpointError, match="not network kerber_landnetz_kabel_1's"):
+        load_checkpoint(card_path.parent, device="cpu")
+
+
+def test_physics_fit_serves_any_network(registry_root):
+    import gridsim
+    from gridsim.feeders import snapshot
+    from tests.gridsim.feeder_cases import small_feeder
+
+    registry = load_registry(registry_root, device="cpu", warmup=False, width_free=True, max_context=500)
+    assert registry.names() == ["good", "physics-fit", "victim"]
+    assert registry.models_for("mv_oberrhein_sub0") == ["physics-fit"]
+    assert registry.networks_of("physics-fit") == ["any radial feeder"]
+    for net in (gridsim.network("kerber_landnetz_kabel_1"), snapshot(small_feeder())):
+        loaded = registry.get("physics-fit", net)
+        assert loaded.card["features"] == list(net.feature_names) and loaded.card["context_size"]["max"] == 500
+        sim = gridsim.simulate(40, 0.2, 0, network=net)
+        pred = loaded.method.predict(loaded.method.fit(sim.x[:30], sim.vm_pu[:30]), sim.x[30:])
+        assert np.abs(pred.mean - sim.vm_pu[30:]).max() < 1e-4 and (pred.std > 0).all()
+        assert registry.get("physics-fit", net) is loaded  # built once per network

@@ -32,7 +32,7 @@ def _info(ctx: ContextSet, ttl: int | None, with_data: bool = False) -> dict:
 
 
 @router.post("", status_code=201, response_model=ContextSetInfo, summary="Store an uploaded or simulated context set",
-             responses=problems(413, 422))
+             responses=problems(404, 413, 422))
 async def create(body: ContextSetCreate, rt: Runtime = Depends(get_runtime)) -> Response:
     limit = min(rt.settings.max_simulate, rt.settings.max_context_rows)
     if body.simulate is not None:

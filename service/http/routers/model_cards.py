@@ -11,10 +11,12 @@ from typing import Any, Optional
 
 from fastapi import APIRouter, Depends, Query
 
+from service.engine.errors import InvalidInput, NotFound
 from service.engine.runtime import Runtime
 from service.http.auth import require_api_key
 from service.http.deps import get_runtime, problems
 from service.http.fast_json import OrjsonRoute
+from service.http.schemas import NETWORK_PATTERN
 
 router = APIRouter(prefix="/v1/models", tags=["models"], route_class=OrjsonRoute, dependencies=[Depends(require_api_key)],
                    responses=problems(401))
@@ -41,11 +43,18 @@ async def list_models(rt: Runtime = Depends(get_runtime)) -> dict:
 @router.get("/{name}", summary="One model: its networks and each network's card (or one network's card)",
             responses=problems(404, 422))
 async def get_model(name: str, rt: Runtime = Depends(get_runtime),
-                    network: Optional[str] = Query(None, description="a network's name or id: that network's card")) -> dict:
+                    network: Optional[str] = Query(None, pattern=NETWORK_PATTERN,
+                                                   description="a network's name or id: that network's card")) -> dict:
+    """A network the model does not serve has no card: 404 naming what the model serves."""
     rt.models.known(name, field="name")
     if network is not None:
-        net = await rt.networks.resolve(network, "network")
-        return _card(rt.models.get(name, net, field="name"))
+        net = await rt.networks.resolve(network, "network", "query")
+        try:
+            return _card(rt.models.get(name, net, field="name"))
+        except InvalidInput as exc:
+            missing = NotFound("model card", f"{name} on {network}", "network", "query")
+            missing.detail = exc.entries[0]["message"]
+            raise missing from None
     entry = model_entry(rt.registry, name)
     if name not in rt.registry.width_free:
         entry["cards"] = {net: _card(rt.registry.checkpoints[(name, net)]) for net in entry["versions"]}

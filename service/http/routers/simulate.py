@@ -19,7 +19,7 @@ from service.http.schemas import SimulateRequest, SimulateResponse
 router = APIRouter(prefix="/v1", tags=["simulate"], route_class=OrjsonRoute, dependencies=[Depends(require_api_key)])
 
 
-@router.post("/simulate", response_model=SimulateResponse, responses=problems(401, 413, 422, 503),
+@router.post("/simulate", response_model=SimulateResponse, responses=problems(401, 404, 413, 422, 503),
              summary="AC power flow |V| p.u. per bus for each load vector")
 async def simulate(body: SimulateRequest, rt: Runtime = Depends(get_runtime)) -> Response:
     limit = rt.settings.max_simulate
