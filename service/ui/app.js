@@ -82,7 +82,7 @@ async function loadModels() {
       const count = state.models.filter((m) => servesNetwork(m, n) && !("*" in (m.versions || {}))).length;
       const o = document.createElement("option");
       o.value = n;
-      o.textContent = count ? n : `${n} (no model yet)`;
+      o.textContent = count ? n : `${n} (physics-fit only)`;
       nsel.appendChild(o);
     }
     nsel.value = previous || (nets.networks.includes("ieee33") ? "ieee33" : nets.networks[0]);
@@ -107,7 +107,10 @@ async function networkChanged() {
   const sel = $("model");
   const previous = sel.value;
   sel.textContent = "";
-  for (const m of state.models.filter((m) => servesNetwork(m, net))) {
+  // a network's own checkpoints first; physics-fit (any network) after them
+  const anyNetwork = (m) => ("*" in (m.versions || {}) ? 1 : 0);
+  const offeredModels = state.models.filter((m) => servesNetwork(m, net)).sort((a, b) => anyNetwork(a) - anyNetwork(b));
+  for (const m of offeredModels) {
     const o = document.createElement("option");
     o.value = m.name;
     const version = (m.versions || {})[net] || m.version;
