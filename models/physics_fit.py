@@ -3,7 +3,7 @@
 Why a model without weights: a feeder no checkpoint was trained for (any upload, and the built-ins
 until their checkpoints land) still gets calibrated-enough voltage distributions from the closed
 form that every PFN here is built on (models.physics_base: linear in the loads plus DistFlow's
-squares, its leave-one-out error as the spread). It needs only the feeder's load positions, so
+squares, its held-out error on the context as the spread). It needs only the feeder's load positions, so
 the registry builds one per network on demand instead of loading a checkpoint.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ def general_card(max_context: int) -> dict[str, Any]:
         "version": VERSION,
         "description": "the physics base fit alone (no weights): per bus, linear in the loads plus DistFlow's "
                        "second-order branch-flow terms, the feeder's tree recovered from the context; the spread "
-                       "is each bus's leave-one-out error, Gaussian",
+                       "is each bus's held-out error of the fit on the context (models.physics_base)",
         "architecture": {"kind": "closed form", "base": "physics"},
         "networks": ANY_NETWORK,
         "features": "the network's load inputs: P then Q of each load bus (GET /v1/networks/{id})",
