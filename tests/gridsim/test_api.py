@@ -18,7 +18,7 @@ NET = gridsim.network()
         (dict(delta=float("inf")), r"delta: expected"),
         (dict(seed=-1), r"seed: expected an integer >= 0"),
         (dict(seed="abc"), r"seed: expected"),
-        (dict(network="ieee34"), r"network: expected one of \['ieee33', .*\], got 'ieee34'"),
+        (dict(network="ieee34"), r"network: expected one of \['ieee33', .*\] or random-<buses>-<seed>, got 'ieee34'"),
         (dict(solver="newton"), r"solver: expected one of \['batched', 'pandapower'\], got 'newton'"),
     ],
 )
