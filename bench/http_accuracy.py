@@ -97,15 +97,29 @@ def summary_from_answer(frame: pd.DataFrame, y_true: np.ndarray) -> dict[str, fl
             "coverage_best": float(covered.max())}
 
 
+def network_on_server(client: GridPFNClient, network: str) -> str:
+    """The server's name for a gridsim network: a built-in by name; any other (a random feeder) is
+    uploaded as pandapower JSON, as a user uploads theirs, and named by the id the server gives it."""
+    import pandapower as pp
+
+    import gridsim
+
+    if network in gridsim.KNOWN_NETWORKS:
+        return network
+    return client.upload_network(pp.to_json(gridsim.pandapower_net(network)).encode())["id"]
+
+
 def evaluate_http(url: str, models: list[str], cx: np.ndarray, cy: np.ndarray, qx: np.ndarray,
-                  qy: np.ndarray) -> dict[str, dict[str, float]]:
-    """Rows '<model> via HTTP': each model answers the queries on a context set stored once; seconds
-    is the context upload plus the (first, so encoding and calibration included) predict, wall time."""
+                  qy: np.ndarray, network: str = "ieee33") -> dict[str, dict[str, float]]:
+    """Rows '<model> via HTTP': each model answers the queries on a context set stored once on
+    `network`; seconds is the context upload plus the (first, so encoding and calibration included)
+    predict, wall time."""
     rows = {}
     with GridPFNClient(url, timeout_s=600.0) as client:
+        served_as = network_on_server(client, network)
         for model in models:
             started = time.perf_counter()
-            context_id = client.create_context(cx, cy)
+            context_id = client.create_context(cx, cy, network=served_as)
             frame = client.predict(qx, model=model, context_id=context_id, quantiles=list(QUANTILES))
             seconds = time.perf_counter() - started
             summary = summary_from_answer(frame, qy)
