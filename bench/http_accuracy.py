@@ -102,11 +102,11 @@ def network_on_server(client: GridPFNClient, network: str) -> str:
     uploaded as pandapower JSON, as a user uploads theirs, and named by the id the server gives it."""
     import pandapower as pp
 
-    import gridsim
+    from gridsim.network import KNOWN_NETWORKS, pandapower_net
 
-    if network in gridsim.KNOWN_NETWORKS:
+    if network in KNOWN_NETWORKS:
         return network
-    return client.upload_network(pp.to_json(gridsim.pandapower_net(network)).encode())["id"]
+    return client.upload_network(pp.to_json(pandapower_net(network)).encode())["id"]
 
 
 def evaluate_http(url: str, models: list[str], cx: np.ndarray, cy: np.ndarray, qx: np.ndarray,
