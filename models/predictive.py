@@ -100,66 +100,78 @@ class Predictive(ABC):
         return low, high
 
 
-@dataclass
-class GaussianPredictive(Predictive):
-    """Independent normals per query and output (exact GP, Bayesian linear regression)."""
+class _LocationScale(Predictive):
+    """Independent location-scale distributions per query and output: what a Gaussian and a
+    Student-t share (the location is the mean; quantiles, cdf and density are the standard ones
+    shifted and scaled). Subclasses set mu, scale (both (m, k)) and timing, and give the standard
+    distribution's quantile, cdf and log-density."""
 
     mu: np.ndarray
-    sigma: np.ndarray
-    timing: Timing = field(default_factory=Timing)
+    scale: np.ndarray
 
     @property
     def mean(self) -> np.ndarray:
         return self.mu
 
-    @property
-    def std(self) -> np.ndarray:
-        return self.sigma
+    def _standard(self, values) -> np.ndarray:
+        return (np.asarray(values, dtype=np.float64) - self.mu) / self.scale
 
     def quantile(self, levels: Sequence[float]) -> np.ndarray:
-        z = special.ndtri(np.asarray(levels, dtype=np.float64))
-        return self.mu[None] + z[:, None, None] * self.sigma[None]
+        z = self._standard_quantile(np.asarray(levels, dtype=np.float64))
+        return self.mu[None] + z[:, None, None] * self.scale[None]
 
     def cdf(self, values: np.ndarray | float) -> np.ndarray:
-        return special.ndtr((np.asarray(values, dtype=np.float64) - self.mu) / self.sigma)
+        return self._standard_cdf(self._standard(values))
 
     def log_prob(self, y: np.ndarray) -> np.ndarray:
-        z = (np.asarray(y, dtype=np.float64) - self.mu) / self.sigma
-        return -0.5 * z**2 - np.log(self.sigma) - 0.5 * np.log(2 * np.pi)
+        return self._standard_log_pdf(self._standard(y)) - np.log(self.scale)
 
 
-@dataclass
-class StudentTPredictive(Predictive):
+class GaussianPredictive(_LocationScale):
+    """Independent normals per query and output (exact GP, Bayesian linear regression); `sigma` is the std."""
+
+    def __init__(self, mu: np.ndarray, sigma: np.ndarray, timing: Timing | None = None):
+        self.mu, self.scale, self.timing = mu, sigma, timing or Timing()
+
+    @property
+    def sigma(self) -> np.ndarray:
+        return self.scale
+
+    @property
+    def std(self) -> np.ndarray:
+        return self.scale
+
+    _standard_quantile = staticmethod(special.ndtri)
+    _standard_cdf = staticmethod(special.ndtr)
+
+    @staticmethod
+    def _standard_log_pdf(z: np.ndarray) -> np.ndarray:
+        return -0.5 * z**2 - 0.5 * np.log(2 * np.pi)
+
+
+class StudentTPredictive(_LocationScale):
     """Independent Student-t per query and output: location, scale and degrees of freedom.
 
     For a spread estimated from a few held-out residuals (the physics fit on a small context):
     the scale's own uncertainty widens the tails, as a t with `dof` = residuals - 1 does."""
 
-    mu: np.ndarray
-    scale: np.ndarray
-    dof: float
-    timing: Timing = field(default_factory=Timing)
-
-    @property
-    def mean(self) -> np.ndarray:
-        return self.mu
+    def __init__(self, mu: np.ndarray, scale: np.ndarray, dof: float, timing: Timing | None = None):
+        self.mu, self.scale, self.dof, self.timing = mu, scale, float(dof), timing or Timing()
 
     @property
     def std(self) -> np.ndarray:
         return self.scale * np.sqrt(self.dof / (self.dof - 2.0)) if self.dof > 2 else np.full_like(self.scale, np.inf)
 
-    def quantile(self, levels: Sequence[float]) -> np.ndarray:
-        t = special.stdtrit(self.dof, np.asarray(levels, dtype=np.float64))
-        return self.mu[None] + t[:, None, None] * self.scale[None]
+    def _standard_quantile(self, levels: np.ndarray) -> np.ndarray:
+        return special.stdtrit(self.dof, levels)
 
-    def cdf(self, values: np.ndarray | float) -> np.ndarray:
-        return special.stdtr(self.dof, (np.asarray(values, dtype=np.float64) - self.mu) / self.scale)
+    def _standard_cdf(self, z: np.ndarray) -> np.ndarray:
+        return special.stdtr(self.dof, z)
 
-    def log_prob(self, y: np.ndarray) -> np.ndarray:
-        z = (np.asarray(y, dtype=np.float64) - self.mu) / self.scale
+    def _standard_log_pdf(self, z: np.ndarray) -> np.ndarray:
         nu = self.dof
         return (special.gammaln((nu + 1) / 2) - special.gammaln(nu / 2) - 0.5 * np.log(nu * np.pi)
-                - np.log(self.scale) - (nu + 1) / 2 * np.log1p(z**2 / nu))
+                - (nu + 1) / 2 * np.log1p(z**2 / nu))
 
 
 class Method(ABC):
