@@ -12,20 +12,19 @@ Writes bench/results/network-speed.md.
 from __future__ import annotations
 
 import argparse
-import datetime
 import logging
-import os
-import platform
-import shlex
 import sys
 import time
 from pathlib import Path
 
 import torch
 
-import gridsim
-from models.physics_fit import NAME as PHYSICS_FIT, method_for
-from models.registry import DEFAULT_ROOT, load_registry
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: bench.report
+
+import gridsim  # noqa: E402
+from bench import report  # noqa: E402
+from models.physics_fit import NAME as PHYSICS_FIT, method_for  # noqa: E402
+from models.registry import DEFAULT_ROOT, load_registry  # noqa: E402
 
 N_CONTEXT, N_QUERIES, DELTA, SEED = 500, 4500, 0.3, 1030
 NETWORKS = ("ieee33", "kerber_landnetz_kabel_1", "mv_oberrhein_sub0", "random-200-2027")
@@ -66,9 +65,7 @@ def main() -> None:
     torch.set_num_threads(1)
     registry = load_registry(args.registry)
     lines = ["# Speed per network", "",
-             f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} by "
-             f"`{shlex.join(['bench/network_speed.py', *sys.argv[1:]])}`; {platform.machine()}, {os.cpu_count()} CPU cores, "
-             f"torch {torch.__version__}, 1 thread. A new {N_CONTEXT}-row context (fit: base fit, encoding, calibration) and "
+             f"{report.provenance('bench/network_speed.py')}, 1 thread. A new {N_CONTEXT}-row context (fit: base fit, encoding, calibration) and "
              f"{N_QUERIES} queries (predict: mean, std, two quantiles), delta {DELTA:.0%}, batched-solver data; best of "
              f"{args.repeats}.", "",
              "| network | buses (outputs) | model | fit (ms) | fit per bus (ms) | predict (ms) | per query and bus (us) |",
@@ -82,11 +79,7 @@ def main() -> None:
                f"{predict_s / N_QUERIES / k * 1e6:.2f} |")
         logging.info(row)
         lines.append(row)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, args.out)
-    print("\n".join(lines))
+    report.write(args.out, lines)
 
 
 if __name__ == "__main__":

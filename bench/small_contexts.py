@@ -13,20 +13,18 @@ Writes bench/results/small-contexts.md.
 from __future__ import annotations
 
 import argparse
-import datetime
 import logging
-import os
-import platform
-import shlex
 import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
-import gridsim
-from models.physics_fit import NAME as PHYSICS_FIT, method_for
-from models.registry import DEFAULT_ROOT, load_registry
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: bench.report
+
+import gridsim  # noqa: E402
+from bench import report  # noqa: E402
+from models.physics_fit import NAME as PHYSICS_FIT, method_for  # noqa: E402
+from models.registry import DEFAULT_ROOT, load_registry  # noqa: E402
 
 N_QUERIES = 2000
 
@@ -64,9 +62,7 @@ def main() -> None:
     methods = [(f"{name} {loaded.version}", loaded.method) for name, loaded in sorted(registry.models.items())]
     methods.append((PHYSICS_FIT, method_for(gridsim.network("ieee33"))))
     lines = ["# Coverage on small IEEE 33 contexts, several contexts per size", "",
-             f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} by "
-             f"`{shlex.join(['bench/small_contexts.py', *sys.argv[1:]])}`; {platform.machine()}, {os.cpu_count()} CPU cores, "
-             f"torch {torch.__version__}. {args.contexts} contexts per size (seeds 900 + i, delta 10 % / 30 % alternating), "
+             f"{report.provenance('bench/small_contexts.py')}. {args.contexts} contexts per size (seeds 900 + i, delta 10 % / 30 % alternating), "
              f"{N_QUERIES} queries each, batched-solver truth, in process. MAE / LS: max-over-bus MAE over least squares "
              "(minimum-norm below 66 rows, so not given there).", "",
              "| n | model | worst-bus cov95, mean over contexts | worst-bus cov95, lowest context | mean cov95 | MAE / LS |",
@@ -79,11 +75,7 @@ def main() -> None:
                    f"| {n} | {label} | {r['worst_mean']:.3f} | {r['worst_min']:.3f} | {r['mean']:.3f} | – |")
             logging.info(row)
             lines.append(row)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, args.out)
-    print("\n".join(lines))
+    report.write(args.out, lines)
 
 
 if __name__ == "__main__":
