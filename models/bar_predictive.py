@@ -28,6 +28,8 @@ def _finite_array(name: str, value, allow_inf: bool = False) -> np.ndarray:
 
 # Logits per chunk (2 Mi, 16 MiB as float64): each method's temporaries stay bounded whatever m is.
 _CHUNK_ELEMENTS = 1 << 21
+# The central interval `min_half` bounds.
+_CENTRAL_95 = (0.025, 0.975)
 
 
 @dataclass
@@ -36,6 +38,8 @@ class BarPredictive(Predictive):
 
     `spread` (k,), when given, stretches each output's distribution around its mean
     (see models.calibration): folded into loc and scale here, so every statistic follows.
+    `min_half` (k,), when given, stretches further any answer whose central 95 % interval would
+    be narrower than 2 * min_half (models.calibration.half_width_floor).
     """
 
     bar: BarDistribution
@@ -43,6 +47,7 @@ class BarPredictive(Predictive):
     loc: np.ndarray
     scale: np.ndarray
     spread: np.ndarray | None = None
+    min_half: np.ndarray | None = None
     timing: Timing = field(default_factory=Timing)
 
     def __post_init__(self) -> None:
@@ -74,6 +79,20 @@ class BarPredictive(Predictive):
             if spread.shape != shape[1:] or not (spread > 0).all():
                 raise ValueError(f"spread must be positive and shaped (k,) = {shape[1:]}, got {spread.shape}")
             self.spread = spread
+        if self.min_half is not None:
+            min_half = _finite_array("min_half", self.min_half)
+            if min_half.shape != shape[1:] or not (min_half >= 0).all():
+                raise ValueError(f"min_half must be >= 0 and shaped (k,) = {shape[1:]}, got {min_half.shape}")
+            self.min_half = min_half
+
+    def _stretch(self, scale: np.ndarray, z_half: np.ndarray | None) -> np.ndarray:
+        """Factor per answer around its mean: the spread, raised where the central 95 % interval's
+        half-width (z_half in standardised units) would fall under min_half."""
+        factor = np.ones(scale.shape[-1]) if self.spread is None else self.spread
+        if self.min_half is None:
+            return factor
+        half = np.maximum(scale * z_half, np.finfo(np.float64).tiny)
+        return np.maximum(factor, self.min_half / half)
 
     def _loc_scale(self) -> tuple[np.ndarray, np.ndarray]:
         """Location and scale of y = loc + scale * z with the spread folded in, computed on first use.
@@ -82,12 +101,19 @@ class BarPredictive(Predictive):
         and scale. Only E[z] is needed (float64, so the mean stays exactly the uncalibrated one);
         `summary` folds per chunk from its own softmax instead and never comes here.
         """
-        if self.spread is None:
+        if self.spread is None and self.min_half is None:
             return self.loc, self.scale
         if self._folded is None:
             z_mean = self._z_moments()[0] if self._moments is not None else self._by_rows(self._bar64.mean)
-            self._folded = (self.loc + self.scale * z_mean * (1.0 - self.spread), self.scale * self.spread)
+            z_half = None if self.min_half is None else self._by_rows(self._z_half)
+            factor = self._stretch(self.scale, z_half)
+            self._folded = (self.loc + self.scale * z_mean * (1.0 - factor), self.scale * factor)
         return self._folded
+
+    def _z_half(self, lg: torch.Tensor) -> torch.Tensor:
+        """Half-width of the central 95 % interval of z, per answer of a chunk of float64 logits."""
+        q = self._bar64.quantile(lg, torch.tensor(_CENTRAL_95, dtype=torch.float64, device=lg.device))
+        return 0.5 * (q[1] - q[0])
 
     def _torch(self, arr: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(arr, dtype=torch.float64, device=self.logits.device)
@@ -156,12 +182,19 @@ class BarPredictive(Predictive):
             z_mean, z_var = (as64(order(t)) for t in bar.moments_from_probs(p))
             loc, scale = self.loc[rows], self.scale[rows]
             mean[rows] = loc + scale * z_mean
-            if self.spread is not None:  # y' = mean + s (y - mean): new loc and scale for this chunk
-                loc, scale = loc + scale * z_mean * (1.0 - self.spread), scale * self.spread
+            cum = None
+            if self.spread is not None or self.min_half is not None:  # y' = mean + s (y - mean), this chunk
+                z_half = None
+                if self.min_half is not None:
+                    cum = bar.cumulative(p)
+                    z95 = bar.icdf_from_probs(p, cum, torch.tensor(_CENTRAL_95, dtype=dtype, device=device).expand(*p.shape[:-1], -1))
+                    z_half = as64(order(0.5 * (z95[..., 1] - z95[..., 0])))
+                factor = self._stretch(scale, z_half)
+                loc, scale = loc + scale * z_mean * (1.0 - factor), scale * factor
             std[rows] = scale * np.sqrt(np.maximum(z_var, 0.0))
             if lv is None and band is None:
                 continue
-            cum = bar.cumulative(p)
+            cum = bar.cumulative(p) if cum is None else cum
             if lv is not None:
                 z = order(bar.icdf_from_probs(p, cum, lv.to(dtype).expand(*p.shape[:-1], -1))).movedim(-1, 0)
                 quantiles[:, rows] = loc[None] + scale[None] * as64(z)

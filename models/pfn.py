@@ -10,7 +10,7 @@ import torch
 from models import physics_base
 from models.bar_distribution import BarDistribution
 from models.bar_predictive import BarPredictive
-from models.calibration import MIN_CALIBRATION_POINTS, spread_from_heldout
+from models.calibration import MIN_CALIBRATION_POINTS, half_width_floor, spread_from_heldout
 from models.model import ContextCache, DVAPFN
 from models.predictive import Method, Summary
 from models.validation import check_context, check_queries
@@ -25,10 +25,12 @@ SUMMARY_CHUNK = 512
 
 @dataclass
 class EncodedContext:
-    """What `fit` returns: the model's encoded context and the per-output spread factors (k,) or None."""
+    """What `fit` returns: the model's encoded context, the per-output spread factors (k,) or None,
+    and on a small context the smallest half-width of each output's 95 % interval (k,, output units) or None."""
 
     cache: ContextCache
     spread: np.ndarray | None
+    min_half: np.ndarray | None = None
 
 
 class PFNMethod(Method):
@@ -57,27 +59,40 @@ class PFNMethod(Method):
         x = self._tensor(context_x)
         y = self._tensor(context_y)
         cache = self.model.encode_context(x[None], y[None])
-        return EncodedContext(cache, self.spread_factors(cache, x, y) if self.calibrate else None)
+        if not self.calibrate:
+            return EncodedContext(cache, None)
+        cv = self._small_context_errors(cache, x, y)
+        min_half = None if cv is None else half_width_floor(cv.cpu().numpy())
+        return EncodedContext(cache, self.spread_factors(cache, x, y, cv), min_half)
+
+    def _small_context_errors(self, cache: ContextCache, context_x: torch.Tensor,
+                              context_y: torch.Tensor) -> torch.Tensor | None:
+        """The physics base fit's K-fold residuals (n, k) on a context under CV_BELOW_POINTS rows, else None."""
+        n = context_x.shape[0]
+        if (self.model.cfg.base != "physics" or cache.attended is not None
+                or not MIN_CALIBRATION_POINTS <= n < physics_base.CV_BELOW_POINTS):
+            return None
+        positions = self.model.cfg.load_positions
+        positions = None if positions is None else torch.as_tensor(positions, dtype=torch.long)
+        return physics_base.cross_validated_errors(context_x[None].double(), context_y[None].double(), positions)
 
     @torch.inference_mode()
     def spread_factors(self, cache: ContextCache, context_x: torch.Tensor,
-                       context_y: torch.Tensor | None = None) -> np.ndarray | None:
+                       context_y: torch.Tensor | None = None, cv: torch.Tensor | None = None) -> np.ndarray | None:
         """Per-output spread factors (k,) from the context itself, in one pass (None below
         MIN_CALIBRATION_POINTS): every point the attention sees is predicted with its own point
         masked, and its truth is the base fit's leave-one-out residual, so each point is held out
         of both without a refit. On a small context (under physics_base.CV_BELOW_POINTS, physics
         base) the truth is the base fit's K-fold residual instead: leave-one-out of the final fit
         keeps the tree and the model choice made with the point, and understated the error at new
-        points up to 2x there."""
+        points up to 2x there (`cv`: those residuals when the caller has them)."""
         targets = cache.targets[0].transpose(0, 1).cpu().numpy()  # (n, k) standardised LOO residuals
         n, k = targets.shape
         if n < MIN_CALIBRATION_POINTS:
             return None
-        if (context_y is not None and self.model.cfg.base == "physics" and cache.attended is None
-                and n < physics_base.CV_BELOW_POINTS):
-            positions = self.model.cfg.load_positions
-            positions = None if positions is None else torch.as_tensor(positions, dtype=torch.long)
-            cv = physics_base.cross_validated_errors(context_x[None].double(), context_y[None].double(), positions)
+        if cv is None and context_y is not None:
+            cv = self._small_context_errors(cache, context_x, context_y)
+        if cv is not None:
             targets = (cv / cache.stats.y_scale[0]).cpu().numpy()
         points = context_x if cache.attended is None else context_x[cache.attended]
         logits, _, _ = self.model.predict(cache, points[None], held_out=True)  # (1, k, n, bars)
@@ -99,7 +114,7 @@ class PFNMethod(Method):
 
     def predict(self, encoded: EncodedContext, query_x: np.ndarray) -> BarPredictive:
         logits, loc, scale = self.raw_predict(encoded, query_x)
-        return BarPredictive(self.bar, logits, loc, scale, spread=encoded.spread)
+        return BarPredictive(self.bar, logits, loc, scale, spread=encoded.spread, min_half=encoded.min_half)
 
     def summarize(self, encoded: EncodedContext, query_x: np.ndarray, levels: Sequence[float] = (),
                   band: tuple[float, float] | None = None) -> Summary:

@@ -180,3 +180,30 @@ def test_fused_summary_folds_the_spread_like_the_per_statistic_answers():
     np.testing.assert_allclose(fused.p_outside, pred.p_outside(*band), rtol=0, atol=1e-6)
     wide = pred.quantile([0.95]) - pred.mean
     np.testing.assert_allclose(wide, (plain.quantile([0.95]) - plain.mean) * spread, rtol=1e-9)
+
+
+def test_min_half_widens_only_the_answers_whose_interval_is_narrower():
+    """`min_half` (k,) stretches an answer around its mean just enough that its central 95 % interval
+    is 2 * min_half wide; answers already wider keep their distribution. Both paths agree."""
+    plain = make(seed=5)
+    spread = np.array([1.0, 1.5, 0.8])
+    calibrated = BarPredictive(plain.bar, plain.logits, plain.loc, plain.scale, spread=spread)
+    low, high = calibrated.interval(0.95)
+    half = 0.5 * (high - low)
+    min_half = np.median(half, axis=0)
+    pred = BarPredictive(plain.bar, plain.logits, plain.loc, plain.scale, spread=spread, min_half=min_half)
+    low2, high2 = pred.interval(0.95)
+    half2 = 0.5 * (high2 - low2)
+    narrow = half < min_half
+    assert narrow.any() and (~narrow).any()
+    np.testing.assert_allclose(half2[narrow], np.broadcast_to(min_half, half.shape)[narrow], rtol=1e-9)
+    np.testing.assert_allclose(half2[~narrow], half[~narrow], rtol=1e-9)
+    np.testing.assert_allclose(pred.mean, plain.mean, rtol=0, atol=1e-15)  # stretched around the mean
+    levels = (0.025, 0.5, 0.975)
+    fused = pred.summary(levels)
+    np.testing.assert_allclose(fused.quantiles, pred.quantile(levels), rtol=0, atol=1e-5 * (plain.scale * 3).max())
+    np.testing.assert_allclose(fused.std, pred.std, rtol=1e-5)
+    with pytest.raises(ValueError, match="min_half"):
+        BarPredictive(plain.bar, plain.logits, plain.loc, plain.scale, min_half=-min_half)
+    with pytest.raises(ValueError, match="min_half"):
+        BarPredictive(plain.bar, plain.logits, plain.loc, plain.scale, min_half=np.ones(2))

@@ -54,3 +54,25 @@ def test_small_context_calibration_holds_out_the_whole_base_fit():
     loo_only = method.spread_factors(encoded.cache, method._tensor(sim.x))
     assert encoded.spread is not None and loo_only is not None
     assert np.median(encoded.spread / loo_only) > 1.05
+
+
+def test_small_context_intervals_are_no_narrower_than_the_base_fits_bound():
+    """Under CV_BELOW_POINTS rows each answer's 95 % interval is at least 2 * min_half wide, min_half
+    the base fit's K-fold rms at its 95 % upper confidence bound; at 300 rows there is no floor."""
+    import gridsim
+    from models import physics_base
+    from models.calibration import half_width_floor
+    from models.registry import DEFAULT_ROOT, load_checkpoint
+
+    method = load_checkpoint(DEFAULT_ROOT / "transformer-dva-fast" / "0.2.1", warmup=False).method
+    sim = gridsim.simulate(16 + 200, 0.3, seed=502)
+    cx, cy, qx = sim.x[:16], sim.vm_pu[:16], sim.x[16:]
+    encoded = method.fit(cx, cy)
+    cv = physics_base.cross_validated_errors(method._tensor(cx)[None], method._tensor(cy)[None], None).numpy()
+    np.testing.assert_allclose(encoded.min_half, half_width_floor(cv), rtol=1e-9)
+    low, high = method.predict(encoded, qx).interval(0.95)
+    assert (0.5 * (high - low) >= encoded.min_half * (1 - 1e-9)).all()
+    summary = method.summarize(encoded, qx, levels=(0.025, 0.975))
+    assert (0.5 * (summary.quantiles[1] - summary.quantiles[0]) >= encoded.min_half * (1 - 1e-5)).all()
+    large = gridsim.simulate(physics_base.CV_BELOW_POINTS, 0.3, seed=503)
+    assert method.fit(large.x, large.vm_pu).min_half is None
