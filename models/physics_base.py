@@ -32,6 +32,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from scipy.stats import t as student_t
+
+from models.calibration import CALIBRATION_LEVEL, half_width_floor
 from models.predictive import Method, StudentTPredictive
 from models.validation import check_context, check_queries
 
@@ -399,7 +402,8 @@ class PhysicsBaseMethod(Method):
     What the closed form gives without a network, on any radial feeder (the service's `physics-fit`
     model, which serves feeders no checkpoint was trained for) and as a baseline for the PFN built
     on it. The spread per bus is the rms leave-one-out error, on a context under CV_BELOW_POINTS the
-    larger of it and the K-fold cross-validated error of the whole fit; the t's degrees of freedom
+    larger of it and the K-fold cross-validated error of the whole fit, and no narrower than the
+    PFNs' small-context floor (models.calibration.half_width_floor); the t's degrees of freedom
     (residuals - 1) carry the uncertainty of that estimate itself."""
 
     name = "physics base (closed form)"
@@ -413,10 +417,12 @@ class PhysicsBaseMethod(Method):
         state, mean, std, loo = _fit_raw(xt, yt, self.load_positions)
         n = xt.shape[-2]
         spread = loo[0].square().mean(dim=0).sqrt()
+        spread = spread.numpy()
         if n < CV_BELOW_POINTS:
-            cv = cross_validated_errors(xt, yt, self.load_positions)
-            spread = torch.maximum(spread, cv.square().mean(dim=0).sqrt())
-        return state, mean, std, spread.clamp_min(SPREAD_FLOOR_PU).numpy(), n - 1
+            cv = cross_validated_errors(xt, yt, self.load_positions).numpy()
+            t95 = student_t.ppf(0.5 + CALIBRATION_LEVEL / 2, n - 1)
+            spread = np.maximum.reduce([spread, np.sqrt(np.mean(np.square(cv), axis=0)), half_width_floor(cv) / t95])
+        return state, mean, std, np.maximum(spread, SPREAD_FLOOR_PU), n - 1
 
     def predict(self, fitted, query_x) -> StudentTPredictive:
         state, mean, std, spread, dof = fitted

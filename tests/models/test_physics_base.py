@@ -187,16 +187,17 @@ def test_the_base_fit_alone_is_a_method():
 
 
 def test_small_context_spread_includes_the_fits_own_choices():
-    """On 50 rows (fewer than the 64 loads), LOO of the final fit alone understated the error (mean
-    95 % coverage 0.81 at delta 10 %): the K-fold error of the whole fit and the t's tails hold it."""
+    """On 16 and 50 rows (fewer than the 64 loads), LOO of the final fit alone understated the error
+    (mean 95 % coverage 0.81 at 50 rows, delta 10 %): the K-fold error of the whole fit, its upper
+    confidence bound and the t's tails hold every bus at 0.90 or more (0.87 without the bound)."""
     method = physics_base.PhysicsBaseMethod()
-    covered = []
-    for seed in range(3):
-        sim = gridsim.simulate(1050, 0.1, seed=40 + seed)
-        pred = method(sim.x[:50], sim.vm_pu[:50], sim.x[50:])
-        low, high = pred.interval(0.95)
-        covered.append(((sim.vm_pu[50:] >= low) & (sim.vm_pu[50:] <= high)).mean())
-    assert 0.90 <= np.mean(covered) <= 0.995
+    for n in (16, 50):
+        for seed in range(3):
+            sim = gridsim.simulate(n + 1000, 0.1, seed=40 + seed)
+            pred = method(sim.x[:n], sim.vm_pu[:n], sim.x[n:])
+            low, high = pred.interval(0.95)
+            covered = ((sim.vm_pu[n:] >= low) & (sim.vm_pu[n:] <= high)).mean(axis=0)
+            assert covered.min() >= 0.90, (n, seed, covered.min())
 
 
 def _max_mae_over_ls(method, x, y, n):
