@@ -71,3 +71,25 @@ def test_small_and_large_contexts_are_served(physics_server, n):
         too_few = {**body, "context": {"x": rows(sim.x[:15]), "y": rows(sim.vm_pu[:15])}}
         refused = client.post("/v1/predict", json=too_few)
         assert refused.status_code == 422 and "16" in refused.text
+
+
+def test_small_context_floor_reaches_the_http_answer(physics_server):
+    """Under 300 rows the answer's 95 % interval is at least 2 * min_half wide (the base fit's K-fold
+    bound, models.calibration.half_width_floor), through HTTP as in process."""
+    server, root = physics_server
+    sim = gridsim.simulate(16 + 300, 0.3, seed=17)
+    cx, cy, qx = sim.x[:16], sim.vm_pu[:16], sim.x[16:]
+    method = load_checkpoint(root / MODEL / "0.0.1", warmup=False).method
+    encoded = method.fit(cx, cy)
+    assert encoded.min_half is not None
+    local = method.summarize(encoded, qx, LEVELS)
+    unfloored = method.summarize(dataclasses.replace(encoded, min_half=None), qx, LEVELS)
+    assert (0.5 * (unfloored.quantiles[1] - unfloored.quantiles[0]) < encoded.min_half).any()  # it binds here
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        response = client.post("/v1/predict", json={"model": MODEL, "context": {"x": rows(cx), "y": rows(cy)},
+                                                    "queries": rows(qx), "quantiles": LEVELS})
+    assert response.status_code == 200, response.text
+    low, high = (np.asarray(response.json()["quantiles"][repr(q)]) for q in LEVELS)
+    np.testing.assert_array_equal(low, local.quantiles[0])
+    np.testing.assert_array_equal(high, local.quantiles[1])
+    assert (0.5 * (high - low) >= encoded.min_half * (1 - 1e-5)).all()
