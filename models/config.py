@@ -71,6 +71,10 @@ class ModelConfig(_FileConfig):
     # each load bus (gridsim's Network.load_positions); None = output j is the bus of loads j, j + m
     load_positions: tuple[int, ...] | None = None
     dropout: float = 0.0  # reserved: the model has no dropout layers yet; kept so saved configs load
+    # the leverage feature of the x stream from the physics base fit's full design ("design": the v2
+    # checkpoints; its squared-flow columns follow the tree recovered from the voltages, which flips on
+    # contexts under ~200 rows) or from the loads alone ("loads": inputs only, as DVA intends)
+    leverage: Literal["design", "loads"] = "design"
 
     def __post_init__(self) -> None:
         if self.backbone not in ("transformer", "cnn"):
@@ -79,6 +83,8 @@ class ModelConfig(_FileConfig):
             raise ValueError(f"attention: expected 'dva' or 'va', got {self.attention!r}")
         if self.base not in ("physics", "ridge", "none"):
             raise ValueError(f"base: expected 'physics', 'ridge' or 'none', got {self.base!r}")
+        if self.leverage not in ("design", "loads"):
+            raise ValueError(f"leverage: expected 'design' or 'loads', got {self.leverage!r}")
         for name in ("emb_dim", "value_dim"):
             if getattr(self, name) % self.n_heads:
                 raise ValueError(f"{name}: must be divisible by n_heads={self.n_heads}")

@@ -80,6 +80,7 @@ class PhysicsFit:
     compact_std: torch.Tensor
     compact_gamma: torch.Tensor  # (B, 3, k): their coefficients (zero where compact_used is False)
     compact_used: torch.Tensor  # (B, k) bool: the compact DistFlow fit won on leave-one-out error
+    leverage_on_loads: bool = False  # right_vectors / leverage_weights are the loads' (else the full design's)
     outputs: torch.Tensor | None = None  # (B, k): which of the feeder's outputs these are (None: all, in order)
 
     def select(self, pick: torch.Tensor) -> "PhysicsFit":
@@ -291,15 +292,17 @@ def _compact_fit(xs, yc, g, lin_beta, lin_svd):
     return lin_beta - load_part, gamma.transpose(-1, -2), loo, err
 
 
-def fit(xs: torch.Tensor, y: torch.Tensor, x_std: torch.Tensor, load_positions: torch.Tensor | None = None):
+def fit(xs: torch.Tensor, y: torch.Tensor, x_std: torch.Tensor, load_positions: torch.Tensor | None = None,
+        leverage_from: str = "design"):
     """Fit on standardised loads xs (B, n, d) and targets y (B, n, k), float64.
 
     `load_positions` (m,): the output index of each load bus, d = 2m; None when the outputs are the
     load buses in feature order (d = 2k). Outputs without a load (junctions, load-less leaves) get
     their downstream loads from `downstream_of_outputs`.
 
-    Returns the fit, LOO residuals (B, n, k) of the chosen fit per output, and the design's
-    leverages at the fixed penalty (B, n) (an input-only feature for the attention).
+    Returns the fit, LOO residuals (B, n, k) of the chosen fit per output, and the leverages at the
+    fixed penalty (B, n) of the full design (`leverage_from="design"`) or of the loads alone ("loads":
+    inputs only, so a context's last digits cannot flip it through the recovered tree).
     """
     xs, y = xs.double(), y.double()
     n, d, k = xs.shape[-2], xs.shape[-1], y.shape[-1]
@@ -340,6 +343,9 @@ def fit(xs: torch.Tensor, y: torch.Tensor, x_std: torch.Tensor, load_positions: 
     loo = torch.where(compact_used[:, None, :], c_loo, loo)
     physics_used = physics_used & ~compact_used
     gamma = torch.where(compact_used[:, None, :], gamma, torch.zeros_like(gamma))
+    on_loads = leverage_from == "loads"
+    if on_loads:
+        u, s, vh = lin_svd[:3]
     s2 = s.square()
     lev_weights = 1.0 / (s2 + LEVERAGE_LAMBDA * n)
     leverage = (u.square() * (s2 * lev_weights)[:, None, :]).sum(-1) + 1.0 / n
@@ -347,7 +353,7 @@ def fit(xs: torch.Tensor, y: torch.Tensor, x_std: torch.Tensor, load_positions: 
                         feat_std=feat_std, beta=beta, y_mean=y_mean, right_vectors=vh, leverage_weights=lev_weights,
                         parent=parent, physics_used=physics_used, n_context=n, compact_loss=compact[0],
                         compact_path=compact[1], compact_mean=g_mean, compact_std=g_std, compact_gamma=gamma,
-                        compact_used=compact_used)
+                        compact_used=compact_used, leverage_on_loads=on_loads)
     return result, loo, leverage
 
 
@@ -357,7 +363,7 @@ def predict(state: PhysicsFit, xs: torch.Tensor, leverage: bool = True) -> tuple
     xs = xs.double()
     parts = dict(subtree=state.subtree, drop_coef=state.drop_coef, load_scale=state.load_scale)
     d = xs.shape[-1]
-    if leverage or bool(state.physics_used.any()):
+    if (leverage and not state.leverage_on_loads) or bool(state.physics_used.any()):
         design = (_features(xs, parts) - state.feat_mean[:, None, :]) / state.feat_std[:, None, :]
         loc = design @ state.beta + state.y_mean[:, None, :]
     else:  # linear and compact buses have no coefficients past the loads
@@ -368,7 +374,7 @@ def predict(state: PhysicsFit, xs: torch.Tensor, leverage: bool = True) -> tuple
         loc = loc + torch.einsum("bnkf,bfk->bnk", g, state.compact_gamma)
     if not leverage:
         return loc, None
-    proj = design @ state.right_vectors.transpose(-1, -2)
+    proj = (xs if state.leverage_on_loads else design) @ state.right_vectors.transpose(-1, -2)
     h = (proj.square() * state.leverage_weights[:, None, :]).sum(-1) + 1.0 / state.n_context
     return loc, h / (1.0 + h)  # what the leverage would be had the query been in the context
 

@@ -120,11 +120,13 @@ def test_ridge_base_recovers_a_linear_map_exactly():
 
 
 def test_config_round_trips_through_a_file(tmp_path):
-    cfg = ModelConfig(backbone="cnn", n_layers=2, emb_dim=32, value_dim=32, n_heads=4)
+    cfg = ModelConfig(backbone="cnn", n_layers=2, emb_dim=32, value_dim=32, n_heads=4, leverage="loads")
     cfg.save(tmp_path / "m.json")
     assert ModelConfig.load(tmp_path / "m.json") == cfg
     with pytest.raises(ValueError, match="backbone"):
         ModelConfig(backbone="rnn")
+    with pytest.raises(ValueError, match="leverage"):
+        ModelConfig(leverage="tree")
     with pytest.raises(ValueError, match="unknown field"):
         ModelConfig.from_dict({"width": 3})
 
