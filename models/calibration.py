@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-
 from scipy.stats import chi2, norm
 
 from models.predictive import Predictive
@@ -36,8 +35,8 @@ MIN_SPREAD = 0.2
 MIN_NARROWING_POINTS = 200
 # On a small context a PFN's central 95 % interval is at least as wide as a Gaussian one with the base
 # fit's held-out rms error taken at this upper confidence level (an rms of n errors is
-# chi-distributed with n degrees of freedom). 16
-# held-out scores cannot show a PFN that is confident without cause: on IEEE 33's lateral 19-22 at
+# chi-distributed with n degrees of freedom). 16 held-out scores cannot show a PFN that is
+# confident without cause: on IEEE 33's lateral 19-22 at
 # n = 16 (bench/accuracy.py's sweep) the shipped PFNs' intervals were half as wide as their errors
 # needed while the scores gave factors of 1.0-1.6 (worst-bus coverage 0.60-0.89).
 HALF_WIDTH_FLOOR_CONFIDENCE = 0.95

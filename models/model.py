@@ -116,17 +116,17 @@ class RidgeBase:
 
     @staticmethod
     def fit(xs: torch.Tensor, y: torch.Tensor, kind: str, x_mean, x_std,
-            load_positions=None, leverage: str = "design") -> tuple[Standardisation, torch.Tensor, torch.Tensor]:
+            load_positions=None, leverage_from: str = "design") -> tuple[Standardisation, torch.Tensor, torch.Tensor]:
         """Return statistics, standardised context targets (B, k, n) and leverage feature (B, n).
 
         `load_positions`: the output index of each load bus, for the physics fit (None: output j is
-        the bus of loads j and j + m); `leverage`: ModelConfig.leverage."""
+        the bus of loads j and j + m); `leverage_from`: ModelConfig.leverage."""
         n, d = xs.shape[-2], xs.shape[-1]
         y64 = y.double()
         y_mean = y64.mean(dim=-2)  # (B, k)
         yc = y64 - y_mean[..., None, :]
         if kind == "physics":
-            fitted, loo, leverage = physics_base.fit(xs, y64, x_std, load_positions, leverage)
+            fitted, loo, leverage = physics_base.fit(xs, y64, x_std, load_positions, leverage_from)
             scale = loo.pow(2).mean(dim=-2).sqrt() + 1e-12 * (y_mean.abs() + 1.0)
             stats = Standardisation(x_mean, x_std, y_mean, scale, None, None, None, n, physics=fitted)
             values = (loo / scale[..., None, :]).transpose(-1, -2)

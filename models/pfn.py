@@ -26,7 +26,7 @@ SUMMARY_CHUNK = 512
 @dataclass
 class EncodedContext:
     """What `fit` returns: the model's encoded context, the per-output spread factors (k,) or None,
-    and on a small context the smallest half-width of each output's 95 % interval (k,, output units) or None."""
+    and on a small context the smallest half-width of each output's 95 % interval (k,) in output units, or None."""
 
     cache: ContextCache
     spread: np.ndarray | None

@@ -31,7 +31,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
-
 from scipy.stats import t as student_t
 
 from models.calibration import CALIBRATION_LEVEL, half_width_floor
@@ -304,6 +303,8 @@ def fit(xs: torch.Tensor, y: torch.Tensor, x_std: torch.Tensor, load_positions: 
     fixed penalty (B, n) of the full design (`leverage_from="design"`) or of the loads alone ("loads":
     inputs only, so a context's last digits cannot flip it through the recovered tree).
     """
+    if leverage_from not in ("design", "loads"):
+        raise ValueError(f"leverage_from: expected 'design' or 'loads', got {leverage_from!r}")
     xs, y = xs.double(), y.double()
     n, d, k = xs.shape[-2], xs.shape[-1], y.shape[-1]
     if load_positions is None:
@@ -422,8 +423,7 @@ class PhysicsBaseMethod(Method):
         xt, yt = torch.as_tensor(x, dtype=torch.float64)[None], torch.as_tensor(y, dtype=torch.float64)[None]
         state, mean, std, loo = _fit_raw(xt, yt, self.load_positions)
         n = xt.shape[-2]
-        spread = loo[0].square().mean(dim=0).sqrt()
-        spread = spread.numpy()
+        spread = loo[0].square().mean(dim=0).sqrt().numpy()
         if n < CV_BELOW_POINTS:
             cv = cross_validated_errors(xt, yt, self.load_positions).numpy()
             t95 = student_t.ppf(0.5 + CALIBRATION_LEVEL / 2, n - 1)
