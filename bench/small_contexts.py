@@ -3,8 +3,11 @@ context per size, and at 16-150 rows one context's worst bus is mostly luck of t
 
 For each served IEEE 33 model and physics-fit, each size n and `--contexts` contexts (seeds 900 + i,
 delta 10 % and 30 % alternating, batched-solver truth, 2000 queries each): the worst bus's 95 %
-coverage (mean and min over the contexts), the mean coverage, and max-over-bus MAE / least squares
-where n > 65. In process (the service answers the same, bench/accuracy.py checks it through HTTP).
+coverage (mean and min over the contexts), the mean coverage, max-over-bus MAE / least squares
+where n > 65, and how far the 95 % intervals move when the context's voltages change in their 13th
+digit (a relative perturbation of 1e-13: rounding, another thread count or a GPU do as much), as the
+largest move of either end over the contexts, in median half-widths. In process (the service answers
+the same numbers, tests/service/engine/test_precision.py; bench/accuracy.py checks coverage through HTTP).
 Writes bench/results/small-contexts.md.
 
     .venv/bin/python bench/small_contexts.py
@@ -27,6 +30,8 @@ from models.physics_fit import NAME as PHYSICS_FIT, method_for  # noqa: E402
 from models.registry import DEFAULT_ROOT, load_registry  # noqa: E402
 
 N_QUERIES = 2000
+# Relative change of the context voltages for the stability column: far below any reading's precision.
+PERTURBATION = 1e-13
 
 
 def _least_squares_mae(cx, cy, qx, qy) -> float:
@@ -35,7 +40,7 @@ def _least_squares_mae(cx, cy, qx, qy) -> float:
 
 
 def evaluate(method, n: int, contexts: int) -> dict[str, float]:
-    worst, mean, ratio = [], [], []
+    worst, mean, ratio, moved = [], [], [], []
     for i in range(contexts):
         sim = gridsim.simulate(n + N_QUERIES, 0.3 if i % 2 else 0.1, seed=900 + i)
         cx, cy, qx, qy = sim.x[:n], sim.vm_pu[:n], sim.x[n:], sim.vm_pu[n:]
@@ -45,8 +50,11 @@ def evaluate(method, n: int, contexts: int) -> dict[str, float]:
         worst.append(covered.min())
         mean.append(covered.mean())
         ratio.append(np.abs(pred.mean - qy).mean(axis=0).max() / _least_squares_mae(cx, cy, qx, qy))
+        noisy = cy * (1.0 + PERTURBATION * np.random.default_rng(950 + i).standard_normal(cy.shape))
+        low2, high2 = method.predict(method.fit(cx, noisy), qx).interval(0.95)
+        moved.append(max(np.abs(low2 - low).max(), np.abs(high2 - high).max()) / np.median(0.5 * (high - low)))
     return {"worst_mean": float(np.mean(worst)), "worst_min": float(np.min(worst)), "mean": float(np.mean(mean)),
-            "mae_ls": float(np.mean(ratio))}
+            "mae_ls": float(np.mean(ratio)), "moved": float(np.max(moved))}
 
 
 def main() -> None:
@@ -64,15 +72,16 @@ def main() -> None:
     lines = ["# Coverage on small IEEE 33 contexts, several contexts per size", "",
              f"{report.provenance('bench/small_contexts.py')}. {args.contexts} contexts per size (seeds 900 + i, delta 10 % / 30 % alternating), "
              f"{N_QUERIES} queries each, batched-solver truth, in process. MAE / LS: max-over-bus MAE over least squares "
-             "(minimum-norm below 66 rows, so not given there).", "",
-             "| n | model | worst-bus cov95, mean over contexts | worst-bus cov95, lowest context | mean cov95 | MAE / LS |",
-             "|---|---|---|---|---|---|"]
+             "(minimum-norm below 66 rows, so not given there). Moved: the largest move of a 95 % interval's end when "
+             f"the context voltages change by {PERTURBATION:.0e} relative, in median half-widths.", "",
+             "| n | model | worst-bus cov95, mean over contexts | worst-bus cov95, lowest context | mean cov95 | MAE / LS | moved |",
+             "|---|---|---|---|---|---|---|"]
     for n in args.sizes:
         for label, method in methods:
             r = evaluate(method, n, args.contexts)
-            row = (f"| {n} | {label} | {r['worst_mean']:.3f} | {r['worst_min']:.3f} | {r['mean']:.3f} | "
-                   f"{r['mae_ls']:.3f} |" if n > 65 else
-                   f"| {n} | {label} | {r['worst_mean']:.3f} | {r['worst_min']:.3f} | {r['mean']:.3f} | – |")
+            mae_ls = f"{r['mae_ls']:.3f}" if n > 65 else "–"
+            row = (f"| {n} | {label} | {r['worst_mean']:.3f} | {r['worst_min']:.3f} | {r['mean']:.3f} | {mae_ls} | "
+                   f"{r['moved']:.1e} |")
             logging.info(row)
             lines.append(row)
     report.write(args.out, lines)
