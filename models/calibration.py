@@ -43,10 +43,14 @@ HALF_WIDTH_FLOOR_CONFIDENCE = 0.95
 
 
 def spread_from_heldout(pred: Predictive, y: np.ndarray, level: float = CALIBRATION_LEVEL) -> np.ndarray:
-    """Spread factor per output (k,) from held-out predictions (n, k) and their truth y (n, k)."""
-    low, high = pred.interval(level)
+    """Spread factor per output (k,) from held-out predictions (n, k) and their truth y (n, k).
+
+    Mean and interval come from one `summary` pass (a bar predictive's fused one: the scores need
+    no float64 bars, and the float64 path cost the cold path ~40 % of its fit on IEEE 33)."""
+    tail = (1.0 - level) / 2.0
+    stats = pred.summary((tail, 1.0 - tail))
     floor = MIN_SPREAD if y.shape[0] >= MIN_NARROWING_POINTS else 1.0
-    return np.maximum(conformal_spread(pred.mean, low, high, y, level), floor)
+    return np.maximum(conformal_spread(stats.mean, stats.quantiles[0], stats.quantiles[1], y, level), floor)
 
 
 def half_width_floor(heldout_errors: np.ndarray, confidence: float = HALF_WIDTH_FLOOR_CONFIDENCE,

@@ -152,6 +152,16 @@ class TrainConfig(_FileConfig):
     border_samples: int = 64  # prior datasets used to place the bar borders
     seed: int = 0
     device: str = "auto"
+    # distillation (models/distillation.py): a registry checkpoint directory whose bar distributions
+    # the model also learns, and the share of the loss that cross-entropy against them takes
+    teacher: str | None = None
+    distill_weight: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.distill_weight <= 1.0:
+            raise ValueError(f"distill_weight: expected a share in [0, 1], got {self.distill_weight}")
+        if self.distill_weight > 0.0 and self.teacher is None:
+            raise ValueError("distill_weight: > 0 needs a teacher (a registry checkpoint directory)")
 
     def prior_config(self) -> GPPriorConfig | PowerFlowPriorConfig:
         kind = self.prior.get("kind", "powerflow")

@@ -11,7 +11,7 @@ from gridsim.network import network
 from models.config import TrainConfig
 from models.model import DVAPFN, PHYSICS_CONTEXT_SIZES
 from models.registry import write_checkpoint
-from models.train import LATEST
+from models.train import LATEST, init_record
 
 
 def _context_sizes(config: TrainConfig) -> dict[str, int]:
@@ -52,6 +52,8 @@ def export_run(run_dir: str | Path, name: str, version: str, registry_root: str 
             "lr": config.lr,
             "seed": config.seed,
             **({"initialised_from": progress["init"]} if progress.get("init") else {}),
+            **({"distilled_from": {**init_record(Path(config.teacher) / "model.safetensors"),
+                                   "distill_weight": config.distill_weight}} if config.teacher else {}),
         },
         "validation_nll": progress["best_val_nll"],
         "validation_nll_units": "standardised residual (z) of the prior's held-out points",

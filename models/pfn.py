@@ -103,14 +103,17 @@ class PFNMethod(Method):
     def raw_predict(self, encoded: EncodedContext, query_x: np.ndarray) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
         """Logits (m, k, n_bars) on the CPU, location (m, k) and scale (1, k), in query chunks."""
         query_x = check_queries(query_x, d=self.d_in)
-        logits, locs = [], []
-        for start in range(0, len(query_x), self.query_chunk):
+        cfg, m = self.model.cfg, len(query_x)
+        # every chunk writes its logits straight into one (k, m, bars) buffer: no per-chunk tensor, no concatenation
+        out = torch.empty(1, encoded.cache.n_outputs, m, cfg.n_bars, device=self.device, dtype=self.model.head[-1].weight.dtype)
+        locs = []
+        for start in range(0, m, self.query_chunk):
             chunk = self._tensor(query_x[start : start + self.query_chunk])
-            lg, loc, scale = self.model.predict(encoded.cache, chunk[None])
-            logits.append(lg[0].transpose(0, 1).float().cpu())  # a (m, k, bars) view: statistics need no copy
+            _, loc, scale = self.model.predict(encoded.cache, chunk[None], out=out[:, :, start : start + len(chunk)])
             locs.append(loc[0].transpose(0, 1).cpu())
         scale_np = scale[0].transpose(0, 1).cpu().numpy()
-        return (torch.cat(logits) if len(logits) > 1 else logits[0]), torch.cat(locs).numpy(), scale_np
+        logits = out[0].transpose(0, 1).float().cpu()  # a (m, k, bars) view: statistics need no copy
+        return logits, torch.cat(locs).numpy(), scale_np
 
     def predict(self, encoded: EncodedContext, query_x: np.ndarray) -> BarPredictive:
         logits, loc, scale = self.raw_predict(encoded, query_x)

@@ -27,6 +27,7 @@ from tqdm import tqdm
 from gridsim.network import network
 from models.bar_distribution import BarDistribution
 from models.config import TrainConfig
+from models.distillation import Teacher, cross_entropy
 from models.model import DVAPFN
 from models.priors import make_prior
 
@@ -117,6 +118,9 @@ class Trainer:
             else:
                 self._set_borders()
         config.save(saved)
+        self.teacher = None if config.teacher is None else Teacher(config.teacher, self.device)
+        if self.teacher is not None:
+            self.teacher.check_student(self.model)
         self.bar = BarDistribution(self.model.borders)  # built once: borders are fixed from here on
         self.val_batch = self.prior.sample(config.val_datasets, max(config.n_context) + config.n_query, _generator(config.seed, -1))
 
@@ -166,11 +170,17 @@ class Trainer:
         progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
         return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
-    def loss(self, cx, cy, qx, qy, pick) -> torch.Tensor:
-        """Mean NLL of held-out targets (of outputs `pick`) under the predicted bar distribution."""
+    def loss(self, cx, cy, qx, qy, pick, distill: bool = True) -> torch.Tensor:
+        """Mean NLL of held-out targets (of outputs `pick`) under the predicted bar distribution; with
+        a teacher (and `distill`) mixed with the cross-entropy against the teacher's bars."""
         logits, loc, scale = self.model(cx, cy, qx, pick)
         z = self.model.standardised_target(qy, loc, scale)
-        return -self.bar.log_prob(logits, z).mean()
+        nll = -self.bar.log_prob(logits, z).mean()
+        weight = self.config.distill_weight
+        if self.teacher is None or not distill or weight == 0.0:
+            return nll
+        taught = cross_entropy(logits, self.teacher.targets(cx, cy, qx, pick, self.model.borders))
+        return (1.0 - weight) * nll + weight * taught
 
     def validate(self) -> float:
         cfg = self.config
@@ -181,7 +191,7 @@ class Trainer:
             for start in range(0, cfg.val_datasets, cfg.batch_size):
                 x = self.val_batch.x[start : start + cfg.batch_size]
                 y = self.val_batch.y[start : start + cfg.batch_size]
-                losses.append(float(self.loss(*self._split(x, y, max(cfg.n_context), g))))
+                losses.append(float(self.loss(*self._split(x, y, max(cfg.n_context), g), distill=False)))
         self.model.train()
         return sum(losses) / len(losses)
 
