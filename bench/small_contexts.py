@@ -1,15 +1,17 @@
 """Coverage on small contexts over several contexts per size: the sweep in bench/accuracy.py draws one
 context per size, and at 16-150 rows one context's worst bus is mostly luck of the draw.
 
-For each model served for the feeder (IEEE 33 unless `--network`) and physics-fit, each size n and `--contexts` contexts (seeds 900 + i,
-delta 10 % and 30 % alternating, batched-solver truth, 2000 queries each): the worst bus's 95 %
-coverage (mean and min over the contexts), the mean coverage, max-over-bus MAE / least squares
-where n exceeds the inputs + 1 (65 on IEEE 33), max-over-bus MAE / ridge regression with leave-one-out penalty (issue 14: no worse than
-ridge at 16 and 50 rows; mean and largest over the contexts), and how far the 95 % intervals move when the context's voltages change in their 13th
-digit (a relative perturbation of 1e-13: rounding, another thread count or a GPU do as much), as the
-largest move of either end over the contexts, in median half-widths. In process (the service answers
-the same numbers, tests/service/engine/test_precision.py; bench/accuracy.py checks coverage through HTTP).
-Writes bench/results/small-contexts.md.
+For each model served for the feeder (IEEE 33 unless `--network`) and physics-fit, each size n and
+`--contexts` contexts (seeds 900 + i, delta 10 % and 30 % alternating, batched-solver truth, 2000
+queries each): the worst bus's 95 % coverage (mean and min over the contexts), the mean coverage,
+max-over-bus MAE / least squares where n exceeds the inputs + 1 (65 on IEEE 33), max-over-bus MAE /
+ridge regression with leave-one-out penalty (issue 14: no worse than ridge at 16 and 50 rows; mean and
+largest over the contexts), and how far the 95 % intervals move when the context's voltages change in
+their 13th digit (a relative perturbation of 1e-13: rounding, another thread count or a GPU do as
+much), as the largest move of either end over the contexts, in median half-widths. In process (the
+service answers the same numbers, tests/service/engine/test_precision.py; bench/accuracy.py checks
+coverage through HTTP).
+Writes bench/results/small-contexts.md (small-contexts-<network>.md for another feeder).
 
     .venv/bin/python bench/small_contexts.py
     .venv/bin/python bench/small_contexts.py --sizes 16 50 --contexts 12

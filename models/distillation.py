@@ -41,9 +41,12 @@ class Teacher:
     """A frozen trained model whose answers a student learns (`TrainConfig.teacher`)."""
 
     def __init__(self, checkpoint: str | Path, device: torch.device):
-        from models.registry import load_checkpoint  # the registry imports the model stack
+        from models.registry import CheckpointError, load_checkpoint  # the registry imports the model stack
 
-        model = load_checkpoint(checkpoint, device=str(device), warmup=False, calibrate=False).method.model
+        try:
+            model = load_checkpoint(checkpoint, device=str(device), warmup=False, calibrate=False).method.model
+        except CheckpointError as exc:
+            raise ValueError(f"teacher: expected a registry checkpoint directory; {exc}") from None
         self.model = model.eval().requires_grad_(False)
         self.checkpoint = str(checkpoint)
 

@@ -103,9 +103,10 @@ class PFNMethod(Method):
     def raw_predict(self, encoded: EncodedContext, query_x: np.ndarray) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
         """Logits (m, k, n_bars) on the CPU, location (m, k) and scale (1, k), in query chunks."""
         query_x = check_queries(query_x, d=self.d_in)
-        cfg, m = self.model.cfg, len(query_x)
+        m = len(query_x)
         # every chunk writes its logits straight into one (k, m, bars) buffer: no per-chunk tensor, no concatenation
-        out = torch.empty(1, encoded.cache.n_outputs, m, cfg.n_bars, device=self.device, dtype=self.model.head[-1].weight.dtype)
+        out = torch.empty(1, encoded.cache.n_outputs, m, self.model.cfg.n_bars, device=self.device,
+                          dtype=self.model.head[-1].weight.dtype)
         locs = []
         for start in range(0, m, self.query_chunk):
             chunk = self._tensor(query_x[start : start + self.query_chunk])
