@@ -22,6 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--init-weights", type=Path,
                        help="start a new run from these weights (e.g. a registry checkpoint's model.safetensors): "
                             "fresh optimizer, the config's warmup and cosine schedule; recorded in the card")
+    train.add_argument("--init-partial", action="store_true",
+                       help="with --init-weights from a model of other widths: tensors whose name and shape match "
+                            "transfer, the rest start fresh (e.g. a narrow y stream beside a teacher's x stream)")
     train.set_defaults(func=_train)
 
     export = subparsers.add_parser("export", help="publish a run's best weights as a registry checkpoint")
@@ -47,7 +50,9 @@ def _train(args: argparse.Namespace) -> int:
     if args.lr:
         config = dataclasses.replace(config, lr=args.lr)
     run_dir = args.run_dir or Path("runs") / (args.config.stem + (f"-{args.network}" if args.network else ""))
-    trainer = Trainer(config, run_dir, resume=args.resume, init_weights=args.init_weights)
+    if args.init_partial and not args.init_weights:
+        raise SystemExit("--init-partial: needs --init-weights")
+    trainer = Trainer(config, run_dir, resume=args.resume, init_weights=args.init_weights, init_partial=args.init_partial)
     progress = trainer.run(max_minutes=args.max_minutes)
     log.info("stopped at step %d, best validation NLL %.4f at step %d", progress.step, progress.best_val_nll, progress.best_step)
     return 0
@@ -61,3 +66,4 @@ def _export(args: argparse.Namespace) -> int:
     out = export_run(args.run_dir, args.name, args.version, args.registry or DEFAULT_ROOT, extra)
     print(out)
     return 0
+

@@ -61,7 +61,11 @@ class ModelConfig(_FileConfig):
     value_dim: int = 64  # width of the output (y) stream, which carries values
     n_layers: int = 4
     n_heads: int = 8
-    ffn_dim: int = 1024  # transformer feed-forward width
+    ffn_dim: int = 1024  # transformer feed-forward width (the x stream's, and the y stream's unless value_ffn_dim)
+    # transformer: feed-forward width of the y stream. It runs once per (point, output) token where
+    # the x stream's runs once per point, so a narrow y stream beside a wide x stream keeps the
+    # attention pattern's capacity at a fraction of the cost. None: ffn_dim.
+    value_ffn_dim: int | None = None
     kernel_size: int = 5  # cnn: depthwise convolution kernel
     cnn_channels: int = 8  # cnn: channels of the per-token convolution
     head_dim: int = 128  # hidden width of the bar-logit head
@@ -88,6 +92,8 @@ class ModelConfig(_FileConfig):
         for name in ("emb_dim", "value_dim"):
             if getattr(self, name) % self.n_heads:
                 raise ValueError(f"{name}: must be divisible by n_heads={self.n_heads}")
+        if self.value_ffn_dim is not None and self.value_ffn_dim < 1:
+            raise ValueError(f"value_ffn_dim: expected a positive width or None, got {self.value_ffn_dim}")
         if self.dropout != 0.0:
             raise ValueError(f"dropout: not implemented, expected 0.0, got {self.dropout}")
         if self.attention == "va" and self.emb_dim != self.value_dim:

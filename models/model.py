@@ -103,7 +103,7 @@ def attended_rows(n: int, device=None) -> torch.Tensor | None:
 
 def tokens_per_block(cfg: ModelConfig) -> int:
     """(point, output) tokens per inference block for this architecture."""
-    mixer = cfg.cnn_channels * cfg.value_dim if cfg.backbone == "cnn" else cfg.ffn_dim
+    mixer = cfg.cnn_channels * cfg.value_dim if cfg.backbone == "cnn" else value_ffn_dim(cfg)
     widest = max(mixer, cfg.head_dim, cfg.n_bars, cfg.emb_dim, cfg.value_dim)
     return max(256, BLOCK_BYTES // (4 * widest))
 
@@ -250,10 +250,15 @@ class TokenConv(nn.Module):
         return (self.project.weight[0, :, 0] @ u.view(u.shape[0], -1) + self.project.bias).view(shape)
 
 
-def _token_mixer(cfg: ModelConfig, dim: int) -> nn.Module:
+def value_ffn_dim(cfg: ModelConfig) -> int:
+    """Feed-forward width of the y stream (transformer)."""
+    return cfg.ffn_dim if cfg.value_ffn_dim is None else cfg.value_ffn_dim
+
+
+def _token_mixer(cfg: ModelConfig, dim: int, hidden: int) -> nn.Module:
     if cfg.backbone == "cnn":
         return TokenConv(dim, cfg.cnn_channels, cfg.kernel_size)
-    return TokenFFN(dim, cfg.ffn_dim)
+    return TokenFFN(dim, hidden)
 
 
 class Layer(nn.Module):
@@ -270,8 +275,8 @@ class Layer(nn.Module):
         self.w_k = nn.Linear(qk_dim, qk_dim, bias=False)
         self.w_v = nn.Linear(cfg.value_dim, cfg.value_dim, bias=False)
         self.w_o = nn.Linear(cfg.value_dim, cfg.value_dim)
-        self.mix_y = _token_mixer(cfg, cfg.value_dim)
-        self.mix_x = _token_mixer(cfg, qk_dim) if self.dva else None
+        self.mix_y = _token_mixer(cfg, cfg.value_dim, value_ffn_dim(cfg))
+        self.mix_x = _token_mixer(cfg, qk_dim, cfg.ffn_dim) if self.dva else None
 
     def keys_values(self, hx: torch.Tensor | None, hy: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys from context inputs (DVA) or joint tokens (VA); values from the y stream.

@@ -92,9 +92,12 @@ class Trainer:
     """Owns one run directory: config, checkpoints, best weights."""
 
     def __init__(self, config: TrainConfig, run_dir: str | Path, resume: bool = False,
-                 init_weights: str | Path | None = None):
+                 init_weights: str | Path | None = None, init_partial: bool = False):
         """`init_weights`: start a new run from these weights (borders included) instead of a fresh
-        initialisation, with a fresh optimizer and the config's schedule (a warm restart)."""
+        initialisation, with a fresh optimizer and the config's schedule (a warm restart).
+        `init_partial`: the weights may come from a different width; every tensor whose name and
+        shape match transfers, the rest keep their fresh initialisation (a narrow student that
+        inherits a teacher's x stream)."""
         self.config = config
         self.run_dir = Path(run_dir)
         self.device = resolve_device(config.device)
@@ -114,7 +117,7 @@ class Trainer:
             if (self.run_dir / LATEST).exists():
                 raise ValueError(f"run_dir: {self.run_dir} already holds a run; pass resume=True or use a new directory")
             if init_weights is not None:
-                self._load_init_weights(Path(init_weights))
+                self._load_init_weights(Path(init_weights), partial=init_partial)
             else:
                 self._set_borders()
         config.save(saved)
@@ -269,7 +272,7 @@ class Trainer:
         log.info("checkpoint %s written", final)
         return final
 
-    def _load_init_weights(self, weights: Path) -> None:
+    def _load_init_weights(self, weights: Path, partial: bool = False) -> None:
         if not weights.is_file():
             raise ValueError(f"init_weights: {weights} is not a file (expected a model.safetensors)")
         try:
@@ -280,11 +283,20 @@ class Trainer:
         # Another feeder's checkpoint of the same architecture: only the input embedding depends on
         # the input width; it keeps its fresh initialisation, everything else transfers.
         fresh = sorted(k for k in own if k in found and found[k].shape != own[k].shape)
-        if set(found) != set(own) or len(fresh) > 1 or any(not k.startswith("embed_x.") for k in fresh):
+        if partial:
+            if set(found) != set(own) or len(fresh) == len(own):
+                raise ValueError(f"init_weights: {weights} shares no layout with this config's model (init_partial needs "
+                                 f"the same tensor names): missing {sorted(set(own) - set(found))[:5]}, unexpected "
+                                 f"{sorted(set(found) - set(own))[:5]}")
+            log.info("init_weights: %d of %d tensors transfer, %d keep their fresh initialisation: %s",
+                     len(own) - len(fresh), len(own), len(fresh), fresh)
+        elif set(found) != set(own) or len(fresh) > 1 or any(not k.startswith("embed_x.") for k in fresh):
             raise ValueError(f"init_weights: {weights} does not fit this config's model: tensors missing "
                              f"{sorted(set(own) - set(found))[:5]}, unexpected {sorted(set(found) - set(own))[:5]}, "
                              f"other shapes {fresh[:5]}")
         self.model.load_state_dict({k: own[k] if k in fresh else v for k, v in found.items()})
+        if "borders" in fresh:  # another bar count: this model's borders come from the prior
+            self._set_borders()
         self.progress.init = {**init_record(weights), **({"kept_fresh": fresh} if fresh else {})}
 
     def _load_latest(self) -> None:

@@ -129,6 +129,16 @@ def test_config_round_trips_through_a_file(tmp_path):
         ModelConfig(leverage="tree")
     with pytest.raises(ValueError, match="unknown field"):
         ModelConfig.from_dict({"width": 3})
+    with pytest.raises(ValueError, match="value_ffn_dim: expected a positive width"):
+        ModelConfig(value_ffn_dim=0)
+
+
+def test_value_stream_has_its_own_feed_forward_width():
+    """value_ffn_dim narrows the y stream's feed-forward only; None keeps ffn_dim for both streams."""
+    layer = DVAPFN(dataclasses.replace(TINY_CONFIG, value_ffn_dim=8)).layers[0]
+    assert layer.mix_y.up.out_features == 8 and layer.mix_x.up.out_features == TINY_CONFIG.ffn_dim
+    same = DVAPFN(TINY_CONFIG).layers[0]
+    assert same.mix_y.up.out_features == same.mix_x.up.out_features == TINY_CONFIG.ffn_dim
 
 
 def test_pfn_method_rejects_bad_inputs():

@@ -126,6 +126,20 @@ def test_warm_start_from_published_weights_is_recorded_in_the_card(tmp_path):
                                               head_dim=32, n_bars=20)), tmp_path / "g", init_weights=published)
     assert other.progress.init["kept_fresh"] == ["embed_x.weight"]
     torch.testing.assert_close(other.model.head[1].weight, warm.model.head[1].weight, atol=0, rtol=0)
+    # --init-partial: a narrower y stream inherits the x stream (and whatever else fits); the rest starts fresh
+    narrow = dataclasses.replace(TrainConfig.load(cfg_path).model, value_dim=8, value_ffn_dim=16)
+    with pytest.raises(ValueError, match="init_weights: .* does not fit"):
+        Trainer(_config(model=narrow), tmp_path / "h", init_weights=published)
+    student = Trainer(_config(model=narrow), tmp_path / "h", init_weights=published, init_partial=True)
+    teacher = load_file(str(published))
+    kept = student.progress.init["kept_fresh"]
+    assert "layers.0.w_v.weight" in kept and "layers.0.mix_y.up.weight" in kept
+    for name in ("embed_x.weight", "layers.0.w_q.weight", "layers.0.w_k.weight", "layers.0.mix_x.up.weight", "borders"):
+        assert name not in kept
+        torch.testing.assert_close(student.model.state_dict()[name], teacher[name], atol=0, rtol=0)
+    with pytest.raises(ValueError, match="init_partial needs the same tensor names"):
+        Trainer(_config(model=dataclasses.replace(narrow, n_layers=2)), tmp_path / "i", init_weights=published,
+                init_partial=True)
 
     for ckpt in (tmp_path / "d").glob("ckpt-*"):
         (ckpt / "optimizer.pt").unlink()
