@@ -9,10 +9,12 @@ IEEE 33 model, side by side:
 
 1. exact leave-one-out: the rms error (standardised) of `--loo-points` context points of the
    Table-4 delta-5 % context predicted masked, and truly left out (context re-encoded without them);
-2. on the Table-4 contexts (500 rows, 4500 test points, batched truth): the median over buses of
-   held-out factor / the factor the test points needed, and the worst-bus coverage of each;
-3. the same ratio on the checkpoint's own training prior (`--datasets` contexts of 300-512 rows,
-   2000 new queries each): median and quartiles over datasets.
+2. on the Table-4 contexts (500 rows, 4500 test points, batched truth): the base fit's median
+   leverage, the median over buses of held-out factor (uncorrected) / the factor the test points
+   needed, and the worst-bus coverage of the uncorrected and of the served factors (divided by
+   exp(slope * leverage), the slope from the model's card; models/heldout_bias.py);
+3. the slope measured afresh on the checkpoint's own training prior (models.heldout_bias.measure:
+   `--datasets` contexts of 300-512 rows, 2000 new queries each), beside the card's.
 
     .venv/bin/python bench/heldout_bias.py            # -> bench/results/heldout-bias.md
 """
@@ -21,7 +23,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import logging
-import math
 import platform
 import sys
 from pathlib import Path
@@ -33,17 +34,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gridsim  # noqa: E402
 from models.calibration import CALIBRATION_LEVEL, conformal_spread  # noqa: E402
-from models.config import PowerFlowPriorConfig  # noqa: E402
+from models.heldout_bias import measure  # noqa: E402
 from models.pfn import PFNMethod  # noqa: E402
-from models.physics_base import CV_BELOW_POINTS  # noqa: E402
-from models.priors import make_prior  # noqa: E402
 from models.registry import DEFAULT_ROOT, load_registry  # noqa: E402
 
 log = logging.getLogger("heldout_bias")
 DELTAS = (0.05, 0.10, 0.30, 0.50)
 N_CONTEXT, N_TEST = 500, 4500
-PRIOR_ROWS = (CV_BELOW_POINTS, 512)  # where the held-out truth is the leave-one-out residual
-PRIOR_QUERIES = 2000
 TAIL = (1.0 - CALIBRATION_LEVEL) / 2.0
 
 
@@ -80,21 +77,6 @@ def exact_loo(method: PFNMethod, cx, cy, points: int) -> tuple[float, float]:
     return rms(masked), rms(np.array(left_out))
 
 
-def prior_ratios(loaded, datasets: int, seed: int) -> np.ndarray:
-    """Per prior dataset: median over outputs of held-out factor / needed factor."""
-    prior = make_prior(PowerFlowPriorConfig.from_dict(loaded.card["prior"]), device="cpu")
-    generator, rng = torch.Generator().manual_seed(seed), np.random.default_rng(seed)
-    raw = PFNMethod(loaded.method.model, device=loaded.method.device, calibrate=False)
-    ratios = []
-    for _ in range(datasets):
-        n = int(round(math.exp(rng.uniform(*np.log(PRIOR_ROWS)))))
-        batch = prior.sample(1, n + PRIOR_QUERIES, generator)
-        x, y = batch.x[0].cpu().numpy(), batch.y[0].cpu().numpy()
-        held = loaded.method.fit(x[:n], y[:n]).spread
-        ratios.append(float(np.median(held / needed_factor(raw, x[:n], y[:n], x[n:], y[n:]))))
-    return np.array(ratios)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", type=int, default=64, help="prior datasets per model")
@@ -121,24 +103,30 @@ def main() -> int:
         "Ratio = median over buses of (held-out factor / factor the new points needed); > 1: the calibration "
         "widens more than new points need. Coverage: worst bus, central 95 % interval, in process.",
         "",
-        "| model | rms error masked / truly left out (delta 5 %) | Table-4 ratio at delta 5 / 10 / 30 / 50 % | "
-        "worst-bus cov with the held-out factors (target 0.93-0.97) | prior ratio median (quartiles) |",
-        "|---|---|---|---|---|",
+        "| model | rms error masked / truly left out (delta 5 %) | Table-4 leverage | Table-4 ratio at delta 5 / 10 / "
+        "30 / 50 % | worst-bus cov, uncorrected factors | worst-bus cov, served (card's slope) | slope: card / measured "
+        "now (95 % interval) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, loaded in sorted(registry.models.items()):
         raw = PFNMethod(loaded.method.model, device=loaded.method.device, calibrate=False)
+        plain = PFNMethod(loaded.method.model, device=loaded.method.device)  # no slope: the pass as it is
         masked, left_out = exact_loo(loaded.method, *data[0.05][:2], args.loo_points)
-        ratios, held_cov = [], []
+        leverage, ratios, plain_cov, served_cov = [], [], [], []
         for delta, (cx, cy, tx, ty) in data.items():
-            held = loaded.method.fit(cx, cy).spread
-            needed = needed_factor(raw, cx, cy, tx, ty)
-            ratios.append(float(np.median(held / needed)))
-            held_cov.append(coverage_with(raw, cx, cy, tx, ty, held))
-        prior = prior_ratios(loaded, args.datasets, args.seed)
-        q1, q3 = np.percentile(prior, [25, 75])
-        row = (f"| {name} {loaded.version} | {masked:.3f} / {left_out:.3f} | {' / '.join(f'{r:.3f}' for r in ratios)} | "
-               f"{' / '.join(f'{c:.3f}' for c in held_cov)} | "
-               f"{np.median(prior):.3f} ({q1:.3f}-{q3:.3f}) |")
+            encoded = plain.fit(cx, cy)
+            targets = encoded.cache.targets[0].transpose(0, 1).cpu().numpy()
+            leverage.append(plain.base_leverage(encoded.cache, plain._tensor(cx), plain._tensor(cy), targets))
+            ratios.append(float(np.median(encoded.spread / needed_factor(raw, cx, cy, tx, ty))))
+            plain_cov.append(coverage_with(raw, cx, cy, tx, ty, encoded.spread))
+            served_cov.append(coverage_with(raw, cx, cy, tx, ty, loaded.method.fit(cx, cy).spread))
+        card_slope = (loaded.card.get("calibration") or {}).get("heldout_slope", 0.0)
+        fresh = measure(DEFAULT_ROOT / loaded.name / loaded.version, datasets=args.datasets, seed=args.seed)
+        low, high = fresh["slope_interval95"]
+        row = (f"| {name} {loaded.version} | {masked:.3f} / {left_out:.3f} | {min(leverage):.3f}-{max(leverage):.3f} | "
+               f"{' / '.join(f'{r:.3f}' for r in ratios)} | {' / '.join(f'{c:.3f}' for c in plain_cov)} | "
+               f"{' / '.join(f'{c:.3f}' for c in served_cov)} | {card_slope} / {fresh['measured_slope']:.3f} "
+               f"({low:.3f}-{high:.3f}) |")
         log.info(row)
         lines.append(row)
     args.out.write_text("\n".join(lines) + "\n")

@@ -40,17 +40,50 @@ MIN_NARROWING_POINTS = 200
 # n = 16 (bench/accuracy.py's sweep) the shipped PFNs' intervals were half as wide as their errors
 # needed while the scores gave factors of 1.0-1.6 (worst-bus coverage 0.60-0.89).
 HALF_WIDTH_FLOOR_CONFIDENCE = 0.95
+# The held-out pass is not a true leave-one-out: the other points' values are leave-one-out residuals
+# of fits that include the masked point, the more so the higher the base fit's leverage, and a model
+# that leans on its neighbours' residuals then overstates the error new queries will have
+# (models/heldout_bias.py). A checkpoint's card gives the slope s of log(overstatement) against the
+# median leverage h, measured on its prior; fits divide their factors by exp(s * h). Slopes outside
+# this range are a broken measurement or card.
+HELDOUT_SLOPE_RANGE = (0.0, 2.0)
 
 
-def spread_from_heldout(pred: Predictive, y: np.ndarray, level: float = CALIBRATION_LEVEL) -> np.ndarray:
+def check_heldout_slope(value, where: str = "calibration.heldout_slope") -> float:
+    """A card's held-out slope as a float, or ValueError naming the field and the expected range."""
+    low, high = HELDOUT_SLOPE_RANGE
+    try:
+        slope = float(value)
+    except (TypeError, ValueError):
+        slope = math.nan
+    if not (math.isfinite(slope) and low <= slope <= high):
+        raise ValueError(f"{where}: expected a number in [{low}, {high}], got {value!r}")
+    return slope
+
+
+def median_leverage(residuals: np.ndarray, loo_residuals: np.ndarray) -> float:
+    """The base fit's median in-sample leverage over points and outputs, from its in-sample and
+    leave-one-out residuals (n, k) (r = (1 - h) r_loo for a linear smoother); 0 when none is defined."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        h = 1.0 - residuals / loo_residuals
+    h = h[np.isfinite(h) & (loo_residuals != 0)]
+    return float(np.clip(np.median(h), 0.0, 1.0)) if h.size else 0.0
+
+
+def spread_from_heldout(pred: Predictive, y: np.ndarray, level: float = CALIBRATION_LEVEL,
+                        overstatement: float = 1.0) -> np.ndarray:
     """Spread factor per output (k,) from held-out predictions (n, k) and their truth y (n, k).
 
-    Mean and interval come from one `summary` pass (a bar predictive's fused one: the scores need
-    no float64 bars; the float64 path took ~15 % of transformer-dva's fit on a 500-row IEEE 33 context)."""
+    `overstatement`: how much wider the held-out errors are than new queries' (exp(slope * leverage),
+    above); divided out where a factor may narrow. Mean and interval come from one `summary` pass (a
+    bar predictive's fused one: the scores need no float64 bars; the float64 path took ~15 % of
+    transformer-dva's fit on a 500-row IEEE 33 context)."""
     tail = (1.0 - level) / 2.0
     stats = pred.summary((tail, 1.0 - tail))
-    floor = MIN_SPREAD if y.shape[0] >= MIN_NARROWING_POINTS else 1.0
-    return np.maximum(conformal_spread(stats.mean, stats.quantiles[0], stats.quantiles[1], y, level), floor)
+    factors = conformal_spread(stats.mean, stats.quantiles[0], stats.quantiles[1], y, level)
+    if y.shape[0] < MIN_NARROWING_POINTS:
+        return np.maximum(factors, 1.0)
+    return np.maximum(factors / overstatement, MIN_SPREAD)
 
 
 def half_width_floor(heldout_errors: np.ndarray, confidence: float = HALF_WIDTH_FLOOR_CONFIDENCE,

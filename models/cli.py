@@ -1,4 +1,5 @@
-"""`gridpfn train` and `gridpfn export`: train on a prior, then publish a run into the registry."""
+"""`gridpfn train`, `gridpfn export` and `gridpfn measure-bias`: train on a prior, publish a run into the
+registry, measure a checkpoint's held-out calibration bias (models.heldout_bias)."""
 from __future__ import annotations
 
 import argparse
@@ -35,6 +36,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument("--card", type=Path, help="JSON with extra card fields (e.g. the accuracy summary)")
     export.set_defaults(func=_export)
 
+    bias = subparsers.add_parser("measure-bias", help="measure how far a checkpoint's held-out calibration pass "
+                                                      "overstates new queries' errors, on its prior (models.heldout_bias)")
+    bias.add_argument("checkpoint", type=Path, help="a registry checkpoint directory (model.safetensors + card.json)")
+    bias.add_argument("--datasets", type=int, default=64, help="prior datasets to measure on (default 64)")
+    bias.add_argument("--seed", type=int, default=0)
+    bias.add_argument("--write", action="store_true", help="store the result as the card's `calibration`")
+    bias.set_defaults(func=_measure_bias)
+
 
 def _train(args: argparse.Namespace) -> int:
     import dataclasses
@@ -67,3 +76,15 @@ def _export(args: argparse.Namespace) -> int:
     print(out)
     return 0
 
+
+
+def _measure_bias(args: argparse.Namespace) -> int:
+    from models.heldout_bias import measure, write_to_card
+
+    if args.datasets < 8:
+        raise SystemExit(f"--datasets: expected at least 8 datasets for a bootstrap interval, got {args.datasets}")
+    entry = measure(args.checkpoint, datasets=args.datasets, seed=args.seed)
+    print(json.dumps(entry, indent=2))
+    if args.write:
+        log.info("wrote %s", write_to_card(args.checkpoint, entry))
+    return 0

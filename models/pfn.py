@@ -1,6 +1,7 @@
 """The DVA-PFN behind the common `Method` interface: encode a context once, answer queries in chunks."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -10,7 +11,8 @@ import torch
 from models import physics_base
 from models.bar_distribution import BarDistribution
 from models.bar_predictive import BarPredictive
-from models.calibration import MIN_CALIBRATION_POINTS, half_width_floor, spread_from_heldout
+from models.calibration import (MIN_CALIBRATION_POINTS, check_heldout_slope, half_width_floor, median_leverage,
+                                spread_from_heldout)
 from models.model import ContextCache, DVAPFN
 from models.predictive import Method, Summary
 from models.validation import check_context, check_queries
@@ -39,11 +41,13 @@ class PFNMethod(Method):
     name = "dva-pfn"
 
     def __init__(self, model: DVAPFN, device: str | torch.device = "cpu", query_chunk: int = 2048,
-                 calibrate: bool = True):
+                 calibrate: bool = True, heldout_slope: float = 0.0):
+        """`heldout_slope`: the checkpoint card's `calibration.heldout_slope` (models.heldout_bias)."""
         self.model = model.eval().to(device)
         self.device = torch.device(device)
         self.query_chunk = query_chunk
         self.calibrate = bool(calibrate)
+        self.heldout_slope = check_heldout_slope(heldout_slope, "heldout_slope")
         self.bar = BarDistribution(model.borders.detach().cpu())
 
     @property
@@ -92,12 +96,23 @@ class PFNMethod(Method):
             return None
         if cv is None and context_y is not None:
             cv = self._small_context_errors(cache, context_x, context_y)
+        points = context_x if cache.attended is None else context_x[cache.attended]
+        overstatement = 1.0
         if cv is not None:
             targets = (cv / cache.stats.y_scale[0]).cpu().numpy()
-        points = context_x if cache.attended is None else context_x[cache.attended]
+        elif self.heldout_slope > 0 and context_y is not None:  # the truth is the leave-one-out residual
+            overstatement = math.exp(self.heldout_slope * self.base_leverage(cache, points, context_y, targets))
         logits, _, _ = self.model.predict(cache, points[None], held_out=True)  # (1, k, n, bars)
         pred = BarPredictive(self.bar, logits[0].transpose(0, 1).float().cpu(), np.zeros((n, k)), np.ones((1, k)))
-        return spread_from_heldout(pred, targets)
+        return spread_from_heldout(pred, targets, overstatement=overstatement)
+
+    def base_leverage(self, cache: ContextCache, points: torch.Tensor, context_y: torch.Tensor,
+                      loo_targets: np.ndarray) -> float:
+        """Median in-sample leverage of the base fit at the attended context points (models.calibration)."""
+        loc, _ = self.model.predict_base(cache.stats, points[None])  # (1, k, n) float64
+        y = context_y if cache.attended is None else context_y[cache.attended]
+        residuals = ((y.transpose(0, 1) - loc[0]) / cache.stats.y_scale[0][:, None]).transpose(0, 1)
+        return median_leverage(residuals.cpu().numpy(), loo_targets)
 
     @torch.inference_mode()
     def raw_predict(self, encoded: EncodedContext, query_x: np.ndarray) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:

@@ -24,6 +24,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from models.calibration import check_heldout_slope
 from models.config import ModelConfig
 from models.model import DVAPFN
 from models.pfn import PFNMethod
@@ -204,7 +205,11 @@ def load_checkpoint(directory: str | Path, device: str | None = None, warmup: bo
     model = DVAPFN(cfg)
     _check_tensors(directory, weights, model)
     model.load_state_dict(load_file(str(weights)))
-    method = PFNMethod(model, device=device, calibrate=calibrate)
+    try:
+        slope = check_heldout_slope((card.get("calibration") or {}).get("heldout_slope", 0.0))
+    except ValueError as exc:
+        raise CheckpointError(f"{directory}: card {exc}") from exc
+    method = PFNMethod(model, device=device, calibrate=calibrate, heldout_slope=slope)
     if warmup:
         _warm_up(method, card)
     return LoadedModel(card["name"], str(card["version"]), {**card, "device": device}, method, device)

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from models.bar_predictive import BarPredictive
-from models.calibration import (MIN_CALIBRATION_POINTS, half_width_floor, MIN_NARROWING_POINTS, MIN_SPREAD, conformal_spread,
-                                spread_from_heldout)
+from models.calibration import (MIN_CALIBRATION_POINTS, MIN_NARROWING_POINTS, MIN_SPREAD, check_heldout_slope,
+                                conformal_spread, half_width_floor, median_leverage, spread_from_heldout)
 from models.pfn import PFNMethod
 from models.predictive import GaussianPredictive
 from models.testing import TINY_CONFIG, tiny_model
@@ -155,3 +155,33 @@ def test_half_width_floor_is_an_upper_confidence_bound_on_the_95_interval():
         reached = half_width_floor(errors) >= 1.959964 * 2e-4
         assert 0.94 <= reached.mean() <= 0.96, (n, reached.mean())
     np.testing.assert_allclose(half_width_floor(np.ones((16, 1))), 1.959964 * np.sqrt(16 / 7.9616), rtol=1e-4)
+
+
+def test_overstatement_is_divided_out_only_where_a_factor_may_narrow():
+    wide, y = _gaussian_heldout(0.5, n=MIN_NARROWING_POINTS)
+    plain = spread_from_heldout(wide, y)
+    np.testing.assert_allclose(spread_from_heldout(wide, y, overstatement=1.25), np.maximum(plain / 1.25, MIN_SPREAD))
+    narrow, y_narrow = _gaussian_heldout(2.0, n=40)
+    np.testing.assert_array_equal(spread_from_heldout(narrow, y_narrow, overstatement=1.25),
+                                  spread_from_heldout(narrow, y_narrow))
+
+
+def test_median_leverage_is_the_hat_diagonal_of_a_linear_fit():
+    """Least squares on p of n points: r = (1 - h) r_loo, so the leverages come back (mean p / n)."""
+    rng = np.random.default_rng(0)
+    n, p = 200, 40
+    x = rng.normal(size=(n, p))
+    y = x @ rng.normal(size=(p, 2)) + rng.normal(size=(n, 2))
+    hat = x @ np.linalg.solve(x.T @ x, x.T)
+    r = y - hat @ y
+    loo = r / (1.0 - np.diag(hat))[:, None]
+    assert median_leverage(r, loo) == pytest.approx(np.median(np.diag(hat)), rel=1e-9)
+    assert median_leverage(np.zeros((3, 2)), np.zeros((3, 2))) == 0.0  # nothing defined: no leverage
+
+
+@pytest.mark.parametrize("bad", [-0.5, 2.5, float("nan"), "steep", None])
+def test_a_heldout_slope_out_of_range_is_refused_naming_the_field(bad):
+    with pytest.raises(ValueError, match=r"calibration.heldout_slope: expected a number in \[0.0, 2.0\]"):
+        check_heldout_slope(bad)
+    with pytest.raises(ValueError, match="heldout_slope"):
+        PFNMethod(tiny_model(), heldout_slope=bad)
