@@ -89,7 +89,9 @@ class PFNMethod(Method):
         of both without a refit. On a small context (under physics_base.CV_BELOW_POINTS, physics
         base) the truth is the base fit's K-fold residual instead: leave-one-out of the final fit
         keeps the tree and the model choice made with the point, and understated the error at new
-        points up to 2x there (`cv`: those residuals when the caller has them)."""
+        points up to 2x there (`cv`: those residuals when the caller has them). Otherwise the factors
+        are divided by exp(heldout_slope * the base fit's median leverage): masking a point leaves it in
+        the fits behind its neighbours' values, which overstates its error (models/heldout_bias.py)."""
         targets = cache.targets[0].transpose(0, 1).cpu().numpy()  # (n, k) standardised LOO residuals
         n, k = targets.shape
         if n < MIN_CALIBRATION_POINTS:
