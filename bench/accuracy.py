@@ -40,7 +40,7 @@ from models.linear import BayesianLinearRegression, LeastSquares, MeanPredictor,
 from models.metrics import accuracy_summary  # noqa: E402
 from models.pfn import PFNMethod  # noqa: E402
 from models.physics_base import PhysicsBaseMethod  # noqa: E402
-from models.registry import DEFAULT_ROOT, load_registry  # noqa: E402
+from models.registry import DEFAULT_ROOT, load_registry, update_card  # noqa: E402
 
 DELTAS = (0.05, 0.10, 0.30, 0.50)
 N_CONTEXT, N_TEST = 500, 4500
@@ -342,12 +342,7 @@ def _write_cards(registry_root: Path, pfn_names: list[str], make_section, networ
     (the newest for the network, as the registry serves it); atomically, weights untouched."""
     registry = load_registry(registry_root, warmup=False, network=network)
     for name in pfn_names:
-        card_path = registry_root / name / registry.get(name, network).version / "card.json"
-        card = json.loads(card_path.read_text())
-        card["accuracy"] = make_section(name)
-        tmp = card_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(card, indent=2) + "\n")
-        os.replace(tmp, card_path)
+        card_path = update_card(registry_root / name / registry.get(name, network).version, "accuracy", make_section(name))
         logging.info("accuracy section written to %s", card_path)
 
 

@@ -33,9 +33,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gridsim  # noqa: E402
-from models.calibration import CALIBRATION_LEVEL, conformal_spread  # noqa: E402
-from models.heldout_bias import measure  # noqa: E402
-from models.pfn import PFNMethod  # noqa: E402
+from models.calibration import CALIBRATION_LEVEL  # noqa: E402
+from models.heldout_bias import context_leverage, measure, needed_factor  # noqa: E402
+from models.pfn import EncodedContext, PFNMethod  # noqa: E402
 from models.registry import DEFAULT_ROOT, load_registry  # noqa: E402
 
 log = logging.getLogger("heldout_bias")
@@ -44,17 +44,9 @@ N_CONTEXT, N_TEST = 500, 4500
 TAIL = (1.0 - CALIBRATION_LEVEL) / 2.0
 
 
-def needed_factor(raw: PFNMethod, cx, cy, qx, qy) -> np.ndarray:
-    """Per output: the conformal factor the new queries (qx, qy) needed around the uncalibrated answer."""
-    stats = raw.summarize(raw.fit(cx, cy), qx, (TAIL, 1.0 - TAIL))
-    return conformal_spread(stats.mean, stats.quantiles[0], stats.quantiles[1], qy, CALIBRATION_LEVEL)
-
-
-def coverage_with(raw: PFNMethod, cx, cy, qx, qy, spread: np.ndarray) -> float:
-    """Worst-bus coverage of the central 95 % interval stretched by `spread`."""
-    encoded = raw.fit(cx, cy)
-    encoded.spread = spread
-    stats = raw.summarize(encoded, qx, (TAIL, 1.0 - TAIL))
+def coverage_with(raw: PFNMethod, encoded: EncodedContext, qx, qy, spread: np.ndarray) -> float:
+    """Worst-bus coverage of the central 95 % interval of an encoded context's answer, stretched by `spread`."""
+    stats = raw.summarize(EncodedContext(encoded.cache, spread), qx, (TAIL, 1.0 - TAIL))
     return float(((qy >= stats.quantiles[0]) & (qy <= stats.quantiles[1])).mean(axis=0).min())
 
 
@@ -115,11 +107,10 @@ def main() -> int:
         leverage, ratios, plain_cov, served_cov = [], [], [], []
         for delta, (cx, cy, tx, ty) in data.items():
             encoded = plain.fit(cx, cy)
-            targets = encoded.cache.targets[0].transpose(0, 1).cpu().numpy()
-            leverage.append(plain.base_leverage(encoded.cache, plain._tensor(cx), plain._tensor(cy), targets))
-            ratios.append(float(np.median(encoded.spread / needed_factor(raw, cx, cy, tx, ty))))
-            plain_cov.append(coverage_with(raw, cx, cy, tx, ty, encoded.spread))
-            served_cov.append(coverage_with(raw, cx, cy, tx, ty, loaded.method.fit(cx, cy).spread))
+            leverage.append(context_leverage(plain, encoded, cx, cy))
+            ratios.append(float(np.median(encoded.spread / needed_factor(raw, encoded, tx, ty))))
+            plain_cov.append(coverage_with(raw, encoded, tx, ty, encoded.spread))
+            served_cov.append(coverage_with(raw, encoded, tx, ty, loaded.method.fit(cx, cy).spread))
         card_slope = (loaded.card.get("calibration") or {}).get("heldout_slope", 0.0)
         fresh = measure(DEFAULT_ROOT / loaded.name / loaded.version, datasets=args.datasets, seed=args.seed)
         low, high = fresh["slope_interval95"]

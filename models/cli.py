@@ -79,12 +79,13 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _measure_bias(args: argparse.Namespace) -> int:
-    from models.heldout_bias import measure, write_to_card
+    from models.heldout_bias import measure
+    from models.registry import update_card
 
     if args.datasets < 8:
         raise SystemExit(f"--datasets: expected at least 8 datasets for a bootstrap interval, got {args.datasets}")
     entry = measure(args.checkpoint, datasets=args.datasets, seed=args.seed)
     print(json.dumps(entry, indent=2))
     if args.write:
-        log.info("wrote %s", write_to_card(args.checkpoint, entry))
+        log.info("wrote %s", update_card(args.checkpoint, "calibration", entry))
     return 0

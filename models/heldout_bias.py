@@ -23,10 +23,8 @@ mechanism).
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +33,7 @@ import torch
 
 from models.calibration import CALIBRATION_LEVEL, check_heldout_slope, conformal_spread
 from models.config import PowerFlowPriorConfig
-from models.pfn import PFNMethod
+from models.pfn import EncodedContext, PFNMethod
 from models.physics_base import CV_BELOW_POINTS
 from models.priors import make_prior
 
@@ -48,22 +46,33 @@ QUERIES = 2000  # new queries per dataset: enough for a 95 % quantile per output
 BOOTSTRAP = 2000
 
 
+def needed_factor(raw: PFNMethod, encoded: EncodedContext, qx: np.ndarray, qy: np.ndarray) -> np.ndarray:
+    """Per output: the conformal factor new queries (qx, qy) needed around the uncalibrated answer of a
+    context encoded by `raw` (a PFNMethod with calibrate=False) or by any fit, its spread ignored."""
+    tail = (1.0 - CALIBRATION_LEVEL) / 2.0
+    stats = raw.summarize(EncodedContext(encoded.cache, None), qx, (tail, 1.0 - tail))
+    return conformal_spread(stats.mean, stats.quantiles[0], stats.quantiles[1], qy, CALIBRATION_LEVEL)
+
+
+def context_leverage(method: PFNMethod, encoded: EncodedContext, cx: np.ndarray, cy: np.ndarray) -> float:
+    """The base fit's median leverage on the context (cx, cy) that `encoded` holds."""
+    targets = encoded.cache.targets[0].transpose(0, 1).cpu().numpy()
+    return method.base_leverage(encoded.cache, method._tensor(cx), method._tensor(cy), targets)
+
+
 def dataset_point(method: PFNMethod, x: np.ndarray, y: np.ndarray, n_context: int) -> tuple[float, float]:
     """(median leverage h, median over outputs of held-out factor / needed factor) of one dataset."""
     plain = PFNMethod(method.model, device=method.device)  # slope 0: the held-out pass as it is
     raw = PFNMethod(method.model, device=method.device, calibrate=False)
     cx, cy, qx, qy = x[:n_context], y[:n_context], x[n_context:], y[n_context:]
-    encoded = plain.fit(cx, cy)
-    cache = encoded.cache
-    targets = cache.targets[0].transpose(0, 1).cpu().numpy()
-    leverage = plain.base_leverage(cache, plain._tensor(cx), plain._tensor(cy), targets)
-    tail = (1.0 - CALIBRATION_LEVEL) / 2.0
-    stats = raw.summarize(raw.fit(cx, cy), qx, (tail, 1.0 - tail))
-    needed = conformal_spread(stats.mean, stats.quantiles[0], stats.quantiles[1], qy, CALIBRATION_LEVEL)
-    return leverage, float(np.median(encoded.spread / np.maximum(needed, np.finfo(np.float64).tiny)))
+    encoded = plain.fit(cx, cy)  # one encoding serves the held-out factors and the new queries
+    needed = needed_factor(raw, encoded, qx, qy)
+    ratio = float(np.median(encoded.spread / np.maximum(needed, np.finfo(np.float64).tiny)))
+    return context_leverage(plain, encoded, cx, cy), ratio
 
 
 def slope_through_origin(h: np.ndarray, log_ratio: np.ndarray) -> float:
+    """s of log_ratio = s h, least squares."""
     return float((h * log_ratio).sum() / max(float((h * h).sum()), np.finfo(np.float64).tiny))
 
 
@@ -116,14 +125,3 @@ def measure(checkpoint: str | Path, datasets: int = 64, seed: int = 0) -> dict[s
                 "kept where, fitted with an intercept, the slope's bootstrap 95 % interval lies above 0 and the "
                 "intercept's holds 0 (models/heldout_bias.py)",
     }
-
-
-def write_to_card(checkpoint: str | Path, entry: dict[str, Any]) -> Path:
-    """Store `entry` as the card's `calibration` (atomically; the weights and their sha256 are untouched)."""
-    path = Path(checkpoint) / "card.json"
-    card = json.loads(path.read_text())
-    card["calibration"] = entry
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(card, indent=2) + "\n")
-    os.replace(tmp, path)
-    return path

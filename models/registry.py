@@ -24,7 +24,6 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from models.calibration import check_heldout_slope
 from models.config import ModelConfig
 from models.model import DVAPFN
 from models.pfn import PFNMethod
@@ -167,11 +166,24 @@ def write_checkpoint(model: DVAPFN, card: dict[str, Any], directory: str | Path)
     save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}, str(tmp))
     os.chmod(tmp, 0o644)
     os.replace(tmp, directory / WEIGHTS)
-    card = {**card, "config": model.cfg.to_dict(), "weights_sha256": sha256_file(directory / WEIGHTS)}
-    card_tmp = directory / (CARD + ".tmp")
-    card_tmp.write_text(json.dumps(card, indent=2) + "\n")
-    os.replace(card_tmp, directory / CARD)
+    _write_card(directory, {**card, "config": model.cfg.to_dict(), "weights_sha256": sha256_file(directory / WEIGHTS)})
     return directory
+
+
+def update_card(directory: str | Path, section: str, value: Any) -> Path:
+    """Set one section of a checkpoint's card (its accuracy, its calibration), atomically; the weights
+    and their sha256 are untouched."""
+    path = Path(directory) / CARD
+    card = json.loads(path.read_text())
+    card[section] = value
+    return _write_card(Path(directory), card)
+
+
+def _write_card(directory: Path, card: dict[str, Any]) -> Path:
+    tmp = directory / (CARD + ".tmp")
+    tmp.write_text(json.dumps(card, indent=2) + "\n")
+    os.replace(tmp, directory / CARD)
+    return directory / CARD
 
 
 def load_checkpoint(directory: str | Path, device: str | None = None, warmup: bool = True,
@@ -206,10 +218,10 @@ def load_checkpoint(directory: str | Path, device: str | None = None, warmup: bo
     _check_tensors(directory, weights, model)
     model.load_state_dict(load_file(str(weights)))
     try:
-        slope = check_heldout_slope((card.get("calibration") or {}).get("heldout_slope", 0.0))
-    except ValueError as exc:
-        raise CheckpointError(f"{directory}: card {exc}") from exc
-    method = PFNMethod(model, device=device, calibrate=calibrate, heldout_slope=slope)
+        method = PFNMethod(model, device=device, calibrate=calibrate,
+                           heldout_slope=(card.get("calibration") or {}).get("heldout_slope", 0.0))
+    except ValueError as exc:  # the card's slope, checked by PFNMethod
+        raise CheckpointError(f"{directory}: card calibration.{exc}") from exc
     if warmup:
         _warm_up(method, card)
     return LoadedModel(card["name"], str(card["version"]), {**card, "device": device}, method, device)

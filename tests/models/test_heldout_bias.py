@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import gridsim
-from models.heldout_bias import CONTEXT_ROWS, line_fit, measure, slope_through_origin, write_to_card
-from models.registry import DEFAULT_ROOT, CheckpointError, load_checkpoint, sha256_file
+from models.heldout_bias import CONTEXT_ROWS, line_fit, measure, slope_through_origin
+from models.registry import DEFAULT_ROOT, CheckpointError, load_checkpoint, sha256_file, update_card
 
 SHIPPED = DEFAULT_ROOT / "transformer-dva-fast" / "0.2.2"  # a real checkpoint whose card names its prior
 
@@ -40,7 +40,7 @@ def test_measured_on_the_prior_stored_in_the_card_and_applied_by_fits(checkpoint
     line = entry["with_intercept"]
     shown = line["slope_interval95"][0] > 0 and line["intercept_interval95"][0] <= 0 <= line["intercept_interval95"][1]
     assert entry["heldout_slope"] == (entry["measured_slope"] if shown else 0.0)  # kept only where the data show it
-    write_to_card(checkpoint, {**entry, "heldout_slope": 0.5})  # a slope that surely narrows
+    update_card(checkpoint, "calibration", {**entry, "heldout_slope": 0.5})  # a slope that surely narrows
     card = json.loads((checkpoint / "card.json").read_text())
     assert card["calibration"]["heldout_slope"] == 0.5 and not list(checkpoint.glob("*.tmp"))
     assert sha256_file(checkpoint / "model.safetensors") == weights_before == card["weights_sha256"]
@@ -59,7 +59,7 @@ def test_measured_on_the_prior_stored_in_the_card_and_applied_by_fits(checkpoint
 
 def test_no_slope_under_the_k_fold_regime(checkpoint):
     """Below 300 rows the held-out truth is a K-fold residual: the slope does not apply."""
-    write_to_card(checkpoint, {"heldout_slope": 0.5})
+    update_card(checkpoint, "calibration", {"heldout_slope": 0.5})
     sloped = load_checkpoint(checkpoint, device="cpu", warmup=False).method
     sim = gridsim.simulate(120, 0.3, seed=12, solver="batched")
     np.testing.assert_array_equal(sloped.fit(sim.x, sim.vm_pu).spread,
@@ -72,7 +72,7 @@ def test_a_card_without_calibration_serves_with_no_slope(checkpoint):
 
 @pytest.mark.parametrize("bad", [5.0, -0.1, "wide", float("nan")])
 def test_a_broken_slope_in_a_card_is_refused_naming_the_field(checkpoint, bad):
-    write_to_card(checkpoint, {"heldout_slope": bad})
+    update_card(checkpoint, "calibration", {"heldout_slope": bad})
     with pytest.raises(CheckpointError, match=r"calibration.heldout_slope: expected a number in \[0.0, 2.0\]"):
         load_checkpoint(checkpoint, device="cpu", warmup=False)
 
