@@ -301,7 +301,8 @@ class Layer(nn.Module):
         """
         source = hx if self.dva else hy
         queries = _split_heads(self.w_q(self.norm_qk(source)), self.n_heads)
-        scores = queries @ keys.transpose(-1, -2) / math.sqrt(queries.shape[-1])
+        # scaled on the (N, dh) queries, not the (N, n) scores: one pass over the scores fewer
+        scores = (queries * (1.0 / math.sqrt(queries.shape[-1]))) @ keys.transpose(-1, -2)
         if self_from is not None:
             rows = torch.arange(scores.shape[-2], device=scores.device) + self_from
             own = rows[:, None] == torch.arange(scores.shape[-1], device=scores.device)[None, :]

@@ -25,6 +25,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from models.config import ModelConfig
+from models.memory import retain_freed_memory
 from models.model import DVAPFN
 from models.pfn import PFNMethod
 
@@ -283,11 +284,15 @@ def physics_fit_builder(max_context: int) -> Callable[[Any], LoadedModel]:
 
 def load_registry(root: str | Path = DEFAULT_ROOT, device: str | None = None, warmup: bool = True,
                   calibrate: bool = True, network: str | None = None, width_free: bool = False,
-                  max_context: int = 10_000) -> Registry:
+                  max_context: int = 10_000, retain_memory: bool = True) -> Registry:
     """Every `<name>/<version>` under root; the newest version of each (name, network) is served.
 
     network: only checkpoints for that network. width_free: also serve "physics-fit" on every
-    network, with contexts of up to `max_context` rows (the service's GRIDPFN_MAX_CONTEXT_ROWS)."""
+    network, with contexts of up to `max_context` rows (the service's GRIDPFN_MAX_CONTEXT_ROWS).
+    retain_memory: keep freed memory for the next request (models.memory; the service's
+    GRIDPFN_RETAIN_FREED_MEMORY), as everything that serves or measures the registry does."""
+    if retain_memory:
+        retain_freed_memory()
     registry = Registry()
     if width_free:
         from models import physics_fit

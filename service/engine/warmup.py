@@ -20,7 +20,8 @@ def load_registry(settings: Settings) -> Any:
 
     try:
         return load(settings.model_dir, device=settings.device, calibrate=settings.calibration,
-                    width_free=True, max_context=settings.max_context_rows)
+                    width_free=True, max_context=settings.max_context_rows,
+                    retain_memory=settings.retain_freed_memory)
     except Exception as exc:  # an unusable model dir leaves the service alive but not ready
         log.error("could not load the model registry at %s: %s", settings.model_dir, exc)
         from models.registry import Registry
