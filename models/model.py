@@ -142,7 +142,7 @@ class RidgeBase:
         lam = torch.tensor(RIDGE_GRID, dtype=s.dtype, device=s.device) * n  # (L,)
         shrink = s2[:, None, :] / (s2[:, None, :] + lam[None, :, None])  # (B, L, r)
         uy = u.transpose(-1, -2) @ yc  # (B, r, k)
-        fitted = torch.einsum("bnr,blr,brk->blnk", u, shrink, uy)
+        fitted = physics_base.fitted_per_penalty(u, shrink, uy)
         leverage = torch.einsum("bnr,blr->bln", u.pow(2), shrink) + 1.0 / n
         loo = (yc[:, None] - fitted) / (1.0 - leverage).clamp_min(1e-6)[..., None]  # (B, L, n, k)
         best = loo.pow(2).mean(dim=-2).argmin(dim=1)  # (B, k)

@@ -256,3 +256,23 @@ def test_loads_leverage_ignores_the_last_digits_of_the_voltages():
         moved[source] = float((lev[0] - lev[1]).abs().max())
     assert moved["loads"] < 1e-9, moved
     assert moved["design"] > 1e-3, moved  # the premise: the tree-dependent design does move
+
+
+def test_leave_one_out_residuals_match_refits_without_the_point():
+    """The closed-form LOO residual of every penalty's ridge fit is the error of a refit without the point."""
+    gen = torch.Generator().manual_seed(3)
+    design = torch.randn(1, 40, 6, generator=gen, dtype=torch.float64)
+    design = design - design.mean(dim=1, keepdim=True)
+    yc = design @ torch.randn(1, 6, 2, generator=gen, dtype=torch.float64) + 0.1 * torch.randn(1, 40, 2, generator=gen, dtype=torch.float64)
+    yc = yc - yc.mean(dim=1, keepdim=True)
+    beta, loo, _, (u, s, vh, shrink, coef) = physics_base._ridge_loo(design, yc)
+    lam = (s.square()[:, None, :] / shrink - s.square()[:, None, :])[0, :, 0]  # each output's chosen penalty
+    for i in (0, 17, 39):
+        keep = torch.arange(40) != i
+        for out in range(2):
+            x, y = design[0, keep], yc[0, keep, out]
+            x_mean, y_mean = x.mean(0), y.mean()  # the fit centres on its own rows, as the 1/n leverage term assumes
+            b = torch.linalg.solve((x - x_mean).T @ (x - x_mean) + lam[out] * torch.eye(6, dtype=x.dtype),
+                                   (x - x_mean).T @ (y - y_mean))
+            held = yc[0, i, out] - (y_mean + (design[0, i] - x_mean) @ b)
+            assert torch.isclose(loo[0, i, out], held, rtol=1e-6, atol=1e-12)
