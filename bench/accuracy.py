@@ -32,6 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: bench.http_accuracy
 
 import gridsim  # noqa: E402
+from bench import report as bench_report  # noqa: E402
 from bench.http_accuracy import evaluate_http, served  # noqa: E402
 from gridsim.batched import solve_batched  # noqa: E402
 from gridsim.sampling import sample_loads  # noqa: E402
@@ -350,7 +351,7 @@ def _header(args, command: str) -> list[str]:
     net = gridsim.network(args.network)
     return [f"# Accuracy report: {net.name} voltage magnitudes ({net.n_outputs} buses, {net.n_features} load inputs)", "",
             f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} by `{command}`.",
-            f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores ({platform.processor() or 'unknown CPU'}), "
+            f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores ({bench_report.cpu()}), "
             f"torch {torch.__version__} with {torch.get_num_threads()} threads, device {args.device or 'auto'}; "
             f"Python {platform.python_version()}.",
             f"Protocol: {N_CONTEXT} context and {N_TEST} test scenarios per delta, each P and Q uniform within +-delta of base, "
