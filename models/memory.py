@@ -3,10 +3,13 @@
 A 4500-query answer writes tens of MB of logits, and every inference block allocates and frees
 MB-sized intermediates. glibc serves large blocks with fresh mmaps and trims the heap's free top,
 so each request faulted its memory back in page by page: ~14 ms for one request's 37 MB of logits
-on the 2-core CPU, about a tenth of transformer-dva's cold path. Telling malloc to keep what it
-frees (the role jemalloc or tcmalloc play in CPU inference servers) makes the second request reuse
-the first one's pages. The process then holds its peak heap, trimmed back only above TRIM_BYTES
-of free space at the top.
+on the 2-core CPU, and 10-15 % of transformer-dva's cold path (in-process predict and the service's
+chunked summarize alike). Telling malloc to keep what it frees (the role jemalloc or tcmalloc play
+in CPU inference servers) lets later requests reuse those pages: after a few requests an answer
+takes no page faults. The cost is memory: the process holds about its peak, and a little more,
+since glibc's aligned allocations do not always fit a freed block of the same size
+(bench/memory_soak.py measures both settings on the same stream of mixed requests). Free space
+at the top of the heap above TRIM_BYTES still goes back to the OS.
 """
 from __future__ import annotations
 

@@ -29,8 +29,8 @@ class Settings(BaseSettings):
                               "(models.calibration: one extra pass over the context; false = intervals as "
                               "the network gives them)")
     retain_freed_memory: bool = Field(True, description="keep memory the models free for the next request "
-                                      "instead of returning it to the OS (models.memory; glibc only): the "
-                                      "process holds its peak heap, and a 4500-query answer skips ~14 ms of page faults")
+                                      "instead of returning it to the OS (models.memory; glibc only): answers take no "
+                                      "page faults once the heap has grown, and the process holds about its peak memory")
     redis_url: str | None = Field(None, description="Redis URL for the context-set store; unset = embedded store")
     api_keys: Annotated[tuple[str, ...], NoDecode] = Field((), description="comma-separated bearer keys for /v1")
 
