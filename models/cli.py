@@ -77,7 +77,6 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def _measure_bias(args: argparse.Namespace) -> int:
     from models.heldout_bias import measure
     from models.registry import update_card

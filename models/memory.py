@@ -3,7 +3,7 @@
 A 4500-query answer writes tens of MB of logits, and every inference block allocates and frees
 MB-sized intermediates. glibc serves large blocks with fresh mmaps and trims the heap's free top,
 so each request faulted its memory back in page by page: ~14 ms for one request's 37 MB of logits
-on the 2-core CPU, and 10-15 % of transformer-dva's cold path (in-process predict and the service's
+on the 2-core CPU, and 7-19 % of transformer-dva's cold path (in-process predict and the service's
 chunked summarize alike). Telling malloc to keep what it frees (the role jemalloc or tcmalloc play
 in CPU inference servers) lets later requests reuse those pages: after a few requests an answer
 takes no page faults. The cost is memory: the process holds about its peak, and a little more,
@@ -14,7 +14,6 @@ at the top of the heap above TRIM_BYTES still goes back to the OS.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import platform
 
@@ -41,7 +40,7 @@ def retain_freed_memory() -> bool:
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         log.info("allocator left as it is: not glibc (%s)", platform.libc_ver()[0] or platform.system())
         return _applied
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    libc = ctypes.CDLL(None)  # the process's own symbols: glibc's mallopt, without searching for the library
     _applied = bool(libc.mallopt(_M_MMAP_MAX, 0)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, TRIM_BYTES))
     log.info("allocator: freed memory kept for reuse (trim above %d MiB): %s", TRIM_BYTES >> 20, _applied)
     return _applied
