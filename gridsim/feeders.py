@@ -36,11 +36,10 @@ import hashlib
 import json
 import logging
 import math
-import tempfile
-from pathlib import Path
 
 import numpy as np
 
+from gridsim.errors import NetworkError
 from gridsim.network import Network, _frozen
 
 __all__ = ["MAX_BUSES", "NetworkError", "normalise", "snapshot", "from_pandapower_json", "from_matpower", "network_id",
@@ -81,14 +80,6 @@ _COLUMNS = {
 }
 _BUS_REFERENCES = (("ext_grid", "bus"), ("load", "bus"), ("sgen", "bus"), ("shunt", "bus"), ("line", "from_bus"),
                    ("line", "to_bus"), ("trafo", "hv_bus"), ("trafo", "lv_bus"), ("switch", "bus"))
-
-
-class NetworkError(ValueError):
-    """A network that cannot be served: `field` names the net's table (or column), `problem` what is wrong."""
-
-    def __init__(self, field: str, problem: str, expected: str | None = None) -> None:
-        self.field, self.problem, self.expected = field, problem, expected
-        super().__init__(f"{field}: {problem}" + (f" (expected {expected})" if expected else ""))
 
 
 def _in_service(table):
@@ -407,73 +398,29 @@ def network_id(network: Network) -> str:
     return hashlib.sha256(b"gridpfn-network-v1" + text.encode()).hexdigest()
 
 
-# objects pandapower's JSON decoder may build from an uploaded file: it imports whatever module a
-# "_module" key names, so anything else (controllers, functions, other packages) is refused unread
-_ALLOWED_OBJECTS = {("pandapower.auxiliary", "pandapowerNet"), ("pandas.core.frame", "DataFrame"),
-                    ("pandas.core.series", "Series"), ("numpy", "array"), ("numpy", "bool")}
-
-
-def _check_objects(text: str) -> None:
-    try:
-        todo = [json.loads(text)]
-    except ValueError as exc:
-        raise NetworkError("body", f"not JSON: {exc}", "pandapower JSON (pandapower.to_json)") from exc
-    while todo:
-        item = todo.pop()
-        if isinstance(item, dict):
-            if "_module" in item or "_class" in item:
-                pair = (item.get("_module"), item.get("_class"))
-                if pair not in _ALLOWED_OBJECTS:
-                    raise NetworkError("body", f"object {pair[0]}.{pair[1]} is not accepted in an uploaded net",
-                                       "pandapower JSON with element tables only (no controllers or functions)")
-            todo.extend(item.values())
-        elif isinstance(item, list):
-            todo.extend(item)
-        elif isinstance(item, str) and '"_module"' in item:  # pandapower nests JSON documents in strings
-            try:
-                todo.append(json.loads(item))
-            except ValueError:
-                continue
-
-
 def from_pandapower_json(text: str | bytes, name: str | None = None) -> Network:
-    """A user network from `pandapower.to_json(net)` output (validated, see `snapshot`); only element
-    tables are decoded (see `_ALLOWED_OBJECTS`)."""
-    import pandapower as pp
+    """A user network from `pandapower.to_json(net)` output, read as data (`gridsim.pandapower_json`: no
+    object decoder, an allow-list of tables and columns) and validated (see `snapshot`)."""
+    from gridsim.pandapower_json import read_pandapower_json
 
-    if isinstance(text, bytes):
-        try:
-            text = text.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise NetworkError("body", "not UTF-8 text", "pandapower JSON (pandapower.to_json)") from exc
-    _check_objects(text)
-    try:
-        net = pp.from_json_string(text)
-    except Exception as exc:  # pandapower raises many kinds on foreign JSON
-        raise NetworkError("body", f"not a pandapower net: {type(exc).__name__}: {str(exc)[:200]}",
-                           "pandapower JSON (pandapower.to_json)") from exc
-    if not isinstance(net, pp.pandapowerNet):
-        raise NetworkError("body", f"the JSON holds a {type(net).__name__}, not a pandapower net",
-                           "pandapower JSON (pandapower.to_json)")
-    return snapshot(net, name=name)
+    return snapshot(read_pandapower_json(text), name=name)
 
 
 def from_matpower(data: str | bytes, name: str | None = None, f_hz: float = 50.0) -> Network:
-    """A user network from a MATPOWER case (version 2): `.m` text or `.mat` bytes, via
-    pandapower.converter.from_mpc (the `.m` reader is the matpowercaseframes package). Buses are
-    numbered 1..n in the case's row order (MATPOWER's own numbers for consecutively numbered cases)."""
-    from pandapower.converter.matpower import from_mpc
+    """A user network from a MATPOWER case (version 2): `.m` text or `.mat` bytes, read by `gridsim.matpower`
+    and converted by pandapower.converter.from_ppc. Buses are numbered 1..n in the case's row order
+    (MATPOWER's own numbers for consecutively numbered cases)."""
+    from pandapower.converter.pypower import from_ppc
+
+    from gridsim.matpower import parse_m, parse_mat, to_ppc
 
     raw = data.encode() if isinstance(data, str) else bytes(data)
-    suffix = ".mat" if raw.startswith(b"MATLAB") else ".m"
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"case{suffix}"
-        path.write_bytes(raw)
-        try:
-            net = from_mpc(str(path), f_hz=f_hz)
-        except Exception as exc:  # the readers raise many kinds on malformed input
-            raise NetworkError("body", f"not a MATPOWER case: {type(exc).__name__}: {str(exc)[:200]}",
-                               "a MATPOWER case file (version 2): .m text with mpc.bus/mpc.branch/mpc.gen, or .mat") from exc
+    ppc = to_ppc(parse_mat(raw) if raw.startswith(b"MATLAB") else parse_m(raw))
+    try:
+        net = from_ppc(ppc, f_hz=f_hz, validate_conversion=False)
+    except Exception as exc:  # the converter raises many kinds on inconsistent cases
+        raise NetworkError("body", f"not a convertible MATPOWER case: {type(exc).__name__}: {str(exc)[:200]}",
+                           "a MATPOWER case file (version 2) whose branches and generators name its buses") from exc
     return snapshot(net, name=name, number_offset=1)
 
 

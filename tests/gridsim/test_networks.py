@@ -105,7 +105,7 @@ def test_user_network_from_matpower_text_and_mat(tmp_path):
     to_mpc(pandapower_net("ieee33"), str(tmp_path / "case33.mat"), init="flat")
     ieee = feeders.from_matpower((tmp_path / "case33.mat").read_bytes())
     np.testing.assert_allclose(ieee.base_p_mw, gridsim.network("ieee33").base_p_mw)
-    with pytest.raises(NetworkError, match="body: not a MATPOWER case"):
+    with pytest.raises(NetworkError, match="mpc.bus: \\[ without its \\]"):
         feeders.from_matpower("mpc.bus = [1 2;")
 
 
@@ -150,13 +150,14 @@ def test_bad_json_names_the_problem():
     with pytest.raises(NetworkError, match="body: not JSON") as info:
         feeders.from_pandapower_json("not JSON at all")
     assert info.value.field == "body"
-    with pytest.raises(NetworkError, match="body: the JSON holds a list, not a pandapower net"):
+    with pytest.raises(NetworkError, match="body: not a pandapower net"):
         feeders.from_pandapower_json('[1, 2]')
-    # pandapower's decoder imports any module a "_module" key names: refused before decoding
-    with pytest.raises(NetworkError, match="object subprocess.Popen is not accepted"):
+    # a table that is an object envelope, not a DataFrame: refused unread (tests/gridsim/test_pandapower_json.py
+    # holds the hostile corpus)
+    with pytest.raises(NetworkError, match="bus: not a DataFrame table"):
         feeders.from_pandapower_json('{"_module": "pandapower.auxiliary", "_class": "pandapowerNet", "_object": '
-                                     '{"bus": "{\\"_module\\": \\"subprocess\\", \\"_class\\": \\"Popen\\"}"}}')
-    with pytest.raises(NetworkError, match=r"bus: missing or not a table \(got list\)"):
+                                     '{"bus": {"_module": "subprocess", "_class": "Popen", "_object": "id"}}}')
+    with pytest.raises(NetworkError, match="body: not a pandapower net"):
         feeders.from_pandapower_json('{"bus": [1, 2]}')
 
 

@@ -1,0 +1,170 @@
+"""Security fixtures: a real `gridpfn serve` process with two tenant keys and an admin key, and a
+watchdog that proves the server stays responsive and bounded while a hostile request runs.
+
+The server runs as its own process (not a thread of the test) so that its resident memory can be
+read from /proc and a payload that kills or freezes it shows as exactly that.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.service.conftest import MODEL, PROBLEM, assert_problem, free_port, model_dir, rows, scenarios  # noqa: F401
+
+REPO = Path(__file__).resolve().parents[2]
+KEY_A, KEY_B, ADMIN_KEY = "tenant-a-key-0123456789", "tenant-b-key-9876543210", "admin-key-5555555555"
+# Small limits so every bound is hit cheaply (the same spirit as tests/service/conftest.LIMITS).
+SECURITY_ENV = dict(GRIDPFN_MAX_QUERIES="200", GRIDPFN_MAX_BODY_BYTES="4000000", GRIDPFN_MAX_CONTEXT_ROWS="600",
+                    GRIDPFN_MAX_SIMULATE="500", GRIDPFN_GP_MAX_CONTEXT="60", GRIDPFN_GP_MAX_ITER="5")
+HEALTHZ_BUDGET_S = 0.100   # the issue's bound on /healthz while a hostile request runs
+RSS_BUDGET_BYTES = 200 * 1024 * 1024
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen
+    url: str
+    workdir: Path
+
+    def headers(self, key: str | None = KEY_A) -> dict[str, str]:
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def client(self, key: str | None = KEY_A, timeout: float = 60) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers=self.headers(key), timeout=timeout)
+
+
+def _wait_ready(proc: subprocess.Popen, url: str) -> None:
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {proc.stderr.read().decode()[-3000:]}")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("server not ready in 180 s")
+
+
+@contextmanager
+def serve_process(model_dir: Path, workdir: Path, **env_extra: str):
+    """`gridpfn serve` in its own process, cwd = workdir (so a file a payload writes lands where we look)."""
+    port = free_port()
+    env = dict(os.environ, GRIDPFN_API_KEYS=f"{KEY_A},{KEY_B}", GRIDPFN_ADMIN_API_KEY=ADMIN_KEY, **SECURITY_ENV,
+               **env_extra)
+    env.pop("GRIDPFN_REDIS_URL", None)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.Popen([sys.executable, "-m", "service.commands.cli", "--log-level", "WARNING", "serve",
+                             "--port", str(port), "--model-dir", str(model_dir)], cwd=workdir, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(proc, url)
+        yield ServerProcess(proc, url, workdir)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="session")
+def hostile_server(model_dir, tmp_path_factory):
+    """One server process for the whole hostile corpus (keys A and B, an admin key, small limits)."""
+    with serve_process(model_dir, tmp_path_factory.mktemp("server-cwd")) as server:
+        yield server
+
+
+@dataclass
+class Watch:
+    """What the watchdog saw while a hostile request ran."""
+
+    healthz_s: list[float] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    rss_before: int = 0
+    rss_peak: int = 0
+    rss_after: int = 0
+
+    @property
+    def worst_healthz_s(self) -> float:
+        return max(self.healthz_s, default=float("inf"))
+
+
+@contextmanager
+def watched(server: ServerProcess, interval_s: float = 0.02):
+    """Poll /healthz (fresh connection each time) and the server's RSS while the block runs; yields a Watch.
+
+    Use `assert_stayed_healthy(watch)` after the block: every /healthz answered 200 within
+    HEALTHZ_BUDGET_S, during and after, and resident memory grew by less than RSS_BUDGET_BYTES."""
+    watch = Watch(rss_before=rss_bytes(server.proc.pid))
+    watch.rss_peak = watch.rss_before
+    stop = threading.Event()
+
+    def poll() -> None:
+        with httpx.Client(base_url=server.url, timeout=5) as probe:
+            while not stop.is_set():
+                t0 = time.perf_counter()
+                try:
+                    status = probe.get("/healthz").status_code
+                    watch.healthz_s.append(time.perf_counter() - t0)
+                    if status != 200:
+                        watch.failures.append(f"/healthz answered {status}")
+                except httpx.HTTPError as exc:
+                    watch.failures.append(f"/healthz failed: {exc!r}")
+                try:
+                    watch.rss_peak = max(watch.rss_peak, rss_bytes(server.proc.pid))
+                except (OSError, RuntimeError) as exc:
+                    watch.failures.append(f"server process gone: {exc!r}")
+                    return
+                stop.wait(interval_s)
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    try:
+        yield watch
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        with httpx.Client(base_url=server.url, timeout=5) as probe:  # and after
+            for _ in range(3):
+                t0 = time.perf_counter()
+                status = probe.get("/healthz").status_code
+                watch.healthz_s.append(time.perf_counter() - t0)
+                if status != 200:
+                    watch.failures.append(f"/healthz after answered {status}")
+        watch.rss_after = rss_bytes(server.proc.pid)
+
+
+def assert_stayed_healthy(watch: Watch, server: ServerProcess) -> None:
+    assert server.proc.poll() is None, "the server process died"
+    assert not watch.failures, watch.failures
+    assert watch.healthz_s, "the watchdog made no /healthz request"
+    assert watch.worst_healthz_s < HEALTHZ_BUDGET_S, f"/healthz took {watch.worst_healthz_s * 1000:.0f} ms"
+    grown = max(watch.rss_peak, watch.rss_after) - watch.rss_before
+    assert grown < RSS_BUDGET_BYTES, f"resident memory grew by {grown / 2**20:.0f} MiB"
+
+
+def assert_refused(response: httpx.Response) -> dict:
+    """A hostile request's answer: a 4xx problem+json (never a 2xx, never a 5xx)."""
+    assert 400 <= response.status_code < 500, (response.status_code, response.text[:500])
+    assert response.headers["content-type"].startswith(PROBLEM), response.headers["content-type"]
+    return assert_problem(response, response.status_code)
