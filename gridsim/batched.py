@@ -115,7 +115,7 @@ def solve_batched(z, w, s_load, tol: float = 1e-10, max_iter: int = 100, chunk_r
     converged (..., m) bool (estimated error < tol p.u. and finite), iterations (..., m) int32: steps
     taken (single-precision warm-start steps plus double-precision steps; max_iter bounds each phase).
     warm_start=False iterates in double precision only. On CPU, blocks of chunk_rows scenarios
-    are solved by `workers` threads (default torch.get_num_threads()), each single-threaded: the
+    are solved by `workers` threads (default torch.get_num_threads(); 1 = the calling thread), each single-threaded: the
     per-step ops are too small for OpenMP teams, whose lock-step barriers cost milliseconds per op
     on a shared, busy machine (measured: 10-30 ms vs 0.01 ms for a 40-row step).
     """
@@ -143,6 +143,12 @@ def solve_batched(z, w, s_load, tol: float = 1e-10, max_iter: int = 100, chunk_r
     if workers < 1:
         raise ValueError(f"workers: expected an integer >= 1, got {workers}")
     caller_threads = torch.get_num_threads()
+    if workers == 1:  # in the calling thread: one worker gains nothing from a pool (and a sandbox may not start threads)
+        torch.set_num_threads(1)
+        try:
+            return _solve_all(*args, run=lambda fn, jobs: [fn(*job) for job in jobs])
+        finally:
+            torch.set_num_threads(caller_threads)
     # one extra thread coordinates (prepares the blocks, then waits) so the workers never starve
     with ThreadPoolExecutor(workers + 1, initializer=torch.set_num_threads, initargs=(1,)) as pool:
         def run(fn, jobs):

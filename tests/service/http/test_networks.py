@@ -75,7 +75,7 @@ def _json_of(mutate) -> str:
     (lambda: _json_of(lambda n: n.load.loc.__setitem__((0, "bus"), 99)), "load.bus", "bus 99"),
     (lambda: _json_of(lambda n: n.load.__setitem__("scaling", 400.0)), "load", "does not converge"),
     (lambda: "hello", "body", "neither pandapower JSON nor a MATPOWER case"),
-    (lambda: "mpc.bus = [1 2;", "body", "not a MATPOWER case"),
+    (lambda: "mpc.bus = [1 2;", "mpc.bus", "[ without its ]"),
     (lambda: "", "body", "empty upload"),
 ])
 def test_bad_uploads_are_422_naming_the_problem(memory_server, body, field, words):

@@ -1,0 +1,244 @@
+"""Hostile network uploads (issue 28, findings 1-3 and the deep-JSON row of 8), through a real server process.
+
+Each payload is a variant of a benign upload that the same server accepts (the control), so a
+refusal is the payload's doing. Every answer must be a 4xx problem+json, no marker file may appear
+(a payload that ran a command would create it), the server's file contents must not come back,
+and /healthz must stay under 100 ms with resident memory bounded while the upload is read.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pandapower as pp
+import pytest
+
+from gridsim.network import pandapower_net
+from tests.security.conftest import KEY_A, assert_refused, assert_stayed_healthy, watched
+
+BASE = "kerber_landnetz_kabel_1"  # a feeder with a transformer, so tap columns reach pandapower's branch model
+
+
+@pytest.fixture(scope="module")
+def base_json() -> dict:
+    return json.loads(pp.to_json(pandapower_net(BASE)))
+
+
+def _table(document: dict, name: str) -> dict:
+    return json.loads(document["_object"][name]["_object"])
+
+
+def _set_table(document: dict, name: str, split: dict, escape: bool = False) -> None:
+    text = json.dumps(split, ensure_ascii=True)
+    document["_object"][name]["_object"] = _escape_keys(text) if escape else text
+
+
+def _escape_keys(text: str) -> str:
+    """`"_module"` spelled with JSON escapes, as an attacker would to slip past a text search."""
+    return text.replace('"_module"', '"_modul\\u0065"').replace('"_class"', '"\\u005fclass"')
+
+
+def _marker(server) -> Path:
+    return server.workdir / f"pwned-{uuid.uuid4().hex}"
+
+
+def _post(server, body: bytes | str, content_type: str = "application/json", key: str = KEY_A):
+    with server.client(key, timeout=120) as client:
+        return client.post("/v1/networks", content=body, headers={"content-type": content_type})
+
+
+def test_the_benign_base_upload_is_accepted(hostile_server, base_json):
+    """The control: without a payload the same document uploads, so the refusals below are the payloads'."""
+    response = _post(hostile_server, json.dumps(base_json))
+    assert response.status_code == 201, response.text
+    assert response.json()["n_buses"] == 18
+
+
+def _rce_characteristic(base: dict, command: str, module: str, function: str, escape: bool) -> str:
+    """Finding 1 as reported: a `characteristic` table whose cell decodes to `module.function`, and a
+    transformer with a tap-dependent impedance that calls it with `tap_pos` (a shell command)."""
+    document = json.loads(json.dumps(base))
+    characteristic = {"columns": ["object"], "index": [0],
+                      "data": [[{"_module": module, "_class": "function", "_object": function}]]}
+    document["_object"]["characteristic"] = {"_module": "pandas.core.frame", "_class": "DataFrame",
+                                             "_object": "", "orient": "split", "dtype": {"object": "object"},
+                                             "is_multiindex": False, "is_multicolumn": False}
+    _set_table(document, "characteristic", characteristic, escape)
+    trafo = _table(document, "trafo")
+    for column in ("tap_dependency_table", "id_characteristic_table"):  # pandapower 3 then takes the spline path
+        if column in trafo["columns"]:
+            position = trafo["columns"].index(column)
+            trafo["columns"].pop(position)
+            for row in trafo["data"]:
+                row.pop(position)
+    document["_object"]["trafo"]["dtype"].update(tap_pos="object", tap_dependent_impedance="bool",
+                                                 vk_percent_characteristic="object")
+    for column, value in (("tap_dependent_impedance", True), ("vk_percent_characteristic", 0), ("tap_pos", command)):
+        if column in trafo["columns"]:
+            trafo["data"][0][trafo["columns"].index(column)] = value
+        else:
+            trafo["columns"].append(column)
+            trafo["data"][0].append(value)
+    _set_table(document, "trafo", trafo, escape)
+    return json.dumps(document)
+
+
+def test_the_payload_is_live_against_pandapowers_own_decoder(base_json, tmp_path):
+    """The control for the corpus: pandapower's decoder plus a power flow runs the command (a `touch`).
+    If this ever stops creating the marker, the corpus below no longer proves anything."""
+    marker = tmp_path / "live"
+    net = pp.from_json_string(_rce_characteristic(base_json, f"touch {marker}", "os", "system", escape=True))
+    with pytest.raises(Exception):  # os.system's int has no .item(): the flow fails after the command ran
+        pp.runpp(net)
+    assert marker.exists()
+
+
+RCE_VARIANTS = [("os", "system", False), ("os", "system", True), ("subprocess", "getoutput", True),
+                ("builtins", "exec", True), ("importlib", "import_module", False), ("posix", "system", True)]
+
+
+@pytest.mark.parametrize("module,function,escape", RCE_VARIANTS)
+def test_code_execution_through_a_characteristic_is_refused(hostile_server, base_json, module, function, escape):
+    marker = _marker(hostile_server)
+    body = _rce_characteristic(base_json, f"touch {marker}", module, function, escape)
+    with watched(hostile_server) as watch:
+        response = _post(hostile_server, body)
+    body = assert_refused(response)
+    assert response.status_code == 422 and not marker.exists()
+    assert any(e["field"] in ("characteristic", "trafo.tap_pos", "trafo.tap_dependent_impedance")
+               for e in body["errors"]), body
+    assert_stayed_healthy(watch, hostile_server)
+
+
+def _object_cell(module: str, cls: str, obj: str) -> dict:
+    return {"_module": module, "_class": cls, "_object": obj}
+
+
+@pytest.mark.parametrize("table", ["bus", "line", "load", "ext_grid", "trafo"])
+@pytest.mark.parametrize("escape", [False, True])
+def test_objects_nested_in_any_table_are_never_decoded(hostile_server, base_json, table, escape):
+    """An object envelope as a cell of an accepted column: a value of the wrong type, refused by name."""
+    marker = _marker(hostile_server)
+    document = json.loads(json.dumps(base_json))
+    split = _table(document, table)
+    column = "name" if "name" in split["columns"] else split["columns"][0]
+    if not split["data"]:
+        pytest.skip(f"{BASE} has no {table} rows")
+    split["data"][0][split["columns"].index(column)] = _object_cell("subprocess", "check_output", f"touch {marker}")
+    _set_table(document, table, split, escape)
+    response = _post(hostile_server, json.dumps(document))
+    body = assert_refused(response)
+    assert body["errors"][0]["field"] == f"{table}.{column}" and not marker.exists()
+
+
+@pytest.mark.parametrize("where", ["top-level entry", "table envelope", "std_types", "controller"])
+def test_object_envelopes_anywhere_else_are_refused_or_ignored_unread(hostile_server, base_json, where):
+    marker = _marker(hostile_server)
+    document = json.loads(json.dumps(base_json))
+    payload = _object_cell("os", "system", f"touch {marker}")
+    if where == "top-level entry":
+        document["_object"]["evil"] = payload
+    elif where == "table envelope":
+        document["_object"]["load"] = payload
+    elif where == "std_types":
+        document["_object"]["std_types"] = {"line": {"evil": payload}}
+    else:
+        document["_object"]["controller"] = {"_module": "pandas.core.frame", "_class": "DataFrame", "orient": "split",
+                                             "_object": json.dumps({"columns": ["object"], "index": [0],
+                                                                    "data": [[payload]]})}
+    response = _post(hostile_server, json.dumps(document))
+    assert not marker.exists()
+    if where == "std_types":  # bookkeeping the service never reads: accepted, the payload never decoded
+        assert response.status_code == 201, response.text
+    else:
+        assert_refused(response)
+
+
+@pytest.mark.parametrize("spelling", ["absolute", "file-url", "relative", "missing"])
+@pytest.mark.parametrize("table", ["bus", "line"])
+def test_paths_in_place_of_table_data_never_read_a_file(hostile_server, base_json, tmp_path, spelling, table):
+    """Finding 2: pandas reads a table's `_object` as a file when it looks like a path; here it is never read,
+    and an existing path and a missing one answer the same (no file-existence oracle)."""
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({"columns": ["name"], "index": [0], "data": [["SECRET-7f3a"]]}))
+    path = {"absolute": str(secret), "file-url": secret.as_uri(), "relative": f"../../{secret}",
+            "missing": str(tmp_path / "missing.json")}[spelling]
+    document = json.loads(json.dumps(base_json))
+    document["_object"][table]["_object"] = path
+    response = _post(hostile_server, json.dumps(document))
+    body = assert_refused(response)
+    assert "SECRET-7f3a" not in response.text and "does not exist" not in response.text
+    assert body["errors"][0]["field"] == table and body["errors"][0]["message"].startswith("not JSON")
+
+
+def test_an_existing_and_a_missing_path_answer_alike(hostile_server, base_json, tmp_path):
+    answers = []
+    for path in (tmp_path / "there.json", tmp_path / "not-there.json"):
+        if path.name == "there.json":
+            path.write_text("{}")
+        document = json.loads(json.dumps(base_json))
+        document["_object"]["bus"]["_object"] = str(path)
+        answers.append(_post(hostile_server, json.dumps(document)))
+    first, second = (a.json() for a in answers)
+    assert first["errors"][0]["message"].split("(")[0] == second["errors"][0]["message"].split("(")[0]
+    assert answers[0].status_code == answers[1].status_code == 422
+
+
+MATPOWER_BOMBS = {
+    "opening brackets": b"mpc.bus=[" * 16_000,
+    "opening brackets, 4 MB": b"mpc.bus=[" * 450_000,
+    "mpc. without =": b"mpc." * 1_000_000,
+    "assignments on one line": b"mpc.a=1;" * 400_000,
+    "a string never closed": b"mpc.version = '" + b"x" * 3_000_000,
+    "rows of growing width": b"mpc.bus = [" + b"1 " * 2_000_000 + b"];",
+}
+
+
+@pytest.mark.parametrize("name", list(MATPOWER_BOMBS))
+def test_matpower_text_that_was_quadratic_is_refused_without_freezing(hostile_server, name):
+    """Finding 3: the old reader's patterns were quadratic on the event loop (/healthz blocked 19 s)."""
+    with watched(hostile_server) as watch:
+        response = _post(hostile_server, MATPOWER_BOMBS[name], "text/plain")
+    assert_refused(response)
+    assert_stayed_healthy(watch, hostile_server)
+
+
+@pytest.mark.parametrize("opener", [b"[", b'{"a":'])
+def test_json_nested_100000_deep_is_a_422(hostile_server, opener):
+    """Finding 8 on /v1/networks: a RecursionError was a 500."""
+    response = _post(hostile_server, opener * 100_000)
+    body = assert_refused(response)
+    assert response.status_code == 422 and body["errors"][0]["field"] == "body"
+
+
+def test_a_table_declaring_a_million_rows_is_refused_by_its_size(hostile_server, base_json):
+    document = json.loads(json.dumps(base_json))
+    document["_object"]["load"]["_object"] = json.dumps(
+        {"columns": ["bus", "p_mw", "q_mvar", "scaling", "in_service"], "index": list(range(1_000_000)),
+         "data": [[3, 0.01, 0.0, 1.0, True]] * 1_000_000})
+    with watched(hostile_server) as watch:
+        response = _post(hostile_server, json.dumps(document))
+    assert_refused(response)
+    assert_stayed_healthy(watch, hostile_server)
+
+
+def test_a_compressed_mat_bomb_is_stopped_by_the_sandbox(hostile_server, tmp_path):
+    """A .mat file whose zlib-compressed matrix decompresses to ~2 GB: the reader process hits its memory
+    cap (413/422), the server does not grow."""
+    import numpy as np
+    import scipy.io
+
+    path = tmp_path / "bomb.mat"
+    bus = np.zeros((16_000_000, 13))  # 1.6 GB of zeros, a few MB compressed
+    scipy.io.savemat(path, {"mpc": {"version": "2", "baseMVA": 10.0, "bus": bus, "gen": np.zeros((1, 10)),
+                                    "branch": np.zeros((1, 13))}}, do_compression=True)
+    del bus
+    data = path.read_bytes()
+    assert len(data) < 4_000_000
+    with watched(hostile_server) as watch:
+        with hostile_server.client(KEY_A, timeout=120) as client:
+            response = client.post("/v1/networks", files={"file": ("bomb.mat", data, "application/octet-stream")})
+    assert_refused(response)
+    assert response.status_code in (413, 422)
+    assert_stayed_healthy(watch, hostile_server)

@@ -1,0 +1,131 @@
+"""The upload sandbox: what a reader process cannot do, and how its limits and failures reach the client."""
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pandapower as pp
+import pytest
+
+from gridsim.network import pandapower_net
+from service.engine.errors import InvalidInput, QueueFull, TooLarge
+from service.engine.upload_sandbox import SandboxLimits, UploadSandbox
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _confined(snippet: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    """Run `snippet` in a fresh interpreter after `confine` (what every upload reader does first); the
+    modules it uses are imported before, as the zygote imports everything before it forks a reader."""
+    code = textwrap.dedent(f"""
+        import os, signal, subprocess, sys
+        from service.engine.sandbox_zygote import SandboxLimits, confine
+        confine(SandboxLimits(memory_bytes=256 * 2**20, cpu_s=5))
+        {textwrap.indent(textwrap.dedent(snippet), '        ').strip()}
+    """)
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_a_confined_reader_cannot_run_commands(tmp_path):
+    done = _confined(f"""
+        try:
+            subprocess.run(["touch", "{tmp_path}/ran"])
+        except OSError as exc:
+            print("refused", type(exc).__name__)
+        print("system", os.system("touch {tmp_path}/ran2"))
+    """, tmp_path)
+    assert "refused" in done.stdout and not (tmp_path / "ran").exists() and not (tmp_path / "ran2").exists(), done
+
+
+def test_a_confined_reader_cannot_write_files(tmp_path):
+    done = _confined(f"""
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # else the kernel kills it outright: also a refusal
+        try:
+            with open("/tmp/gridpfn-sandbox-probe-{os.getpid()}", "w") as out:
+                out.write("x" * 10)
+            print("wrote")
+        except OSError as exc:
+            print("refused", exc.errno)
+    """, tmp_path)
+    assert "refused" in done.stdout and "wrote" not in done.stdout, done
+
+
+def test_a_confined_reader_has_bounded_memory_and_no_root(tmp_path):
+    done = _confined("""
+        try:
+            block = bytearray(600 * 2**20)
+            print("allocated")
+        except MemoryError:
+            print("refused")
+        print("uid", os.getuid())
+    """, tmp_path)
+    assert "refused" in done.stdout and "allocated" not in done.stdout, done
+    if os.geteuid() == 0:
+        assert "uid 65534" in done.stdout, done
+
+
+@pytest.fixture
+def feeder_json() -> bytes:
+    return pp.to_json(pandapower_net("kerber_landnetz_kabel_1")).encode()
+
+
+def test_a_benign_upload_reads_as_in_process_and_the_zygote_survives_a_crash(feeder_json):
+    from service.engine.networks import snapshot_upload
+
+    expected, _ = snapshot_upload(feeder_json, None)
+
+    async def run():
+        sandbox = UploadSandbox(SandboxLimits())
+        try:
+            info, source = await sandbox.snapshot(feeder_json, None)
+            assert info["id"] == expected["id"] and source.startswith("{")
+            sandbox._zygote.kill()  # the zygote dies (say, the OOM killer): the next upload starts a new one
+            await sandbox._zygote.wait()
+            again, _ = await sandbox.snapshot(feeder_json, "feeder.json")
+            assert again["id"] == expected["id"]
+        finally:
+            await sandbox.close()
+    asyncio.run(run())
+
+
+def test_limits_become_client_errors(feeder_json):
+    async def run():
+        slow = UploadSandbox(SandboxLimits(wall_s=0.001))
+        try:
+            with pytest.raises(InvalidInput, match="longer than 0.001 s") as info:
+                await slow.snapshot(feeder_json, None)
+            assert "GRIDPFN_UPLOAD_TIMEOUT_S" in info.value.entries[0]["expected"]
+        finally:
+            await slow.close()
+        small = UploadSandbox(SandboxLimits(max_bytes=1024))
+        with pytest.raises(TooLarge, match="over the limit"):
+            await small.snapshot(feeder_json, None)
+        # no room to grow beyond the zygote's own free heap (tens of MB), and a case whose ~1.9M numbers need more
+        tight = UploadSandbox(SandboxLimits(memory_bytes=1))
+        big_case = b"mpc.bus = [" + (b"2 1 0.1 0.05 0 0 1 1 0 10 1 1.1 0.9" + b" 0" * 87 + b";\n") * 19_000 + b"];"
+        try:
+            with pytest.raises(TooLarge, match="MemoryError") as refused:
+                await tight.snapshot(big_case, "big.m")
+            assert refused.value.entries[0]["field"] == "body"
+        finally:
+            await tight.close()
+    asyncio.run(run())
+
+
+def test_uploads_beyond_the_queue_are_refused_at_once(feeder_json):
+    async def run():
+        sandbox = UploadSandbox(SandboxLimits(), concurrency=1)
+        try:
+            first = asyncio.create_task(sandbox.snapshot(feeder_json, None))
+            await asyncio.sleep(0)  # the first is queued
+            with pytest.raises(QueueFull):
+                await sandbox.snapshot(feeder_json, None)
+            assert (await first)[0]["n_buses"] == 18
+        finally:
+            await sandbox.close()
+    asyncio.run(run())
