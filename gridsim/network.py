@@ -359,10 +359,10 @@ def pandapower_net(name: "str | Network" = "ieee33"):
     """A fresh (deep-copied) pandapower model of the named feeder, or of a `Network` snapshot
     (a built-in's constructor, or the pandapower JSON a user network was built from)."""
     if isinstance(name, Network):
-        if name.source_json:
-            import pandapower as pp
+        if name.source_json:  # read as data, never with pandapower's object decoder (see gridsim.pandapower_json)
+            from gridsim.pandapower_json import read_pandapower_json
 
-            return pp.from_json_string(name.source_json)
+            return read_pandapower_json(name.source_json)
         name = name.name
     return copy.deepcopy(_pandapower_net_cached(_check_name(name)))
 

@@ -13,7 +13,7 @@ GridPFN: `pip install "gridpfn[client]"` is enough once the package is installed
 
 httpx conventions: pass your own `http_client=httpx.Client(...)` (TLS, proxies, event hooks; you close
 it) or `transport=` (tests, mounts). Calls that can safely be repeated (reads, deletes, predictions,
-simulations, content-addressed context uploads) are retried `retries` times on 503, waiting what the
+simulations, content-addressed context uploads) are retried `retries` times on 503 or 429 (the exact GP busy), waiting what the
 server's Retry-After says (at most `max_retry_wait_s`), and on connection errors with exponential
 backoff; a connection never made is retried for every call. `wait()` polls with growing intervals.
 """
@@ -99,7 +99,7 @@ class _Endpoints:
         if error is not None:
             if not (isinstance(error, httpx.ConnectError) or (call.idempotent and isinstance(error, _RETRYABLE_ERRORS))):
                 return None
-        elif response is None or response.status_code != 503 or not call.idempotent:
+        elif response is None or response.status_code not in (429, 503) or not call.idempotent:
             return None
         else:
             after = response.headers.get("retry-after", "")

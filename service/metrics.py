@@ -38,6 +38,10 @@ class Metrics:
         self.running = Gauge("gridpfn_pool_running", "jobs running in the worker pool", registry=r,
                              multiprocess_mode="livesum")
         self.queued = Gauge("gridpfn_queue_depth", "jobs waiting for a worker", registry=r, multiprocess_mode="livesum")
+        self.gp_running = Gauge("gridpfn_gp_running", "exact GP requests running in its worker processes",
+                                registry=r, multiprocess_mode="livesum")
+        self.gp_queued = Gauge("gridpfn_gp_queue_depth", "exact GP requests waiting for a GP worker", registry=r,
+                               multiprocess_mode="livesum")
         self.rejected = Counter("gridpfn_rejected", "requests refused for load", ["reason"], registry=r)
         self.batch_rows = Histogram("gridpfn_microbatch_rows", "query rows per micro-batch",
                                     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r)
@@ -46,6 +50,10 @@ class Metrics:
     def depth(self, running: int, waiting: int) -> None:
         self.running.set(running)
         self.queued.set(waiting)
+
+    def gp_depth(self, running: int, waiting: int) -> None:
+        self.gp_running.set(running)
+        self.gp_queued.set(waiting)
 
     def batch(self, rows: int, requests: int) -> None:
         self.batch_rows.observe(rows)

@@ -33,6 +33,9 @@ class Settings(BaseSettings):
                                       "page faults once the heap has grown, and the process holds about its peak memory")
     redis_url: str | None = Field(None, description="Redis URL for the context-set store; unset = embedded store")
     api_keys: Annotated[tuple[str, ...], NoDecode] = Field((), description="comma-separated bearer keys for /v1")
+    admin_api_key: str | None = Field(None, repr=False, description="a bearer key valid on every route that also "
+                                      "lists, reads, uses, cancels and deletes every key's context sets, batch jobs "
+                                      "and uploaded networks (the other keys each see only their own)")
 
     max_queries: int = Field(10_000, ge=1, description="most query rows in one /v1/predict or /v1/gp/predict request")
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="largest request body accepted")
@@ -42,6 +45,21 @@ class Settings(BaseSettings):
     gp_max_iter: int | None = Field(None, ge=0, description="L-BFGS iterations of the exact GP's hyperparameter "
                                                            "fit (unset: models.gp's default)")
     gp_max_queries: int = Field(10_000, ge=1, description="most queries the exact GP answers in one request")
+    gp_workers: int = Field(1, ge=1, description="worker processes of the exact GP (service.engine.gp_pool), apart "
+                            "from the model threads: GP fits never delay model predictions' workers or GIL")
+    gp_queue_size: int = Field(2, ge=0, description="GP requests waiting for a GP worker before 429 (Retry-After)")
+    gp_timeout_s: float = Field(60.0, gt=0, description="time limit of one GP request in its worker (fit and answer); "
+                                "past it the worker process is killed and replaced, and the request answered 504")
+    gp_nice: int = Field(10, ge=0, le=19, description="CPU niceness added to the GP workers, so a busy GP yields the "
+                         "cores to model predictions (0 = same priority as the server)")
+
+    max_network_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="largest uploaded network file (POST /v1/networks)")
+    upload_memory_mb: int = Field(1024, ge=64, description="address space an uploaded network's reader process may add "
+                                  "(service.engine.upload_sandbox); over it the upload is refused with 413")
+    upload_cpu_s: int = Field(30, ge=1, description="CPU seconds an uploaded network's reader process may use")
+    upload_timeout_s: float = Field(60.0, gt=0, description="wall-clock limit of reading one uploaded network")
+    upload_concurrency: int = Field(2, ge=1, description="uploaded networks read at once (each in its own process); "
+                                    "more are answered 503 with Retry-After")
 
     context_ttl_s: int = Field(24 * 3600, ge=1, description="lifetime of a stored context set")
     context_recheck_s: float = Field(1.0, ge=0, description="how long the in-process copy of a stored context set "
@@ -49,11 +67,11 @@ class Settings(BaseSettings):
                                      "expired in the store (by another replica) stops being answered here within this "
                                      "time; 0 = ask on every request (a Redis round trip per predict)")
     encoded_cache_size: int = Field(32, ge=1, description="encoded contexts (per model+context) kept in process")
-    gp_cache_size: int = Field(8, ge=1, description="fitted GPs (per context) kept in process")
+    gp_cache_size: int = Field(8, ge=1, description="fitted GPs (per context) kept in each GP worker process")
 
     processes: int = Field(1, ge=1, description="server processes sharing the port (`gridpfn serve --processes`); "
                            "more than one needs GRIDPFN_REDIS_URL so that every process sees every context set")
-    workers: int = Field(2, ge=1, description="threads running model / GP work (per process)")
+    workers: int = Field(2, ge=1, description="threads running model work (per process; the GP has gp_workers)")
     queue_size: int = Field(64, ge=0, description="jobs waiting for a worker before 503")
     batch_window_ms: float = Field(0.5, ge=0, description="how long the micro-batcher collects single queries")
     batch_max_queries: int = Field(64, ge=1, description="query rows that close a micro-batch early")
@@ -79,7 +97,13 @@ class Settings(BaseSettings):
                              "GRIDPFN_REDIS_URL (the embedded store lives inside one process)")
         return self
 
-    @field_validator("redis_url", "device", mode="before")
+    @model_validator(mode="after")
+    def _admin_key_apart(self) -> "Settings":
+        if self.admin_api_key is not None and self.admin_api_key in self.api_keys:
+            raise ValueError("admin_api_key: the admin key is also in GRIDPFN_API_KEYS; give the admin its own key")
+        return self
+
+    @field_validator("redis_url", "device", "admin_api_key", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return None if value == "" else value

@@ -38,7 +38,7 @@ def serve(args: argparse.Namespace) -> int:
         settings = Settings()
     except ValidationError as exc:
         raise ValueError(str(exc)) from None
-    if not settings.api_keys and not is_loopback(args.host):
+    if not (settings.api_keys or settings.admin_api_key) and not is_loopback(args.host):
         log.warning("serving on %s beyond loopback with no API keys: anyone who reaches this port can use "
                     "the API; set GRIDPFN_API_KEYS", args.host)
     log.info("serving on http://%s:%d (docs at /docs), store: %s, %d process(es)", args.host, args.port,

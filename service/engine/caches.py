@@ -1,9 +1,9 @@
-"""Fitted states kept in process: each model's encoding of a context, and the exact GP fitted on it.
+"""Fitted states kept in process: each model's encoding of a context.
 
-Encoded contexts (torch tensors) and fitted GPs are too big and too process-specific for Redis;
-they live in bounded LRUs with single-flight async fill, keyed per (model, version, network,
-context id) and per context id (which itself names the network, so networks never mix). Concurrent misses on one key share one computation, which one caller's cancellation
-does not stop.
+Encoded contexts (torch tensors) are too big and too process-specific for Redis; they live in a
+bounded LRU with single-flight async fill, keyed per (model, version, network, context id).
+Concurrent misses on one key share one computation, which one caller's cancellation does not stop.
+(Fitted exact GPs live in the GP's own worker processes: service.engine.gp_pool.)
 """
 from __future__ import annotations
 
@@ -81,13 +81,11 @@ class Cached:
 
 
 class Fits:
-    """The encoded-context and fitted-GP caches; `run` computes a missing one off the event loop."""
+    """The encoded-context cache; `run` computes a missing one off the event loop."""
 
-    def __init__(self, run: Callable[..., Awaitable[Any]], gp_method: Any, metrics: Metrics,
-                 encoded_size: int, gp_size: int) -> None:
-        self.run, self.gp_method, self.metrics = run, gp_method, metrics
+    def __init__(self, run: Callable[..., Awaitable[Any]], metrics: Metrics, encoded_size: int) -> None:
+        self.run, self.metrics = run, metrics
         self.encoded_cache = AsyncLRU(encoded_size)
-        self.gp_cache = AsyncLRU(gp_size)
 
     async def encoded(self, loaded: Any, ctx: ContextSet) -> tuple[Cached, bool]:
         """The model's encoding of ctx, from the in-process LRU or computed now in the pool."""
@@ -105,22 +103,6 @@ class Fits:
         self.metrics.cache.labels("encoded_context", "hit" if hit else "miss").inc()
         return cached, hit
 
-    async def gp(self, ctx: ContextSet) -> tuple[Cached, bool]:
-        """The exact GP fitted on ctx (LRU per context id); its size is checked before (checks.gp_context)."""
-
-        async def compute() -> Cached:
-            t0 = time.perf_counter()
-            value = await self.run(self.gp_method.fit, ctx.x, ctx.y)
-            seconds = time.perf_counter() - t0
-            self.metrics.gp_fits.inc()
-            self.metrics.gp.labels("fit").observe(seconds)
-            return Cached(value, seconds)
-
-        cached, hit = await self.gp_cache.get_or_compute(ctx.id, compute)
-        self.metrics.cache.labels("gp_fit", "hit" if hit else "miss").inc()
-        return cached, hit
-
     def forget(self, context_id: str) -> None:
-        """Drop every fit of a deleted context."""
+        """Drop every encoding of a deleted context."""
         self.encoded_cache.discard_where(lambda key: key[-1] == context_id)
-        self.gp_cache.discard(context_id)

@@ -71,8 +71,10 @@ class Checks:
             raise TooLarge(field, f"{len(queries)} rows is over the limit", f"at most {limit} rows")
         return load_rows(queries, net, field)
 
-    def context(self, x: Any, y: Any, net: Any, field: str = "context", source: dict | None = None) -> ContextSet:
-        """Validate an uploaded or inline context against its network and build its content-addressed set."""
+    def context(self, x: Any, y: Any, net: Any, field: str = "context", source: dict | None = None,
+                owner: str | None = None) -> ContextSet:
+        """Validate an uploaded or inline context against its network and build its content-addressed set
+        (addressed within its owner's tenant: `owner` is the tenant tag, None when keys are off)."""
         if len(x) > self.settings.max_context_rows:
             raise TooLarge(f"{field}.x", f"{len(x)} context rows is over the limit",
                            f"at most {self.settings.max_context_rows} rows (GRIDPFN_MAX_CONTEXT_ROWS)")
@@ -80,7 +82,7 @@ class Checks:
             raise InvalidInput(f"{field}.y", f"has {len(y)} rows but x has {len(x)}", f"{len(x)} rows, one per x row")
         xa = load_rows(x, net, f"{field}.x")
         ya = _width_check(y, net.n_outputs, f"{field}.y", _outputs(net), "voltages (|V| p.u. of each non-slack bus)")
-        return ContextSet.build(xa, ya, source, network=net.name)
+        return ContextSet.build(xa, ya, source, network=net.name, owner=owner)
 
     def context_size(self, loaded: Any, ctx: ContextSet) -> None:
         """The context's rows within what the model's card supports."""

@@ -3,7 +3,10 @@
 The id is the sha256 of the network's name, the shapes and the canonical bytes (float64
 little-endian, C order), so the same data uploaded twice (or sent inline) gets the same id and
 shares every cache, while the same numbers on two networks are two sets. The network (a built-in
-name or an uploaded network's id) is kept in the set's `source`.
+name or an uploaded network's id) is kept in the set's `source`. With API keys configured the set
+belongs to the tenant that stored it (service.engine.tenants): its id mixes in the tenant's tag
+(same data, same tenant -> same id; another tenant gets another id) and another tenant is told it
+does not exist.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import orjson
 
 from service.engine.errors import NotFound, StoreUnavailable
 from service.engine.store import Store
+from service.engine.tenants import KEYS_OFF, Tenant, scoped_id
 
 KEY_PREFIX = "gridpfn:ctx:"
 _MAGIC = b"GPFNCTX1"
@@ -46,20 +50,22 @@ def context_id(x: np.ndarray, y: np.ndarray, network: str = DEFAULT_NETWORK) -> 
 
 @dataclass(frozen=True)
 class ContextSet:
-    """A context (x (n, d), y (n, k)) with its id and where it came from."""
+    """A context (x (n, d), y (n, k)) with its id, where it came from and its owner's tenant tag (None: keys off)."""
 
     x: np.ndarray
     y: np.ndarray
     id: str
     source: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
+    owner: str | None = None
 
     @classmethod
     def build(cls, x: Any, y: Any, source: dict[str, Any] | None = None,
-              network: str = DEFAULT_NETWORK) -> "ContextSet":
+              network: str = DEFAULT_NETWORK, owner: str | None = None) -> "ContextSet":
         x, y = canonical(x), canonical(y)
         source = {**(source or {"kind": "inline"}), "network": network}
-        return cls(x=x, y=y, id=context_id(x, y, network), source=source, created_at=time.time())
+        return cls(x=x, y=y, id=scoped_id(context_id(x, y, network), owner, "context"), source=source,
+                   created_at=time.time(), owner=owner)
 
     @property
     def network(self) -> str:
@@ -70,8 +76,10 @@ class ContextSet:
         return int(self.x.shape[0])
 
     def to_bytes(self) -> bytes:
-        meta = orjson.dumps({"x": list(self.x.shape), "y": list(self.y.shape), "source": self.source,
-                             "created_at": self.created_at})
+        meta = {"x": list(self.x.shape), "y": list(self.y.shape), "source": self.source, "created_at": self.created_at}
+        if self.owner is not None:
+            meta["owner"] = self.owner
+        meta = orjson.dumps(meta)
         return _MAGIC + struct.pack("<I", len(meta)) + meta + self.x.tobytes() + self.y.tobytes()
 
     @classmethod
@@ -84,7 +92,7 @@ class ContextSet:
         nx = int(np.prod(meta["x"]))
         x = np.frombuffer(blob, dtype=_CANON, count=nx, offset=start).reshape(meta["x"]).copy()
         y = np.frombuffer(blob, dtype=_CANON, offset=start + nx * 8).reshape(meta["y"]).copy()
-        return cls(x=x, y=y, id=cid, source=meta["source"], created_at=meta["created_at"])
+        return cls(x=x, y=y, id=cid, source=meta["source"], created_at=meta["created_at"], owner=meta.get("owner"))
 
 
 class ContextSets:
@@ -107,15 +115,22 @@ class ContextSets:
     async def ttl(self, cid: str) -> int | None:
         return await self.store.ttl(KEY_PREFIX + cid)
 
-    async def delete(self, cid: str) -> bool:
+    async def delete(self, cid: str, tenant: Tenant = KEYS_OFF) -> bool:
+        """True when a set `tenant` sees existed and is now deleted (another tenant's is left alone: False)."""
+        if tenant.tag is not None:
+            ctx = await self.get(cid)
+            if ctx is None or not tenant.sees(ctx.owner):
+                return False
         return await self.store.delete(KEY_PREFIX + cid)
 
     def forget(self, cid: str) -> None:
         """Drop the in-memory copy (the set was deleted here)."""
         self.recent.pop(cid, None)
 
-    async def stored(self, cid: str, location: str = "body") -> ContextSet:
-        """The stored set; recently used ones come from memory, so a hot context is not re-read and
+    async def stored(self, cid: str, location: str = "body", tenant: Tenant = KEYS_OFF) -> ContextSet:
+        """The stored set, when `tenant` sees it (another tenant's is NotFound, as if it never existed).
+
+        Recently used ones come from memory, so a hot context is not re-read and
         re-decoded from the store on every request. Whether it still exists in the store (TTL) is
         asked again once its copy is older than `recheck_s` (GRIDPFN_CONTEXT_RECHECK_S), by one request
         at a time: the others keep using the copy meanwhile, so a hot context costs one store round trip
@@ -136,7 +151,7 @@ class ContextSets:
                 ctx = await self.get(cid)
         except StoreUnavailable as exc:
             raise exc.about(hint="; send the context inline instead, or retry") from exc
-        if ctx is None:
+        if ctx is None or not tenant.sees(ctx.owner):
             raise NotFound("context set", cid, "context_id", location)
         self.recent[cid] = (ctx, checked)
         self.recent.move_to_end(cid)

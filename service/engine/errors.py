@@ -68,6 +68,39 @@ class QueueFull(EngineError):
         super().__init__(f"worker queue full: {self.reason}; retry shortly")
 
 
+class GPBusy(EngineError):
+    """The exact GP's own pool (service.engine.gp_pool) is full; the models are not affected."""
+
+    def __init__(self, field: str, running: int, waiting: int, capacity: int, retry_after_s: int) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(
+            f"the exact GP is busy: {running} GP requests running and {waiting} waiting (capacity {capacity}: "
+            f"GRIDPFN_GP_WORKERS + GRIDPFN_GP_QUEUE_SIZE); retry after {retry_after_s} s. Model predictions "
+            "without the GP are answered meanwhile", field, "the exact GP is busy",
+            f"a retry after {retry_after_s} s (Retry-After), or the request without the exact GP")
+
+
+class GPTimeout(EngineError):
+    """A GP fit or answer ran past GRIDPFN_GP_TIMEOUT_S and its worker process was stopped."""
+
+    def __init__(self, field: str, limit_s: float, rows: int) -> None:
+        super().__init__(
+            f"the exact GP on {rows} context rows did not finish within {limit_s:g} s (GRIDPFN_GP_TIMEOUT_S) and "
+            "was stopped; use a smaller context, or submit the study as a batch job (POST /v1/batch-jobs)",
+            field, f"the exact GP took longer than {limit_s:g} s", f"a context the exact GP fits within {limit_s:g} s "
+            f"here (fewer than {rows} rows), or POST /v1/batch-jobs")
+
+
+class GPWorkerLost(EngineError):
+    """The exact GP's worker process exited while answering (killed for memory, crashed); it is replaced."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"the exact GP's worker process stopped while answering ({reason}); it is restarted on "
+                         "the next GP request: retry shortly", field, "the exact GP's worker process stopped",
+                         "a retry (Retry-After), or a smaller context")
+
+
 class StoreUnavailable(EngineError):
     """The store holding `what` (context sets, networks) cannot be reached right now.
 

@@ -17,6 +17,7 @@ from service.engine.answers import Answer, AnswerSpec, answer as answer_of, on_t
 from service.engine.context_sets import ContextSet
 from service.engine.errors import NonFiniteAnswer
 from service.engine.runtime import Runtime
+from service.engine.tenants import Tenant
 
 BATCHABLE_ROWS = 8  # requests this small join micro-batches; bigger ones run on their own
 # Requests at least this big are cut into one block per pool worker, run side by side: with one
@@ -58,28 +59,28 @@ def _spec(req: Any) -> AnswerSpec:
     return AnswerSpec(tuple(float(q) for q in req.quantiles), band)
 
 
-async def context_of(rt: Runtime, request: Any) -> tuple[ContextSet, Any]:
+async def context_of(rt: Runtime, request: Any, tenant: Tenant) -> tuple[ContextSet, Any]:
     """The request's context (inline, no store needed, or stored, by id) and its network (gridsim's
-    Network: the widths, names and model choice follow it)."""
+    Network: the widths, names and model choice follow it), as far as `tenant` sees them (another
+    tenant's context set or uploaded network is NotFound; an inline context is addressed within the tenant)."""
     if request.context is not None:
-        net = await rt.networks.resolve(request.context.network, "context.network")
-        return rt.checks.context(request.context.x, request.context.y, net), net
-    ctx = await rt.contexts.stored(request.context_id)
-    return ctx, await rt.networks.resolve(ctx.network, "context_id")
+        net = await rt.networks.resolve(request.context.network, "context.network", tenant=tenant)
+        return rt.checks.context(request.context.x, request.context.y, net, owner=tenant.tag), net
+    ctx = await rt.contexts.stored(request.context_id, tenant=tenant)
+    return ctx, await rt.networks.resolve(ctx.network, "context_id", tenant=tenant)
 
 
-async def _gp_answer(rt: Runtime, ctx: Any, queries: np.ndarray, spec: AnswerSpec) -> tuple[Answer, dict]:
-    fitted, hit = await rt.fits.gp(ctx)
-    answer, predict_s = await rt.executor.run(_direct, rt.gp_method, fitted.value, queries, spec)
-    rt.metrics.gp.labels("predict").observe(predict_s)
-    return answer, {"gp_fit_ms": fitted.seconds * 1e3, "gp_predict_ms": predict_s * 1e3, "gp_fit_cached": hit}
+async def _gp_answer(rt: Runtime, ctx: Any, queries: np.ndarray, spec: AnswerSpec, field: str) -> tuple[Answer, dict]:
+    """The exact GP's answer from its own pool (service.engine.gp_pool; `field` asked for it)."""
+    answer, t = await rt.gp.answer(ctx.id, ctx.x, ctx.y, queries, spec, field)
+    return answer, {"gp_fit_ms": t["fit_s"] * 1e3, "gp_predict_ms": t["predict_s"] * 1e3, "gp_fit_cached": t["fit_cached"]}
 
 
-async def predict(rt: Runtime, req: Any) -> dict[str, Any]:
-    """The answer to a PredictRequest (see the module docstring)."""
+async def predict(rt: Runtime, req: Any, tenant: Tenant) -> dict[str, Any]:
+    """The answer to a PredictRequest from `tenant` (see the module docstring)."""
     t0 = time.perf_counter()
     rt.models.known(req.model)
-    ctx, net = await context_of(rt, req)
+    ctx, net = await context_of(rt, req, tenant)
     loaded = rt.models.get(req.model, net)
     rt.checks.context_size(loaded, ctx)
     queries = rt.checks.queries(req.queries, net)
@@ -104,7 +105,7 @@ async def predict(rt: Runtime, req: Any) -> dict[str, Any]:
     }
     gp = None
     if req.compare_gp:
-        gp_answer, gp_timing = await _gp_answer(rt, ctx, queries, AnswerSpec())
+        gp_answer, gp_timing = await _gp_answer(rt, ctx, queries, AnswerSpec(), "compare_gp")
         gp_arrays = _arrays(gp_answer, AnswerSpec(), "exact GP")
         gp = {"mean": gp_arrays["mean"], "std": gp_arrays["std"]}
         timing.update(gp_timing)
@@ -117,14 +118,14 @@ async def predict(rt: Runtime, req: Any) -> dict[str, Any]:
     return body
 
 
-async def gp_predict(rt: Runtime, req: Any) -> dict[str, Any]:
-    """The answer to a GPPredictRequest: the exact GP fitted on the context (cached per context)."""
+async def gp_predict(rt: Runtime, req: Any, tenant: Tenant) -> dict[str, Any]:
+    """The answer to a GPPredictRequest from `tenant`: the exact GP fitted on the context (cached per context)."""
     t0 = time.perf_counter()
-    ctx, net = await context_of(rt, req)
+    ctx, net = await context_of(rt, req, tenant)
     queries = rt.checks.queries(req.queries, net)
     rt.checks.gp(ctx, queries)
     spec = _spec(req)
-    answer, timing = await _gp_answer(rt, ctx, queries, spec)
+    answer, timing = await _gp_answer(rt, ctx, queries, spec, "context_id" if req.context is None else "context")
     body = {"model": "exact-gp", "network": net.name, "context_id": ctx.id, "outputs": list(net.output_names),
             **_arrays(answer, spec, "exact GP")}
     timing["total_ms"] = (time.perf_counter() - t0) * 1e3

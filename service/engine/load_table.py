@@ -1,7 +1,8 @@
 """Tables of load vectors (batch-job uploads, Arrow predict bodies): column and cell checks.
 
 Both refuse the first bad column or cell with its row (1-based) and column named, so a planning
-tool sees the same wording whichever way it sent the table.
+tool sees the same wording whichever way it sent the table, and both hold loads to the range JSON
+bodies get (LOAD_LIMIT), so a file cannot carry a value that a JSON request could not.
 """
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+LOAD_LIMIT = 1000.0  # MW or Mvar: the bound of every load value, in JSON bodies, Arrow bodies and batch files
 
 
 class InputError(ValueError):
@@ -61,6 +64,17 @@ def as_float(column: pa.ChunkedArray | pa.Array, name: str, offset: int) -> np.n
     if not finite.all():
         idx = int(np.argmin(finite))
         raise InputError(f"value {values[idx]} is not finite", "a finite number", offset + idx + 1, name)
+    return values
+
+
+def as_load(column: pa.ChunkedArray | pa.Array, name: str, offset: int) -> np.ndarray:
+    """`as_float`, and within +-LOAD_LIMIT: the first value outside is refused with its row and column."""
+    values = as_float(column, name, offset)
+    outside = np.abs(values) > LOAD_LIMIT
+    if outside.any():
+        row = int(np.argmax(outside))
+        raise InputError(f"value {values[row]:g} is outside [-{LOAD_LIMIT:g}, {LOAD_LIMIT:g}]",
+                         f"MW or Mvar within +-{LOAD_LIMIT:g}", offset + row + 1, name)
     return values
 
 

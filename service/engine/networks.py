@@ -23,6 +23,7 @@ import orjson
 
 from service.engine.errors import InvalidInput, NotFound
 from service.engine.store import Store
+from service.engine.tenants import Tenant, scoped_id
 
 UPLOAD_ID = re.compile(r"^[0-9a-f]{64}$")
 RESOLVED_KEEP = 16  # uploaded networks kept rebuilt in process (a rebuild runs a base-load power flow)
@@ -96,31 +97,44 @@ def unknown_network(name: str, field: str) -> InvalidInput:
 
 class Networks:
     """Uploaded networks in a Store with a TTL (the built-ins live in gridsim), and their gridsim
-    `Network`s for requests (`resolve`)."""
+    `Network`s for requests (`resolve`).
+
+    An upload belongs to the tenant that made it (service.engine.tenants): its id is the content id
+    mixed with the tenant's tag (the content id itself when keys are off), the description keeps the
+    tag under `owner`, and every read, list and use by another tenant finds nothing (NotFound, None).
+    The built-ins are everyone's."""
 
     def __init__(self, store: Store, ttl_s: int, run: Callable[..., Awaitable[Any]] | None = None) -> None:
         self.store, self.ttl_s, self.run = store, ttl_s, run
-        self.resolved: OrderedDict[str, Any] = OrderedDict()
+        self.resolved: OrderedDict[str, tuple[Any, str | None]] = OrderedDict()  # id -> (Network, owner)
 
-    async def resolve(self, network_id: str, field: str = "network", location: str = "body") -> Any:
-        """The gridsim Network named by a request: a built-in, or an upload (NotFound when it is not stored)."""
+    async def resolve(self, network_id: str, field: str = "network", location: str = "body", *,
+                      tenant: Tenant) -> Any:
+        """The gridsim Network named by a request: a built-in, or an upload `tenant` sees (NotFound when
+        it is not stored or is another tenant's)."""
         import gridsim
 
         if network_id in built_in_names():
             return gridsim.network(network_id)
         if not UPLOAD_ID.match(network_id):
             raise unknown_network(network_id, field)
-        net = self.resolved.get(network_id)
-        if net is None:
+        entry = self.resolved.get(network_id)
+        if entry is None:  # keys on: the owner is checked before anything is rebuilt for this caller
+            info = None if tenant.tag is None else await self.get(network_id, tenant=None)
+            owner = None if info is None else info.get("owner")
+            if tenant.tag is not None and (info is None or not tenant.sees(owner)):
+                raise NotFound("network", network_id, field, location)
             source = await self.store.get(SOURCE_PREFIX + network_id)
             if source is None:
                 raise NotFound("network", network_id, field, location)
             net = await self.run(_rebuild, source, network_id) if self.run else _rebuild(source, network_id)
-            self.resolved[network_id] = net
+            entry = self.resolved[network_id] = (net, owner)
             while len(self.resolved) > RESOLVED_KEEP:
                 self.resolved.popitem(last=False)
+        if not tenant.sees(entry[1]):
+            raise NotFound("network", network_id, field, location)
         self.resolved.move_to_end(network_id)
-        return net
+        return entry[0]
 
     async def keep(self, network_id: str) -> None:
         """Restart an upload's TTL (a context set was just stored on it, and needs it as long)."""
@@ -131,13 +145,30 @@ class Networks:
             if value is not None:
                 await self.store.set(prefix + network_id, value, self.ttl_s)
 
-    async def put(self, info: dict[str, Any], source_json: str) -> None:
-        await self.store.set(SOURCE_PREFIX + info["id"], source_json.encode(), self.ttl_s)
-        await self.store.set(KEY_PREFIX + info["id"], orjson.dumps(info), self.ttl_s)
+    async def put(self, info: dict[str, Any], source_json: str, *, tenant: Tenant) -> dict[str, Any]:
+        """Store an upload (`info` as snapshot_upload describes it, its id the content id) as `tenant`'s;
+        returns the description clients see, under the id requests name it by (scoped to the tenant)."""
+        network_id = scoped_id(info["id"], tenant.tag, "network")
+        public = {**info, "id": network_id, "name": network_id} if network_id != info["id"] else info
+        stored = {**public, "owner": tenant.tag} if tenant.tag is not None else public
+        await self.store.set(SOURCE_PREFIX + network_id, source_json.encode(), self.ttl_s)
+        await self.store.set(KEY_PREFIX + network_id, orjson.dumps(stored), self.ttl_s)
+        self.resolved.pop(network_id, None)
+        return public
 
-    async def get(self, network_id: str) -> dict[str, Any] | None:
+    async def get(self, network_id: str, *, tenant: Tenant | None) -> dict[str, Any] | None:
+        """An upload's description, when `tenant` sees it (None: missing or another tenant's; tenant None:
+        whoever owns it, with its `owner` tag, for the service's own use)."""
         blob = await self.store.get(KEY_PREFIX + network_id)
-        return None if blob is None else orjson.loads(blob)
+        if blob is None:
+            return None
+        info = orjson.loads(blob)
+        if tenant is None:
+            return info
+        if not tenant.sees(info.get("owner")):
+            return None
+        info.pop("owner", None)
+        return info
 
     async def ttl(self, network_id: str) -> int | None:
         return await self.store.ttl(KEY_PREFIX + network_id)

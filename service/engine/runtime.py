@@ -2,16 +2,19 @@
 
 - `models`: the registry's models by name and network (lookup),
 - `networks`: the built-in and uploaded feeders a request names (resolve),
+- `uploads`: the sandbox processes that read and validate uploaded feeders (isolation),
 - `contexts`: the context sets in the store, recently used ones in memory (storage),
 - `checks`: the configured limits and row shapes (checks),
-- `fits`: encoded contexts and fitted GPs kept in process (caches),
-- `executor`: the worker pool and the micro-batcher (executors).
+- `fits`: encoded contexts kept in process (caches),
+- `executor`: the worker pool and the micro-batcher (executors),
+- `gp`: the exact GP's own pool of worker processes, apart from the models' (executors).
 
 Built once by the app's lifespan; the HTTP layer reaches it through `request.app.state.runtime`
 and hands its flows (service.engine.inference) plain request objects.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,8 +24,10 @@ from service.engine.checks import Checks
 from service.engine.context_sets import ContextSets
 from service.engine.errors import InvalidInput, NotFound
 from service.engine.executor import Executor
+from service.engine.gp_pool import GPPool
 from service.engine.networks import Networks
 from service.engine.store import Store
+from service.engine.upload_sandbox import SandboxLimits, UploadSandbox
 from service.metrics import Metrics
 from service.settings import Settings
 
@@ -73,8 +78,14 @@ class Runtime:
         self.contexts = ContextSets(self.store, s.context_ttl_s, s.context_recheck_s, s.encoded_cache_size)
         self.executor = Executor(s.workers, s.queue_size, s.batch_window_ms / 1000.0, s.batch_max_queries, self.metrics)
         self.networks = Networks(self.store, s.context_ttl_s, self.executor.run)
-        self.fits = Fits(self.executor.run, self.gp_method, self.metrics, s.encoded_cache_size, s.gp_cache_size)
+        self.uploads = UploadSandbox(SandboxLimits(s.upload_memory_mb * 2**20, s.upload_cpu_s, s.upload_timeout_s,
+                                                   s.max_network_bytes), s.upload_concurrency)
+        self.fits = Fits(self.executor.run, self.metrics, s.encoded_cache_size)
+        self.gp = GPPool(self.gp_method, s.gp_workers, s.gp_queue_size, s.gp_timeout_s, s.gp_cache_size,
+                         s.torch_threads, s.gp_nice, self.metrics)
 
     async def close(self) -> None:
         self.executor.shutdown()
+        await self.uploads.close()
+        await asyncio.to_thread(self.gp.shutdown)
         await self.store.close()

@@ -78,7 +78,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # innermost of ours: body limit, metrics and Server-Timing still apply. With hot routes off it
     # still answers Arrow request bodies, which FastAPI cannot parse, and leaves JSON to FastAPI.
     app.add_middleware(HotRoutes, fastapi_app=app, json=settings.hot_routes)
-    # batch-job uploads stream to disk under their own limit (GRIDPFN_JOB_MAX_UPLOAD_BYTES)
+    # batch-job uploads stream to disk under their own limit (JobSettings.upload_limit: the row limit's bytes)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, exempt=("/v1/batch-jobs",))
     app.add_middleware(HTTPMetricsMiddleware, metrics=app.state.metrics)
     return app

@@ -11,22 +11,24 @@ engine (service.engine.checks), which knows the network once it has the context.
 context, quantiles, voltage_band, compare_gp: the JSON body's fields without `queries`) is JSON in
 the schema metadata under `gridpfn`, as in Arrow answers (service.http.responses). Cells are checked
 as batch-job uploads are (service.engine.load_table: the row and column of the first bad one) and against
-the JSON body's load range; the other fields by the same request schema as JSON bodies.
+the JSON body's load range; the other fields by the same request schema as JSON bodies. The stream is
+sized from its message headers before any batch is decompressed (service.engine.arrow_limits): rows
+past the limit are a 413 naming `queries` however well they compress.
 """
 from __future__ import annotations
 
 from typing import TypeVar
 
-import numpy as np
 import orjson
 import pyarrow as pa
 from pydantic import ValidationError
 
-from service.engine.errors import InvalidInput, TooLarge
-from service.engine.load_table import InputError, NamedColumns, as_float
+from service.engine import arrow_limits
+from service.engine.errors import InvalidInput
+from service.engine.load_table import InputError, NamedColumns, as_load
 from service.http.problems import ProblemError, field_error, validation_problem
 from service.http.responses import ARROW_STREAM, METADATA_KEY
-from service.http.schemas import LOAD_LIMIT, QueryOptions
+from service.http.schemas import QueryOptions
 
 Request = TypeVar("Request", bound=QueryOptions)
 
@@ -46,13 +48,7 @@ def _queries(table: pa.Table) -> NamedColumns:
     try:
         columns = {}
         for index, name in enumerate(table.schema.names):
-            values = as_float(table.column(index), name, 0)
-            outside = np.abs(values) > LOAD_LIMIT
-            if outside.any():
-                row = int(np.argmax(outside))
-                raise InputError(f"value {values[row]} is outside [-{LOAD_LIMIT:g}, {LOAD_LIMIT:g}]",
-                                 f"MW or Mvar within +-{LOAD_LIMIT:g}", row + 1, name)
-            columns[name] = values
+            columns[name] = as_load(table.column(index), name, 0)
     except InputError as exc:
         raise _cell_problem(exc) from None
     return NamedColumns(columns, table.schema.names)
@@ -60,10 +56,7 @@ def _queries(table: pa.Table) -> NamedColumns:
 
 def parse(schema: type[Request], body: bytes, max_rows: int) -> Request:
     """The request `schema` describes, from an Arrow body; a 422 / 413 refusal when it is not one."""
-    try:
-        table = pa.ipc.open_stream(body).read_all()
-    except (pa.ArrowException, OSError) as exc:
-        raise InvalidInput("body", f"is not an Arrow IPC stream ({exc})", f"one Arrow IPC stream ({ARROW_STREAM})") from None
+    table = arrow_limits.read_stream(body, max_rows, "queries")  # 413 past max_rows before decompressing
     raw = (table.schema.metadata or {}).get(METADATA_KEY)
     expected = "the request's fields other than queries, as a JSON object in the schema metadata 'gridpfn'"
     if raw is None:
@@ -76,8 +69,6 @@ def parse(schema: type[Request], body: bytes, max_rows: int) -> Request:
         raise InvalidInput("gridpfn", f"is a JSON {type(fields).__name__}, not an object", expected)
     if "queries" in fields:
         raise InvalidInput("gridpfn.queries", "queries go in the table's columns, not in the metadata", expected)
-    if table.num_rows > max_rows:
-        raise TooLarge("queries", f"{table.num_rows} rows is over the limit", f"at most {max_rows} rows")
     if table.num_rows == 0:
         raise InvalidInput("queries", "the table has no rows", "at least one row: a load vector per row")
     queries = _queries(table)

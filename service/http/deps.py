@@ -19,7 +19,9 @@ async def get_runtime(request: Request) -> Runtime:
 def problems(*statuses: int) -> dict[int | str, dict]:
     """OpenAPI `responses` entries: each status answers problem+json."""
     words = {401: "missing or invalid API key", 404: "unknown model or context set", 413: "too many rows or too big a body",
-             422: "invalid input (field, expected shape or range named)", 503: "busy or store unreachable (Retry-After)"}
+             422: "invalid input (field, expected shape or range named)", 503: "busy or store unreachable (Retry-After)",
+             429: "the exact GP is busy (Retry-After); predictions without it are answered",
+             504: "the exact GP passed its time limit (GRIDPFN_GP_TIMEOUT_S) and was stopped"}
     return {status: {"model": Problem, "description": words.get(status, "error"),
                      "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
             for status in statuses}

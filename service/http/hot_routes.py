@@ -25,13 +25,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.engine import inference
 from service.engine.errors import EngineError
+from service.engine.tenants import Tenant
 from service.http import arrow_request
 from service.http.auth import check_authorization_header
 from service.http.problems import ProblemError, problem_of, problem_response, unexpected_response, validation_problem
 from service.http.responses import answer_response
 from service.http.schemas import GPPredictRequest, PredictRequest
 
-Flow = Callable[[Any, Any], Awaitable[dict]]  # (runtime, request) -> the answer as plain data
+Flow = Callable[[Any, Any, Tenant], Awaitable[dict]]  # (runtime, request, caller) -> the answer as plain data
 
 # (method, path) -> (request schema, the engine's flow); every route here also exists in FastAPI
 ROUTES: dict[tuple[str, str], tuple[type[BaseModel], Flow]] = {
@@ -79,7 +80,8 @@ class HotRoutes:
 
     async def _answer(self, key: tuple[str, str], http: Request, arrow: bool) -> Response:
         runtime = self.fastapi_app.state.runtime
-        check_authorization_header(http.headers.get("authorization"), runtime.settings.api_keys)
+        tenant = check_authorization_header(http.headers.get("authorization"), runtime.settings.api_keys,
+                                            runtime.settings.admin_api_key)
         schema, flow = ROUTES[key]
         if arrow:
             request = arrow_request.parse(schema, await http.body(), runtime.settings.max_queries)
@@ -88,4 +90,4 @@ class HotRoutes:
                 request = schema.model_validate_json(await http.body())
             except ValidationError as exc:
                 raise validation_problem(exc.errors(include_url=False), "body") from None
-        return answer_response(await flow(runtime, request), http.headers.get("accept"))
+        return answer_response(await flow(runtime, request, tenant), http.headers.get("accept"))

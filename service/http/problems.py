@@ -17,8 +17,9 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from service.engine.errors import (EngineError, GPContextTooLarge, InputRejected, InvalidInput, NonFiniteAnswer,
-                                   NotFound, QueueFull, StoreUnavailable, TooLarge)
+from service.engine.errors import (EngineError, GPBusy, GPContextTooLarge, GPTimeout, GPWorkerLost, InputRejected,
+                                   InvalidInput, NonFiniteAnswer, NotFound, QueueFull, StoreUnavailable, TooLarge)
+from service.http import fast_json
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,10 @@ PROBLEMS: dict[type[EngineError], tuple[int, str, str, int | None]] = {
     TooLarge: (413, "too-large", "Request too large", None),
     NonFiniteAnswer: (500, "non-finite-answer", "Non-finite answer", None),
     QueueFull: (503, "overloaded", "Server busy", 1),
+    # 429, not 503: the server still answers model predictions; a proxy must not take the replica out of rotation
+    GPBusy: (429, "gp-busy", "Exact GP busy", 1),
+    GPTimeout: (504, "gp-timeout", "Exact GP stopped at its time limit", None),
+    GPWorkerLost: (503, "gp-unavailable", "Exact GP worker stopped", 1),
     StoreUnavailable: (503, "store-unavailable", "{What} store unavailable", 5),
 }
 
@@ -80,6 +85,7 @@ def problem_of(exc: EngineError) -> ProblemError:
     """The problem answering a domain error (PROBLEMS, by its class or the nearest listed base)."""
     kind = next(k for k in type(exc).__mro__ if k in PROBLEMS)
     status, slug, title, retry_after_s = PROBLEMS[kind]
+    retry_after_s = getattr(exc, "retry_after_s", retry_after_s)  # an error may know better (GPBusy)
     what = getattr(exc, "what", "")
     return ProblemError(status, slug, title.format(what=what, What=what.capitalize()), exc.detail, exc.entries,
                         headers=None if retry_after_s is None else {"Retry-After": str(retry_after_s)})
@@ -95,6 +101,8 @@ def _expected_from(err: dict[str, Any]) -> str | None:
     ctx = err.get("ctx") or {}
     if "expected" in ctx:
         return str(ctx["expected"])
+    if err.get("type") == "json_invalid" and fast_json.too_deep(str(ctx.get("error", ""))):
+        return f"JSON nested at most {fast_json.MAX_JSON_DEPTH} levels deep"
     bounds = [f"{name} {ctx[key]}" for key, name in
               (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if key in ctx]
     if bounds:

@@ -19,6 +19,7 @@ from pydantic_core import PydanticCustomError
 from gridsim.feeders import MAX_BUSES
 from service.engine.answers import VoltageBand
 from service.engine.gridsim_calls import BUILT_IN_NETWORKS, DEFAULT_NETWORK
+from service.engine import load_table
 from service.http import examples as ex
 
 
@@ -36,7 +37,7 @@ StrictBool = Annotated[bool, Field(strict=True)]
 
 # Physical ranges, generous: IEEE 33-bus loads are < 1 MW per bus, voltages ~0.9-1.05 p.u. Outside
 # them the models' arithmetic is not meaningful (1e30 MW overflows the PFN), so they are a 422.
-LOAD_LIMIT = 1000.0
+LOAD_LIMIT = load_table.LOAD_LIMIT  # one bound for JSON bodies, Arrow bodies and batch files
 Load = Annotated[float, Field(allow_inf_nan=False, strict=True, ge=-LOAD_LIMIT, le=LOAD_LIMIT, description="MW or Mvar")]
 Voltage = Annotated[float, Field(allow_inf_nan=False, strict=True, ge=0.0, le=5.0, description="|V| in p.u.")]
 

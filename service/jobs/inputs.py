@@ -1,7 +1,11 @@
 """Uploaded CSV / Parquet files -> the job's input: Parquet with one row group per chunk.
 
 Validation streams the file in row batches (bounded memory whatever its size) and stops at the
-first bad cell, naming its row (1-based, header excluded) and column. The canonical input has the
+first bad cell, naming its row (1-based, header excluded) and column; a load outside the range JSON
+requests get is such a cell. Rows are counted before they are written: a Parquet file declaring more
+than the job's row limit is refused from its footer (service.engine.parquet_limits, which also bounds
+what its pages decompress to), a CSV at the first batch past the limit, so nothing past it is ever
+written. A UTF-8 byte-order mark before a CSV header is allowed (spreadsheet exports). The canonical input has the
 model's feature columns in card order as float64, written so that row group i is chunk i, which is
 what lets a resumed worker read exactly the chunk it needs.
 """
@@ -17,10 +21,13 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from service.engine.load_table import InputError, as_float, check_columns, first_non_number
+from service.engine import parquet_limits
+from service.engine.errors import TooLarge
+from service.engine.load_table import InputError, as_load, check_columns, first_non_number
 from service.jobs.results import WRITE_OPTIONS
 
 CSV_BLOCK_BYTES = 4 << 20
+MAX_ROWS_SETTING = "GRIDPFN_JOB_MAX_ROWS"
 PARQUET_MAGIC = b"PAR1"
 
 
@@ -70,19 +77,17 @@ class ChunkWriter:
         self.tmp.unlink(missing_ok=True)
 
 
-def _parquet_batches(path: Path, features: Sequence[str], batch_rows: int) -> Iterator[pa.RecordBatch]:
-    try:
-        source = pq.ParquetFile(path, pre_buffer=False)  # pre-buffering would read ahead the whole file
-    except (pa.ArrowException, OSError) as exc:
-        raise InputError(f"unreadable Parquet file: {exc}", "a valid Parquet file") from exc
+def _parquet_batches(path: Path, features: Sequence[str], batch_rows: int, max_rows: int) -> Iterator[pa.RecordBatch]:
+    """Checked at once (footer, page headers, columns); the batches then come a row group at a time."""
+    source = parquet_limits.open_file(path, features, max_rows, MAX_ROWS_SETTING)  # no pre-buffering: no read-ahead
     check_columns(source.schema_arrow.names, features)
-    for group in range(source.num_row_groups):  # one row group in memory at a time
-        yield from source.iter_batches(batch_size=batch_rows, row_groups=[group], columns=list(features))
+    return (batch for group in range(source.num_row_groups)
+            for batch in source.iter_batches(batch_size=batch_rows, row_groups=[group], columns=list(features)))
 
 
 def _csv_header(path: Path, features: Sequence[str]) -> None:
     with open(path, "rb") as handle:
-        header = handle.readline().decode("utf-8", "replace").strip().split(",")
+        header = handle.readline().decode("utf-8-sig", "replace").strip().split(",")  # -sig: a BOM is no name
     names = [h.strip().strip('"') for h in header if h.strip()]
     if not names:
         raise InputError("the file is empty", "a header row with the feature names, then data rows")
@@ -119,7 +124,12 @@ def _locate_csv_type_error(path: Path, features: Sequence[str], exc: Exception) 
 
 
 def _csv_batches(path: Path, features: Sequence[str]) -> Iterator[pa.RecordBatch]:
+    """The header checked at once; the rows then come a block at a time."""
     _csv_header(path, features)
+    return _csv_rows(path, features)
+
+
+def _csv_rows(path: Path, features: Sequence[str]) -> Iterator[pa.RecordBatch]:
     try:
         reader = _open_csv(path, features)
         while True:
@@ -134,23 +144,27 @@ def _csv_batches(path: Path, features: Sequence[str]) -> Iterator[pa.RecordBatch
 
 def ingest(path: Path, fmt: str, features: Sequence[str], dest: Path, chunk_rows: int, max_rows: int) -> int:
     """Validate `path` (csv/parquet) and write the canonical input to `dest`; returns the row count."""
-    batches = _parquet_batches(path, features, chunk_rows) if fmt == "parquet" else _csv_batches(path, features)
-    writer = ChunkWriter(dest, features, chunk_rows)
+    batches = (_parquet_batches(path, features, chunk_rows, max_rows) if fmt == "parquet"
+               else _csv_batches(path, features))  # a footer or header refused here writes nothing
+    writer: ChunkWriter | None = None
     try:
         offset = 0
         for batch in batches:
             if batch.num_rows == 0:
                 continue
+            if offset + batch.num_rows > max_rows:  # before the write: no row past the limit reaches the disk
+                raise TooLarge("file", f"more than {max_rows} rows", f"at most {max_rows} rows ({MAX_ROWS_SETTING})")
             names = batch.schema.names
-            writer.write([as_float(batch.column(names.index(f)), f, offset) for f in features])
+            columns = [as_load(batch.column(names.index(f)), f, offset) for f in features]
+            writer = writer or ChunkWriter(dest, features, chunk_rows)  # the input file once a batch passed
+            writer.write(columns)
             offset += batch.num_rows
-            if offset > max_rows:
-                raise InputError(f"more than {max_rows} rows", f"at most {max_rows} rows (GRIDPFN_JOB_MAX_ROWS)")
-        if offset == 0:
+        if writer is None:
             raise InputError("the file has no data rows", "at least one row of load vectors")
         return writer.close()
     except BaseException:
-        writer.abort()
+        if writer is not None:
+            writer.abort()
         raise
 
 

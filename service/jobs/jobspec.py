@@ -39,6 +39,7 @@ class JobSpec(BaseModel):
     chunk_rows: int
     source: str  # "csv", "parquet" or "simulate"
     created_at: float
+    owner: Optional[str] = None  # the submitting tenant's tag (service.engine.tenants); None: keys off
 
     @property
     def chunks(self) -> int:

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 import numpy as np
 import redis
 
+from service.engine.tenants import Tenant
 from service.jobs import inputs
 from service.jobs.janitor import sweep
 from service.jobs.jobspec import JobSpec, JobState
@@ -105,8 +106,9 @@ class JobService:
             log.exception("embedded job %s crashed", job_id)
 
     def spec_for(self, job_id: str, loaded: Any, context_id: str, net: Any, options: Any, rows: int,
-                 source: str) -> JobSpec:
-        """The job's spec; an uploaded network's JSON goes into the job's directory (workers rebuild it from there)."""
+                 source: str, *, tenant: Tenant) -> JobSpec:
+        """The job's spec, owned by `tenant`; an uploaded network's JSON goes into the job's directory (workers
+        rebuild it from there)."""
         if net.source_json:
             self.files(job_id).network.write_text(net.source_json)
         return JobSpec(id=job_id, model=loaded.name, model_version=str(loaded.version), context_id=context_id,
@@ -114,12 +116,14 @@ class JobService:
                        outputs=tuple(net.output_names), quantiles=tuple(float(q) for q in options.quantiles),
                        voltage_band=tuple(options.voltage_band) if options.voltage_band else None,
                        with_ground_truth=bool(options.with_ground_truth), rows=rows,
-                       chunk_rows=self.settings.job_chunk_rows, source=source, created_at=time.time())
+                       chunk_rows=self.settings.job_chunk_rows, source=source, created_at=time.time(),
+                       owner=tenant.tag)
 
     # --- inspect / cancel ---------------------------------------------------------------------------
-    def status(self, job_id: str) -> dict[str, Any] | None:
+    def status(self, job_id: str, *, tenant: Tenant) -> dict[str, Any] | None:
+        """The job's status; None when it does not exist or is another tenant's (the same to the caller)."""
         job = self.states.get(job_id)
-        if job is None:
+        if job is None or not tenant.sees(job["spec"].owner):
             return None
         spec: JobSpec = job["spec"]
         state: JobState = job["state"]

@@ -12,6 +12,11 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+# Beyond rows x width: the header line or Parquet footer, page headers and per-column statistics.
+UPLOAD_FRAMING_BYTES = 64 << 10
+COLUMN_FRAMING_BYTES = 1 << 10
+
+
 class JobSettings(BaseSettings):
     """Env var = GRIDPFN_ + upper-case field name (e.g. GRIDPFN_JOBS_DIR)."""
 
@@ -21,7 +26,11 @@ class JobSettings(BaseSettings):
                            description="job inputs, part files and results; shared by the server and the workers")
     job_chunk_rows: int = Field(16_384, ge=1, description="rows per chunk (one forward pass, one part file)")
     job_max_rows: int = Field(20_000_000, ge=1, description="most rows in one job")
-    job_max_upload_bytes: int = Field(8 << 30, ge=1024, description="largest uploaded file")
+    job_upload_cell_bytes: int = Field(25, ge=8, description="bytes one cell of an uploaded file may take on "
+                                       "average: a float64 written in full with its separator takes at most 25; "
+                                       "sets the upload limit with JOB_MAX_ROWS (upload_limit)")
+    job_max_upload_bytes: int | None = Field(None, ge=1024, description="a fixed ceiling on uploaded files below "
+                                             "the one derived from JOB_MAX_ROWS (unset: the derived one alone)")
     job_claim_idle_s: float = Field(120.0, gt=0, description="a running job whose worker sent no heartbeat for "
                                     "this long is taken over by another worker; must exceed one chunk's time")
     job_max_attempts: int = Field(5, ge=1, description="times a job may be (re)started before it is failed")
@@ -32,3 +41,10 @@ class JobSettings(BaseSettings):
     worker_threads: int | None = Field(None, ge=1, description="threads of `gridpfn worker`: each chunk is cut into "
                                        "this many blocks run side by side on one torch thread each (unset: the "
                                        "CPU count)")
+
+    def upload_limit(self, columns: int) -> int:
+        """Largest uploaded file for a network of `columns` load features: JOB_MAX_ROWS rows of
+        JOB_UPLOAD_CELL_BYTES per cell, a header, and JOB_MAX_UPLOAD_BYTES when that is lower."""
+        derived = self.job_max_rows * (columns * self.job_upload_cell_bytes + 2) + UPLOAD_FRAMING_BYTES
+        derived += columns * COLUMN_FRAMING_BYTES
+        return derived if self.job_max_upload_bytes is None else min(derived, self.job_max_upload_bytes)

@@ -401,13 +401,13 @@ function busTable(data) {
 
 // ---------------------------------------------------------------- batch jobs
 function batchForm(file, name) {
-  const form = new FormData();
-  form.append("file", file, name);
+  const form = new FormData();  // the fields before the file: the server checks them before reading it
   form.append("model", $("model").value);
   form.append("context_id", state.context.id);
   form.append("quantiles", QUANTILES.join(","));
   form.append("voltage_band", band().join(","));
   form.append("with_ground_truth", $("batch-truth").checked ? "true" : "false");
+  form.append("file", file, name);
   return form;
 }
 

@@ -127,3 +127,42 @@ def dockerignored(path: str, patterns: list[str] | None = None) -> bool:
         if any(regex.match(c) for c in candidates):
             excluded = not negate
     return excluded
+
+
+SERVICE_UID = 10001  # the fixed uid (and gid) docker/Dockerfile creates and runs as
+NO_NEW_PRIVILEGES = "no-new-privileges:true"
+
+
+def _under(path: str, mounts: list[str]) -> bool:
+    return any(path == m or path.startswith(m.rstrip("/") + "/") for m in mounts)
+
+
+def hardening_problems(service: dict) -> list[str]:
+    """What a resolved compose service of the image lacks of its defence in depth; empty when nothing:
+    the image's fixed non-root uid, a read-only root filesystem on which every place the service writes
+    (GRIDPFN_JOBS_DIR, tempfile's /tmp, PROMETHEUS_MULTIPROC_DIR when set) is a volume or a tmpfs, no
+    Linux capabilities, no privilege escalation, not privileged."""
+    problems = []
+    if service.get("user") != f"{SERVICE_UID}:{SERVICE_UID}":
+        problems.append(f"user is {service.get('user')!r}, not the image's {SERVICE_UID}:{SERVICE_UID}")
+    if service.get("read_only") is not True:
+        problems.append("read_only is not true")
+    if [c.upper() for c in service.get("cap_drop") or []] != ["ALL"] or service.get("cap_add"):
+        problems.append(f"capabilities: cap_drop {service.get('cap_drop')}, cap_add {service.get('cap_add')}")
+    if NO_NEW_PRIVILEGES not in (service.get("security_opt") or []):
+        problems.append(f"security_opt lacks {NO_NEW_PRIVILEGES}")
+    if service.get("privileged"):
+        problems.append("privileged")
+    volumes = service.get("volumes") or []
+    tmpfs = [entry.split(":")[0] for entry in service.get("tmpfs") or []]
+    tmpfs += [v["target"] for v in volumes if v.get("type") == "tmpfs"]
+    writable = tmpfs + [v["target"] for v in volumes if v.get("type") != "tmpfs" and not v.get("read_only")]
+    if "/tmp" not in tmpfs:
+        problems.append("/tmp is not a tmpfs (temporary files, the metrics directory of --processes N)")
+    env = service.get("environment") or {}
+    for name in ("GRIDPFN_JOBS_DIR", "PROMETHEUS_MULTIPROC_DIR"):
+        if env.get(name) and not _under(env[name], writable):
+            problems.append(f"{name}={env[name]} is on the read-only root filesystem")
+    if not env.get("GRIDPFN_JOBS_DIR"):
+        problems.append("GRIDPFN_JOBS_DIR unset: the default lies in /tmp, a tmpfs the api and workers do not share")
+    return problems

@@ -1,6 +1,8 @@
 """Deployment files: the compose stack validates against the Compose Specification (Docker
-Compose's own parser), the Dockerfile passes hadolint and keeps its contract (pinned bases,
-non-root, /readyz health check, the api command), .dockerignore keeps secrets and data out of the
+Compose's own parser) and runs its containers hardened (fixed non-root uid, read-only root
+filesystem with tmpfs/volumes where the service writes, no capabilities, no-new-privileges), the
+Dockerfile passes hadolint and keeps its contract (pinned bases, non-root, /readyz health check,
+the api command), .dockerignore keeps secrets and data out of the
 build context, and .env.example documents every variable with the service's own setting names.
 The commands the containers run are exercised against real Redis in test_container_commands.py.
 """
@@ -17,8 +19,9 @@ import pytest
 from service.jobs.settings import JobSettings
 from service.settings import Settings
 from tests.docker.deploy_files import (
-    COMPOSE, COMPOSE_CPU, ENV_EXAMPLE, REPO, TEST_KEYS, compose_config, compose_variables,
-    dockerfile_instructions, dockerignored, env_example_names, env_text, resolved, tool,
+    COMPOSE, COMPOSE_CPU, ENV_EXAMPLE, NO_NEW_PRIVILEGES, REPO, SERVICE_UID, TEST_KEYS, compose_config,
+    compose_variables, dockerfile_instructions, dockerignored, env_example_names, env_text, hardening_problems,
+    resolved, tool,
 )
 
 SERVICE_SETTINGS = {f"GRIDPFN_{name.upper()}" for name in (*Settings.model_fields, *JobSettings.model_fields)}
@@ -94,6 +97,33 @@ def test_cpu_override_drops_the_gpu(cpu_stack):
         assert service["build"]["args"]["VARIANT"] == "cpu"
         assert service["environment"]["GRIDPFN_DEVICE"] == "cpu"
         assert service["image"] == cpu_stack["services"]["api"]["image"] != "gridpfn:gpu"
+
+
+def test_containers_run_unprivileged_on_a_read_only_root(gpu_stack, cpu_stack):
+    for stack in (gpu_stack, cpu_stack):
+        for name in ("api", "worker"):
+            assert hardening_problems(stack["services"][name]) == [], name
+        assert NO_NEW_PRIVILEGES in stack["services"]["redis"]["security_opt"]
+
+
+@pytest.mark.parametrize("secure, weakened, problem", [
+    ("read_only: true", "read_only: false", "read_only"),
+    ("cap_drop: [ALL]", "cap_drop: [NET_RAW]", "capabilities"),
+    ('security_opt: ["no-new-privileges:true"]', "security_opt: []", NO_NEW_PRIVILEGES),
+    (f'user: "{SERVICE_UID}:{SERVICE_UID}"', 'user: "0:0"', "user"),
+    ("- /tmp:mode=1777", "- /var/tmp:mode=1777", "/tmp is not a tmpfs"),
+    ("GRIDPFN_JOBS_DIR: /var/lib/gridpfn/jobs", "GRIDPFN_JOBS_DIR: /srv/jobs", "GRIDPFN_JOBS_DIR=/srv/jobs"),
+], ids=["read_only", "cap_drop", "no-new-privileges", "user", "tmpfs", "jobs-dir"])
+def test_hardening_check_sees_each_property_weakened(tmp_path, secure, weakened, problem):
+    """The check above is real: the stack with one property weakened is valid compose, and reported."""
+    text = COMPOSE.read_text()
+    assert secure in text
+    broken = tmp_path / "docker-compose.yml"
+    broken.write_text(text.replace(secure, weakened, 1))
+    result = compose_config(tmp_path, broken, env=env_text())
+    assert result.returncode == 0, result.stderr
+    found = hardening_problems(json.loads(result.stdout)["services"]["api"])
+    assert any(problem in p for p in found), found
 
 
 def test_compose_refuses_to_start_without_api_keys(tmp_path):
@@ -204,6 +234,21 @@ def test_dockerfile_contract(gpu_stack):
     assert "GRIDPFN_MODEL_DIR=/opt/gridpfn/models" in env
     runs = " ".join(rest for keyword, rest in steps if keyword == "RUN")
     assert "TORCH_CPU_INDEX" in args and '--index-url "${TORCH_CPU_INDEX}"' in runs, "VARIANT=cpu: the CPU wheel"
+
+
+def test_image_runs_as_the_fixed_uid_compose_names(gpu_stack):
+    steps = dockerfile_instructions()
+    final = steps[max(i for i, (k, _) in enumerate(steps) if k == "FROM"):]
+    users = [rest for keyword, rest in final if keyword == "USER"]
+    assert users[-1] == f"{SERVICE_UID}:{SERVICE_UID}" == gpu_stack["services"]["api"]["user"]
+    runs = " ".join(rest for keyword, rest in final if keyword == "RUN")
+    assert re.search(rf"groupadd [^&;]*--gid {SERVICE_UID} ", runs), "the group needs the fixed gid"
+    assert re.search(rf"useradd [^&;]*--uid {SERVICE_UID} [^&;]*--gid {SERVICE_UID} ", runs), "the user needs the fixed uid"
+    # the jobs directory exists owned by that user, so a fresh named volume mounted on it inherits the owner
+    jobs_dir = gpu_stack["services"]["api"]["environment"]["GRIDPFN_JOBS_DIR"]
+    assert f"install -d -o {SERVICE_UID} -g {SERVICE_UID} {jobs_dir}" in runs
+    env = " ".join(rest for keyword, rest in final if keyword == "ENV")
+    assert f"GRIDPFN_JOBS_DIR={jobs_dir}" in env
 
 
 def test_build_context_has_what_the_image_copies_and_nothing_secret():

@@ -69,7 +69,8 @@ def serve_process(model_dir: Path, workdir: Path, **env_extra: str):
     """`gridpfn serve` in its own process, cwd = workdir (so a file a payload writes lands where we look)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "GRIDPFN_REDIS_URL"}  # the embedded store unless given
-    env.update(GRIDPFN_API_KEYS=f"{KEY_A},{KEY_B}", GRIDPFN_ADMIN_API_KEY=ADMIN_KEY, **SECURITY_ENV, **env_extra)
+    env.update({"GRIDPFN_API_KEYS": f"{KEY_A},{KEY_B}", "GRIDPFN_ADMIN_API_KEY": ADMIN_KEY, **SECURITY_ENV})
+    env.update(env_extra)  # a test's own settings win over the defaults above
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.Popen([sys.executable, "-m", "service.commands.cli", "--log-level", "WARNING", "serve",
                              "--port", str(port), "--model-dir", str(model_dir)], cwd=workdir, env=env,

@@ -18,7 +18,7 @@ from tests.service.conftest import MODEL
 
 
 class Flaky(BaseHTTPRequestHandler):
-    """Answers each path from a script: a list of ("503", retry_after) / ("drop",) / ("json", body) steps."""
+    """Answers each path from a script: a list of ("503" or "429", retry_after) / ("drop",) / ("json", body) steps."""
 
     def _serve(self) -> None:
         server = self.server
@@ -33,8 +33,8 @@ class Flaky(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
-        status, headers, body = (503, {"Retry-After": str(step[1])}, {"status": 503, "detail": "busy"}) \
-            if step[0] == "503" else (200, {}, step[1])
+        status, headers, body = (int(step[0]), {"Retry-After": str(step[1])}, {"status": int(step[0]), "detail": "busy"}) \
+            if step[0] in ("503", "429") else (200, {}, step[1])
         data = json.dumps(body).encode()
         self.send_response(status)
         for name, value in {**headers, "Content-Type": "application/json", "Content-Length": str(len(data))}.items():
@@ -70,6 +70,15 @@ def test_a_503_is_retried_after_the_servers_retry_after(flaky):
     assert len(times) == 3
     assert times[1] - times[0] >= 0.95  # Retry-After: 1 honoured
     assert times[2] - times[1] < 0.9  # Retry-After: 0
+
+
+def test_a_429_is_retried_like_a_503(flaky):
+    """The exact GP's pool answers 429 gp-busy with Retry-After when its workers are busy."""
+    flaky.script["/v1/models"] = [("429", 1), ("json", {"models": []})]
+    with GridPFNClient(flaky.url, retries=2, backoff_s=0.01) as client:
+        assert client.models() == {"models": []}
+    times = [t for _, path, t in flaky.seen if path == "/v1/models"]
+    assert len(times) == 2 and times[1] - times[0] >= 0.95
 
 
 def test_retries_are_bounded_and_the_last_503_is_raised(flaky):

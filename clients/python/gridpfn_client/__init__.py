@@ -1,1 +1,524 @@
-../../../service/client.py
+"""Python client for planning tools: every endpoint of the service over HTTP, sync and async.
+
+Needs only httpx and pandas (plus pyarrow to read Arrow answers and Parquet results), never torch or the rest of
+GridPFN: `pip install "gridpfn[client]"` is enough once the package is installed, and this one file can be copied.
+
+    client = GridPFNClient("http://127.0.0.1:8000", api_key=None)        # or AsyncGridPFNClient, same methods
+    cid = client.create_context(simulate={"network": "ieee33", "delta": 0.1, "n": 500, "seed": 0})
+    answer = client.predict(loads, model="transformer-dva", context_id=cid, quantiles=[0.05, 0.95])  # DataFrame
+    # another feeder: nid = client.upload_network("feeder.json")["id"], then create_context(..., network=nid)
+    job = client.submit("loads.parquet", model="transformer-dva", context_id=cid, quantiles=[0.05, 0.95])
+    client.wait(job["id"])
+    frame = client.fetch(job["id"])            # pandas DataFrame (or fetch(id, "out.parquet") to a file)
+
+httpx conventions: pass your own `http_client=httpx.Client(...)` (TLS, proxies, event hooks; you close
+it) or `transport=` (tests, mounts). Calls that can safely be repeated (reads, deletes, predictions,
+simulations, content-addressed context uploads) are retried `retries` times on 503 or 429 (the exact GP busy), waiting what the
+server's Retry-After says (at most `max_retry_wait_s`), and on connection errors with exponential
+backoff; a connection never made is retried for every call. `wait()` polls with growing intervals.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import io
+import json
+import os
+import random
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import httpx
+import pandas as pd
+
+TERMINAL = ("done", "failed", "cancelled")
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+# The IEEE 33-bus feeder's load feature names (P then Q at buses 2..33), for building DataFrames and
+# for arrow_request_body's arrays. The client's own predict and gp_predict name an array's columns as
+# the server does instead (the context's network's description: gridsim's names).
+LOAD_FEATURES = [f"p_mw_bus{bus}" for bus in range(2, 34)] + [f"q_mvar_bus{bus}" for bus in range(2, 34)]
+# errors after which the request may not have reached the server's handler: retried for idempotent calls
+_RETRYABLE_ERRORS = (httpx.NetworkError, httpx.RemoteProtocolError)
+
+
+class GridPFNError(RuntimeError):
+    """An error answer from the service, with its RFC 9457 problem body."""
+
+    def __init__(self, status: int, problem: dict[str, Any]) -> None:
+        super().__init__(f"HTTP {status}: {problem.get('detail') or problem.get('title') or problem}")
+        self.status, self.problem = status, problem
+
+
+def _check(response: httpx.Response) -> httpx.Response:
+    if response.status_code >= 400:
+        try:
+            problem = response.json()
+        except ValueError:
+            problem = {"detail": response.text[:500]}
+        raise GridPFNError(response.status_code, problem)
+    return response
+
+
+@dataclass
+class Call:
+    """One HTTP request of an endpoint, whether it may be repeated, and how its answer is read."""
+
+    method: str
+    path: str
+    parse: Callable[[httpx.Response], Any] = field(default=lambda r: r.json())
+    idempotent: bool = True
+    options: dict[str, Any] = field(default_factory=dict)  # json, content, data, files, params, headers
+    then: Callable[[Any], "Call"] | None = None  # given this call's answer, the call that is made next
+
+
+class _Endpoints:
+    """What each endpoint sends and returns, shared by GridPFNClient and AsyncGridPFNClient."""
+
+    def __init__(self, base_url: str, api_key: str | None, retries: int, backoff_s: float,
+                 max_retry_wait_s: float) -> None:
+        if retries < 0 or backoff_s < 0 or max_retry_wait_s < 0:
+            raise ValueError("retries, backoff_s and max_retry_wait_s: must not be negative")
+        self.base_url = base_url.rstrip("/")
+        self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.retries, self.backoff_s, self.max_retry_wait_s = retries, backoff_s, max_retry_wait_s
+        self._features: dict[str, list[str]] = {}  # the server's feature names, per network id
+
+    def _request_args(self, call: Call) -> dict[str, Any]:
+        options = dict(call.options)
+        options["headers"] = {**self.headers, **options.get("headers", {})}
+        return {"method": call.method, "url": self.base_url + call.path, **options}
+
+    def _retry_delay(self, call: Call, attempt: int, response: httpx.Response | None,
+                     error: Exception | None) -> float | None:
+        """Seconds to wait before attempt `attempt + 1`, or None when the outcome is final."""
+        if attempt >= self.retries:
+            return None
+        if error is not None:
+            if not (isinstance(error, httpx.ConnectError) or (call.idempotent and isinstance(error, _RETRYABLE_ERRORS))):
+                return None
+        elif response is None or response.status_code not in (429, 503) or not call.idempotent:
+            return None
+        else:
+            after = response.headers.get("retry-after", "")
+            if after.strip().isdigit():
+                return min(float(after), self.max_retry_wait_s)
+        return min(self.backoff_s * 2 ** attempt * (0.5 + random.random() / 2), self.max_retry_wait_s)
+
+    # --- service ---------------------------------------------------------------------------------
+    def health(self) -> Call:
+        """GET /healthz: liveness (and which server process answered)."""
+        return Call("GET", "/healthz")
+
+    def ready(self) -> Call:
+        """GET /readyz: models loaded and warmed, store reachable (a GridPFNError 503 when not)."""
+        return Call("GET", "/readyz")
+
+    def models(self) -> Call:
+        """GET /v1/models: every loaded model's card, and refused checkpoints with the reason."""
+        return Call("GET", "/v1/models")
+
+    def model(self, name: str) -> Call:
+        """GET /v1/models/{name}: one model's card."""
+        return Call("GET", f"/v1/models/{name}")
+
+    # --- context sets ------------------------------------------------------------------------------
+    def create_context(self, x: Any = None, y: Any = None, simulate: dict | None = None,
+                       network: str | None = None) -> Call:
+        """Store a context set (arrays, or a gridsim simulate spec) on `network` (a built-in name or an
+        uploaded network's id; default ieee33, or the simulate spec's); returns its id. Ids are content
+        addresses, so a repeated upload stores the same set: retried like a read."""
+        if simulate is not None:
+            body: dict[str, Any] = {"simulate": {**simulate, **({"network": network} if network else {})}}
+        else:
+            body = {"x": _rows(x), "y": _rows(y), **({"network": network} if network else {})}
+        return Call("POST", "/v1/context-sets", lambda r: r.json()["id"], options={"json": body})
+
+    def get_context(self, context_id: str, include_data: bool = False) -> Call:
+        """GET /v1/context-sets/{id}: its description (rows, source, ttl), with x and y when include_data."""
+        return Call("GET", f"/v1/context-sets/{context_id}", options={"params": {"include_data": str(include_data).lower()}})
+
+    def delete_context(self, context_id: str) -> Call:
+        """DELETE /v1/context-sets/{id}; returns None."""
+        return Call("DELETE", f"/v1/context-sets/{context_id}", lambda r: None)
+
+    # --- predictions ---------------------------------------------------------------------------------
+    def predict(self, queries: Any, model: str, context_id: str | None = None, context: tuple[Any, Any] | None = None,
+                quantiles: Sequence[float] = (), voltage_band: Sequence[float] | None = None,
+                compare_gp: bool = False, network: str | None = None) -> Call:
+        """POST /v1/predict with the queries sent as Arrow and answered as Arrow: a DataFrame with a row per
+        query and a column per statistic and bus (`mean_vm_pu_bus2`, `q0.05_...`, ...); model, network,
+        timing etc. in `frame.attrs`. The server picks the model's checkpoint for the context's network.
+        `network`: an inline context's (default ieee33); a stored context set names its own. `queries`: a
+        DataFrame with the network's feature columns, or an (m, features) array in the order of the
+        network's `features` (read from the server once per network and client)."""
+        fields = _query_fields(context_id, context, quantiles, voltage_band, network)
+        fields.update(model=model, compare_gp=compare_gp)
+        return self._query_call("/v1/predict", queries, fields, network)
+
+    def gp_predict(self, queries: Any, context_id: str | None = None, context: tuple[Any, Any] | None = None,
+                   quantiles: Sequence[float] = (), voltage_band: Sequence[float] | None = None,
+                   network: str | None = None) -> Call:
+        """POST /v1/gp/predict: the exact GP fitted on the context (cached per context), as a DataFrame like
+        predict's (`network` and `queries` as there)."""
+        fields = _query_fields(context_id, context, quantiles, voltage_band, network)
+        return self._query_call("/v1/gp/predict", queries, fields, network)
+
+    def _query_call(self, path: str, queries: Any, fields: dict[str, Any], network: str | None) -> Call:
+        """An Arrow query call; an array's columns named by the `features` of the context's network, asked
+        for first when this client has not yet (a stored set's network first, when not given)."""
+        if network is None and "context" in fields:
+            network = fields["context"]["network"]
+        if isinstance(queries, pd.DataFrame) or (network is not None and network in self._features):
+            return _arrow_call(path, queries, fields, self._features.get(network) if network else None)
+
+        def named(description: dict[str, Any]) -> Call:
+            self._features[description["id"]] = list(description["features"])
+            return _arrow_call(path, queries, fields, self._features[description["id"]])
+
+        def described(net: str) -> Call:
+            return Call("GET", f"/v1/networks/{net}", then=named)
+
+        if network is not None:
+            return described(network)
+        return Call("GET", f"/v1/context-sets/{fields['context_id']}", then=lambda info: described(info["network"]))
+
+    # --- networks ----------------------------------------------------------------------------------
+    def networks(self) -> Call:
+        """GET /v1/networks: the built-in and uploaded feeders (id, sizes, kind)."""
+        return Call("GET", "/v1/networks", lambda r: r.json()["networks"])
+
+    def network(self, network_id: str) -> Call:
+        """GET /v1/networks/{id}: buses, loads, lines, transformers, feature and output names, layout."""
+        return Call("GET", f"/v1/networks/{network_id}")
+
+    def upload_network(self, data: str | os.PathLike | bytes) -> Call:
+        """POST /v1/networks: a feeder as pandapower JSON or a MATPOWER case (.m text or .mat), from a
+        path or bytes; returns its description with its content id. Content-addressed, so a repeated
+        upload stores the same network: retried like a read."""
+        if isinstance(data, (bytes, bytearray)):
+            name, content = "network", bytes(data)
+        else:
+            name, content = Path(data).name, Path(data).read_bytes()
+        return Call("POST", "/v1/networks", options={"files": {"file": (name, content, "application/octet-stream")}})
+
+    def simulate(self, loads: Any, network: str = "ieee33") -> Call:
+        """POST /v1/simulate: AC power flow of (m, features) load vectors; the answer as the service gives it."""
+        return Call("POST", "/v1/simulate", options={"json": {"network": network, "loads": _rows(loads)}})
+
+    # --- batch jobs ----------------------------------------------------------------------------------
+    def submit_simulated(self, simulate: dict, model: str, context_id: str, quantiles: Sequence[float] = (),
+                         voltage_band: Sequence[float] | None = None, with_ground_truth: bool = False) -> Call:
+        """A job over n load vectors sampled by gridsim on the server (no upload); never retried (a second job)."""
+        body = {"simulate": simulate, "model": model, "context_id": context_id, "quantiles": list(quantiles),
+                "voltage_band": list(voltage_band) if voltage_band else None, "with_ground_truth": with_ground_truth}
+        return Call("POST", "/v1/batch-jobs", idempotent=False, options={"json": body})
+
+    def status(self, job_id: str) -> Call:
+        """GET /v1/batch-jobs/{id}: state, rows_done / rows_total, rows_per_s, errors."""
+        return Call("GET", f"/v1/batch-jobs/{job_id}")
+
+    def cancel(self, job_id: str) -> Call:
+        """Cancel an active job (returns its status) or delete a finished one (returns None)."""
+        return Call("DELETE", f"/v1/batch-jobs/{job_id}", lambda r: r.json() if r.status_code == 202 else None)
+
+    @staticmethod
+    def _upload_call(handle: Any, name: str, fields: dict[str, str]) -> Call:
+        return Call("POST", "/v1/batch-jobs", idempotent=False,
+                    options={"data": fields, "files": {"file": (name, handle, "application/octet-stream")}})
+
+
+def _sync(endpoint: Callable[..., Call]) -> Callable[..., Any]:
+    @functools.wraps(endpoint)
+    def method(self: "GridPFNClient", *args: Any, **kwargs: Any) -> Any:
+        return self.call(endpoint(self, *args, **kwargs))
+    method.__annotations__ = {**endpoint.__annotations__, "return": Any}
+    return method
+
+
+def _async(endpoint: Callable[..., Call]) -> Callable[..., Any]:
+    @functools.wraps(endpoint)
+    async def method(self: "AsyncGridPFNClient", *args: Any, **kwargs: Any) -> Any:
+        return await self.call(endpoint(self, *args, **kwargs))
+    method.__annotations__ = {**endpoint.__annotations__, "return": Any}
+    return method
+
+
+_ENDPOINTS = ("health", "ready", "models", "model", "create_context", "get_context", "delete_context", "predict",
+              "gp_predict", "networks", "network", "upload_network", "simulate", "submit_simulated", "status", "cancel")
+
+
+class GridPFNClient(_Endpoints):
+    """Synchronous client; see the module docstring."""
+
+    def __init__(self, base_url: str = "http://127.0.0.1:8000", api_key: str | None = None, timeout_s: float = 300.0,
+                 *, http_client: httpx.Client | None = None, transport: httpx.BaseTransport | None = None,
+                 retries: int = 3, backoff_s: float = 0.5, max_retry_wait_s: float = 30.0) -> None:
+        super().__init__(base_url, api_key, retries, backoff_s, max_retry_wait_s)
+        self._owns_http = http_client is None
+        self.http = http_client or httpx.Client(timeout=timeout_s, transport=transport)
+
+    def close(self) -> None:
+        if self._owns_http:
+            self.http.close()
+
+    def __enter__(self) -> "GridPFNClient":
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self.close()
+
+    def send(self, call: Call) -> httpx.Response:
+        """The call's response after retries (see the module docstring), checked: GridPFNError for 4xx/5xx."""
+        attempt = 0
+        while True:
+            response, error = None, None
+            try:
+                response = self.http.request(**self._request_args(call))
+            except httpx.TransportError as exc:
+                error = exc
+            delay = self._retry_delay(call, attempt, response, error)
+            if delay is None:
+                if error is not None:
+                    raise error
+                return _check(response)
+            time.sleep(delay)
+            attempt += 1
+
+    def call(self, call: Call) -> Any:
+        answer = call.parse(self.send(call))
+        return answer if call.then is None else self.call(call.then(answer))
+
+    for _name in _ENDPOINTS:
+        locals()[_name] = _sync(getattr(_Endpoints, _name))
+    del _name
+
+    def submit(self, data: str | os.PathLike | pd.DataFrame, model: str, context_id: str,
+               quantiles: Sequence[float] = (), voltage_band: Sequence[float] | None = None,
+               with_ground_truth: bool = False) -> dict[str, Any]:
+        """Upload a CSV/Parquet file (or a DataFrame) of load vectors; returns the queued job's status."""
+        fields = _fields(model, context_id, quantiles, voltage_band, with_ground_truth)
+        with _upload_file(data) as path, open(path, "rb") as handle:
+            return self.call(self._upload_call(handle, path.name, fields))
+
+    def wait(self, job_id: str, poll_s: float = 0.5, timeout_s: float | None = None,
+             on_progress: Callable[[dict], None] | None = None, max_poll_s: float = 5.0) -> dict[str, Any]:
+        """Poll until the job is done, failed or cancelled, every `poll_s` growing 1.5x up to `max_poll_s`."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for delay in _poll_delays(poll_s, max_poll_s):
+            status = self.status(job_id)
+            if on_progress is not None:
+                on_progress(status)
+            if _finished(status, job_id, deadline, timeout_s):
+                return status
+            time.sleep(delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic())))
+        raise AssertionError("unreachable")
+
+    def fetch(self, job_id: str, path: str | os.PathLike | None = None, format: str | None = None) -> Any:
+        """The result: written to `path` (format from its suffix) and the path returned, or a DataFrame."""
+        fmt = _result_format(path, format)
+        call = Call("GET", f"/v1/batch-jobs/{job_id}/result", options={"params": {"format": fmt}})
+        if path is None:
+            return _frame(self.send(call).content, fmt)
+        with self.http.stream(**self._request_args(call)) as response:
+            if response.status_code >= 400:
+                response.read()
+                _check(response)
+            tmp = Path(f"{path}.part")
+            with open(tmp, "wb") as out:
+                for block in response.iter_bytes(1 << 20):
+                    out.write(block)
+        os.replace(tmp, path)
+        return Path(path)
+
+
+class AsyncGridPFNClient(_Endpoints):
+    """The same methods as GridPFNClient, as coroutines over httpx.AsyncClient."""
+
+    def __init__(self, base_url: str = "http://127.0.0.1:8000", api_key: str | None = None, timeout_s: float = 300.0,
+                 *, http_client: httpx.AsyncClient | None = None, transport: httpx.AsyncBaseTransport | None = None,
+                 retries: int = 3, backoff_s: float = 0.5, max_retry_wait_s: float = 30.0) -> None:
+        super().__init__(base_url, api_key, retries, backoff_s, max_retry_wait_s)
+        self._owns_http = http_client is None
+        self.http = http_client or httpx.AsyncClient(timeout=timeout_s, transport=transport)
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self.http.aclose()
+
+    async def __aenter__(self) -> "AsyncGridPFNClient":
+        return self
+
+    async def __aexit__(self, *_: Any) -> None:
+        await self.aclose()
+
+    async def send(self, call: Call) -> httpx.Response:
+        """As GridPFNClient.send."""
+        attempt = 0
+        while True:
+            response, error = None, None
+            try:
+                response = await self.http.request(**self._request_args(call))
+            except httpx.TransportError as exc:
+                error = exc
+            delay = self._retry_delay(call, attempt, response, error)
+            if delay is None:
+                if error is not None:
+                    raise error
+                return _check(response)
+            await asyncio.sleep(delay)
+            attempt += 1
+
+    async def call(self, call: Call) -> Any:
+        answer = call.parse(await self.send(call))
+        return answer if call.then is None else await self.call(call.then(answer))
+
+    for _name in _ENDPOINTS:
+        locals()[_name] = _async(getattr(_Endpoints, _name))
+    del _name
+
+    async def submit(self, data: str | os.PathLike | pd.DataFrame, model: str, context_id: str,
+                     quantiles: Sequence[float] = (), voltage_band: Sequence[float] | None = None,
+                     with_ground_truth: bool = False) -> dict[str, Any]:
+        """As GridPFNClient.submit."""
+        fields = _fields(model, context_id, quantiles, voltage_band, with_ground_truth)
+        with _upload_file(data) as path:
+            content = await asyncio.to_thread(path.read_bytes)
+            return await self.call(self._upload_call(content, path.name, fields))
+
+    async def wait(self, job_id: str, poll_s: float = 0.5, timeout_s: float | None = None,
+                   on_progress: Callable[[dict], None] | None = None, max_poll_s: float = 5.0) -> dict[str, Any]:
+        """As GridPFNClient.wait."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for delay in _poll_delays(poll_s, max_poll_s):
+            status = await self.status(job_id)
+            if on_progress is not None:
+                on_progress(status)
+            if _finished(status, job_id, deadline, timeout_s):
+                return status
+            await asyncio.sleep(delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic())))
+        raise AssertionError("unreachable")
+
+    async def fetch(self, job_id: str, path: str | os.PathLike | None = None, format: str | None = None) -> Any:
+        """As GridPFNClient.fetch."""
+        fmt = _result_format(path, format)
+        call = Call("GET", f"/v1/batch-jobs/{job_id}/result", options={"params": {"format": fmt}})
+        if path is None:
+            return _frame((await self.send(call)).content, fmt)
+        async with self.http.stream(**self._request_args(call)) as response:
+            if response.status_code >= 400:
+                await response.aread()
+                _check(response)
+            tmp = Path(f"{path}.part")
+            with open(tmp, "wb") as out:
+                async for block in response.aiter_bytes(1 << 20):
+                    out.write(block)
+        os.replace(tmp, path)
+        return Path(path)
+
+
+def _poll_delays(first_s: float, max_s: float):
+    delay = first_s
+    while True:
+        yield delay
+        delay = min(delay * 1.5, max(max_s, first_s))
+
+
+def _finished(status: dict, job_id: str, deadline: float | None, timeout_s: float | None) -> bool:
+    if status["state"] in TERMINAL:
+        return True
+    if deadline is not None and time.monotonic() >= deadline:
+        raise TimeoutError(f"job {job_id} still {status['state']} after {timeout_s} s")
+    return False
+
+
+class _upload_file:
+    """The path of a file to upload: the given one, or a DataFrame written to a temporary Parquet file."""
+
+    def __init__(self, data: str | os.PathLike | pd.DataFrame) -> None:
+        self.data, self._tmp = data, None
+
+    def __enter__(self) -> Path:
+        if not isinstance(self.data, pd.DataFrame):
+            return Path(self.data)
+        self._tmp = tempfile.TemporaryDirectory()
+        path = Path(self._tmp.name) / "queries.parquet"
+        self.data.to_parquet(path, index=False)
+        return path
+
+    def __exit__(self, *_: Any) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+def _result_format(path: str | os.PathLike | None, format: str | None) -> str:
+    return format or ("csv" if path is not None and str(path).endswith(".csv") else "parquet")
+
+
+def _frame(data: bytes, fmt: str) -> pd.DataFrame:
+    return pd.read_csv(io.BytesIO(data)) if fmt == "csv" else pd.read_parquet(io.BytesIO(data))
+
+
+def _query_fields(context_id: str | None, context: tuple[Any, Any] | None, quantiles: Sequence[float],
+                  voltage_band: Sequence[float] | None, network: str | None = None) -> dict[str, Any]:
+    fields: dict[str, Any] = {"quantiles": [float(q) for q in quantiles]}
+    if context is not None:
+        fields["context"] = {"x": _rows(context[0]), "y": _rows(context[1]), "network": network or "ieee33"}
+    else:
+        fields["context_id"] = context_id
+    if voltage_band is not None:
+        fields["voltage_band"] = [float(b) for b in voltage_band]
+    return fields
+
+
+def _arrow_call(path: str, queries: Any, fields: dict[str, Any], features: Sequence[str] | None = None) -> Call:
+    """A query route called with an Arrow body and read as Arrow into a DataFrame (metadata in .attrs)."""
+    return Call("POST", path, _arrow_frame, options={"content": arrow_request_body(queries, fields, features),
+                                                     "headers": {"Content-Type": ARROW_STREAM, "Accept": ARROW_STREAM}})
+
+
+def _arrow_frame(response: httpx.Response) -> pd.DataFrame:
+    import pyarrow as pa
+
+    table = pa.ipc.open_stream(response.content).read_all()
+    frame = table.to_pandas()
+    frame.attrs.update(json.loads(table.schema.metadata[b"gridpfn"]))
+    return frame
+
+
+def arrow_request_body(queries: Any, fields: dict[str, Any], features: Sequence[str] | None = None) -> bytes:
+    """A predict body as Arrow: a column per load feature, a row per query, the request's other `fields`
+    as JSON in the schema metadata `gridpfn` (see service.http.arrow_request). An array's columns are
+    named `features` (default LOAD_FEATURES); a DataFrame keeps its own."""
+    import numpy as np
+    import pyarrow as pa
+
+    if isinstance(queries, pd.DataFrame):
+        table = pa.Table.from_pandas(queries, preserve_index=False)
+    else:
+        names = list(LOAD_FEATURES if features is None else features)
+        matrix = np.asarray(queries, dtype=np.float64)
+        if matrix.ndim != 2 or matrix.shape[1] != len(names):
+            raise ValueError(f"queries: expected an (m, {len(names)}) array or a DataFrame, got shape {matrix.shape}")
+        table = pa.table(dict(zip(names, np.ascontiguousarray(matrix.T))))
+    table = table.replace_schema_metadata({b"gridpfn": json.dumps(fields).encode()})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _rows(a: Any) -> list:
+    return a.tolist() if hasattr(a, "tolist") else [list(map(float, row)) for row in a]
+
+
+def _fields(model: str, context_id: str, quantiles: Sequence[float], band: Sequence[float] | None,
+            truth: bool) -> dict[str, str]:
+    fields = {"model": model, "context_id": context_id, "with_ground_truth": "true" if truth else "false"}
+    if quantiles:
+        fields["quantiles"] = ",".join(repr(float(q)) for q in quantiles)
+    if band:
+        fields["voltage_band"] = ",".join(repr(float(b)) for b in band)
+    return fields

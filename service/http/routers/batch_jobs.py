@@ -1,32 +1,35 @@
 """Batch jobs over HTTP: submit (upload or simulate) -> 202 + id, poll status, fetch result, cancel.
 
-POST takes either multipart/form-data (a CSV or Parquet `file` plus form fields) or JSON with a
-`simulate` spec. Files are validated completely before anything is queued, so a bad file is a 422
-naming its row and column and leaves no job behind. The job runs on the context set's network:
-the file's columns are that network's features, a `simulate` spec must name the same network, and
-the model is its checkpoint for that network (or physics-fit).
+POST takes either multipart/form-data (form fields, then a CSV or Parquet `file` part) or JSON with a
+`simulate` spec. The fields are read first and the model and context set looked up before any of the
+file is (service.http.form_stream), which then streams to disk under a limit derived from the row
+limit and the network's columns (JobSettings.upload_limit). Files are validated completely, loads
+within the range JSON requests get, before anything is queued, so a bad file is a 422 naming its
+row and column and leaves no job behind; rows past the limit are a 413 and are never written. The
+job runs on the context set's network: the file's columns are that network's features, a `simulate`
+spec must name the same network, and the model is its checkpoint for that network (or physics-fit).
 """
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
-import shutil
-from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import redis
 from fastapi import APIRouter, Depends, Path as PathParam, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import Field, ValidationError
-from starlette.datastructures import UploadFile
 from starlette.responses import FileResponse, Response, StreamingResponse
 
 from service.engine.answers import VoltageBand
-from service.engine.errors import InvalidInput, NotFound, TooLarge
+from service.engine.errors import EngineError, InvalidInput, NotFound, TooLarge
 from service.engine.runtime import Runtime
+from service.engine.tenants import Tenant
 from service.http.auth import require_api_key
 from service.http.deps import get_runtime, problems
+from service.http.form_stream import FRAMING_BYTES, FormStream
 from service.http.problems import ProblemError, field_error, unavailable
 from service.http.responses import json_response
 from service.http.schemas import ContextId, Level, SimulateSpec, Strict, StrictBool
@@ -126,11 +129,11 @@ def _form_options(form: Any) -> BatchOptions:
         raise _validation(exc, "body") from exc
 
 
-async def _resolve(rt: Runtime, options: BatchOptions) -> tuple[Any, Any, Any]:
-    """(model, context set, network): the network is the context set's."""
+async def _resolve(rt: Runtime, options: BatchOptions, tenant: Tenant) -> tuple[Any, Any, Any]:
+    """(model, context set, network): the network is the context set's; another tenant's set is NotFound."""
     rt.models.known(options.model)
-    ctx = await rt.contexts.stored(options.context_id)
-    net = await rt.networks.resolve(ctx.network, "context_id")
+    ctx = await rt.contexts.stored(options.context_id, tenant=tenant)
+    net = await rt.networks.resolve(ctx.network, "context_id", tenant=tenant)
     loaded = rt.models.get(options.model, net)
     rt.checks.context_size(loaded, ctx)
     return loaded, ctx, net
@@ -142,42 +145,61 @@ def _file_problem(exc: InputError) -> ProblemError:
     return ProblemError(422, "invalid-file", "Invalid input file", f"file: {exc}", [entry])
 
 
-async def _submit_upload(request: Request, rt: Runtime, jobs: JobService) -> tuple[Any, Any, str]:
-    async with request.form(max_files=1, max_fields=16) as form:
-        options = _form_options(form)
-        upload = form.get("file")
-        if not isinstance(upload, UploadFile):
-            raise InvalidInput("file", "no file part in the form", "a multipart `file` field with CSV or Parquet")
-        loaded, ctx, net = await _resolve(rt, options)
-        job_id = new_job_id()
-        files = jobs.files(job_id)
-        files.dir.mkdir(parents=True, exist_ok=True)
-        staged = files.dir / "upload"
-        try:
-            await asyncio.to_thread(_copy, upload.file, staged)
-            if staged.stat().st_size > jobs.settings.job_max_upload_bytes:
-                raise TooLarge("file", f"upload of {staged.stat().st_size} bytes",
-                                f"at most {jobs.settings.job_max_upload_bytes} bytes (GRIDPFN_JOB_MAX_UPLOAD_BYTES)")
-            rows, fmt = await asyncio.to_thread(jobs.prepare_upload, job_id, staged, upload.filename,
-                                                list(net.feature_names))
-        except InputError as exc:
-            files.remove()
-            raise _file_problem(exc) from exc
-        except BaseException:
-            files.remove()
+def _upload_too_large(what: str, limit: int, columns: int) -> TooLarge:
+    return TooLarge("file", what,
+                    f"at most {limit} bytes for a network of {columns} load columns (GRIDPFN_JOB_MAX_ROWS rows of "
+                    "GRIDPFN_JOB_UPLOAD_CELL_BYTES per cell, or GRIDPFN_JOB_MAX_UPLOAD_BYTES when lower)")
+
+
+async def _submit_upload(request: Request, rt: Runtime, jobs: JobService, tenant: Tenant) -> tuple[Any, Any, str]:
+    form = FormStream(request, max_fields=len(FORM_FIELDS))
+    try:
+        return await _receive_upload(form, request, rt, jobs, tenant)
+    except (EngineError, ProblemError, RequestValidationError) as exc:
+        if form.ended:
             raise
-        finally:
-            staged.unlink(missing_ok=True)
-    return jobs.spec_for(job_id, loaded, ctx.id, net, options, rows, fmt), ctx, job_id
+        raise form.closing(exc) from exc  # refused before the end of the body: the rest is not read
 
 
-def _copy(source: Any, dest: Path) -> None:
-    source.seek(0)
-    with open(dest, "wb") as out:
-        shutil.copyfileobj(source, out, 1 << 20)
+async def _receive_upload(form: FormStream, request: Request, rt: Runtime, jobs: JobService,
+                          tenant: Tenant) -> tuple[Any, Any, str]:
+    """The form's fields come first: the model and context set are looked up (404, 422) and the upload
+    limit set before a byte of the file is read; the file then streams to disk under that limit."""
+    fields, has_file = await form.fields_before_file()
+    missing = [name for name in ("model", "context_id") if name not in fields]
+    if has_file and missing and set(fields) <= set(FORM_FIELDS):
+        raise InvalidInput(missing[0], "not among the form fields before the file part",
+                           "the form fields model and context_id (and any options) before the file part")
+    options = _form_options(fields)
+    if not has_file:
+        raise InvalidInput("file", "no file part in the form", "a multipart `file` field with CSV or Parquet")
+    loaded, ctx, net = await _resolve(rt, options, tenant)
+    columns = len(net.feature_names)
+    limit = jobs.settings.upload_limit(columns)
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > form.received + limit + FRAMING_BYTES:
+        raise _upload_too_large(f"a body of {length} bytes", limit, columns)  # refused before the file is read
+    job_id = new_job_id()
+    files = jobs.files(job_id)
+    files.dir.mkdir(parents=True, exist_ok=True)
+    staged = files.dir / "upload"
+    try:
+        await form.save_file(staged, limit, lambda _: _upload_too_large(f"an upload of more than {limit} bytes", limit, columns))
+        await form.finish()
+        rows, fmt = await asyncio.to_thread(jobs.prepare_upload, job_id, staged, form.filename,
+                                            list(net.feature_names))
+    except InputError as exc:
+        files.remove()
+        raise _file_problem(exc) from exc
+    except BaseException:
+        files.remove()
+        raise
+    finally:
+        staged.unlink(missing_ok=True)
+    return jobs.spec_for(job_id, loaded, ctx.id, net, options, rows, fmt, tenant=tenant), ctx, job_id
 
 
-async def _submit_simulated(request: Request, rt: Runtime, jobs: JobService) -> tuple[Any, Any, str]:
+async def _submit_simulated(request: Request, rt: Runtime, jobs: JobService, tenant: Tenant) -> tuple[Any, Any, str]:
     body = bytearray()
     async for block in request.stream():  # capped while reading: this path skips the app's body limit
         body += block
@@ -190,7 +212,7 @@ async def _submit_simulated(request: Request, rt: Runtime, jobs: JobService) -> 
         raise _validation(exc, "body") from exc
     if options.simulate.n > jobs.settings.job_max_rows:
         raise TooLarge("simulate.n", f"{options.simulate.n} rows", f"at most {jobs.settings.job_max_rows} rows")
-    loaded, ctx, net = await _resolve(rt, options)
+    loaded, ctx, net = await _resolve(rt, options, tenant)
     if options.simulate.network != net.name:
         raise InvalidInput("simulate.network", f"{options.simulate.network} is not the context set's network {net.name}",
                            f"{net.name}: the job's loads are for the network its context set was made on")
@@ -200,18 +222,19 @@ async def _submit_simulated(request: Request, rt: Runtime, jobs: JobService) -> 
     except ValueError as exc:
         jobs.files(job_id).remove()
         raise InvalidInput("simulate", str(exc), "a valid gridsim scenario spec") from exc
-    return jobs.spec_for(job_id, loaded, ctx.id, net, options, rows, "simulate"), ctx, job_id
+    return jobs.spec_for(job_id, loaded, ctx.id, net, options, rows, "simulate", tenant=tenant), ctx, job_id
 
 
 _REQUEST_DOC = {"requestBody": {"required": True, "content": {
-    "multipart/form-data": {"schema": {"type": "object", "required": ["file", "model", "context_id"],
+    "multipart/form-data": {"schema": {"type": "object", "required": ["model", "context_id", "file"],
                                        "additionalProperties": False, "properties": {
-        "file": {"type": "string", "format": "binary",
-                 "description": "CSV (header row) or Parquet; the feature columns of the context set's network"},
         "model": {"type": "string"}, "context_id": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
         "quantiles": {"type": "string", "example": "0.05,0.5,0.95"},
         "voltage_band": {"type": "string", "example": "0.95,1.05"},
-        "with_ground_truth": {"type": "boolean"}}}},
+        "with_ground_truth": {"type": "boolean"},
+        "file": {"type": "string", "format": "binary",
+                 "description": "CSV (header row) or Parquet; the feature columns of the context set's network. "
+                                "The last part: every other field comes before it"}}}},
     "application/json": {"schema": BatchSimulate.model_json_schema(ref_template="#/components/schemas/{model}"),
                          "example": {"simulate": {"network": "ieee33", "delta": 0.1, "n": 10000, "seed": 0},
                                      "model": "ieee33-transformer-dva", "context_id": "0" * 64,
@@ -221,17 +244,13 @@ _REQUEST_DOC = {"requestBody": {"required": True, "content": {
 @router.post("", status_code=202, summary="Submit a batch job (file upload or simulate spec)",
              responses=problems(400, 404, 413, 415, 422), openapi_extra=_REQUEST_DOC)
 async def submit(request: Request, rt: Runtime = Depends(get_runtime),
-                 jobs: JobService = Depends(get_jobs)) -> Response:
+                 jobs: JobService = Depends(get_jobs), tenant: Tenant = Depends(require_api_key)) -> Response:
     """Answers 202 with the job's status and `Location: /v1/batch-jobs/{id}`."""
-    length = request.headers.get("content-length")
-    if length and length.isdigit() and int(length) > jobs.settings.job_max_upload_bytes:
-        raise TooLarge("file", f"upload of {length} bytes",
-                        f"at most {jobs.settings.job_max_upload_bytes} bytes (GRIDPFN_JOB_MAX_UPLOAD_BYTES)")
     kind = request.headers.get("content-type", "")
     if kind.startswith("multipart/form-data"):
-        spec, ctx, job_id = await _submit_upload(request, rt, jobs)
+        spec, ctx, job_id = await _submit_upload(request, rt, jobs, tenant)
     elif kind.startswith("application/json"):
-        spec, ctx, job_id = await _submit_simulated(request, rt, jobs)
+        spec, ctx, job_id = await _submit_simulated(request, rt, jobs, tenant)
     else:
         raise ProblemError(415, "unsupported-media-type", "Unsupported media type",
                            f"content-type {kind or 'none'} is not accepted",
@@ -243,21 +262,23 @@ async def submit(request: Request, rt: Runtime = Depends(get_runtime),
         jobs.files(job_id).remove()
         raise
     log.info("job %s queued: %d rows, model %s, context %s", job_id, spec.rows, spec.model, spec.context_id[:12])
-    response = json_response(await _call(jobs.status, job_id), status=202)
+    response = json_response(await _status(jobs, job_id, tenant), status=202)
     response.headers["Location"] = f"/v1/batch-jobs/{job_id}"
     return response
 
 
-async def _status(jobs: JobService, job_id: str) -> dict:
-    status = await _call(jobs.status, job_id)
+async def _status(jobs: JobService, job_id: str, tenant: Tenant) -> dict:
+    """The job's status; 404 when it does not exist or is another tenant's (one answer for both)."""
+    status = await _call(functools.partial(jobs.status, job_id, tenant=tenant))
     if status is None:
         raise NotFound("batch job", job_id, "job_id")
     return status
 
 
 @router.get("/{job_id}", summary="State, progress (rows done / total, rows/s) and errors", responses=problems(404, 422))
-async def status(job_id: str = JobId, jobs: JobService = Depends(get_jobs)) -> Response:
-    return json_response(await _status(jobs, job_id))
+async def status(job_id: str = JobId, jobs: JobService = Depends(get_jobs),
+                 tenant: Tenant = Depends(require_api_key)) -> Response:
+    return json_response(await _status(jobs, job_id, tenant))
 
 
 def _wanted_format(request: Request, fmt: str | None) -> str:
@@ -271,8 +292,8 @@ def _wanted_format(request: Request, fmt: str | None) -> str:
             responses={**problems(404, 409, 422), 200: {"content": {PARQUET: {}, "text/csv": {}}}})
 async def result(request: Request, job_id: str = JobId,
                  format: Optional[str] = Query(None, pattern="^(parquet|csv)$", description="overrides Accept"),
-                 jobs: JobService = Depends(get_jobs)) -> Response:
-    job = await _status(jobs, job_id)
+                 jobs: JobService = Depends(get_jobs), tenant: Tenant = Depends(require_api_key)) -> Response:
+    job = await _status(jobs, job_id, tenant)
     if job["state"] != JobState.DONE.value:
         raise ProblemError(409, "job-not-done", "Result not available",
                            f"job {job_id} is {job['state']}; the result exists once it is done",
@@ -289,10 +310,11 @@ async def result(request: Request, job_id: str = JobId,
 @router.delete("/{job_id}", summary="Cancel a queued or running job; delete a finished one",
                responses={**problems(404, 422), 202: {"description": "cancelled; body is the job's status"},
                           204: {"description": "finished job and its files deleted"}})
-async def cancel(job_id: str = JobId, jobs: JobService = Depends(get_jobs)) -> Response:
-    job = await _status(jobs, job_id)
+async def cancel(job_id: str = JobId, jobs: JobService = Depends(get_jobs),
+                 tenant: Tenant = Depends(require_api_key)) -> Response:
+    job = await _status(jobs, job_id, tenant)
     if not JobState(job["state"]).terminal and await _call(jobs.cancel, job_id):
-        return json_response(await _status(jobs, job_id), status=202)
+        return json_response(await _status(jobs, job_id, tenant), status=202)
     await _call(jobs.delete, job_id)
     return Response(status_code=204)
 

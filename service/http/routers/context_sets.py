@@ -1,5 +1,8 @@
 """Context sets: upload or simulate on a network, content-addressed, kept with a TTL; read and delete by id.
 
+Each set is its tenant's (the caller's key, service.engine.tenants): its id mixes in the tenant, and
+another key reading, using or deleting it gets the 404 of an id that never existed.
+
 A set names its network (a built-in or an upload): its widths are checked against it here, and
 every later predict, GP or batch job on the set takes the network from it.
 """
@@ -12,6 +15,7 @@ from service.engine.context_sets import ContextSet
 from service.engine.errors import InvalidInput, NotFound, TooLarge
 from service.engine.gridsim_calls import simulate_context
 from service.engine.runtime import Runtime
+from service.engine.tenants import Tenant
 from service.http.auth import require_api_key
 from service.http.deps import get_runtime, problems
 from service.http.fast_json import OrjsonRoute
@@ -33,20 +37,21 @@ def _info(ctx: ContextSet, ttl: int | None, with_data: bool = False) -> dict:
 
 @router.post("", status_code=201, response_model=ContextSetInfo, summary="Store an uploaded or simulated context set",
              responses=problems(404, 413, 422))
-async def create(body: ContextSetCreate, rt: Runtime = Depends(get_runtime)) -> Response:
+async def create(body: ContextSetCreate, rt: Runtime = Depends(get_runtime),
+                 tenant: Tenant = Depends(require_api_key)) -> Response:
     limit = min(rt.settings.max_simulate, rt.settings.max_context_rows)
     if body.simulate is not None:
         if body.simulate.n > limit:
             raise TooLarge("simulate.n", f"{body.simulate.n} simulated rows is over the limit", f"at most {limit}")
-        net = await rt.networks.resolve(body.simulate.network, "simulate.network")
+        net = await rt.networks.resolve(body.simulate.network, "simulate.network", tenant=tenant)
         x, y, dropped = await rt.executor.run(simulate_context, body.simulate, net)
         if len(x) == 0:
             raise InvalidInput("simulate", "no power flow converged", "a spec whose scenarios converge")
         source = {"kind": "simulated", **body.simulate.model_dump(), "dropped_nonconverged": dropped}
-        ctx = ContextSet.build(x, y, source, network=net.name)
+        ctx = ContextSet.build(x, y, source, network=net.name, owner=tenant.tag)
     else:
-        net = await rt.networks.resolve(body.network_name, "network")
-        ctx = rt.checks.context(body.x, body.y, net, field="body", source={"kind": "uploaded"})
+        net = await rt.networks.resolve(body.network_name, "network", tenant=tenant)
+        ctx = rt.checks.context(body.x, body.y, net, field="body", source={"kind": "uploaded"}, owner=tenant.tag)
     await rt.contexts.put(ctx)
     await rt.networks.keep(net.name)
     response = json_response(_info(ctx, rt.settings.context_ttl_s), status=201)
@@ -57,16 +62,18 @@ async def create(body: ContextSetCreate, rt: Runtime = Depends(get_runtime)) -> 
 @router.get("/{context_id}", response_model=ContextSetInfo, summary="A stored context set (arrays with include_data)",
             responses=problems(404, 422))
 async def read(context_id: str = IdPath, include_data: bool = Query(False, description="also return x and y"),
-               rt: Runtime = Depends(get_runtime)) -> Response:
-    ctx = await rt.contexts.stored(context_id, location="path")
+               rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)) -> Response:
+    ctx = await rt.contexts.stored(context_id, location="path", tenant=tenant)
     ttl = await rt.contexts.ttl(context_id)
     return json_response(_info(ctx, ttl, include_data))
 
 
 @router.delete("/{context_id}", status_code=204, summary="Delete a context set", responses=problems(404, 422))
-async def delete(context_id: str = IdPath, rt: Runtime = Depends(get_runtime)) -> Response:
-    if not await rt.contexts.delete(context_id):
+async def delete(context_id: str = IdPath, rt: Runtime = Depends(get_runtime),
+                 tenant: Tenant = Depends(require_api_key)) -> Response:
+    if not await rt.contexts.delete(context_id, tenant=tenant):
         raise NotFound("context set", context_id, "context_id")
     rt.fits.forget(context_id)
+    rt.gp.forget(context_id)
     rt.contexts.forget(context_id)
     return Response(status_code=204)

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Depends, Query
 
 from service.engine.errors import InvalidInput, NotFound
 from service.engine.runtime import Runtime
+from service.engine.tenants import Tenant
 from service.http.auth import require_api_key
 from service.http.deps import get_runtime, problems
 from service.http.fast_json import OrjsonRoute
@@ -42,13 +43,13 @@ async def list_models(rt: Runtime = Depends(get_runtime)) -> dict:
 
 @router.get("/{name}", summary="One model: its networks and each network's card (or one network's card)",
             responses=problems(404, 422))
-async def get_model(name: str, rt: Runtime = Depends(get_runtime),
+async def get_model(name: str, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key),
                     network: Optional[str] = Query(None, pattern=NETWORK_PATTERN,
                                                    description="a network's name or id: that network's card")) -> dict:
     """A network the model does not serve has no card: 404 naming what the model serves."""
     rt.models.known(name, field="name")
     if network is not None:
-        net = await rt.networks.resolve(network, "network", "query")
+        net = await rt.networks.resolve(network, "network", "query", tenant=tenant)
         try:
             return _card(rt.models.get(name, net, field="name"))
         except InvalidInput as exc:

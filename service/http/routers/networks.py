@@ -13,8 +13,9 @@ from pydantic import BaseModel, ConfigDict
 from starlette.responses import Response
 
 from service.engine.errors import InvalidInput, NotFound, StoreUnavailable
-from service.engine.networks import built_in, built_in_names, snapshot_upload, summary
+from service.engine.networks import built_in, built_in_names, summary
 from service.engine.runtime import Runtime
+from service.engine.tenants import Tenant
 from service.http.auth import require_api_key
 from service.http.deps import get_runtime, problems
 from service.http.responses import json_response
@@ -88,13 +89,14 @@ async def _upload(request: Request) -> tuple[bytes, Optional[str]]:
 
 @router.post("", status_code=201, response_model=NetworkInfo, summary="Upload a feeder (pandapower JSON or MATPOWER)",
              responses=problems(400, 413, 422), openapi_extra=UPLOAD_BODY)
-async def create(request: Request, rt: Runtime = Depends(get_runtime)) -> Response:
+async def create(request: Request, rt: Runtime = Depends(get_runtime),
+                 tenant: Tenant = Depends(require_api_key)) -> Response:
     data, filename = await _upload(request)
     if not data.strip():
         raise InvalidInput("body", "empty upload", "pandapower JSON or a MATPOWER case")
-    info, source = await rt.executor.run(snapshot_upload, data, filename)
+    info, source = await rt.uploads.snapshot(data, filename)  # in the upload sandbox (service.engine.upload_sandbox)
     try:
-        await rt.networks.put(info, source)
+        info = await rt.networks.put(info, source, tenant=tenant)  # its id: the content's, scoped to the tenant
     except StoreUnavailable as exc:
         raise _store_down(exc) from exc
     response = json_response({**info, "models": rt.registry.models_for(info["id"]),
@@ -104,13 +106,13 @@ async def create(request: Request, rt: Runtime = Depends(get_runtime)) -> Respon
 
 
 @router.get("", response_model=NetworkList, summary="Built-in and uploaded networks")
-async def list_networks(rt: Runtime = Depends(get_runtime)) -> Response:
+async def list_networks(rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)) -> Response:
     store = rt.networks
     found = [summary(await rt.executor.run(built_in, name), None) for name in built_in_names()]
     try:
         for network_id in await store.ids():
-            info = await store.get(network_id)
-            if info is not None:  # expired between the scan and the read
+            info = await store.get(network_id, tenant=tenant)
+            if info is not None:  # expired between the scan and the read, or another tenant's
                 found.append(summary(info, await store.ttl(network_id)))
     except StoreUnavailable as exc:
         raise _store_down(exc) from exc
@@ -119,13 +121,14 @@ async def list_networks(rt: Runtime = Depends(get_runtime)) -> Response:
 
 @router.get("/{network_id}", response_model=NetworkInfo, summary="A network: buses, loads, lines, names, layout",
             responses=problems(404, 422))
-async def read(network_id: str = IdPath, rt: Runtime = Depends(get_runtime)) -> Response:
+async def read(network_id: str = IdPath, rt: Runtime = Depends(get_runtime),
+               tenant: Tenant = Depends(require_api_key)) -> Response:
     models = rt.registry.models_for(network_id)
     if network_id in built_in_names():
         return json_response({**await rt.executor.run(built_in, network_id), "models": models, "expires_in_s": None})
     store = rt.networks
     try:
-        info = await store.get(network_id)
+        info = await store.get(network_id, tenant=tenant)
         ttl = None if info is None else await store.ttl(network_id)
     except StoreUnavailable as exc:
         raise _store_down(exc) from exc

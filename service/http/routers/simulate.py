@@ -10,6 +10,7 @@ from service.engine.checks import load_rows
 from service.engine.errors import TooLarge
 from service.engine.gridsim_calls import solve
 from service.engine.runtime import Runtime
+from service.engine.tenants import Tenant
 from service.http.auth import require_api_key
 from service.http.deps import get_runtime, problems
 from service.http.fast_json import OrjsonRoute
@@ -21,12 +22,13 @@ router = APIRouter(prefix="/v1", tags=["simulate"], route_class=OrjsonRoute, dep
 
 @router.post("/simulate", response_model=SimulateResponse, responses=problems(401, 404, 413, 422, 503),
              summary="AC power flow |V| p.u. per bus for each load vector")
-async def simulate(body: SimulateRequest, rt: Runtime = Depends(get_runtime)) -> Response:
+async def simulate(body: SimulateRequest, rt: Runtime = Depends(get_runtime),
+                   tenant: Tenant = Depends(require_api_key)) -> Response:
     limit = rt.settings.max_simulate
     if len(body.loads) > limit:
         raise TooLarge("loads", f"{len(body.loads)} load vectors is over the limit",
                        f"at most {limit} (GRIDPFN_MAX_SIMULATE); more: POST /v1/batch-jobs")
-    net = await rt.networks.resolve(body.network)
+    net = await rt.networks.resolve(body.network, tenant=tenant)
     loads = load_rows(body.loads, net, "loads")
     names, vm_pu, converged = await rt.executor.run(solve, loads, net)
     rows = [row if ok and np.isfinite(row).all() else None

@@ -3,7 +3,8 @@ the page needs beyond the /v1 API (which gives it models, networks, context sets
 
 - `POST /ui/api/context-sets`: a measured context uploaded as a CSV or Parquet file (the 64 load columns
   and the 32 `vm_pu_bus*` columns, as `gridpfn simulate -o` writes them) stored exactly as
-  `POST /v1/context-sets` stores `{x, y}`; a bad cell is a 422 naming its row and column.
+  `POST /v1/context-sets` stores `{x, y}`; a bad cell is a 422 naming its row and column. The file is
+  decoded only up to `GRIDPFN_MAX_CONTEXT_ROWS` rows (a Parquet file is sized from its footer first).
 - `GET /ui/api/batch-jobs/{id}/risk-histogram`: the histogram of each row's worst-bus P(outside band)
   over a finished job's result, computed where the result file is (a result can have millions of rows).
 
@@ -26,9 +27,11 @@ from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 from starlette.responses import FileResponse, Response
 
+from service.engine import parquet_limits
 from service.engine.errors import InvalidInput, NotFound, TooLarge
 from service.engine.load_table import InputError, as_float
 from service.engine.runtime import Runtime
+from service.engine.tenants import Tenant
 from service.http.auth import require_api_key
 from service.http.deps import get_runtime
 from service.http.problems import ProblemError, field_error
@@ -63,39 +66,64 @@ async def static(name: str) -> Response:
     return FileResponse(STATIC_DIR / name, media_type=STATIC_FILES[name], headers=NO_STALE)
 
 
-def _read_table(data: bytes, filename: str | None) -> pa.Table:
+_UNREADABLE = "a CSV file with a header row, or a Parquet file"
+BATCH_ROWS = 4096
+
+
+def _open(data: bytes, filename: str | None, columns: list[str], max_rows: int) -> tuple[list[str], Any]:
+    """(the file's column names, batches of those of `columns` it has). A Parquet file is sized from its
+    footer and page headers first (service.engine.parquet_limits); neither is decoded whole."""
     try:
         if data[:4] == PARQUET_MAGIC:
-            return pq.read_table(io.BytesIO(data))
+            source = parquet_limits.open_file(data, columns, max_rows, "GRIDPFN_MAX_CONTEXT_ROWS")
+            names = source.schema_arrow.names
+            return names, source.iter_batches(batch_size=BATCH_ROWS, columns=[c for c in columns if c in names])
         if filename and filename.lower().endswith((".parquet", ".pq")):
             raise InputError("the file is named .parquet but is not a Parquet file", "a Parquet or CSV file")
-        return pcsv.read_csv(io.BytesIO(data))
+        names = pcsv.open_csv(io.BytesIO(data)).schema.names  # the header (and the first block's types)
+        include = pcsv.ConvertOptions(include_columns=[c for c in columns if c in names])
+        return names, pcsv.open_csv(io.BytesIO(data), convert_options=include)
     except pa.ArrowException as exc:
-        raise InputError(f"unreadable file: {exc}", "a CSV file with a header row, or a Parquet file") from exc
+        raise InputError(f"unreadable file: {exc}", _UNREADABLE) from exc
+
+
+def _read_table(data: bytes, filename: str | None, columns: list[str], max_rows: int) -> tuple[list[str], pa.Table]:
+    """The file's column names and its table of `columns`, refused past `max_rows` rows as they stream."""
+    names, batches = _open(data, filename, columns, max_rows)
+    kept, rows = [], 0
+    try:
+        for batch in batches:
+            rows += batch.num_rows
+            if rows > max_rows:  # counted as decoded: a footer may understate its rows
+                raise TooLarge("file", f"more than {max_rows} rows", f"at most {max_rows} rows (GRIDPFN_MAX_CONTEXT_ROWS)")
+            kept.append(batch)
+    except pa.ArrowException as exc:
+        raise InputError(f"unreadable file: {exc}", _UNREADABLE) from exc
+    return names, pa.Table.from_batches(kept) if kept else pa.table({})
 
 
 def context_arrays(data: bytes, filename: str | None, features: list[str], outputs: list[str],
                    max_rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """(x, y) of an uploaded context file; rows whose `converged` column is false are left out."""
-    table = _read_table(data, filename)
-    missing = [c for c in (*features, *outputs) if c not in table.column_names]
+    """(x, y) of an uploaded context file of at most `max_rows` rows; rows whose `converged` column is
+    false are left out."""
+    names, table = _read_table(data, filename, [*features, *outputs, "converged"], max_rows)
+    missing = [c for c in (*features, *outputs) if c not in names]
     if missing:
         raise InputError(f"missing column(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}",
                          f"the {len(features)} load columns and the {len(outputs)} voltage columns "
                          f"({features[0]} ... {outputs[-1]})", column=missing[0])
-    if "converged" in table.column_names:
+    if table.num_rows and "converged" in table.column_names:
         table = table.filter(pc.cast(table["converged"], pa.bool_()))
     if table.num_rows == 0:
         raise InputError("no data rows", "at least one load -> voltage row")
-    if table.num_rows > max_rows:
-        raise TooLarge("file", f"{table.num_rows} rows", f"at most {max_rows} rows (GRIDPFN_MAX_CONTEXT_ROWS)")
     x = np.column_stack([as_float(table[c], c, 0) for c in features])
     y = np.column_stack([as_float(table[c], c, 0) for c in outputs])
     return x, y
 
 
 @api.post("/context-sets", status_code=201)
-async def upload_context(request: Request, rt: Runtime = Depends(get_runtime)) -> Response:
+async def upload_context(request: Request, rt: Runtime = Depends(get_runtime),
+                         tenant: Tenant = Depends(require_api_key)) -> Response:
     """Stores an uploaded CSV/Parquet context; answers like POST /v1/context-sets (201, Location)."""
     async with request.form(max_files=1, max_fields=4) as form:
         upload = form.get("file")
@@ -103,7 +131,7 @@ async def upload_context(request: Request, rt: Runtime = Depends(get_runtime)) -
             raise InvalidInput("file", "no file part in the form", "a multipart `file` field with CSV or Parquet")
         data, filename = await upload.read(), upload.filename
     network = str(form.get("network") or "ieee33")
-    net = await rt.networks.resolve(network, "network")
+    net = await rt.networks.resolve(network, "network", tenant=tenant)
     features, outputs = list(net.feature_names), list(net.output_names)
     try:
         x, y = await asyncio.to_thread(context_arrays, data, filename, features, outputs, rt.settings.max_context_rows)
@@ -114,7 +142,7 @@ async def upload_context(request: Request, rt: Runtime = Depends(get_runtime)) -
     except ValidationError as exc:  # e.g. a voltage the API refuses
         raise ProblemError(422, "invalid-file", "Invalid input file", f"file: {exc.errors()[0]['msg']}",
                            [field_error("file", exc.errors()[0]["msg"], "loads and voltages the API accepts")]) from exc
-    return await context_sets.create(body, rt)
+    return await context_sets.create(body, rt, tenant)
 
 
 
@@ -140,8 +168,9 @@ def worst_bus_histogram(path: Path, bins: int) -> dict[str, Any]:
 
 @api.get("/batch-jobs/{job_id}/risk-histogram")
 async def risk_histogram(job_id: str = batch_jobs.JobId, bins: int = Query(20, ge=1, le=200),
-                         jobs: JobService = Depends(batch_jobs.get_jobs)) -> Response:
-    job = await batch_jobs._status(jobs, job_id)
+                         jobs: JobService = Depends(batch_jobs.get_jobs),
+                         tenant: Tenant = Depends(require_api_key)) -> Response:
+    job = await batch_jobs._status(jobs, job_id, tenant)
     if job["state"] != JobState.DONE.value:
         raise ProblemError(409, "job-not-done", "Result not available",
                            f"job {job_id} is {job['state']}; the histogram exists once it is done",

@@ -41,14 +41,15 @@ def test_concurrent_single_queries_share_forward_passes(model_dir, scenarios):
 
 def test_full_queue_answers_503_with_retry_after(model_dir, scenarios):
     x, y = scenarios
-    settings = Settings(model_dir=model_dir, workers=1, queue_size=0, gp_max_iter=20, gp_max_context=200)
+    settings = Settings(model_dir=model_dir, workers=1, queue_size=0, max_simulate=1000)
     with running(settings) as server, httpx.Client(base_url=server.url, timeout=120) as c:
         cid = c.post("/v1/context-sets", json={"x": rows(x[:30]), "y": rows(y[:30])}).json()["id"]
         assert c.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows(x[:1])}).status_code == 200
         slow: dict = {}
-        gp_request = {"context": {"x": rows(x[:100]), "y": rows(y[:100])}, "queries": rows(x[:1])}
-        worker = threading.Thread(target=lambda: slow.update(r=httpx.post(f"{server.url}/v1/gp/predict",
-                                                                          json=gp_request, timeout=300)))
+        # 1,000 power flows in the one model worker (the exact GP has its own pool: service.engine.gp_pool)
+        simulated = {"simulate": {"network": "ieee33", "delta": 0.1, "n": 1000, "seed": 5}}
+        worker = threading.Thread(target=lambda: slow.update(r=httpx.post(f"{server.url}/v1/context-sets",
+                                                                          json=simulated, timeout=300)))
         worker.start()
         deadline = time.monotonic() + 30
         while metric(c, "gridpfn_pool_running") < 1 and time.monotonic() < deadline:
@@ -58,5 +59,5 @@ def test_full_queue_answers_503_with_retry_after(model_dir, scenarios):
         assert body["type"].endswith("overloaded") and int(response.headers["retry-after"]) >= 1
         assert metric(c, "gridpfn_rejected_total", reason="queue_full") >= 1
         worker.join(timeout=300)
-        assert slow["r"].status_code == 200  # the admitted job still finished
+        assert slow["r"].status_code == 201  # the admitted job still finished
         assert c.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows(x[:1])}).status_code == 200

@@ -1,0 +1,207 @@
+"""Parquet files from clients, sized from their footer and page headers before any page is decoded.
+
+Why: a Parquet page is compressed (snappy, gzip, zstd...) and its header states the size it
+decompresses to; pyarrow allocates and fills that much before anything counts rows, so 650 KB of
+zstd became 1.28 GB before the page's row check. Here the footer says how many rows the file
+declares (over the limit: TooLarge, nothing read), and every page header of the columns to be read
+is walked (Thrift compact protocol, a few bytes each, no page decompressed): a column chunk whose
+pages decompress to more than its rows of its type can hold is refused. Decoded rows are still
+counted by the callers as they stream (a footer can lie), so memory stays bounded by the row limit.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+from typing import BinaryIO, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from service.engine.errors import TooLarge
+from service.engine.load_table import InputError
+
+MAGIC = b"PAR1"
+FOOTER_MAX_BYTES = 8 << 20  # a footer describing thousands of row groups of a load table fits in far less
+PAGE_HEADER_MAX_BYTES = 1 << 16  # numeric columns' headers are tens of bytes (their statistics are numbers)
+CHUNK_SLACK_BYTES = 1 << 16  # per column chunk: level headers and page framing beyond rows x width
+TEXT_WIDTH = 64  # bytes a value of a text column may take: a number written as text
+_WIDTHS = {"BOOLEAN": 1, "INT32": 4, "FLOAT": 4, "INT64": 8, "DOUBLE": 8, "INT96": 12, "BYTE_ARRAY": TEXT_WIDTH}
+_EXPECTED = "a valid Parquet file"
+
+
+def _bad(reason: str) -> InputError:
+    return InputError(f"unreadable Parquet file: {reason}", _EXPECTED)
+
+
+class _Compact:
+    """Just enough of Thrift's compact protocol to read a PageHeader's sizes and skip the rest."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def byte(self) -> int:
+        value = self.data[self.pos]  # IndexError past the window: the caller reads a larger one
+        self.pos += 1
+        return value
+
+    def varint(self) -> int:
+        shift = result = 0
+        while True:
+            b = self.byte()
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result
+            shift += 7
+            if shift > 63:
+                raise ValueError("a varint longer than 64 bits")
+
+    def zigzag(self) -> int:
+        n = self.varint()
+        return (n >> 1) ^ -(n & 1)
+
+    def skip(self, kind: int, depth: int = 0) -> None:
+        if depth > 32:
+            raise ValueError("Thrift structures nested too deep")
+        if kind in (1, 2):  # booleans carry their value in the type
+            return
+        if kind == 3:
+            self.pos += 1
+        elif kind in (4, 5, 6):
+            self.varint()
+        elif kind == 7:
+            self.pos += 8
+        elif kind == 8:
+            length = self.varint()  # before the += : it moves pos
+            self.pos += length
+        elif kind in (9, 10):
+            head = self.byte()
+            size, element = head >> 4, head & 0x0F
+            if size == 15:
+                size = self.varint()
+            for _ in range(size):
+                if element in (1, 2):
+                    self.pos += 1  # a boolean element is one byte
+                else:
+                    self.skip(element, depth + 1)
+                if self.pos > len(self.data):
+                    raise IndexError
+        elif kind == 11:
+            size = self.varint()
+            if size:
+                types = self.byte()
+                for _ in range(size):
+                    self.skip(types >> 4, depth + 1)
+                    self.skip(types & 0x0F, depth + 1)
+                    if self.pos > len(self.data):
+                        raise IndexError
+        elif kind == 12:
+            self.fields(depth + 1)
+        else:
+            raise ValueError(f"Thrift type {kind}")
+        if self.pos > len(self.data):
+            raise IndexError
+
+    def fields(self, depth: int = 0, wanted: Sequence[int] = ()) -> dict[int, int]:
+        """Read a struct's fields up to its stop byte; the i32 values of the `wanted` field ids."""
+        found, last = {}, 0
+        while True:
+            head = self.byte()
+            if head == 0:
+                return found
+            kind, delta = head & 0x0F, head >> 4
+            last = last + delta if delta else self.zigzag()
+            if last in wanted and kind == 5:
+                found[last] = self.zigzag()
+            else:
+                self.skip(kind, depth)
+
+
+def _page_header(handle: BinaryIO, at: int, end: int) -> tuple[int, int, int]:
+    """(uncompressed size, compressed size, header length) of the page header at `at`."""
+    window = 256
+    while True:
+        handle.seek(at)
+        data = handle.read(min(window, end - at))
+        reader = _Compact(data)
+        try:
+            sizes = reader.fields(wanted=(2, 3))  # PageHeader: 2 uncompressed_page_size, 3 compressed_page_size
+        except IndexError:
+            if len(data) < window or window >= PAGE_HEADER_MAX_BYTES:
+                raise _bad("a page header is cut off or larger than "
+                           f"{PAGE_HEADER_MAX_BYTES} bytes") from None
+            window *= 4
+            continue
+        except ValueError as exc:
+            raise _bad(f"a page header is not Thrift ({exc})") from None
+        if 2 not in sizes or 3 not in sizes or sizes[2] < 0 or sizes[3] < 0:
+            raise _bad("a page header without its sizes")
+        return sizes[2], sizes[3], reader.pos
+
+
+def _check_chunk(handle: BinaryIO, file_size: int, chunk: pq.ColumnChunkMetaData, rows: int, width: int,
+                 name: str) -> None:
+    """The pages of one column chunk decompress to at most what `rows` values of `width` bytes need."""
+    start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+    end = start + chunk.total_compressed_size
+    if start < 4 or chunk.total_compressed_size < 0 or end > file_size:
+        raise _bad(f"column {name!r} lies outside the file")
+    limit = rows * (2 * width + 8) + CHUNK_SLACK_BYTES  # dictionary + indices or plain values, and levels
+    pages_limit = rows + 2  # every data page holds at least one value; one dictionary page
+    total, pages, at = 0, 0, start
+    while at < end:
+        uncompressed, compressed, header = _page_header(handle, at, end)
+        total, pages, at = total + uncompressed, pages + 1, at + header + compressed
+        if total > limit or pages > pages_limit:
+            raise InputError(f"its pages decompress to more than {rows} rows can hold ({total} bytes in {pages} "
+                             "pages so far)", f"at most {limit} bytes for {rows} rows", column=name)
+
+
+def _footer_length(handle: BinaryIO, file_size: int) -> int:
+    if file_size < 12:
+        raise _bad("too short")
+    handle.seek(file_size - 8)
+    length, magic = struct.unpack("<I4s", handle.read(8))
+    if magic != MAGIC:
+        raise _bad("no Parquet footer")
+    if length > file_size - 12:
+        raise _bad("the footer is longer than the file")
+    return length
+
+
+def open_file(source: Path | bytes, columns: Sequence[str], max_rows: int, limit_name: str) -> pq.ParquetFile:
+    """The ParquetFile of `source`, after its footer and the page headers of `columns` (those it has)
+    show at most `max_rows` rows (else TooLarge naming `limit_name`) of sizes those rows can fill."""
+    handle: BinaryIO = open(source, "rb") if isinstance(source, (str, os.PathLike)) else pa.BufferReader(source)
+    with handle:
+        file_size = handle.seek(0, os.SEEK_END)
+        footer = _footer_length(handle, file_size)
+        if footer > FOOTER_MAX_BYTES:
+            raise TooLarge("file", f"a Parquet footer of {footer} bytes",
+                           f"a footer of at most {FOOTER_MAX_BYTES} bytes (fewer row groups or columns)")
+        try:
+            parquet = pq.ParquetFile(source if isinstance(source, (str, os.PathLike)) else pa.BufferReader(source),
+                                     pre_buffer=False, thrift_string_size_limit=FOOTER_MAX_BYTES,
+                                     thrift_container_size_limit=FOOTER_MAX_BYTES)
+        except (pa.ArrowException, OSError) as exc:
+            raise _bad(str(exc)) from exc
+        meta = parquet.metadata
+        groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
+        declared = max(meta.num_rows, sum(group.num_rows for group in groups))
+        if declared > max_rows:
+            raise TooLarge("file", f"the file declares {declared} rows", f"at most {max_rows} rows ({limit_name})")
+        if meta.num_rows < 0 or any(group.num_rows < 0 for group in groups):
+            raise _bad("a negative row count")
+        schema = meta.schema
+        leaves = {schema.column(i).path: i for i in range(len(schema))}
+        for name in columns:
+            index = leaves.get(name)
+            if index is None:
+                continue  # the caller names missing columns
+            kind = schema.column(index).physical_type
+            width = schema.column(index).length if kind == "FIXED_LEN_BYTE_ARRAY" else _WIDTHS.get(kind)
+            if not width or width <= 0:
+                raise InputError(f"type {kind} is not numeric", "numbers (float64)", column=name)
+            for group in groups:
+                _check_chunk(handle, file_size, group.column(index), group.num_rows, width, name)
+    return parquet
