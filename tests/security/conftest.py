@@ -15,6 +15,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import httpx
 import pytest
@@ -110,48 +111,55 @@ class Watch:
 
 
 @contextmanager
+def background(step: Callable[[], bool | None], interval_s: float):
+    """Call `step` every `interval_s` in a thread while the block runs (until it returns False)."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set() and step() is not False:
+            stop.wait(interval_s)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+
+@contextmanager
 def watched(server: ServerProcess, interval_s: float = 0.02):
-    """Poll /healthz (fresh connection each time) and the server's RSS while the block runs; yields a Watch.
+    """Poll /healthz and the server's RSS while the block runs, and /healthz 3 times after; yields a Watch.
 
     Use `assert_stayed_healthy(watch)` after the block: every /healthz answered 200 within
     HEALTHZ_BUDGET_S, during and after, and resident memory grew by less than RSS_BUDGET_BYTES."""
     watch = Watch(rss_before=rss_bytes(server.proc.pid))
     watch.rss_peak = watch.rss_before
-    stop = threading.Event()
-
-    def poll() -> None:
-        with httpx.Client(base_url=server.url, timeout=5) as probe:
-            while not stop.is_set():
-                t0 = time.perf_counter()
-                try:
-                    status = probe.get("/healthz").status_code
-                    watch.healthz_s.append(time.perf_counter() - t0)
-                    if status != 200:
-                        watch.failures.append(f"/healthz answered {status}")
-                except httpx.HTTPError as exc:
-                    watch.failures.append(f"/healthz failed: {exc!r}")
-                try:
-                    watch.rss_peak = max(watch.rss_peak, rss_bytes(server.proc.pid))
-                except (OSError, RuntimeError) as exc:
-                    watch.failures.append(f"server process gone: {exc!r}")
-                    return
-                stop.wait(interval_s)
-
-    thread = threading.Thread(target=poll, daemon=True)
-    thread.start()
-    try:
-        yield watch
-    finally:
-        stop.set()
-        thread.join(timeout=10)
-        with httpx.Client(base_url=server.url, timeout=5) as probe:  # and after
-            for _ in range(3):
-                t0 = time.perf_counter()
+    with httpx.Client(base_url=server.url, timeout=5) as probe:
+        def check() -> bool:
+            t0 = time.perf_counter()
+            try:
                 status = probe.get("/healthz").status_code
                 watch.healthz_s.append(time.perf_counter() - t0)
                 if status != 200:
-                    watch.failures.append(f"/healthz after answered {status}")
-        watch.rss_after = rss_bytes(server.proc.pid)
+                    watch.failures.append(f"/healthz answered {status}")
+            except httpx.HTTPError as exc:
+                watch.failures.append(f"/healthz failed: {exc!r}")
+            try:
+                watch.rss_peak = max(watch.rss_peak, rss_bytes(server.proc.pid))
+            except (OSError, RuntimeError) as exc:
+                watch.failures.append(f"server process gone: {exc!r}")
+                return False
+            return True
+
+        try:
+            with background(check, interval_s):
+                yield watch
+        finally:
+            for _ in range(3):  # and after
+                check()
+            watch.rss_after = rss_bytes(server.proc.pid)
 
 
 def assert_stayed_healthy(watch: Watch, server: ServerProcess) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,8 +28,8 @@ from service.engine.arrow_limits import MAX_BATCHES
 from service.engine.load_table import LOAD_LIMIT
 from service.http.fast_json import MAX_JSON_DEPTH
 from service.jobs.settings import JobSettings
-from tests.security.conftest import (KEY_A, SECURITY_ENV, assert_refused, assert_stayed_healthy, serve_process,
-                                     watched)
+from tests.security.conftest import (SECURITY_ENV, assert_refused, assert_stayed_healthy, background,
+                                     serve_process, watched)
 from tests.service.conftest import MODEL
 
 NET = gridsim.network("ieee33")
@@ -258,27 +257,19 @@ def disk_watched(jobs_dir: Path):
     """The largest size any file under the jobs directory reached while the block ran, and the job
     input files (input.parquet, or its .tmp while written) that appeared."""
     seen = {"largest": 0, "inputs": set()}
-    stop = threading.Event()
 
-    def poll() -> None:
-        while not stop.is_set():
-            for path in list(jobs_dir.rglob("*")) if jobs_dir.exists() else []:
-                try:
-                    size = path.stat().st_size if path.is_file() else 0
-                except OSError:
-                    continue
-                seen["largest"] = max(seen["largest"], size)
-                if path.name.startswith("input"):
-                    seen["inputs"].add(path.name)
-            stop.wait(0.005)
+    def look() -> None:
+        for path in list(jobs_dir.rglob("*")) if jobs_dir.exists() else []:
+            try:
+                size = path.stat().st_size if path.is_file() else 0
+            except OSError:
+                continue
+            seen["largest"] = max(seen["largest"], size)
+            if path.name.startswith("input"):
+                seen["inputs"].add(path.name)
 
-    thread = threading.Thread(target=poll, daemon=True)
-    thread.start()
-    try:
+    with background(look, 0.005):
         yield seen
-    finally:
-        stop.set()
-        thread.join(timeout=5)
 
 
 def submit(server, file: tuple[str, bytes], context_id: str | None = None, **headers) -> httpx.Response:
