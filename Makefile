@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 TORCH_INDEX ?=
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: install serve test simulate-demo clean
+.PHONY: install serve test lint simulate-demo clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,15 @@ simulate-demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# ruff: lint and format check; mypy: strict on models/ and service/engine/ (pyproject.toml says what).
+# All three run, and the target fails if any does.
+lint: install
+	@status=0; \
+	echo "ruff check"; $(BIN)/ruff check . || status=1; \
+	echo "ruff format --check"; $(BIN)/ruff format --check . || status=1; \
+	echo "mypy"; $(BIN)/mypy || status=1; \
+	exit $$status
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -24,6 +24,8 @@ from gridsim.errors import NetworkError
 __all__ = ["TABLES", "MAX_ROWS", "read_pandapower_json"]
 
 MAX_ROWS = 5_000          # rows in any one table (a 500-bus feeder has well under this)
+MAX_COLUMNS = 256         # columns of one table (pandapower's widest have about 60)
+MAX_ENTRIES = 512         # entries of the net (pandapower 3 writes about 90 tables and values)
 MAX_TEXT = 256            # characters in a name or other label
 MAX_GEO_TEXT = 4_096      # characters in one bus's GeoJSON point
 EXPECTED = "pandapower JSON (pandapower.to_json output) of element tables"
@@ -42,6 +44,13 @@ def _number(value: Any) -> float:
 
 def _optional_number(value: Any) -> float:
     return math.nan if value is None else _number(value)
+
+
+def _positive(value: Any) -> float:
+    number = _number(value)
+    if number <= 0:
+        raise ValueError("not a positive number")
+    return number
 
 
 def _index(value: Any) -> int:
@@ -98,7 +107,7 @@ _name = _text(MAX_TEXT)
 # column -> (check, dtype of the rebuilt column); required columns are the snapshot's `_COLUMNS`
 _Column = tuple[Callable[[Any], Any], str]
 TABLES: dict[str, dict[str, _Column]] = {
-    "bus": {"name": (_name, "object"), "vn_kv": (_number, "float64"), "type": (_name, "object"),
+    "bus": {"name": (_name, "object"), "vn_kv": (_positive, "float64"), "type": (_name, "object"),
             "zone": (_name, "object"), "in_service": (_flag, "bool"), "max_vm_pu": (_optional_number, "float64"),
             "min_vm_pu": (_optional_number, "float64"), "geo": (_text(MAX_GEO_TEXT), "object")},
     "ext_grid": {"name": (_name, "object"), "bus": (_index, "int64"), "vm_pu": (_number, "float64"),
@@ -111,8 +120,8 @@ TABLES: dict[str, dict[str, _Column]] = {
              "df": (_optional_number, "float64"), "parallel": (_index, "int64"), "type": (_name, "object"),
              "in_service": (_flag, "bool"), "geo": (_text(MAX_GEO_TEXT), "object")},
     "trafo": {"name": (_name, "object"), "std_type": (_name, "object"), "hv_bus": (_index, "int64"),
-              "lv_bus": (_index, "int64"), "sn_mva": (_number, "float64"), "vn_hv_kv": (_number, "float64"),
-              "vn_lv_kv": (_number, "float64"), "vk_percent": (_number, "float64"),
+              "lv_bus": (_index, "int64"), "sn_mva": (_positive, "float64"), "vn_hv_kv": (_positive, "float64"),
+              "vn_lv_kv": (_positive, "float64"), "vk_percent": (_number, "float64"),
               "vkr_percent": (_number, "float64"), "pfe_kw": (_number, "float64"),
               "i0_percent": (_number, "float64"), "shift_degree": (_optional_number, "float64"),
               "tap_side": (_choice("hv", "lv"), "object"), "tap_neutral": (_optional_number, "float64"),
@@ -157,7 +166,7 @@ _REFUSED_IF_IN_SERVICE = ("gen", "trafo3w", "impedance", "ward", "xward", "dclin
 # bookkeeping that does not change a power flow: ignored whatever it holds (never decoded)
 _IGNORED = ("measurement", "pwl_cost", "poly_cost", "group", "bus_geodata", "line_geodata", "std_types",
             "user_pf_options", "version", "format_version", "converged", "OPF_converged", "_options")
-_SCALARS = {"name": _name, "f_hz": _number, "sn_mva": _number}
+_SCALARS = {"name": _name, "f_hz": _positive, "sn_mva": _positive}
 
 
 def _refuse(field: str, problem: str, expected: str = EXPECTED) -> NetworkError:
@@ -187,6 +196,8 @@ def _rows(field: str, frame: Any) -> tuple[list[str], list[int], list[list[Any]]
     columns, index, data = split["columns"], split["index"], split["data"]
     if len(data) != len(index) or len(index) > MAX_ROWS:
         raise _refuse(field, f"{len(index)} index entries for {len(data)} rows", f"matching lengths, at most {MAX_ROWS} rows")
+    if len(columns) > MAX_COLUMNS:
+        raise _refuse(field, f"{len(columns)} columns is over the limit", f"at most {MAX_COLUMNS} columns")
     if not all(isinstance(c, str) for c in columns) or len(set(columns)) != len(columns):
         raise _refuse(field, "column names are not distinct strings")
     if not all(isinstance(row, list) and len(row) == len(columns) for row in data):
@@ -206,7 +217,6 @@ def _table(name: str, frame: Any) -> Any:
 
     columns, index, data = _rows(name, frame)
     schema = TABLES[name]
-    unknown = [c for c in columns if c not in schema]
     values: dict[str, Any] = {}
     for position, column in enumerate(columns):
         if column not in schema:
@@ -220,8 +230,9 @@ def _table(name: str, frame: Any) -> Any:
                 raise _refuse(f"{name}.{column}", f"row {row}: {exc} (got {_preview(cells_of_row[position])})",
                               f"{dtype} values") from None
         values[column] = pd.Series(cells, index=index, dtype=dtype)
-    for column in unknown:  # never read into the net; refused where it holds values the service would drop
-        position = columns.index(column)
+    for position, column in enumerate(columns):  # others never read into the net; refused where they hold values
+        if column in schema:
+            continue
         if not _harmless(column) and any(row[position] not in (None, "", False) for row in data):
             raise _refuse(f"{name}.{column}", f"column {column!r} is not modelled by this service",
                           f"the {name} columns {sorted(schema)} (others empty)")
@@ -267,16 +278,18 @@ def read_pandapower_json(text: str | bytes) -> Any:
             document.get("_class") != "pandapowerNet" or not isinstance(document.get("_object"), dict):
         raise _refuse("body", "not a pandapower net (no pandapowerNet envelope)")
     entries: dict[str, Any] = document["_object"]
+    if len(entries) > MAX_ENTRIES:
+        raise _refuse("body", f"{len(entries)} entries is over the limit", f"at most {MAX_ENTRIES} tables and values")
     for key in entries:
         if not isinstance(key, str) or len(key) > 64:
             raise _refuse("body", "an entry name is not a short string")
-    scalars = {}
+    scalars: dict[str, Any] = {}
     for key, check in _SCALARS.items():
         if key in entries and entries[key] is not None:
             try:
                 scalars[key] = check(entries[key])
             except ValueError as exc:
-                raise _refuse(key, str(exc), "a number (f_hz, sn_mva) or a string (name)") from None
+                raise _refuse(key, str(exc), "a positive number (f_hz, sn_mva) or a string (name)") from None
     net = pp.create_empty_network(name=str(scalars.get("name") or ""), f_hz=scalars.get("f_hz", 50.0),
                                   sn_mva=scalars.get("sn_mva", 1.0))
     for key, value in entries.items():

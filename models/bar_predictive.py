@@ -15,6 +15,8 @@ import numpy as np
 import torch
 
 from models.bar_distribution import BarDistribution
+from models.calibration import CALIBRATION_LEVEL
+from models.errors import InputValidationError
 from models.predictive import Predictive, Summary, Timing
 
 
@@ -29,7 +31,7 @@ def _finite_array(name: str, value, allow_inf: bool = False) -> np.ndarray:
 # Logits per chunk (2 Mi, 16 MiB as float64): each method's temporaries stay bounded whatever m is.
 _CHUNK_ELEMENTS = 1 << 21
 # The central interval `min_half` bounds.
-_CENTRAL_95 = (0.025, 0.975)
+_CENTRAL_95 = ((1.0 - CALIBRATION_LEVEL) / 2, (1.0 + CALIBRATION_LEVEL) / 2)
 
 
 @dataclass
@@ -164,7 +166,7 @@ class BarPredictive(Predictive):
         if band is not None:
             low, high = float(band[0]), float(band[1])
             if not (math.isfinite(low) and math.isfinite(high) and low < high):
-                raise ValueError(f"band must be two finite numbers low < high, got {band!r}")
+                raise InputValidationError("band", f"must be two finite numbers low < high, got {band!r}", "two finite numbers low < high")
         m, k, n_bars = self.logits.shape
         bar, dtype, device = self._bar_native, self.logits.dtype, self.logits.device
         mean, std = np.empty((m, k)), np.empty((m, k))
@@ -208,7 +210,7 @@ class BarPredictive(Predictive):
     def _levels(levels: Sequence[float]) -> torch.Tensor:
         lv = np.asarray(levels, dtype=np.float64)
         if lv.ndim != 1 or not np.all((lv > 0) & (lv < 1)):
-            raise ValueError(f"levels must be a 1-D sequence inside (0, 1), got {lv!r}")
+            raise InputValidationError("levels", f"must be a 1-D sequence inside (0, 1), got {lv!r}", "a 1-D sequence inside (0, 1)")
         return torch.as_tensor(lv)
 
     def quantile(self, levels: Sequence[float]) -> np.ndarray:

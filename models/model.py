@@ -1,9 +1,9 @@
 """DVA-PFN: a prior-data fitted network whose attention sees inputs only.
 
 Read top to bottom:
-1. A base fit in closed form inside the forward pass: `base="physics"` fits the feeder's
-   DistFlow structure (linear loads plus squared branch flows, topology recovered from the
-   context; `models/physics_base.py`), `base="ridge"` a ridge regression. Its leave-one-out
+1. A base fit in closed form inside the forward pass (`models/base_fit.py`): `base="physics"` fits
+   the feeder's DistFlow structure (linear loads plus squared branch flows, topology recovered from
+   the context; `models/physics_base.py`), `base="ridge"` a ridge regression. Its leave-one-out
    residuals are what the attention layers carry as values, and its query prediction is the
    location the bar distribution is placed around — the role a mean function plays in a GP.
    (`base="none"` gives the plain PFN of the paper.)
@@ -24,36 +24,51 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from models import physics_base
+from models.base_fit import BaseFit, ContextFit, FittedBase, MeanBase, RidgeBase
 from models.config import ModelConfig
+from models.limits import MAX_CONTEXT_ROWS, MIN_CONTEXT_ROWS
 
-@dataclass
+
+def base_fit_for(cfg: ModelConfig) -> BaseFit[Any]:
+    """The closed-form base fit `cfg.base` names, each kind with the penalties it was trained with."""
+    if cfg.base == "physics":
+        return physics_base.PhysicsBase(cfg.load_positions, cfg.leverage)
+    return RidgeBase() if cfg.base == "ridge" else MeanBase()
+
+
+@dataclass(frozen=True)
 class Standardisation:
     """Per-dataset input statistics and the in-context base fit, shared by all queries."""
 
     x_mean: torch.Tensor  # (B, d)
     x_std: torch.Tensor  # (B, d)
-    y_mean: torch.Tensor  # (B, k) float64
     y_scale: torch.Tensor  # (B, k) float64: scale of the standardised residual
-    beta: torch.Tensor | None  # (B, d, k) float64 ridge coefficients
-    right_vectors: torch.Tensor | None  # (B, r, d) float64 right singular vectors of the context inputs
-    leverage_weights: torch.Tensor | None  # (B, r) float64: 1 / (s^2 + lambda) at the fixed leverage penalty
-    n_context: int
-    physics: physics_base.PhysicsFit | None = None  # base="physics": the DistFlow-structured fit
+    base: FittedBase
 
-    def select(self, pick: torch.Tensor) -> "Standardisation":
+    @staticmethod
+    def of(fit: ContextFit[Any], x_mean: torch.Tensor, x_std: torch.Tensor, scale_floor: float) -> Standardisation:
+        """The residuals' rms per output as the scale, plus a floor relative to the output's level."""
+        scale = fit.residuals.pow(2).mean(dim=-2).sqrt() + scale_floor * (fit.fitted.y_mean.abs() + 1.0)
+        return Standardisation(x_mean, x_std, scale, fit.fitted)
+
+    @property
+    def n_context(self) -> int:
+        return self.base.n_context
+
+    def standardised(self, residuals: torch.Tensor) -> torch.Tensor:
+        """(B, n, k) residuals -> (B, k, n) in units of the scale: what the y stream embeds."""
+        return (residuals / self.y_scale[..., None, :]).transpose(-1, -2)
+
+    def select(self, pick: torch.Tensor) -> Standardisation:
         """Keep outputs `pick` (B, k'): training fits the base on every bus, then trains on a few."""
-        def take(t):  # (B, k) or (B, d, k) -> the picked outputs
-            if t is None:
-                return None
-            return torch.gather(t, -1, pick if t.ndim == 2 else pick[:, None, :].expand(-1, t.shape[1], -1))
-        return replace(self, y_mean=take(self.y_mean), y_scale=take(self.y_scale), beta=take(self.beta),
-                       physics=None if self.physics is None else self.physics.select(pick))
+        return replace(self, y_scale=torch.gather(self.y_scale, 1, pick), base=self.base.select(pick))
 
 
 @dataclass
@@ -69,14 +84,9 @@ class ContextCache:
 
     @property
     def n_outputs(self) -> int:
-        return self.stats.y_mean.shape[-1]
+        return self.stats.y_scale.shape[-1]
 
 
-# Ridge penalties tried per output, relative to n (inputs are standardised, so s_j^2 ~ n);
-# the one with the smallest leave-one-out error wins, like a GP choosing its hyperparameters.
-RIDGE_GRID = (1e-9, 1e-7, 1e-5, 1e-3, 1e-1, 10.0)
-# The penalty of the leverage feature: fixed, so that feature depends on inputs only.
-LEVERAGE_LAMBDA = 1e-4
 # The attention sees at most this many context points (an evenly spread, fixed subset of a larger
 # context); the base fit always uses every point. Attention costs grow with n^2 while the residual
 # distribution it learns is settled by a few hundred points: training draws contexts up to 512.
@@ -84,11 +94,10 @@ ATTEND_MAX = 512
 # Context sizes a physics-base model serves (its card says so): from 16 rows, where the base fit
 # falls back to ridge, to 10,000, where the base fit is one (10,000 x ~200) SVD and the attention
 # sees ATTEND_MAX of the rows.
-PHYSICS_CONTEXT_SIZES = (16, 10_000)
+PHYSICS_CONTEXT_SIZES = (MIN_CONTEXT_ROWS, MAX_CONTEXT_ROWS)
 # Inference runs the points in blocks of one dataset whose widest per-token intermediate (FFN or
 # conv planes, head, logits) takes about this many bytes: big enough to amortise per-op overhead,
-# small enough to stay in cache. On the 2-core CPU this gives 16384 tokens for the fast transformer,
-# 8192 for the wider one and 4096 for the cnn, each at or within noise (~10 %) of the fastest tried.
+# small enough to stay in cache; chosen by timing block sizes for each shipped architecture.
 BLOCK_BYTES = 4 << 20
 
 
@@ -108,75 +117,16 @@ def tokens_per_block(cfg: ModelConfig) -> int:
     return max(256, BLOCK_BYTES // (4 * widest))
 
 
-class RidgeBase:
-    """Closed-form in-context base fit (float64): coefficients, leverages, LOO residuals.
+# The leverage feature is the leverage relative to its context average (d+1)/n, log-compressed and
+# capped here: a query far outside the context is "very far", not a number that swamps the embedding.
+LEVERAGE_RATIO_MAX = 1e4
 
-    `kind` "ridge": one SVD of the loads; "physics": `physics_base` (DistFlow features); "none": the mean.
-    """
 
-    @staticmethod
-    def fit(xs: torch.Tensor, y: torch.Tensor, kind: str, x_mean, x_std,
-            load_positions=None, leverage_from: str = "design") -> tuple[Standardisation, torch.Tensor, torch.Tensor]:
-        """Return statistics, standardised context targets (B, k, n) and leverage feature (B, n).
-
-        `load_positions`: the output index of each load bus, for the physics fit (None: output j is
-        the bus of loads j and j + m); `leverage_from`: ModelConfig.leverage."""
-        n, d = xs.shape[-2], xs.shape[-1]
-        y64 = y.double()
-        y_mean = y64.mean(dim=-2)  # (B, k)
-        yc = y64 - y_mean[..., None, :]
-        if kind == "physics":
-            fitted, loo, leverage = physics_base.fit(xs, y64, x_std, load_positions, leverage_from)
-            scale = loo.pow(2).mean(dim=-2).sqrt() + 1e-12 * (y_mean.abs() + 1.0)
-            stats = Standardisation(x_mean, x_std, y_mean, scale, None, None, None, n, physics=fitted)
-            values = (loo / scale[..., None, :]).transpose(-1, -2)
-            return stats, values, RidgeBase.leverage_feature(leverage, n, d)
-        if kind == "none":
-            scale = yc.pow(2).mean(dim=-2).sqrt() + 1e-9 * (y_mean.abs() + 1.0)
-            stats = Standardisation(x_mean, x_std, y_mean, scale, None, None, None, n)
-            values = (yc / scale[..., None, :]).transpose(-1, -2)
-            return stats, values, torch.zeros(xs.shape[:-1], dtype=xs.dtype, device=xs.device)
-        x64 = xs.double()
-        u, s, vh = torch.linalg.svd(x64, full_matrices=False)  # (B, n, r), (B, r), (B, r, d)
-        s2 = s.pow(2)
-        lam = torch.tensor(RIDGE_GRID, dtype=s.dtype, device=s.device) * n  # (L,)
-        shrink = s2[:, None, :] / (s2[:, None, :] + lam[None, :, None])  # (B, L, r)
-        uy = u.transpose(-1, -2) @ yc  # (B, r, k)
-        fitted = physics_base.fitted_per_penalty(u, shrink, uy)
-        leverage = torch.einsum("bnr,blr->bln", u.pow(2), shrink) + 1.0 / n
-        loo = (yc[:, None] - fitted) / (1.0 - leverage).clamp_min(1e-6)[..., None]  # (B, L, n, k)
-        best = loo.pow(2).mean(dim=-2).argmin(dim=1)  # (B, k)
-        loo = torch.gather(loo, 1, best[:, None, None, :].expand(-1, 1, n, -1))[:, 0]  # (B, n, k)
-        coef = s[:, None, :] / (s2[:, None, :] + lam[None, :, None])  # (B, L, r)
-        coef = torch.gather(coef, 1, best[..., None].expand(-1, -1, coef.shape[-1]))  # (B, k, r)
-        beta = vh.transpose(-1, -2) @ (coef.transpose(-1, -2) * uy)  # (B, d, k)
-        scale = loo.pow(2).mean(dim=-2).sqrt() + 1e-9 * (y_mean.abs() + 1.0)
-        lev_weights = 1.0 / (s2 + LEVERAGE_LAMBDA * n)
-        fixed_leverage = (u.pow(2) * (s2 * lev_weights)[:, None, :]).sum(-1) + 1.0 / n
-        stats = Standardisation(x_mean, x_std, y_mean, scale, beta, vh, lev_weights, n)
-        values = (loo / scale[..., None, :]).transpose(-1, -2)
-        return stats, values, RidgeBase.leverage_feature(fixed_leverage, n, d)
-
-    @staticmethod
-    def leverage_feature(leverage: torch.Tensor, n: int, d: int) -> torch.Tensor:
-        """Leverage relative to its context average (d+1)/n, log-compressed: an input-only feature."""
-        return torch.log1p((leverage * n / (d + 1)).clamp(0.0, 1e4)).float()
-
-    @staticmethod
-    def predict(stats: Standardisation, xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Base prediction (B, k, m) float64 and leverage feature (B, m) for queries."""
-        if stats.physics is not None:
-            loc, in_sample = physics_base.predict(stats.physics, xs)
-            return loc.transpose(-1, -2), RidgeBase.leverage_feature(in_sample, stats.n_context, xs.shape[-1])
-        if stats.beta is None:
-            loc = stats.y_mean[..., None].expand(*stats.y_mean.shape, xs.shape[-2])
-            return loc, torch.zeros(xs.shape[:-1], dtype=xs.dtype, device=xs.device)
-        x64 = xs.double()
-        loc = (x64 @ stats.beta).transpose(-1, -2) + stats.y_mean[..., None]
-        proj = x64 @ stats.right_vectors.transpose(-1, -2)  # (B, m, r)
-        h = (proj.pow(2) * stats.leverage_weights[:, None, :]).sum(-1) + 1.0 / stats.n_context
-        in_sample = h / (1.0 + h)  # what the leverage would be had the query been in the context
-        return loc, RidgeBase.leverage_feature(in_sample, stats.n_context, xs.shape[-1])
+def leverage_feature(leverage: torch.Tensor | None, n: int, xs: torch.Tensor) -> torch.Tensor:
+    """The x stream's input-only feature (B, N) for points xs (B, N, d); zero for a base without leverage."""
+    if leverage is None:
+        return torch.zeros(xs.shape[:-1], dtype=xs.dtype, device=xs.device)
+    return torch.log1p((leverage * n / (xs.shape[-1] + 1)).clamp(0.0, LEVERAGE_RATIO_MAX)).float()
 
 
 def _split_heads(t: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -339,8 +289,8 @@ def _in_blocks(fn, hx: torch.Tensor | None, hy: torch.Tensor, tokens: int, whole
     selects. Small blocks keep every intermediate in cache instead of allocating (and page-
     faulting) fresh batch-sized tensors, which dominated CPU inference. One block under
     autograd, as in training, and when `whole`. `out` (B, k, N, D), possibly a view into a larger
-    buffer, receives the result instead of a new tensor. (Blocks handed to single-threaded worker
-    threads instead of one block at a time on two intra-op threads were 1.3x slower on the 2-core CPU.)
+    buffer, receives the result instead of a new tensor. (One block at a time on the intra-op threads:
+    handing blocks to single-threaded worker threads instead measured slower.)
     """
     n_batch, k, n, _ = hy.shape
     size = max(1, tokens // k)
@@ -363,6 +313,7 @@ class DVAPFN(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
+        self.base = base_fit_for(cfg)
         self.embed_x = nn.Linear(cfg.d_in + 1, cfg.emb_dim)  # +1: leverage feature
         self.embed_y = nn.Linear(1, cfg.value_dim)
         self.query_token = nn.Parameter(torch.zeros(cfg.value_dim))
@@ -406,8 +357,10 @@ class DVAPFN(nn.Module):
         """
         x_mean, x_std = physics_base.load_scaling(context_x)
         xs = self._standardise_x(context_x, x_mean, x_std)
-        stats, values, leverage = RidgeBase.fit(xs, context_y, self.cfg.base, x_mean, x_std, self.cfg.load_positions,
-                                                  self.cfg.leverage)
+        fit = self.base.fit(xs, context_y.double(), x_std)
+        stats = Standardisation.of(fit, x_mean, x_std, self.base.scale_floor)
+        values = stats.standardised(fit.residuals)  # (B, k, n)
+        leverage = leverage_feature(fit.leverage, stats.n_context, xs)
         if outputs is not None:
             stats = stats.select(outputs)
             values = torch.gather(values, 1, outputs[..., None].expand(-1, -1, values.shape[-1]))
@@ -440,7 +393,7 @@ class DVAPFN(nn.Module):
         """
         stats = cache.stats
         xs = self._standardise_x(query_x, stats.x_mean, stats.x_std)
-        loc, leverage = RidgeBase.predict(stats, xs)
+        loc, leverage = self._base_at(stats, xs)
         if held_out:
             # A context point's leave-one-out residual is the error of the fit without it, whose
             # leverage there is its own in-sample one: the feature the encoding computed. Deriving
@@ -486,9 +439,14 @@ class DVAPFN(nn.Module):
         h = torch.addcmul(h, rstd, torch.addcmul(F.linear(cx, w_x), gap, shift))
         return last(act(h))
 
-    def predict_base(self, stats: Standardisation, query_x: torch.Tensor):
-        """The in-context base prediction alone: location (B, k, m) float64 and leverage feature."""
-        return RidgeBase.predict(stats, self._standardise_x(query_x, stats.x_mean, stats.x_std))
+    def predict_base(self, stats: Standardisation, query_x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The in-context base prediction alone: location (B, k, m) float64 and leverage feature (B, m)."""
+        return self._base_at(stats, self._standardise_x(query_x, stats.x_mean, stats.x_std))
+
+    def _base_at(self, stats: Standardisation, xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`predict_base` at standardised query loads xs."""
+        base = self.base.predict(stats.base, xs)
+        return base.loc.transpose(-1, -2), leverage_feature(base.leverage, stats.n_context, xs)
 
     def forward(self, context_x, context_y, query_x, outputs: torch.Tensor | None = None):
         return self.predict(self.encode_context(context_x, context_y, outputs), query_x)

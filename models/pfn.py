@@ -20,8 +20,7 @@ from models.validation import check_context, check_queries
 # Queries per forward pass + statistics in `summarize`: their logits (about 4 MB for 32 outputs
 # and 64 bars) stay in the CPU's cache between the head that writes them and the statistics, and
 # for the fast transformer the pass is one inference block (no copy into a chunk-sized tensor).
-# On the 2-core CPU, 1 thread: 512 gave 31.8 / 100.4 us per row (fast / transformer-dva), 1024
-# gave 34.1 / 104.9 and 256 gave 33.8 / 106.6.
+# Chosen by timing half and double this size on the shipped models.
 SUMMARY_CHUNK = 512
 
 
@@ -76,9 +75,8 @@ class PFNMethod(Method):
         if (self.model.cfg.base != "physics" or cache.attended is not None
                 or not MIN_CALIBRATION_POINTS <= n < physics_base.CV_BELOW_POINTS):
             return None
-        positions = self.model.cfg.load_positions
-        positions = None if positions is None else torch.as_tensor(positions, dtype=torch.long)
-        return physics_base.cross_validated_errors(context_x[None].double(), context_y[None].double(), positions)
+        return physics_base.cross_validated_errors(context_x[None].double(), context_y[None].double(),
+                                                   self.model.cfg.load_positions)
 
     @torch.inference_mode()
     def spread_factors(self, cache: ContextCache, context_x: torch.Tensor,

@@ -27,22 +27,32 @@ variation at small load perturbations.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 from scipy.stats import t as student_t
 
+from models.base_fit import BasePrediction, ContextFit
 from models.calibration import CALIBRATION_LEVEL, half_width_floor
 from models.predictive import Method, StudentTPredictive
+from models.ridge_loo import LOO_MIN_SLACK, PHYSICS_GRID, FixedLeverage, RidgeLOO, ridge_loo
 from models.validation import check_context, check_queries
 
-# Ridge penalties tried per output, relative to n (features are standardised, so s_j^2 ~ n).
-RIDGE_GRID = (1e-12, 1e-10, 1e-8, 1e-6, 1e-4, 1e-2, 1.0, 10.0)
-# Smallest 1 - leverage a penalty may leave at any context point and still be a candidate.
-LOO_MIN_SLACK = 1e-6
-# The penalty of the leverage feature: fixed, so that feature depends on inputs only.
-LEVERAGE_LAMBDA = 1e-4
+# Added to the LOO residuals' rms, relative to |y_mean| + 1, so a bus the context never moves keeps a
+# positive scale: the physics-base checkpoints were trained with this floor (models/base_fit.py's
+# RIDGE_SCALE_FLOOR is the ridge base's).
+PHYSICS_SCALE_FLOOR = 1e-12
+# A feature whose std over the context is below this share of its mean is constant: it keeps std 1
+# and standardises to ~0 instead of dividing by (nearly) nothing.
+CONSTANT_RTOL = 1e-12
+# The compact fit's ridge on its 3 features, relative to n: only keeps a degenerate feature solvable.
+COMPACT_PENALTY = 1e-8
+# A bus is strictly shallower than another when its depth is below this share of the other's.
+DEPTH_RTOL = 1e-9
+# Relative to |mean| (+ the same, absolute): the std a constant load gets, so it standardises to 0.
+CONSTANT_LOAD_STD = 1e-6
 # PhysicsBaseMethod's spread: below this many context points also K-fold cross-validated (CV_FOLDS).
 CV_BELOW_POINTS = 300
 CV_FOLDS = 5
@@ -54,85 +64,89 @@ def load_scaling(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and std of each load over the context rows (..., n, d); a constant load (zero P or Q
     on some feeders) gets a tiny std instead of zero, so it standardises to 0 rather than NaN."""
     mean = x.mean(dim=-2)
-    return mean, x.std(dim=-2, unbiased=False).clamp_min(1e-6 * (mean.abs() + 1e-6))
+    return mean, x.std(dim=-2, unbiased=False).clamp_min(CONSTANT_LOAD_STD * (mean.abs() + CONSTANT_LOAD_STD))
 
 
-@dataclass
-class PhysicsFit:
-    """What a query needs: the tree, the linear drops, the feature scaling and the coefficients."""
+@dataclass(frozen=True)
+class CompactWeights:
+    """DistFlow's second-order weights per output bus j and branch c (`_compact_weights`)."""
+
+    loss: torch.Tensor  # (B, k, k): weight of branch c's squared flow in bus j's loss term
+    path: torch.Tensor  # (B, k, k): weight of branch c's squared flow on bus j's own path
+
+    def select(self, pick: torch.Tensor) -> CompactWeights:
+        rows = pick[..., None].expand(-1, -1, self.loss.shape[-1])
+        return CompactWeights(torch.gather(self.loss, 1, rows), torch.gather(self.path, 1, rows))
+
+
+@dataclass(frozen=True)
+class BranchFlows:
+    """The recovered tree and the linear drops: what turns loads into DistFlow's features."""
 
     subtree: torch.Tensor  # (B, k, m): 1 where load i is downstream of (or at) output bus j
     drop_coef: torch.Tensor  # (B, d, k): linear fit on standardised loads, for the squared drops
     load_scale: torch.Tensor  # (B, d): std of each load, to form physical branch flows
+    outputs: torch.Tensor | None = None  # (B, k'): which outputs the compact features are for (None: all, in order)
+
+    def flows(self, xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """P and Q through every output bus's upstream branch (B, n, k), centred, from standardised loads."""
+        m = self.subtree.shape[-1]
+        loads = xs * self.load_scale[:, None, :]  # centred physical loads
+        return loads[..., :m] @ self.subtree.transpose(-1, -2), loads[..., m:] @ self.subtree.transpose(-1, -2)
+
+    def features(self, xs: torch.Tensor) -> torch.Tensor:
+        """[standardised loads, P_b^2, Q_b^2, P_b Q_b, drop_j^2] (B, n, d + 4k), unstandardised."""
+        flow_p, flow_q = self.flows(xs)
+        drop = xs @ self.drop_coef
+        return torch.cat([xs, flow_p.square(), flow_q.square(), flow_p * flow_q, drop.square()], dim=-1)
+
+    def compact_features(self, xs: torch.Tensor, weights: CompactWeights) -> torch.Tensor:
+        """Per output bus: [loss term, own-path term, squared linear drop] (B, n, k', 3), unstandardised."""
+        flow_p, flow_q = self.flows(xs)
+        ell = flow_p.square() + flow_q.square()
+        drop = xs @ self.drop_coef
+        if self.outputs is not None:  # the state answers some outputs only (PhysicsFit.select)
+            drop = torch.gather(drop, -1, self.outputs[:, None, :].expand(-1, drop.shape[-2], -1))
+        return torch.stack([ell @ weights.loss.transpose(-1, -2), ell @ weights.path.transpose(-1, -2), drop.square()],
+                           dim=-1)
+
+
+@dataclass(frozen=True)
+class PhysicsFit:
+    """What a query needs: the tree, the linear drops, the feature scaling and the coefficients."""
+
+    flows: BranchFlows
     feat_mean: torch.Tensor  # (B, p)
     feat_std: torch.Tensor  # (B, p)
     beta: torch.Tensor  # (B, p, k) on standardised features (zero rows past d where linear won)
     y_mean: torch.Tensor  # (B, k)
-    right_vectors: torch.Tensor  # (B, r, p) of the standardised design
-    leverage_weights: torch.Tensor  # (B, r): 1 / (s^2 + lambda) at the fixed leverage penalty
+    leverage: FixedLeverage  # of the loads (leverage_on_loads) or of the full standardised design
     parent: torch.Tensor  # (B, m) int: recovered parent load bus (load index), -1 for none above it
     physics_used: torch.Tensor  # (B, k) bool: the physics fit won on leave-one-out error
-    n_context: int
-    compact_loss: torch.Tensor  # (B, k, k): weight of branch c's squared flow in bus j's loss term
-    compact_path: torch.Tensor  # (B, k, k): weight of branch c's squared flow on bus j's own path
+    compact: CompactWeights
     compact_mean: torch.Tensor  # (B, k, 3): the compact features' mean and std over the context
     compact_std: torch.Tensor
     compact_gamma: torch.Tensor  # (B, 3, k): their coefficients (zero where compact_used is False)
     compact_used: torch.Tensor  # (B, k) bool: the compact DistFlow fit won on leave-one-out error
-    leverage_on_loads: bool = False  # right_vectors / leverage_weights are the loads' (else the full design's)
-    outputs: torch.Tensor | None = None  # (B, k): which of the feeder's outputs these are (None: all, in order)
+    leverage_on_loads: bool = False
 
-    def select(self, pick: torch.Tensor) -> "PhysicsFit":
+    @property
+    def n_context(self) -> int:
+        return self.leverage.n_context
+
+    def select(self, pick: torch.Tensor) -> PhysicsFit:
         """Keep outputs `pick` (B, k') for the coefficients; features still describe every bus."""
-        rows = pick[..., None].expand(-1, -1, self.compact_loss.shape[-1])
         per_bus = pick[..., None].expand(-1, -1, 3)
-        outputs = pick if self.outputs is None else torch.gather(self.outputs, 1, pick)
-        return replace(self, outputs=outputs, beta=torch.gather(self.beta, 2, pick[:, None, :].expand(-1, self.beta.shape[1], -1)),
+        outputs = pick if self.flows.outputs is None else torch.gather(self.flows.outputs, 1, pick)
+        return replace(self, flows=replace(self.flows, outputs=outputs),
+                       beta=torch.gather(self.beta, 2, pick[:, None, :].expand(-1, self.beta.shape[1], -1)),
                        y_mean=torch.gather(self.y_mean, 1, pick),
                        physics_used=torch.gather(self.physics_used, 1, pick),
-                       compact_loss=torch.gather(self.compact_loss, 1, rows),
-                       compact_path=torch.gather(self.compact_path, 1, rows),
+                       compact=self.compact.select(pick),
                        compact_mean=torch.gather(self.compact_mean, 1, per_bus),
                        compact_std=torch.gather(self.compact_std, 1, per_bus),
                        compact_gamma=torch.gather(self.compact_gamma, 2, pick[:, None, :].expand(-1, 3, -1)),
                        compact_used=torch.gather(self.compact_used, 1, pick))
-
-
-def fitted_per_penalty(u: torch.Tensor, shrink: torch.Tensor, uy: torch.Tensor) -> torch.Tensor:
-    """In-sample fits (B, L, n, k) at every penalty: U diag(shrink_l) U^T y, as one matmul over all
-    penalties and outputs (the three-operand einsum it replaces took 3x as long at 192 features)."""
-    b, n, r = u.shape
-    coef = (shrink[..., None] * uy[:, None]).transpose(1, 2).reshape(b, r, -1)  # (B, r, L*k)
-    return (u @ coef).view(b, n, shrink.shape[1], -1).transpose(1, 2)
-
-
-def _ridge_loo(design: torch.Tensor, yc: torch.Tensor):
-    """Ridge on a centred design (B, n, p) for centred targets (B, n, k), penalty per output by LOO.
-
-    Returns coefficients (B, p, k), LOO residuals (B, n, k), LOO mean squared error (B, k) and the
-    SVD (u, s, vh) with each output's chosen s^2 / (s^2 + lambda) and s / (s^2 + lambda) (B, k, r).
-    """
-    n = design.shape[-2]
-    u, s, vh = torch.linalg.svd(design, full_matrices=False)
-    s2 = s.square()
-    lam = torch.tensor(RIDGE_GRID, dtype=s.dtype, device=s.device) * n
-    shrink = s2[:, None, :] / (s2[:, None, :] + lam[None, :, None])  # (B, L, r)
-    uy = u.transpose(-1, -2) @ yc  # (B, r, k)
-    fitted = fitted_per_penalty(u, shrink, uy)
-    leverage = torch.einsum("bnr,blr->bln", u.square(), shrink) + 1.0 / n
-    loo = (yc[:, None] - fitted) / (1.0 - leverage).clamp_min(1e-6)[..., None]  # (B, L, n, k)
-    err = loo.square().mean(dim=-2)  # (B, L, k)
-    # A penalty that (nearly) interpolates a point (leverage -> 1, as with fewer points than
-    # features) has no usable LOO residual there: 0 / 0. It is not a candidate.
-    usable = (1.0 - leverage).amin(dim=-1) > LOO_MIN_SLACK  # (B, L)
-    err = torch.where(usable[..., None], err, torch.full_like(err, torch.inf))
-    best_err, best = err.min(dim=1)  # (B, k)
-    loo = torch.gather(loo, 1, best[:, None, None, :].expand(-1, 1, n, -1))[:, 0]
-    coef = s[:, None, :] / (s2[:, None, :] + lam[None, :, None])  # (B, L, r)
-    coef = torch.gather(coef, 1, best[..., None].expand(-1, -1, coef.shape[-1]))  # (B, k, r)
-    beta = vh.transpose(-1, -2) @ (coef.transpose(-1, -2) * uy)  # (B, p, k)
-    chosen = torch.gather(shrink, 1, best[..., None].expand(-1, -1, shrink.shape[-1]))  # (B, k, r)
-    return beta, loo, best_err, (u, s, vh, chosen, coef)
 
 
 def recover_tree(sens: torch.Tensor, varies: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -212,19 +226,9 @@ def downstream_of_outputs(sens: torch.Tensor, load_positions: torch.Tensor, load
     return subtree
 
 
-def _features(xs: torch.Tensor, fit_like: dict) -> torch.Tensor:
-    """[standardised loads, P_b^2, Q_b^2, P_b Q_b, drop_j^2] (B, n, d + 4k), unstandardised."""
-    k = fit_like["subtree"].shape[-1]
-    loads = xs * fit_like["load_scale"][:, None, :]  # centred physical loads
-    flow_p = loads[..., :k] @ fit_like["subtree"].transpose(-1, -2)  # (B, n, k)
-    flow_q = loads[..., k:] @ fit_like["subtree"].transpose(-1, -2)
-    drop = xs @ fit_like["drop_coef"]
-    return torch.cat([xs, flow_p.square(), flow_q.square(), flow_p * flow_q, drop.square()], dim=-1)
-
-
-def _compact_weights(sens: torch.Tensor, subtree: torch.Tensor, load_positions: torch.Tensor):
+def _compact_weights(sens: torch.Tensor, subtree: torch.Tensor, load_positions: torch.Tensor) -> CompactWeights:
     """DistFlow's second-order weights from the sensitivities alone, for every output bus j and
-    branch c (the branch into output bus c): (loss weights, path weights), each (B, k, k).
+    branch c (the branch into output bus c).
 
     With rho[j, i] = -dV_j/dP_i the resistance shared by bus j and load i (likewise xi with Q), bus
     j's depth R_j is the most it shares with any load, c's branch resistance is R_c minus its
@@ -239,82 +243,87 @@ def _compact_weights(sens: torch.Tensor, subtree: torch.Tensor, load_positions: 
         depth = shared.amax(dim=-1)  # (B, k)
         below = subtree > 0.5  # (B, c, m): loads below output c
         # common[j, c] = min over loads i below c of shared[j, i], capped at c's depth
-        masked = torch.where(below[:, None, :, :], shared[:, :, None, :], torch.full_like(shared[:, :, None, :], torch.inf))
+        by_load = shared[:, :, None, :]
+        masked = torch.where(below[:, None, :, :], by_load, torch.full_like(by_load, torch.inf))
         common = torch.minimum(masked.amin(dim=-1), depth[:, None, :])  # (B, j, c)
         common = torch.where(below.any(dim=-1)[:, None, :], common, torch.zeros_like(common))
         # parent depth: the deepest output strictly above c whose loads include all of c's
         contains = (subtree @ (1.0 - subtree).transpose(-1, -2)) < 0.5  # [c, p]: no load of c that p lacks
-        above = contains & (depth[:, None, :] < depth[:, :, None] * (1 - 1e-9))
+        above = contains & (depth[:, None, :] < depth[:, :, None] * (1 - DEPTH_RTOL))
         parent_depth = torch.where(above, depth[:, None, :], torch.zeros_like(common)).amax(dim=-1)
         weights.append((common, (depth - parent_depth).clamp_min(0.0)))
     (rho, r), (xi, x) = weights
     loss = rho * r[:, None, :] + xi * x[:, None, :]
     on_path = rho >= (1 - SHARED_PATH_TOLERANCE) * torch.diagonal(rho, dim1=-2, dim2=-1)[:, None, :]
     path = on_path.to(sens.dtype) * 0.5 * (r.square() + x.square())[:, None, :]
-    return loss, path
+    return CompactWeights(loss, path)
 
 
-def _compact_features(xs: torch.Tensor, parts: dict, compact) -> torch.Tensor:
-    """Per output bus: [loss term, own-path term, squared linear drop] (B, n, k, 3), unstandardised."""
-    loss_w, path_w = compact
-    loads = xs * parts["load_scale"][:, None, :]
-    m = parts["subtree"].shape[-1]
-    flow_p = loads[..., :m] @ parts["subtree"].transpose(-1, -2)  # (B, n, k)
-    flow_q = loads[..., m:] @ parts["subtree"].transpose(-1, -2)
-    ell = flow_p.square() + flow_q.square()
-    drop = xs @ parts["drop_coef"]
-    if parts.get("outputs") is not None:  # the state answers some outputs only (PhysicsFit.select)
-        drop = torch.gather(drop, -1, parts["outputs"][:, None, :].expand(-1, drop.shape[-2], -1))
-    return torch.stack([ell @ loss_w.transpose(-1, -2), ell @ path_w.transpose(-1, -2), drop.square()], dim=-1)
+@dataclass(frozen=True)
+class CompactFit:
+    """`_compact_fit`'s answer per output bus."""
+
+    beta: torch.Tensor  # (B, d, k) on the standardised loads
+    gamma: torch.Tensor  # (B, 3, k) on the standardised compact features
+    loo: torch.Tensor  # (B, n, k) leave-one-out residuals
+    loo_mse: torch.Tensor  # (B, k) their mean square (inf where a point is nearly interpolated)
 
 
-def _compact_fit(xs, yc, g, lin_beta, lin_svd):
+def _compact_fit(xs: torch.Tensor, yc: torch.Tensor, g: torch.Tensor, lin: RidgeLOO) -> CompactFit:
     """Each bus's ridge on the loads plus its own 3 compact features g (B, n, k, 3), by partialling
-    the loads out (Frisch-Waugh at the linear fit's penalty). Returns load coefficients (B, d, k),
-    feature coefficients (B, 3, k), LOO residuals (B, n, k) and their mean square (B, k)."""
-    u, s, vh, shrink, coef = lin_svd
+    the loads out (Frisch-Waugh at the linear fit `lin`'s penalty)."""
+    u, vh, shrink, coef = lin.u, lin.vh, lin.shrink, lin.coef
     n = xs.shape[-2]
 
-    def project(a):  # U^T a: (B, n, k, f) -> (B, r, k, f)
-        return (u.transpose(-1, -2) @ a.flatten(2)).unflatten(2, a.shape[2:])
+    def project(a: torch.Tensor) -> torch.Tensor:  # U^T a: (B, n, k, f) -> (B, r, k, f)
+        out = u.transpose(-1, -2) @ a.flatten(2)
+        return out.view(*out.shape[:2], *a.shape[2:])
 
-    def hat(a):  # each output's linear-ridge hat matrix U diag(shrink_k) U^T applied to a (B, n, k, f)
+    def hat(a: torch.Tensor) -> torch.Tensor:  # each output's hat matrix U diag(shrink_k) U^T applied to a (B, n, k, f)
         shrunk = project(a) * shrink.transpose(-1, -2)[..., None]
-        return (u @ shrunk.flatten(2)).unflatten(2, a.shape[2:])
+        out = u @ shrunk.flatten(2)
+        return out.view(*out.shape[:2], *a.shape[2:])
 
     g_res = g - hat(g)  # features with the loads partialled out
     y_res = yc - hat(yc[..., None])[..., 0]
     gram = torch.einsum("bnkf,bnkh->bkfh", g_res, g_res)
-    gram = gram + 1e-8 * n * torch.eye(3, dtype=g.dtype, device=g.device)
+    gram = gram + COMPACT_PENALTY * n * torch.eye(3, dtype=g.dtype, device=g.device)
     gamma = torch.linalg.solve(gram, torch.einsum("bnkf,bnk->bkf", g_res, y_res)[..., None])[..., 0]  # (B, k, 3)
     resid = y_res - torch.einsum("bnkf,bkf->bnk", g_res, gamma)
     lin_h = u.square() @ shrink.transpose(-1, -2)  # (B, n, k)
     proj = torch.linalg.solve(gram, g_res.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)  # M g_res^T: (B, n, k, 3)
     extra = (proj * (g_res - hat(g_res))).sum(-1)  # diag of g_res M g_res^T (I - H)
     leverage = lin_h + 1.0 / n + extra
-    loo = resid / (1.0 - leverage).clamp_min(1e-6)
+    loo = resid / (1.0 - leverage).clamp_min(LOO_MIN_SLACK)
     err = loo.square().mean(dim=-2)
     err = torch.where((1.0 - leverage).amin(dim=-2) > LOO_MIN_SLACK, err, torch.full_like(err, torch.inf))
     load_part = vh.transpose(-1, -2) @ ((project(g) * gamma[:, None]).sum(-1) * coef.transpose(-1, -2))  # (B, d, k)
-    return lin_beta - load_part, gamma.transpose(-1, -2), loo, err
+    return CompactFit(lin.beta - load_part, gamma.transpose(-1, -2), loo, err)
 
 
-def fit(xs: torch.Tensor, y: torch.Tensor, x_std: torch.Tensor, load_positions: torch.Tensor | None = None,
-        leverage_from: str = "design"):
+def _standardise(raw: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and std of features over the context rows (axis `dim`); a constant one keeps std 1."""
+    mean, std = raw.mean(dim=dim), raw.std(dim=dim, unbiased=False)
+    return mean, torch.where(std > CONSTANT_RTOL * (mean.abs() + 1e-300), std, torch.ones_like(std))
+
+
+def fit(xs: torch.Tensor, y: torch.Tensor, x_std: torch.Tensor,
+        load_positions: torch.Tensor | Sequence[int] | None = None,
+        leverage_from: str = "design") -> ContextFit[PhysicsFit]:
     """Fit on standardised loads xs (B, n, d) and targets y (B, n, k), float64.
 
     `load_positions` (m,): the output index of each load bus, d = 2m; None when the outputs are the
     load buses in feature order (d = 2k). Outputs without a load (junctions, load-less leaves) get
     their downstream loads from `downstream_of_outputs`.
 
-    Returns the fit, LOO residuals (B, n, k) of the chosen fit per output, and the leverages at the
-    fixed penalty (B, n) of the full design (`leverage_from="design"`) or of the loads alone ("loads":
-    inputs only, so a context's last digits cannot flip it through the recovered tree).
+    The residuals are the LOO residuals (B, n, k) of the chosen fit per output, the leverage that at
+    the fixed penalty (B, n) of the full design (`leverage_from="design"`) or of the loads alone
+    ("loads": inputs only, so a context's last digits cannot flip it through the recovered tree).
     """
     if leverage_from not in ("design", "loads"):
         raise ValueError(f"leverage_from: expected 'design' or 'loads', got {leverage_from!r}")
     xs, y = xs.double(), y.double()
-    n, d, k = xs.shape[-2], xs.shape[-1], y.shape[-1]
+    d, k = xs.shape[-1], y.shape[-1]
     if load_positions is None:
         if d != 2 * k:
             raise ValueError(f"physics base: expected 2 loads (P, Q) per output bus, got {d} inputs for {k} outputs")
@@ -324,78 +333,97 @@ def fit(xs: torch.Tensor, y: torch.Tensor, x_std: torch.Tensor, load_positions: 
         raise ValueError(f"physics base: {d} inputs for {len(load_positions)} load buses (expected P and Q of each)")
     y_mean = y.mean(dim=-2)
     yc = y - y_mean[:, None, :]
-    lin_beta, lin_loo, lin_err, lin_svd = _ridge_loo(xs, yc)
-    sens = (lin_beta / x_std.double()[..., None]).transpose(-1, -2)  # (B, k, d) in p.u. per MW / MVAr
+    lin = ridge_loo(xs, yc, PHYSICS_GRID)
+    sens = (lin.beta / x_std.double()[..., None]).transpose(-1, -2)  # (B, k, d) in p.u. per MW / MVAr
     varies = xs.std(dim=-2) > 0.5  # standardised: 1 where a load varies, 0 where it is constant
     parent, load_subtree = recover_tree(sens[:, load_positions], varies)
-    subtree = downstream_of_outputs(sens, load_positions, load_subtree)
-    parts = dict(subtree=subtree, drop_coef=lin_beta, load_scale=x_std.double())
-    raw = _features(xs, parts)
-    feat_mean = raw.mean(dim=-2)
-    feat_std = raw.std(dim=-2, unbiased=False)
+    flows = BranchFlows(downstream_of_outputs(sens, load_positions, load_subtree), lin.beta, x_std.double())
+    raw = flows.features(xs)
+    feat_mean, feat_std = _standardise(raw, dim=-2)
     feat_mean[..., :d], feat_std[..., :d] = 0.0, 1.0  # the loads are standardised already
-    feat_std = torch.where(feat_std > 1e-12 * (feat_mean.abs() + 1e-300), feat_std, torch.ones_like(feat_std))
-    design = (raw - feat_mean[:, None, :]) / feat_std[:, None, :]
-    beta, loo, err, (u, s, vh, _, _) = _ridge_loo(design, yc)
-    physics_used = err < lin_err
-    lin_full = torch.cat([lin_beta, torch.zeros_like(beta[:, d:])], dim=1)
-    beta = torch.where(physics_used[:, None, :], beta, lin_full)
-    loo = torch.where(physics_used[:, None, :], loo, lin_loo)
-    best_err = torch.minimum(err, lin_err)
-    compact = _compact_weights(sens, subtree, load_positions)
-    g_raw = _compact_features(xs, parts, compact)
-    g_mean, g_std = g_raw.mean(dim=-3), g_raw.std(dim=-3, unbiased=False)
-    g_std = torch.where(g_std > 1e-12 * (g_mean.abs() + 1e-300), g_std, torch.ones_like(g_std))
-    c_beta, gamma, c_loo, c_err = _compact_fit(xs, yc, (g_raw - g_mean[:, None]) / g_std[:, None], lin_beta, lin_svd)
-    compact_used = c_err < best_err
-    beta = torch.where(compact_used[:, None, :], torch.cat([c_beta, torch.zeros_like(beta[:, d:])], dim=1), beta)
-    loo = torch.where(compact_used[:, None, :], c_loo, loo)
+    full = ridge_loo((raw - feat_mean[:, None, :]) / feat_std[:, None, :], yc, PHYSICS_GRID)
+    physics_used = full.loo_mse < lin.loo_mse
+    lin_full = torch.cat([lin.beta, torch.zeros_like(full.beta[:, d:])], dim=1)
+    beta = torch.where(physics_used[:, None, :], full.beta, lin_full)
+    loo = torch.where(physics_used[:, None, :], full.loo, lin.loo)
+    best_err = torch.minimum(full.loo_mse, lin.loo_mse)
+    compact = _compact_weights(sens, flows.subtree, load_positions)
+    g_raw = flows.compact_features(xs, compact)
+    g_mean, g_std = _standardise(g_raw, dim=-3)
+    compact_fit = _compact_fit(xs, yc, (g_raw - g_mean[:, None]) / g_std[:, None], lin)
+    compact_used = compact_fit.loo_mse < best_err
+    compact_full = torch.cat([compact_fit.beta, torch.zeros_like(beta[:, d:])], dim=1)
+    beta = torch.where(compact_used[:, None, :], compact_full, beta)
+    loo = torch.where(compact_used[:, None, :], compact_fit.loo, loo)
     physics_used = physics_used & ~compact_used
-    gamma = torch.where(compact_used[:, None, :], gamma, torch.zeros_like(gamma))
+    gamma = torch.where(compact_used[:, None, :], compact_fit.gamma, torch.zeros_like(compact_fit.gamma))
     on_loads = leverage_from == "loads"
-    if on_loads:
-        u, s, vh = lin_svd[:3]
-    s2 = s.square()
-    lev_weights = 1.0 / (s2 + LEVERAGE_LAMBDA * n)
-    leverage = (u.square() * (s2 * lev_weights)[:, None, :]).sum(-1) + 1.0 / n
-    result = PhysicsFit(subtree=subtree, drop_coef=lin_beta, load_scale=x_std.double(), feat_mean=feat_mean,
-                        feat_std=feat_std, beta=beta, y_mean=y_mean, right_vectors=vh, leverage_weights=lev_weights,
-                        parent=parent, physics_used=physics_used, n_context=n, compact_loss=compact[0],
-                        compact_path=compact[1], compact_mean=g_mean, compact_std=g_std, compact_gamma=gamma,
-                        compact_used=compact_used, leverage_on_loads=on_loads)
-    return result, loo, leverage
+    source = lin if on_loads else full
+    leverage, in_sample = FixedLeverage.of(source.u, source.s, source.vh)
+    result = PhysicsFit(flows=flows, feat_mean=feat_mean, feat_std=feat_std, beta=beta, y_mean=y_mean,
+                        leverage=leverage, parent=parent, physics_used=physics_used, compact=compact,
+                        compact_mean=g_mean, compact_std=g_std, compact_gamma=gamma, compact_used=compact_used,
+                        leverage_on_loads=on_loads)
+    return ContextFit(result, loo, in_sample)
 
 
-def predict(state: PhysicsFit, xs: torch.Tensor, leverage: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+def predict(state: PhysicsFit, xs: torch.Tensor, leverage: bool = True) -> BasePrediction:
     """Base prediction (B, m, k) float64 and the leverage each query would have in the context (B, m),
     or None when `leverage` is False (the full design is then built only if some bus uses it)."""
     xs = xs.double()
-    parts = dict(subtree=state.subtree, drop_coef=state.drop_coef, load_scale=state.load_scale)
     d = xs.shape[-1]
+    design = None  # the full design is built only where a bus or the leverage uses it
     if (leverage and not state.leverage_on_loads) or bool(state.physics_used.any()):
-        design = (_features(xs, parts) - state.feat_mean[:, None, :]) / state.feat_std[:, None, :]
+        design = (state.flows.features(xs) - state.feat_mean[:, None, :]) / state.feat_std[:, None, :]
         loc = design @ state.beta + state.y_mean[:, None, :]
     else:  # linear and compact buses have no coefficients past the loads
-        design, loc = None, xs @ state.beta[:, :d] + state.y_mean[:, None, :]
+        loc = xs @ state.beta[:, :d] + state.y_mean[:, None, :]
     if bool(state.compact_used.any()):
-        g = _compact_features(xs, {**parts, "outputs": state.outputs}, (state.compact_loss, state.compact_path))
+        g = state.flows.compact_features(xs, state.compact)
         g = (g - state.compact_mean[:, None]) / state.compact_std[:, None]
         loc = loc + torch.einsum("bnkf,bfk->bnk", g, state.compact_gamma)
     if not leverage:
-        return loc, None
-    proj = (xs if state.leverage_on_loads else design) @ state.right_vectors.transpose(-1, -2)
-    h = (proj.square() * state.leverage_weights[:, None, :]).sum(-1) + 1.0 / state.n_context
-    return loc, h / (1.0 + h)  # what the leverage would be had the query been in the context
+        return BasePrediction(loc, None)
+    return BasePrediction(loc, state.leverage.at(xs if design is None or state.leverage_on_loads else design))
 
 
-def _fit_raw(x: torch.Tensor, y: torch.Tensor, load_positions: torch.Tensor | None):
-    """fit() on raw loads x (1, n, d) and voltages y (1, n, k): the state, the load scaling and the LOO residuals."""
+class PhysicsBase:
+    """The physics fit as ModelConfig.base="physics" (models/base_fit.py's BaseFit)."""
+
+    scale_floor = PHYSICS_SCALE_FLOOR
+
+    def __init__(self, load_positions: torch.Tensor | Sequence[int] | None = None, leverage_from: str = "design"):
+        self.load_positions, self.leverage_from = load_positions, leverage_from
+
+    def fit(self, xs: torch.Tensor, y: torch.Tensor, x_std: torch.Tensor) -> ContextFit[PhysicsFit]:
+        return fit(xs, y, x_std, self.load_positions, self.leverage_from)
+
+    def predict(self, fitted: PhysicsFit, xs: torch.Tensor) -> BasePrediction:
+        return predict(fitted, xs)
+
+
+@dataclass(frozen=True)
+class RawLoadFit:
+    """fit() on raw loads: the state and the load scaling it standardised them with."""
+
+    state: PhysicsFit
+    x_mean: torch.Tensor  # (1, d)
+    x_std: torch.Tensor  # (1, d)
+
+    def location(self, x: torch.Tensor) -> torch.Tensor:
+        """The base prediction (1, m, k) at raw loads x (1, m, d)."""
+        return predict(self.state, (x - self.x_mean[:, None]) / self.x_std[:, None], leverage=False).loc
+
+
+def _fit_raw(x: torch.Tensor, y: torch.Tensor,
+             load_positions: torch.Tensor | Sequence[int] | None) -> tuple[RawLoadFit, torch.Tensor]:
+    """fit() on raw loads x (1, n, d) and voltages y (1, n, k): the fit and its LOO residuals (1, n, k)."""
     mean, std = load_scaling(x)
-    state, loo, _ = fit((x - mean[:, None]) / std[:, None], y, std, load_positions)
-    return state, mean, std, loo
+    result = fit((x - mean[:, None]) / std[:, None], y, std, load_positions)
+    return RawLoadFit(result.fitted, mean, std), result.residuals
 
 
-def cross_validated_errors(x: torch.Tensor, y: torch.Tensor, load_positions: torch.Tensor | None,
+def cross_validated_errors(x: torch.Tensor, y: torch.Tensor, load_positions: torch.Tensor | Sequence[int] | None,
                            folds: int = CV_FOLDS) -> torch.Tensor:
     """Held-out residuals (n, k) of the whole fit, tree recovery and model choice included, by
     K-fold cross-validation on interleaved folds (rows i, i + K, ...). Leave-one-out residuals of
@@ -405,10 +433,18 @@ def cross_validated_errors(x: torch.Tensor, y: torch.Tensor, load_positions: tor
     out = torch.empty_like(y[0])
     for f in range(folds):
         train, held = fold != f, fold == f
-        state, mean, std, _ = _fit_raw(x[:, train], y[:, train], load_positions)
-        loc, _ = predict(state, (x[:, held] - mean[:, None]) / std[:, None], leverage=False)
-        out[held] = y[0, held] - loc[0]
+        fitted, _ = _fit_raw(x[:, train], y[:, train], load_positions)
+        out[held] = y[0, held] - fitted.location(x[:, held])[0]
     return out
+
+
+@dataclass(frozen=True)
+class PhysicsBaseFitted:
+    """PhysicsBaseMethod's fitted context."""
+
+    base: RawLoadFit
+    spread: np.ndarray  # (k,) each output's Student-t scale, p.u.
+    dof: int  # the t's degrees of freedom
 
 
 class PhysicsBaseMethod(Method):
@@ -423,23 +459,23 @@ class PhysicsBaseMethod(Method):
 
     name = "physics base (closed form)"
 
-    def __init__(self, load_positions=None):
+    def __init__(self, load_positions: torch.Tensor | Sequence[int] | np.ndarray | None = None):
         self.load_positions = None if load_positions is None else torch.as_tensor(load_positions, dtype=torch.long)
 
-    def fit(self, context_x, context_y) -> tuple[PhysicsFit, torch.Tensor, torch.Tensor, np.ndarray, int]:
+    def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> PhysicsBaseFitted:
         x, y = check_context(context_x, context_y)
         xt, yt = torch.as_tensor(x, dtype=torch.float64)[None], torch.as_tensor(y, dtype=torch.float64)[None]
-        state, mean, std, loo = _fit_raw(xt, yt, self.load_positions)
+        base, loo = _fit_raw(xt, yt, self.load_positions)
         n = xt.shape[-2]
         spread = loo[0].square().mean(dim=0).sqrt().numpy()
         if n < CV_BELOW_POINTS:
             cv = cross_validated_errors(xt, yt, self.load_positions).numpy()
             t95 = student_t.ppf(0.5 + CALIBRATION_LEVEL / 2, n - 1)
             spread = np.maximum.reduce([spread, np.sqrt(np.mean(np.square(cv), axis=0)), half_width_floor(cv) / t95])
-        return state, mean, std, np.maximum(spread, SPREAD_FLOOR_PU), n - 1
+        return PhysicsBaseFitted(base, np.maximum(spread, SPREAD_FLOOR_PU), n - 1)
 
-    def predict(self, fitted, query_x) -> StudentTPredictive:
-        state, mean, std, spread, dof = fitted
-        q = torch.as_tensor(check_queries(query_x, d=mean.shape[-1]), dtype=torch.float64)[None]
-        loc, _ = predict(state, (q - mean[:, None]) / std[:, None], leverage=False)
-        return StudentTPredictive(loc[0].numpy(), np.broadcast_to(spread, loc.shape[1:]).copy(), float(dof))
+    def predict(self, fitted: PhysicsBaseFitted, query_x: np.ndarray) -> StudentTPredictive:
+        q = torch.as_tensor(check_queries(query_x, d=fitted.base.x_mean.shape[-1]), dtype=torch.float64)[None]
+        loc = fitted.base.location(q)
+        spread = np.broadcast_to(fitted.spread, loc.shape[1:]).copy()
+        return StudentTPredictive(loc[0].numpy(), spread, float(fitted.dof))

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from models.limits import MIN_CONTEXT_ROWS
 from models.physics_base import PhysicsBaseMethod
 
 NAME = "physics-fit"
 VERSION = "built-in"
 ANY_NETWORK = "any radial feeder"
-MIN_CONTEXT = 16  # below this the leave-one-out choice between the linear and the physics fit is noise
+MIN_CONTEXT = MIN_CONTEXT_ROWS
 
 
 def general_card(max_context: int) -> dict[str, Any]:

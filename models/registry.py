@@ -3,9 +3,15 @@
 A name may have checkpoints for several networks (the card's `network`, "ieee33" when absent): a
 checkpoint's input and output widths are its network's, so the newest version per (name, network)
 is served, and `get(name, network)` picks it. Width-free models (models.physics_fit) serve every
-network, built for each on first use. Loading checks each checkpoint (card fields, sha256 of the weights, config, tensor names and
-shapes), places it on the GPU when there is one, runs a warm-up forward pass, and refuses a
-corrupted or incompatible checkpoint with a clear reason while the others still load.
+network, built for each on first use. Loading checks each checkpoint (card fields, sha256 of the
+weights, config, tensor names and shapes), places it on the GPU when there is one, runs a warm-up
+forward pass, and refuses a corrupted or incompatible checkpoint with a clear reason while the
+others still load.
+
+Only the newest version per (name, network) is loaded at start (the next older one when it is refused):
+start-up time and memory then grow with the models served, not with the releases kept. Older versions
+are listed (`available`) from their cards and loaded on first use when a caller pins one
+(`get(name, network, version=...)`), a few at a time (PINNED_VERSIONS, least recently used dropped).
 """
 from __future__ import annotations
 
@@ -15,9 +21,10 @@ import logging
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
@@ -25,9 +32,11 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from models.config import ModelConfig
+from models.limits import MAX_CONTEXT_ROWS
 from models.memory import retain_freed_memory
 from models.model import DVAPFN
 from models.pfn import PFNMethod
+from models.predictive import Method
 
 log = logging.getLogger(__name__)
 
@@ -41,17 +50,38 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be served, with the reason."""
 
 
+MethodT = TypeVar("MethodT", bound=Method, covariant=True)
+
+
 @dataclass
-class LoadedModel:
+class LoadedModel(Generic[MethodT]):
+    """A servable model: its card and its method (a checkpoint's PFNMethod, physics-fit's
+    PhysicsBaseMethod; `LoadedModel[PFNMethod]` where a caller needs the network itself)."""
+
     name: str
     version: str
     card: dict[str, Any]
-    method: PFNMethod
+    method: MethodT
     device: str
 
 
 DEFAULT_NETWORK = "ieee33"  # the network of a card that names none (cards before networks were named)
 BUILT_FOR_NETWORKS = 64  # width-free models built per network and kept (uploads come and go)
+# Older versions loaded because a request pinned them, kept at once: pins are for comparing or holding
+# back a release, a handful at a time; each is a few MB of weights.
+PINNED_VERSIONS = 4
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A checkpoint found in the registry: where it is and its card (read, not yet checked)."""
+
+    directory: Path
+    card: dict[str, Any]
+
+    @property
+    def version(self) -> str:
+        return str(self.card["version"])
 
 
 class ModelNotServed(LookupError):
@@ -68,6 +98,17 @@ class ModelNotServed(LookupError):
         return not self.serves
 
 
+class VersionNotServed(LookupError):
+    """A pinned version that `name` does not have for `network`, or that was refused on loading
+    (`reason`); says which versions there are."""
+
+    def __init__(self, name: str, network: str, version: str, versions: list[str], reason: str | None = None) -> None:
+        self.name, self.network, self.version, self.versions, self.reason = name, network, version, versions, reason
+        told = (f"version {version!r} of model {name!r} for network {network!r} cannot be served: {reason}" if reason
+                else f"model {name!r} has no version {version!r} for network {network!r}")
+        super().__init__(f"{told}; versions: {', '.join(versions) or 'none'}")
+
+
 def card_network(card: dict[str, Any]) -> str:
     return str(card.get("network") or DEFAULT_NETWORK)
 
@@ -79,15 +120,20 @@ class Registry:
     `models` is one checkpoint per name (its DEFAULT_NETWORK one where it has one, else its newest
     network's): the view of callers that serve one network (bench/, `load_registry(network=...)`)."""
 
-    checkpoints: dict[tuple[str, str], LoadedModel] = field(default_factory=dict)
+    checkpoints: dict[tuple[str, str], LoadedModel[Method]] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # "<name>/<version>" -> why it was refused
-    width_free: dict[str, Callable[[Any], LoadedModel]] = field(default_factory=dict)  # name -> build(network)
+    width_free: dict[str, Callable[[Any], LoadedModel[Method]]] = field(default_factory=dict)  # name -> build(network)
     width_free_cards: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> its card on no network
-    models: dict[str, LoadedModel] = field(default_factory=dict)
-    _built: "OrderedDict[tuple[str, str], LoadedModel]" = field(default_factory=OrderedDict, repr=False)
+    models: dict[str, LoadedModel[Method]] = field(default_factory=dict)
+    # (name, network) -> version -> checkpoint, every version found (served or not), for pinning and listing
+    available: dict[tuple[str, str], dict[str, Candidate]] = field(default_factory=dict)
+    load_options: dict[str, Any] = field(default_factory=dict)  # load_checkpoint's device/calibrate for pins
+    pinned_versions: int = PINNED_VERSIONS
+    _built: OrderedDict[tuple[str, str], LoadedModel[Method]] = field(default_factory=OrderedDict, repr=False)
+    _pinned: OrderedDict[tuple[str, str, str], LoadedModel[Method]] = field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add(self, loaded: LoadedModel) -> None:
+    def add(self, loaded: LoadedModel[Method]) -> None:
         """Serve `loaded` unless a newer version of its (name, network) is served already."""
         key = (loaded.name, card_network(loaded.card))
         current = self.checkpoints.get(key)
@@ -115,20 +161,40 @@ class Registry:
         """network -> served version of a checkpoint model (empty for a width-free one)."""
         return {net: loaded.version for (n, net), loaded in sorted(self.checkpoints.items()) if n == name}
 
+    def available_versions(self, name: str) -> dict[str, list[str]]:
+        """network -> every version a request may pin, newest first (the served one among them;
+        `{"*": [version]}` for a width-free model). Networks with no served version are left out."""
+        if name in self.width_free:
+            return {"*": [str(self.width_free_cards[name]["version"])]}
+        served = self.versions(name)
+        return {net: _newest_first(self.available.get((name, net), {}), served[net]) for net in served}
+
+    def loaded_versions(self) -> list[tuple[str, str, str]]:
+        """(name, network, version) of the older versions loaded now because requests pinned them."""
+        with self._lock:
+            return list(self._pinned)
+
     def networks_of(self, name: str) -> list[str]:
         """What `name` serves, in words for a width-free model."""
         if name in self.width_free:
-            return ["any radial feeder"]
+            from models.physics_fit import ANY_NETWORK
+
+            return [ANY_NETWORK]
         return list(self.versions(name))
 
     def models_for(self, network: str) -> list[str]:
         """Names that serve `network` (a built-in name or an uploaded network's id)."""
         return sorted({n for n, net in self.checkpoints if net == network} | set(self.width_free))
 
-    def get(self, name: str, network: Any = DEFAULT_NETWORK) -> LoadedModel:
-        """The model `name` for `network` (a built-in name or a gridsim Network); ModelNotServed when none."""
+    def get(self, name: str, network: Any = DEFAULT_NETWORK, version: str | None = None) -> LoadedModel[Method]:
+        """The model `name` for `network` (a built-in name or a gridsim Network); ModelNotServed when none.
+
+        version: that version instead of the served one (loaded on first use); VersionNotServed when the
+        model has no such version for the network or it cannot be loaded."""
         network_id = network if isinstance(network, str) else network.name
         loaded = self.checkpoints.get((name, network_id))
+        if version is not None:
+            return self._pinned_version(name, network, network_id, str(version), loaded)
         if loaded is not None:
             return loaded
         if name not in self.width_free:
@@ -145,6 +211,50 @@ class Registry:
                     self._built.popitem(last=False)
             self._built.move_to_end((name, network_id))
         return loaded
+
+    def _pinned_version(self, name: str, network: Any, network_id: str, version: str,
+                        served: LoadedModel[Method] | None) -> LoadedModel[Method]:
+        if served is not None and served.version == version:
+            return served
+        if name in self.width_free:
+            built = self.get(name, network)  # ModelNotServed for a network gridsim does not know
+            if built.version != version:
+                raise VersionNotServed(name, network_id, version, [built.version])
+            return built
+        if served is None:
+            raise ModelNotServed(name, network_id, self.networks_of(name), self.models_for(network_id))
+        found = self.available.get((name, network_id), {})
+        candidate = found.get(version)
+        if candidate is None:
+            raise VersionNotServed(name, network_id, version, _newest_first(found, served.version))
+        key = (name, network_id, version)
+        with self._lock:  # request threads and the event loop both ask; load once
+            loaded = self._pinned.get(key)
+            if loaded is None:
+                refused = self.errors.get(_error_key(candidate.directory))
+                if refused is not None:
+                    raise VersionNotServed(name, network_id, version, _newest_first(found, served.version), refused)
+                try:
+                    loaded = load_checkpoint(candidate.directory, **self.load_options)
+                except CheckpointError as exc:
+                    log.error("refusing pinned checkpoint %s: %s", _error_key(candidate.directory), exc)
+                    self.errors[_error_key(candidate.directory)] = str(exc)
+                    raise VersionNotServed(name, network_id, version, _newest_first(found, served.version),
+                                           str(exc)) from None
+                log.info("loaded pinned model %s version %s for %s on %s", name, version, network_id, loaded.device)
+                self._pinned[key] = loaded
+                while len(self._pinned) > max(self.pinned_versions, 1):
+                    self._pinned.popitem(last=False)
+            self._pinned.move_to_end(key)
+        return loaded
+
+
+def _newest_first(found: dict[str, Candidate], served: str) -> list[str]:
+    return sorted(set(found) | {served}, key=_version_key, reverse=True)
+
+
+def _error_key(directory: Path) -> str:
+    return f"{directory.parent.name}/{directory.name}"
 
 
 def sha256_file(path: Path) -> str:
@@ -188,20 +298,14 @@ def _write_card(directory: Path, card: dict[str, Any]) -> Path:
 
 
 def load_checkpoint(directory: str | Path, device: str | None = None, warmup: bool = True,
-                    calibrate: bool = True) -> LoadedModel:
+                    calibrate: bool = True) -> LoadedModel[PFNMethod]:
     """Load and check one checkpoint directory; raises CheckpointError with the reason.
 
     calibrate: the in-context spread calibration of every fit (models.calibration) on or off.
     """
     directory = Path(directory)
     device = device or default_device()
-    try:
-        card = json.loads((directory / CARD).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{directory}: unreadable {CARD}: {exc}") from exc
-    missing = [f for f in REQUIRED_CARD_FIELDS if f not in card]
-    if missing:
-        raise CheckpointError(f"{directory}: card lacks field(s) {missing}")
+    card = read_card(directory)
     weights = directory / WEIGHTS
     if not weights.exists():
         raise CheckpointError(f"{directory}: {WEIGHTS} is missing")
@@ -226,6 +330,20 @@ def load_checkpoint(directory: str | Path, device: str | None = None, warmup: bo
     if warmup:
         _warm_up(method, card)
     return LoadedModel(card["name"], str(card["version"]), {**card, "device": device}, method, device)
+
+
+def read_card(directory: Path) -> dict[str, Any]:
+    """A checkpoint's card with every required field; CheckpointError otherwise (nothing else is checked)."""
+    try:
+        card = json.loads((directory / CARD).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{directory}: unreadable {CARD}: {exc}") from exc
+    if not isinstance(card, dict):
+        raise CheckpointError(f"{directory}: {CARD} is not a JSON object")
+    missing = [f for f in REQUIRED_CARD_FIELDS if f not in card]
+    if missing:
+        raise CheckpointError(f"{directory}: card lacks field(s) {missing}")
+    return card
 
 
 def _check_network(directory: Path, card: dict[str, Any]) -> None:
@@ -259,7 +377,7 @@ def _check_tensors(directory: Path, weights: Path, model: DVAPFN) -> None:
             raise CheckpointError(f"{directory}: tensor {name} has shape {found[name]}, config expects {shape}")
 
 
-def _warm_up(method: PFNMethod, card: dict) -> None:
+def _warm_up(method: PFNMethod, card: dict[str, Any]) -> None:
     """One forward pass at the smallest supported context, so the first request is not slow."""
     rng = np.random.default_rng(0)
     n = int(card["context_size"]["min"])
@@ -271,11 +389,11 @@ def _warm_up(method: PFNMethod, card: dict) -> None:
         raise CheckpointError(f"{card['name']}: warm-up produced non-finite predictions")
 
 
-def physics_fit_builder(max_context: int) -> Callable[[Any], LoadedModel]:
+def physics_fit_builder(max_context: int) -> Callable[[Any], LoadedModel[Method]]:
     """Builds "physics-fit" (models.physics_fit) for one network."""
     from models import physics_fit
 
-    def build(network: Any) -> LoadedModel:
+    def build(network: Any) -> LoadedModel[Method]:
         return LoadedModel(physics_fit.NAME, physics_fit.VERSION, physics_fit.card_for(network, max_context),
                            physics_fit.method_for(network), "cpu")
 
@@ -284,16 +402,20 @@ def physics_fit_builder(max_context: int) -> Callable[[Any], LoadedModel]:
 
 def load_registry(root: str | Path = DEFAULT_ROOT, device: str | None = None, warmup: bool = True,
                   calibrate: bool = True, network: str | None = None, width_free: bool = False,
-                  max_context: int = 10_000, retain_memory: bool = True) -> Registry:
-    """Every `<name>/<version>` under root; the newest version of each (name, network) is served.
+                  max_context: int = MAX_CONTEXT_ROWS, retain_memory: bool = True,
+                  pinned_versions: int = PINNED_VERSIONS) -> Registry:
+    """Every `<name>/<version>` under root; the newest version of each (name, network) is loaded and
+    served (the next older one where it is refused), the others are `available` to pin.
 
     network: only checkpoints for that network. width_free: also serve "physics-fit" on every
     network, with contexts of up to `max_context` rows (the service's GRIDPFN_MAX_CONTEXT_ROWS).
     retain_memory: keep freed memory for the next request (models.memory; the service's
-    GRIDPFN_RETAIN_FREED_MEMORY), as everything that serves or measures the registry does."""
+    GRIDPFN_RETAIN_FREED_MEMORY), as everything that serves or measures the registry does.
+    pinned_versions: older versions kept loaded at once for requests that pin them."""
     if retain_memory:
         retain_freed_memory()
-    registry = Registry()
+    registry = Registry(load_options={"device": device, "warmup": warmup, "calibrate": calibrate},
+                        pinned_versions=pinned_versions)
     if width_free:
         from models import physics_fit
 
@@ -302,22 +424,46 @@ def load_registry(root: str | Path = DEFAULT_ROOT, device: str | None = None, wa
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"model_dir: {root} is not a directory")
-    for card_path in sorted(root.glob(f"*/*/{CARD}")):
-        directory = card_path.parent
-        key = f"{directory.parent.name}/{directory.name}"
-        try:
-            loaded = load_checkpoint(directory, device=device, warmup=warmup, calibrate=calibrate)
-        except CheckpointError as exc:
-            log.error("refusing checkpoint %s: %s", key, exc)
-            registry.errors[key] = str(exc)
-            continue
-        if network is not None and card_network(loaded.card) != network:
-            continue
-        registry.add(loaded)
-        log.info("loaded model %s version %s for %s on %s", loaded.name, loaded.version, card_network(loaded.card),
-                 loaded.device)
+    registry.available = _scan(root, network, registry.errors)
+    for found in registry.available.values():
+        for version in sorted(found, key=_version_key, reverse=True):
+            directory = found[version].directory
+            try:
+                loaded = load_checkpoint(directory, device=device, warmup=warmup, calibrate=calibrate)
+            except CheckpointError as exc:
+                log.error("refusing checkpoint %s: %s", _error_key(directory), exc)
+                registry.errors[_error_key(directory)] = str(exc)
+                continue
+            registry.add(loaded)
+            log.info("loaded model %s version %s for %s on %s", loaded.name, loaded.version,
+                     card_network(loaded.card), loaded.device)
+            break  # older versions load when a request pins one
     return registry
 
 
-def _version_key(version: str) -> tuple:
-    return tuple(int(p) if p.isdigit() else p for p in version.replace("-", ".").split("."))
+def _scan(root: Path, network: str | None, errors: dict[str, str]) -> dict[tuple[str, str], dict[str, Candidate]]:
+    """Every checkpoint's card under root by (name, network) and version; unreadable cards go to `errors`."""
+    found: dict[tuple[str, str], dict[str, Candidate]] = {}
+    for card_path in sorted(root.glob(f"*/*/{CARD}")):
+        directory = card_path.parent
+        try:
+            card = read_card(directory)
+        except CheckpointError as exc:
+            log.error("refusing checkpoint %s: %s", _error_key(directory), exc)
+            errors[_error_key(directory)] = str(exc)
+            continue
+        if network is not None and card_network(card) != network:
+            continue
+        versions = found.setdefault((str(card["name"]), card_network(card)), {})
+        other = versions.get(str(card["version"]))
+        if other is not None:
+            errors[_error_key(directory)] = (f"{directory}: the same name, network and version as "
+                                             f"{_error_key(other.directory)}, which is used")
+            continue
+        versions[str(card["version"])] = Candidate(directory, card)
+    return found
+
+
+def _version_key(version: str) -> tuple[tuple[int, int, str], ...]:
+    """Numeric parts compare as numbers, others as text after any number (so no int-vs-str comparison)."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in version.replace("-", ".").split("."))

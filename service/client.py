@@ -27,13 +27,15 @@ import os
 import random
 import tempfile
 import time
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, TypeVar
 
 import httpx
 import pandas as pd
 
+T = TypeVar("T")
 TERMINAL = ("done", "failed", "cancelled")
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 # The IEEE 33-bus feeder's load feature names (P then Q at buses 2..33), for building DataFrames and
@@ -77,19 +79,45 @@ class Call:
 class _Endpoints:
     """What each endpoint sends and returns, shared by GridPFNClient and AsyncGridPFNClient."""
 
-    def __init__(self, base_url: str, api_key: str | None, retries: int, backoff_s: float,
-                 max_retry_wait_s: float) -> None:
+    _http_class: type = httpx.Client  # the httpx client each kind makes for itself
+
+    def __init__(self, base_url: str = "http://127.0.0.1:8000", api_key: str | None = None, timeout_s: float = 300.0,
+                 *, http_client: httpx.Client | httpx.AsyncClient | None = None,
+                 transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
+                 retries: int = 3, backoff_s: float = 0.5, max_retry_wait_s: float = 30.0) -> None:
         if retries < 0 or backoff_s < 0 or max_retry_wait_s < 0:
             raise ValueError("retries, backoff_s and max_retry_wait_s: must not be negative")
         self.base_url = base_url.rstrip("/")
         self.headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.retries, self.backoff_s, self.max_retry_wait_s = retries, backoff_s, max_retry_wait_s
         self._features: dict[str, list[str]] = {}  # the server's feature names, per network id
+        self._owns_http = http_client is None
+        self.http: Any = http_client or self._http_class(timeout=timeout_s, transport=transport)
 
     def _request_args(self, call: Call) -> dict[str, Any]:
         options = dict(call.options)
         options["headers"] = {**self.headers, **options.get("headers", {})}
         return {"method": call.method, "url": self.base_url + call.path, **options}
+
+    async def _send(self, call: Call, request: Callable[..., Awaitable[httpx.Response]],
+                    sleep: Callable[[float], Awaitable[Any]]) -> httpx.Response:
+        """The call's response after retries (see the module docstring), checked: GridPFNError for 4xx/5xx.
+        The one retry loop of both clients: each passes its own request and sleep (the sync client's never
+        suspend, so it runs this without an event loop: _run_now)."""
+        attempt = 0
+        while True:
+            response, error = None, None
+            try:
+                response = await request(**self._request_args(call))
+            except httpx.TransportError as exc:
+                error = exc
+            delay = self._retry_delay(call, attempt, response, error)
+            if delay is None:
+                if error is not None:
+                    raise error
+                return _check(response)
+            await sleep(delay)
+            attempt += 1
 
     def _retry_delay(self, call: Call, attempt: int, response: httpx.Response | None,
                      error: Exception | None) -> float | None:
@@ -230,6 +258,24 @@ class _Endpoints:
                     options={"data": fields, "files": {"file": (name, handle, "application/octet-stream")}})
 
 
+def _now(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    """`fn` as a coroutine function that never suspends: the sync client's I/O in the shared async loop."""
+    async def now(*args: Any, **kwargs: Any) -> T:
+        return fn(*args, **kwargs)
+    return now
+
+
+def _run_now(coroutine: Coroutine[Any, Any, T]) -> T:
+    """The result of a coroutine that never suspends, without an event loop (so the sync client works
+    inside a running loop's thread too)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise RuntimeError("a synchronous client call suspended")
+
+
 def _sync(endpoint: Callable[..., Call]) -> Callable[..., Any]:
     @functools.wraps(endpoint)
     def method(self: "GridPFNClient", *args: Any, **kwargs: Any) -> Any:
@@ -251,14 +297,10 @@ _ENDPOINTS = ("health", "ready", "models", "model", "create_context", "get_conte
 
 
 class GridPFNClient(_Endpoints):
-    """Synchronous client; see the module docstring."""
+    """Synchronous client; see the module docstring. `http_client`: an httpx.Client of yours (you close it)."""
 
-    def __init__(self, base_url: str = "http://127.0.0.1:8000", api_key: str | None = None, timeout_s: float = 300.0,
-                 *, http_client: httpx.Client | None = None, transport: httpx.BaseTransport | None = None,
-                 retries: int = 3, backoff_s: float = 0.5, max_retry_wait_s: float = 30.0) -> None:
-        super().__init__(base_url, api_key, retries, backoff_s, max_retry_wait_s)
-        self._owns_http = http_client is None
-        self.http = http_client or httpx.Client(timeout=timeout_s, transport=transport)
+    _http_class = httpx.Client
+    http: httpx.Client
 
     def close(self) -> None:
         if self._owns_http:
@@ -272,20 +314,7 @@ class GridPFNClient(_Endpoints):
 
     def send(self, call: Call) -> httpx.Response:
         """The call's response after retries (see the module docstring), checked: GridPFNError for 4xx/5xx."""
-        attempt = 0
-        while True:
-            response, error = None, None
-            try:
-                response = self.http.request(**self._request_args(call))
-            except httpx.TransportError as exc:
-                error = exc
-            delay = self._retry_delay(call, attempt, response, error)
-            if delay is None:
-                if error is not None:
-                    raise error
-                return _check(response)
-            time.sleep(delay)
-            attempt += 1
+        return _run_now(self._send(call, _now(self.http.request), _now(time.sleep)))
 
     def call(self, call: Call) -> Any:
         answer = call.parse(self.send(call))
@@ -335,14 +364,10 @@ class GridPFNClient(_Endpoints):
 
 
 class AsyncGridPFNClient(_Endpoints):
-    """The same methods as GridPFNClient, as coroutines over httpx.AsyncClient."""
+    """The same methods as GridPFNClient, as coroutines over httpx.AsyncClient (`http_client`: one of yours)."""
 
-    def __init__(self, base_url: str = "http://127.0.0.1:8000", api_key: str | None = None, timeout_s: float = 300.0,
-                 *, http_client: httpx.AsyncClient | None = None, transport: httpx.AsyncBaseTransport | None = None,
-                 retries: int = 3, backoff_s: float = 0.5, max_retry_wait_s: float = 30.0) -> None:
-        super().__init__(base_url, api_key, retries, backoff_s, max_retry_wait_s)
-        self._owns_http = http_client is None
-        self.http = http_client or httpx.AsyncClient(timeout=timeout_s, transport=transport)
+    _http_class = httpx.AsyncClient
+    http: httpx.AsyncClient
 
     async def aclose(self) -> None:
         if self._owns_http:
@@ -356,20 +381,7 @@ class AsyncGridPFNClient(_Endpoints):
 
     async def send(self, call: Call) -> httpx.Response:
         """As GridPFNClient.send."""
-        attempt = 0
-        while True:
-            response, error = None, None
-            try:
-                response = await self.http.request(**self._request_args(call))
-            except httpx.TransportError as exc:
-                error = exc
-            delay = self._retry_delay(call, attempt, response, error)
-            if delay is None:
-                if error is not None:
-                    raise error
-                return _check(response)
-            await asyncio.sleep(delay)
-            attempt += 1
+        return await self._send(call, self.http.request, asyncio.sleep)
 
     async def call(self, call: Call) -> Any:
         answer = call.parse(await self.send(call))

@@ -12,6 +12,8 @@ from typing import Annotated
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from models.limits import MAX_CONTEXT_ROWS
+
 
 # models.registry.DEFAULT_ROOT, spelled out so reading settings never imports torch.
 _PACKAGE_REGISTRY = Path(__file__).resolve().parents[1] / "models" / "registry"
@@ -39,7 +41,8 @@ class Settings(BaseSettings):
 
     max_queries: int = Field(10_000, ge=1, description="most query rows in one /v1/predict or /v1/gp/predict request")
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="largest request body accepted")
-    max_context_rows: int = Field(10_000, ge=1, description="largest context set stored or sent inline")
+    max_context_rows: int = Field(MAX_CONTEXT_ROWS, ge=1, description="largest context set stored or sent inline "
+                                  "(default: the largest context the models serve, models.limits)")
     max_simulate: int = Field(1_000, ge=1, description="most power flows in one /v1/simulate or simulated context")
     gp_max_context: int = Field(1_000, ge=1, description="largest context the on-demand exact GP fits")
     gp_max_iter: int | None = Field(None, ge=0, description="L-BFGS iterations of the exact GP's hyperparameter "
@@ -53,13 +56,21 @@ class Settings(BaseSettings):
     gp_nice: int = Field(10, ge=0, le=19, description="CPU niceness added to the GP workers, so a busy GP yields the "
                          "cores to model predictions (0 = same priority as the server)")
 
+    max_header_bytes: int = Field(64 * 1024, ge=1024, description="largest request head (request line and headers); "
+                                  "beyond it 431 and the connection is closed (service.http.protocol)")
+    max_headers: int = Field(100, ge=8, description="most header fields in one request (431 beyond)")
+    header_timeout_s: float = Field(10.0, gt=0, description="a connection whose request head is not complete this long "
+                                    "after it opened or its request began is closed")
+    max_connections: int = Field(1000, ge=1, description="concurrent connections and requests one server process takes "
+                                 "(uvicorn's limit_concurrency); beyond them 503")
     max_network_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="largest uploaded network file (POST /v1/networks)")
     upload_memory_mb: int = Field(1024, ge=64, description="address space an uploaded network's reader process may add "
                                   "(service.engine.upload_sandbox); over it the upload is refused with 413")
-    upload_cpu_s: int = Field(30, ge=1, description="CPU seconds an uploaded network's reader process may use")
-    upload_timeout_s: float = Field(60.0, gt=0, description="wall-clock limit of reading one uploaded network")
-    upload_concurrency: int = Field(2, ge=1, description="uploaded networks read at once (each in its own process); "
-                                    "more are answered 503 with Retry-After")
+    upload_cpu_s: int = Field(10, ge=1, description="CPU seconds an uploaded network's reader process may use")
+    upload_timeout_s: float = Field(30.0, gt=0, description="wall-clock limit of reading one uploaded network")
+    upload_concurrency: int = Field(2, ge=0, description="uploaded networks that may wait while one is read (one at a "
+                                    "time per server process, each in its own process); more are answered 503 with "
+                                    "Retry-After")
 
     context_ttl_s: int = Field(24 * 3600, ge=1, description="lifetime of a stored context set")
     context_recheck_s: float = Field(1.0, ge=0, description="how long the in-process copy of a stored context set "

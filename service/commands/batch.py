@@ -55,6 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run_worker(args: argparse.Namespace) -> int:
     from service.jobs.settings import JobSettings
     from service.jobs.worker import Worker
+    from service.process_privacy import forbid_inspection
     from service.settings import Settings
 
     settings = Settings(**({"model_dir": args.model_dir} if args.model_dir else {}))
@@ -72,6 +73,7 @@ def run_worker(args: argparse.Namespace) -> int:
     if not registry.checkpoints:
         raise ValueError(f"worker: no usable model under {settings.model_dir}: {registry.errors}")
     worker = Worker(settings.redis_url, registry, job_settings, args.name)
+    forbid_inspection()  # its environment may hold the deployment's keys (a shared env_file)
     worker.install_signals()
     worker.serve_forever()
     return 0

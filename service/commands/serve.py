@@ -43,7 +43,8 @@ def serve(args: argparse.Namespace) -> int:
                     "the API; set GRIDPFN_API_KEYS", args.host)
     log.info("serving on http://%s:%d (docs at /docs), store: %s, %d process(es)", args.host, args.port,
              "redis" if settings.redis_url else "embedded", settings.processes)
-    options = dict(access_log=args.access_log, log_config=None, lifespan="on", http=protocol_for(settings.coalesce_writes))
+    options = dict(access_log=args.access_log, log_config=None, lifespan="on", http=protocol_for(settings.coalesce_writes),
+                   limit_concurrency=settings.max_connections)
     if settings.processes > 1:  # one SO_REUSEPORT socket per process (service.commands.supervisor)
         return supervisor.run(args.host, args.port, settings.processes, options)
     uvicorn.run(create_app(settings), host=args.host, port=args.port, **options)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from models.errors import InputValidationError
+
 
 class EngineError(Exception):
     """Base of the domain errors; `detail` is for people, `entries` point at the offending values."""
@@ -38,8 +40,11 @@ class TooLarge(EngineError):
 class NotFound(EngineError):
     """An unknown model, context set, network or batch job (`what`) under `key`."""
 
+    ECHO_CHARS = 100  # a name is echoed back at most this long: a megabyte-long one is not sent back whole
+
     def __init__(self, what: str, key: str, field: str, location: str = "path") -> None:
-        super().__init__(f"no {what} {key!r}", field, f"unknown {what}", f"an existing {what}", location)
+        shown = repr(key) if len(key) <= self.ECHO_CHARS else f"{key[:self.ECHO_CHARS]!r}... ({len(key)} characters)"
+        super().__init__(f"no {what} {shown}", field, f"unknown {what}", f"an existing {what}", location)
         self.what = what
 
 
@@ -54,10 +59,15 @@ class GPContextTooLarge(EngineError):
 
 
 class InputRejected(EngineError):
-    """The model refused an input that passed every check (its ValueError, which names the field first)."""
+    """The model refused an input that passed every check (its typed InputValidationError; any other
+    exception is a fault of the service, answered 500)."""
 
-    def __init__(self, exc: ValueError) -> None:
-        super().__init__(str(exc), str(exc).split(":")[0], str(exc), "inputs within the model's supported range")
+    # the request's field for each model argument (the context's: `context_field`, which the caller knows)
+    FIELDS = {"query_x": "queries", "levels": "quantiles", "band": "voltage_band"}
+
+    def __init__(self, exc: InputValidationError, context_field: str = "context") -> None:
+        field = context_field if exc.field in ("context_x", "context_y") else self.FIELDS.get(exc.field, exc.field)
+        super().__init__(str(exc), field, str(exc), exc.expected or "inputs within the model's supported range")
 
 
 class QueueFull(EngineError):

@@ -21,6 +21,7 @@ from typing import Any, Awaitable, Callable, Hashable, TypeVar
 
 import numpy as np
 
+from models.errors import InputValidationError
 from service.engine.answers import Answer, AnswerSpec, answer
 from service.engine.errors import InputRejected, QueueFull
 
@@ -109,8 +110,8 @@ class MicroBatcher:
         self._tasks: set[asyncio.Task] = set()
         self._running: dict[Hashable, int] = {}
         # One pass per key at a time: the next batch collects while it runs. Two passes of a few rows
-        # side by side mostly fight over the GIL with the event loop (measured: 1206 -> 1472 single-query
-        # req/s on 2 cores); requests of other keys and big requests still use every pool worker.
+        # side by side mostly fight over the GIL with the event loop (fewer single-query requests/s on a
+        # small CPU: bench/results/service-notes.md); other keys' and big requests still use every worker.
         self.max_running = 1
 
     async def predict(self, key: Hashable, method: Any, encoded: Any, queries: np.ndarray,
@@ -167,7 +168,8 @@ class MicroBatcher:
 
 class Executor:
     """The worker pool and the micro-batcher of one service; a full queue is counted and raised as
-    QueueFull, a model's ValueError (the project's convention: bad input, naming the field) as InputRejected."""
+    QueueFull, a model's InputValidationError (bad input, naming the field) as InputRejected. Any other
+    exception, a ValueError included, is a fault of the service and goes up as it is (a 500)."""
 
     def __init__(self, workers: int, queue_size: int, window_s: float, max_rows: int, metrics: Any) -> None:
         self.metrics = metrics
@@ -189,7 +191,7 @@ class Executor:
         except QueueFull:
             self.metrics.rejected.labels("queue_full").inc()
             raise
-        except ValueError as exc:
+        except InputValidationError as exc:
             raise InputRejected(exc) from exc
 
     def shutdown(self) -> None:

@@ -1,8 +1,8 @@
 """Where the exact GP runs: its own bounded pool of worker processes, apart from the model pool.
 
 Why processes, not threads: a 1,000-row fit holds a core for seconds, and its Python parts
-(scipy's L-BFGS-B loop, the objective's glue) hold the GIL; run in the model pool's threads, four
-of them made a one-row predict wait 18.6 s. In worker processes (service.engine.gp_worker) a fit
+(scipy's L-BFGS-B loop, the objective's glue) hold the GIL; run in the model pool's threads, a few
+of them made a one-row predict wait for seconds (bench/results/service-notes.md). In worker processes (service.engine.gp_worker) a fit
 cannot take the server's GIL or its model threads, runs at a lower CPU priority (GRIDPFN_GP_NICE),
 keeps its fitted GPs (256 MB each at 1,000 rows) out of the server's memory, and can be stopped
 for real at its time limit: the process is killed and replaced (a thread cannot be killed, and a
@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from models.errors import InputValidationError
 from service.engine.answers import Answer, AnswerSpec
 from service.engine.errors import GPBusy, GPTimeout, GPWorkerLost, InputRejected
 from service.metrics import Metrics
@@ -44,7 +45,7 @@ from service.metrics import Metrics
 log = logging.getLogger(__name__)
 
 _ROOT = Path(__file__).resolve().parents[2]  # so the worker imports this checkout, wherever the server runs
-START_TIMEOUT_S = 120.0  # a worker's interpreter, torch import and warm-up (about 2 s on the 2-core box)
+START_TIMEOUT_S = 120.0  # a worker's interpreter, torch import and warm-up (seconds), with room for a busy host
 
 
 @dataclass
@@ -178,8 +179,8 @@ class GPPool:
         self._typical_s = seconds if self._typical_s is None else 0.7 * self._typical_s + 0.3 * seconds
         worker.held = set(reply[-1]) - worker.forget
         if reply[0] == "error":
-            if isinstance(reply[1], ValueError):  # as the model pool does: bad input, naming the field
-                raise InputRejected(reply[1]) from None
+            if isinstance(reply[1], InputValidationError):  # as the model pool does: bad input, naming the field
+                raise InputRejected(reply[1], context_field=field) from None
             raise reply[1]
         _, result, timing, _ = reply
         self.metrics.cache.labels("gp_fit", "hit" if timing["fit_cached"] else "miss").inc()
@@ -192,7 +193,9 @@ class GPPool:
     def _start(self, worker: _Worker, field: str) -> None:
         """Start the worker's process and wait for its ready message (blocking; runs in an io thread)."""
         ours, theirs = socket.socketpair()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")])))
+        # the worker needs no secret: the API keys (and admin key) stay out of its environment
+        env = {k: v for k, v in os.environ.items() if k not in ("GRIDPFN_API_KEYS", "GRIDPFN_ADMIN_API_KEY")}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))
         try:
             proc = subprocess.Popen([sys.executable, "-m", "service.engine.gp_worker", str(theirs.fileno())],
                                     pass_fds=(theirs.fileno(),), env=env, cwd=_ROOT, stdin=subprocess.DEVNULL)

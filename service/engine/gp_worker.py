@@ -115,5 +115,8 @@ def _sendable(exc: Exception) -> Exception:
 
 
 if __name__ == "__main__":
+    from service.process_privacy import forbid_inspection
+
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s gp-worker %(levelname)s %(message)s")
+    forbid_inspection()
     serve(Connection(int(sys.argv[1])))

@@ -1,7 +1,9 @@
 """The service's calls into gridsim: simulations and power flows on a resolved network (a built-in
-or an uploaded feeder, service.engine.networks), run in worker threads, whose ValueError becomes
-an InvalidInput naming the field. The network's description (gridsim's `Network`) is the one
-source of the load-vector and voltage-vector names and sizes.
+or an uploaded feeder, service.engine.networks), run in worker threads. Their inputs are checked
+before they get here (the request schemas, service.engine.checks), so an exception gridsim raises,
+a ValueError included, is a fault of the service (a 500), never blamed on the request. The
+network's description (gridsim's `Network`) is the one source of the load-vector and
+voltage-vector names and sizes.
 """
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ from typing import Any
 import numpy as np
 
 from gridsim.network import KNOWN_NETWORKS, Network, network
-from service.engine.errors import InvalidInput
 
 DEFAULT_NETWORK = "ieee33"
 BUILT_IN_NETWORKS: tuple[str, ...] = KNOWN_NETWORKS
@@ -26,10 +27,7 @@ def simulate_context(spec: Any, net: Network) -> tuple[np.ndarray, np.ndarray, i
     """(x, vm_pu, dropped) for n simulated power flows on `net`; non-converged rows are dropped and counted."""
     import gridsim
 
-    try:
-        result = gridsim.simulate(spec.n, spec.delta, spec.seed, network=net)
-    except ValueError as exc:
-        raise InvalidInput("simulate", str(exc), "a valid gridsim scenario spec") from exc
+    result = gridsim.simulate(spec.n, spec.delta, spec.seed, network=net)
     ok = np.asarray(result.converged, dtype=bool)
     return np.asarray(result.x)[ok], np.asarray(result.vm_pu)[ok], int((~ok).sum())
 
@@ -38,8 +36,5 @@ def solve(loads: np.ndarray, net: Network) -> tuple[list[str], np.ndarray, np.nd
     """(output names, vm_pu (m, outputs), converged (m,)) of AC power flows for the given loads."""
     import gridsim
 
-    try:
-        result = gridsim.solve(loads, network=net)
-    except ValueError as exc:
-        raise InvalidInput("loads", str(exc), "load vectors in the network's feature order") from exc
+    result = gridsim.solve(loads, network=net)
     return list(net.output_names), np.asarray(result.vm_pu), np.asarray(result.converged, dtype=bool)

@@ -23,6 +23,8 @@ BATCHABLE_ROWS = 8  # requests this small join micro-batches; bigger ones run on
 # Requests at least this big are cut into one block per pool worker, run side by side: with one
 # torch thread per worker (GRIDPFN_TORCH_THREADS) that is how one big answer uses every core.
 SPLIT_ROWS = 1024
+# the speedup's divisor at least this (ms): a PFN time rounded to 0 gives a large ratio, not a division by 0
+MIN_DIVISOR_MS = 1e-6
 
 
 def _direct(method: Any, fitted: Any, queries: np.ndarray, spec: AnswerSpec) -> tuple[Answer, float]:
@@ -81,7 +83,7 @@ async def predict(rt: Runtime, req: Any, tenant: Tenant) -> dict[str, Any]:
     t0 = time.perf_counter()
     rt.models.known(req.model)
     ctx, net = await context_of(rt, req, tenant)
-    loaded = rt.models.get(req.model, net)
+    loaded = await rt.models.choose(req.model, net, req.version)
     rt.checks.context_size(loaded, ctx)
     queries = rt.checks.queries(req.queries, net)
     spec = _spec(req)
@@ -110,8 +112,9 @@ async def predict(rt: Runtime, req: Any, tenant: Tenant) -> dict[str, Any]:
         gp = {"mean": gp_arrays["mean"], "std": gp_arrays["std"]}
         timing.update(gp_timing)
         pfn_total = timing["pfn_encode_ms"] + timing["pfn_predict_ms"]
-        timing["speedup"] = (gp_timing["gp_fit_ms"] + gp_timing["gp_predict_ms"]) / max(pfn_total, 1e-6)
-    body = {"model": loaded.name, "network": net.name, "context_id": ctx.id, "outputs": list(net.output_names),
+        timing["speedup"] = (gp_timing["gp_fit_ms"] + gp_timing["gp_predict_ms"]) / max(pfn_total, MIN_DIVISOR_MS)
+    body = {"model": loaded.name, "version": loaded.version, "network": net.name, "context_id": ctx.id,
+            "outputs": list(net.output_names),
             **_arrays(answer, spec, f"model {loaded.name}"), "gp": gp}
     timing["total_ms"] = (time.perf_counter() - t0) * 1e3
     body["timing"] = timing

@@ -6,13 +6,23 @@ bodies get (LOAD_LIMIT), so a file cannot carry a value that a JSON request coul
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gridsim.feeders import MAX_BUSES
+
 LOAD_LIMIT = 1000.0  # MW or Mvar: the bound of every load value, in JSON bodies, Arrow bodies and batch files
+# The columns a table's header may name: the widest network has 2 * (MAX_BUSES - 1) = 998 load columns, and
+# a context file adds a voltage (and angle) per bus; a header past this is refused before its names are compared.
+MAX_COLUMNS = 4096
+MAX_HEADER_BYTES = 64 * MAX_COLUMNS  # a CSV header line: MAX_COLUMNS names of up to 63 bytes and their commas
+UTF8_BOM = b"\xef\xbb\xbf"
+HEADER_READ_BYTES = len(UTF8_BOM) + MAX_HEADER_BYTES + 2  # what a caller reads of a CSV for csv_header_names
+assert MAX_COLUMNS > 4 * MAX_BUSES
 
 
 class InputError(ValueError):
@@ -25,18 +35,43 @@ class InputError(ValueError):
         self.message, self.expected, self.row, self.column = message, expected, row, column
 
 
+def too_many_columns(count: int | str) -> InputError:
+    return InputError(f"{count} columns", f"at most {MAX_COLUMNS} columns (the widest network has "
+                      f"{2 * (MAX_BUSES - 1)} load columns)")
+
+
 def check_columns(names: Sequence[str], features: Sequence[str]) -> None:
-    dupes = sorted({n for n in names if list(names).count(n) > 1})
+    """Exactly `features`, each once, in any order; linear in the names (at most MAX_COLUMNS of them)."""
+    if len(names) > MAX_COLUMNS:
+        raise too_many_columns(len(names))
+    counts = Counter(names)
+    dupes = sorted(n for n, k in counts.items() if k > 1)
     if dupes:
-        raise InputError(f"column(s) {dupes} appear more than once", "each feature column once", column=dupes[0])
-    missing = [f for f in features if f not in names]
-    extra = [n for n in names if n not in set(features)]
+        raise InputError(f"column(s) {dupes[:5]} appear more than once", "each feature column once", column=dupes[0])
+    wanted = set(features)
+    missing = [f for f in features if f not in counts]
+    extra = [n for n in names if n not in wanted]
     if missing:
         raise InputError(f"missing column(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}",
                          f"the {len(features)} feature columns of the network", column=missing[0])
     if extra:
         raise InputError(f"unexpected column(s) {extra[:5]}{' ...' if len(extra) > 5 else ''}",
                          f"only the {len(features)} feature columns of the network", column=extra[0])
+
+
+def csv_header_names(head: bytes) -> list[str]:
+    """The names in a CSV's header line, given the file's first HEADER_READ_BYTES (a BOM, the line and its
+    CRLF fit): a line that does not end within them, or that names more than MAX_COLUMNS columns, is
+    refused before any name is compared (quotes around a name are dropped)."""
+    head = head[len(UTF8_BOM):] if head.startswith(UTF8_BOM) else head
+    line = head.partition(b"\n")[0]
+    if line.count(b",") >= MAX_COLUMNS:
+        raise too_many_columns(f"more than {MAX_COLUMNS}")
+    if len(line) > MAX_HEADER_BYTES + 1:  # (+1: a CR before the newline)
+        raise InputError(f"the header line is longer than {MAX_HEADER_BYTES} bytes",
+                         f"a header line of at most {MAX_HEADER_BYTES} bytes ({MAX_COLUMNS} columns at most), "
+                         "ended by a newline")
+    return [h.strip().strip('"') for h in line.decode("utf-8", "replace").split(",") if h.strip()]
 
 
 def first_non_number(values: pa.Array) -> int | None:

@@ -21,11 +21,12 @@ from typing import Any, Awaitable, Callable
 
 import orjson
 
+from service.constants import SHA256_ID
 from service.engine.errors import InvalidInput, NotFound
 from service.engine.store import Store
 from service.engine.tenants import Tenant, scoped_id
 
-UPLOAD_ID = re.compile(r"^[0-9a-f]{64}$")
+UPLOAD_ID = re.compile(SHA256_ID)
 RESOLVED_KEEP = 16  # uploaded networks kept rebuilt in process (a rebuild runs a base-load power flow)
 KEY_PREFIX = "gridpfn:net:"
 SOURCE_PREFIX = "gridpfn:netsrc:"

@@ -7,6 +7,16 @@ declares (over the limit: TooLarge, nothing read), and every page header of the 
 is walked (Thrift compact protocol, a few bytes each, no page decompressed): a column chunk whose
 pages decompress to more than its rows of its type can hold is refused. Decoded rows are still
 counted by the callers as they stream (a footer can lie), so memory stays bounded by the row limit.
+
+Only flat numeric columns are read, and that is decided from the footer's schema alone: every leaf
+pyarrow would decode for a wanted name (a nested column's leaves are `name.list.element`, `name.x`)
+must be that name itself, unrepeated and not inside a group, of a physical type whose width is
+fixed by the type (INT32, INT64, FLOAT, DOUBLE; a decimal or half float of at most 32 bytes; BOOLEAN
+where the caller allows flags). A list, struct, map or binary column, a fixed-width binary of a
+width the file declares, a date or time, is refused naming it, before any page is read: no row
+count bounds what such a column decodes to (one list cell held 50e6 numbers; one binary value 100 MB).
+A flat text column is read (so that the caller can name the row of its first non-number) with each
+value held to TEXT_WIDTH bytes by its pages' sizes.
 """
 from __future__ import annotations
 
@@ -19,15 +29,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from service.engine.errors import TooLarge
-from service.engine.load_table import InputError
+from service.engine.load_table import MAX_COLUMNS, InputError, too_many_columns
 
 MAGIC = b"PAR1"
 FOOTER_MAX_BYTES = 8 << 20  # a footer describing thousands of row groups of a load table fits in far less
 PAGE_HEADER_MAX_BYTES = 1 << 16  # numeric columns' headers are tens of bytes (their statistics are numbers)
 CHUNK_SLACK_BYTES = 1 << 16  # per column chunk: level headers and page framing beyond rows x width
-TEXT_WIDTH = 64  # bytes a value of a text column may take: a number written as text
-_WIDTHS = {"BOOLEAN": 1, "INT32": 4, "FLOAT": 4, "INT64": 8, "DOUBLE": 8, "INT96": 12, "BYTE_ARRAY": TEXT_WIDTH}
+_WIDTHS = {"INT32": 4, "FLOAT": 4, "INT64": 8, "DOUBLE": 8}  # numbers, of the width their type fixes
+_NUMBER_ANNOTATIONS = {"NONE", "INT", "DECIMAL"}  # logical types read as numbers (not DATE, TIME, TIMESTAMP...)
+_NUMBER_CONVERSIONS = {"NONE", "DECIMAL", "INT_8", "INT_16", "INT_32", "INT_64", "UINT_8", "UINT_16", "UINT_32",
+                       "UINT_64"}
+_FIXED_NUMBERS = {"DECIMAL": 32, "FLOAT16": 2}  # fixed-width binary read as numbers: at most this many bytes
+FLAG_WIDTH = 1  # BOOLEAN, where a caller allows a flag column
+TEXT_WIDTH = 64  # bytes a value of a flat text column may take: a number written as text
 _EXPECTED = "a valid Parquet file"
+_NUMBERS = "numbers (float64): a flat column of int, float or decimal values"
 
 
 def _bad(reason: str) -> InputError:
@@ -104,7 +120,8 @@ class _Compact:
 
     def fields(self, depth: int = 0, wanted: Sequence[int] = ()) -> dict[int, int]:
         """Read a struct's fields up to its stop byte; the i32 values of the `wanted` field ids."""
-        found, last = {}, 0
+        found: dict[int, int] = {}
+        last = 0
         while True:
             head = self.byte()
             if head == 0:
@@ -166,12 +183,57 @@ def _footer_length(handle: BinaryIO, file_size: int) -> int:
         raise _bad("no Parquet footer")
     if length > file_size - 12:
         raise _bad("the footer is longer than the file")
-    return length
+    return int(length)
 
 
-def open_file(source: Path | bytes, columns: Sequence[str], max_rows: int, limit_name: str) -> pq.ParquetFile:
+def _describe(parquet: pq.ParquetFile, name: str, leaf: pq.ColumnSchema) -> str:
+    """The column's type as pyarrow would read it (list<element: double>...), else its leaf's Parquet type."""
+    try:
+        index = parquet.schema_arrow.get_field_index(name)
+        if index >= 0:
+            described = str(parquet.schema_arrow.field(index).type)
+            return described if len(described) <= 120 else described[:117] + "..."
+    except (pa.ArrowException, ValueError):
+        pass
+    logical = leaf.logical_type.type
+    return f"{leaf.physical_type}" + (f" ({logical})" if logical != "NONE" else "")
+
+
+def _leaf_width(leaf: pq.ColumnSchema, path: list[str], name: str, flag: bool) -> int | None:
+    """Bytes one value of `leaf` takes when it is a flat number (or flag) column `name`, else None."""
+    if path != [name] or leaf.max_repetition_level != 0 or leaf.max_definition_level > 1:
+        return None  # nested: a list's, map's or struct's leaf, however its name reads
+    kind, logical, converted = leaf.physical_type, leaf.logical_type.type, leaf.converted_type
+    if kind == "BOOLEAN":
+        return FLAG_WIDTH if flag and logical == "NONE" else None
+    if kind in _WIDTHS:
+        ok = logical in _NUMBER_ANNOTATIONS and converted in _NUMBER_CONVERSIONS
+        return _WIDTHS[kind] if ok else None
+    if kind == "BYTE_ARRAY" and (logical == "STRING" or converted == "UTF8"):
+        return TEXT_WIDTH  # numbers as text: read, and its first non-number named by its row
+    if kind == "FIXED_LEN_BYTE_ARRAY" and logical in _FIXED_NUMBERS and 0 < leaf.length <= _FIXED_NUMBERS[logical]:
+        return int(leaf.length)  # the annotation bounds the width; a width the file merely declares is never trusted
+    return None
+
+
+def _selected_leaves(parquet: pq.ParquetFile) -> dict[str, list[int]]:
+    """For each name pyarrow's `columns=` accepts, the leaves it reads for it (its own rule, from the
+    leaves' paths: a name selects every leaf whose path begins with it, so a nested column reads all of
+    its leaves)."""
+    selected: dict[str, list[int]] = {}
+    for index, path in enumerate(parquet.reader.column_paths):
+        for depth in range(1, len(path) + 1):
+            selected.setdefault(".".join(path[:depth]), []).append(index)
+    return selected
+
+
+def open_file(source: Path | bytes, columns: Sequence[str], max_rows: int, limit_name: str,
+              flags: Sequence[str] = ()) -> pq.ParquetFile:
     """The ParquetFile of `source`, after its footer and the page headers of `columns` (those it has)
-    show at most `max_rows` rows (else TooLarge naming `limit_name`) of sizes those rows can fill."""
+    show at most `max_rows` rows (else TooLarge naming `limit_name`) of sizes those rows can fill.
+
+    Every one of `columns` the file has must be a flat numeric column (those in `flags` may also be
+    BOOLEAN), else InputError naming it, from the footer alone; the caller reads only `columns`."""
     handle: BinaryIO = open(source, "rb") if isinstance(source, (str, os.PathLike)) else pa.BufferReader(source)
     with handle:
         file_size = handle.seek(0, os.SEEK_END)
@@ -186,22 +248,26 @@ def open_file(source: Path | bytes, columns: Sequence[str], max_rows: int, limit
         except (pa.ArrowException, OSError) as exc:
             raise _bad(str(exc)) from exc
         meta = parquet.metadata
+        schema = meta.schema
+        if len(schema) > MAX_COLUMNS:
+            raise too_many_columns(f"{len(schema)} leaf")
         groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
         declared = max(meta.num_rows, sum(group.num_rows for group in groups))
         if declared > max_rows:
             raise TooLarge("file", f"the file declares {declared} rows", f"at most {max_rows} rows ({limit_name})")
         if meta.num_rows < 0 or any(group.num_rows < 0 for group in groups):
             raise _bad("a negative row count")
-        schema = meta.schema
-        leaves = {schema.column(i).path: i for i in range(len(schema))}
-        for name in columns:
-            index = leaves.get(name)
-            if index is None:
-                continue  # the caller names missing columns
-            kind = schema.column(index).physical_type
-            width = schema.column(index).length if kind == "FIXED_LEN_BYTE_ARRAY" else _WIDTHS.get(kind)
-            if not width or width <= 0:
-                raise InputError(f"type {kind} is not numeric", "numbers (float64)", column=name)
+        paths, selected = parquet.reader.column_paths, _selected_leaves(parquet)
+        widths: dict[int, tuple[int, str]] = {}  # leaf -> (value width, the wanted name that reads it)
+        for name in columns:  # the types first, from the schema: nothing is read for a file refused here
+            for index in selected.get(name, ()):  # none: the caller names missing columns
+                leaf = schema.column(index)
+                width = _leaf_width(leaf, paths[index], name, name in flags)
+                if width is None:
+                    raise InputError(f"type {_describe(parquet, name, leaf)} is not numeric",
+                                     _NUMBERS + (" (or booleans)" if name in flags else ""), column=name)
+                widths[index] = (width, name)
+        for index, (width, name) in widths.items():  # then every page pyarrow will decode for them
             for group in groups:
                 _check_chunk(handle, file_size, group.column(index), group.num_rows, width, name)
     return parquet

@@ -49,17 +49,33 @@ class Models:
                 problem.detail += f" (checkpoint refused: {refused[0]})"
             raise problem
 
-    def get(self, name: str, network: Any, field: str = "model") -> Any:
+    def get(self, name: str, network: Any, field: str = "model", version: str | None = None) -> Any:
         """The model `name` for `network` (a gridsim Network); NotFound for an unknown name, InvalidInput
-        naming the model, the network, what the model serves and what serves the network otherwise."""
-        from models.registry import ModelNotServed
+        naming the model, the network, what the model serves and what serves the network otherwise.
+
+        version: that version (pinned; an older one loads on first use) instead of the served one;
+        NotFound naming `version` with the versions there are when the model has no such version."""
+        from models.registry import ModelNotServed, VersionNotServed
 
         self.known(name, field)
         try:
-            return self.registry.get(name, network)
+            if version is None:
+                return self.registry.get(name, network)
+            return self.registry.get(name, network, version=version)
         except ModelNotServed as exc:
             raise InvalidInput(field, str(exc), f"a model serving network {exc.network}: "
                                                 f"{', '.join(exc.models_for) or 'none yet'} (GET /v1/models)") from None
+        except VersionNotServed as exc:
+            missing = NotFound("model version", f"{name} {version}", "version", "body")
+            missing.detail = f"{exc} (GET /v1/models lists each model's versions under `available`)"
+            raise missing from None
+
+    async def choose(self, name: str, network: Any, version: str | None) -> Any:
+        """get() for a request: the served model at once, a pinned version off the event loop (its first
+        use loads the checkpoint, 0.1-0.2 s on a 2-core CPU, which would stall every other request)."""
+        if version is None:
+            return self.get(name, network)
+        return await asyncio.to_thread(self.get, name, network, "model", version)
 
 
 @dataclass

@@ -3,12 +3,13 @@
 Started by service.engine.upload_sandbox as `python -m service.engine.sandbox_zygote <limits>`. It
 imports pandapower, torch and the readers once and runs them on a tiny case (every lazy import
 done while files may still be opened), then serves requests one at a time over its stdin/stdout:
-each request is forked off, so a reader starts in milliseconds instead of the ~3 s of a fresh
+each request is forked off, so a reader starts in milliseconds instead of the seconds of a fresh
 interpreter, and no two uploads ever share a process.
 
 The forked reader confines itself before it looks at the upload: no new privileges, `nobody` when
 root, die with the zygote, and resource caps (address space, CPU seconds, file size 0: it cannot
-write files; processes 0: it cannot fork or run commands; few open files). The zygote only runs
+write files; processes 0: it cannot fork or run commands; few open files) and a seccomp filter
+(no sockets, no exec, no tracing). The zygote only runs
 trusted code on the upload's bytes: it frames them, forks, and waits for the reply with a
 deadline, killing the reader past it. Replies are JSON, never pickle, so even a subverted reader
 cannot make the server run code by what it answers.
@@ -33,6 +34,8 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from service.engine import syscall_filter
+
 log = logging.getLogger("gridpfn.upload_sandbox")
 
 NOBODY_UID = 65534
@@ -45,8 +48,8 @@ class SandboxLimits:
     """What one upload may use (settings: GRIDPFN_UPLOAD_*, GRIDPFN_MAX_NETWORK_BYTES)."""
 
     memory_bytes: int = 1024 * 1024 * 1024
-    cpu_s: int = 30
-    wall_s: float = 60.0
+    cpu_s: int = 10
+    wall_s: float = 30.0
     max_bytes: int = 8 * 1024 * 1024
 
     def to_json(self) -> str:
@@ -102,7 +105,8 @@ def _vm_size() -> int:
 
 
 def confine(limits: SandboxLimits) -> None:
-    """Drop to nobody (when root), no new privileges, die with the zygote, then the resource caps."""
+    """Drop to nobody (when root), no new privileges, die with the zygote, the resource caps, then no sockets,
+    exec or tracing (service.engine.syscall_filter)."""
     if os.geteuid() == 0:
         os.setgroups([])
         os.setgid(NOBODY_UID)
@@ -116,6 +120,8 @@ def confine(limits: SandboxLimits) -> None:
             resource.RLIMIT_NOFILE: (64, 64)}
     for which, value in caps.items():
         resource.setrlimit(which, value)
+    if not syscall_filter.install():
+        log.warning("upload reader: no system-call filter for %s", os.uname().machine)
 
 
 def read_upload(data: bytes, filename: str | None, limits: SandboxLimits) -> dict[str, Any]:

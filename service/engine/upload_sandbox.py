@@ -28,7 +28,7 @@ from service.engine.sandbox_zygote import REPLY_CAP, SandboxLimits, frame
 __all__ = ["SandboxLimits", "UploadSandbox"]
 
 log = logging.getLogger(__name__)
-START_TIMEOUT_S = 180.0  # a cold zygote imports torch and pandapower (seconds on a busy 2-core host)
+START_TIMEOUT_S = 180.0  # a cold zygote imports torch and pandapower (seconds; far more on a busy small host)
 
 
 class UploadSandbox:
@@ -36,7 +36,7 @@ class UploadSandbox:
 
     def __init__(self, limits: SandboxLimits, concurrency: int = 2) -> None:
         self.limits, self.concurrency = limits, concurrency
-        self.waiting = 0
+        self.pending = 0  # the upload being read and those waiting for it
         self._zygote: asyncio.subprocess.Process | None = None
         self._lock = asyncio.Lock()
 
@@ -45,14 +45,14 @@ class UploadSandbox:
         if len(data) > self.limits.max_bytes:
             raise TooLarge("body", f"the network file is {len(data)} bytes, over the limit",
                            f"at most {self.limits.max_bytes} bytes (GRIDPFN_MAX_NETWORK_BYTES)")
-        if self.waiting >= self.concurrency:
-            raise QueueFull(self.waiting, self.concurrency)
-        self.waiting += 1
+        if self.pending > self.concurrency:
+            raise QueueFull(self.pending, self.concurrency + 1)
+        self.pending += 1
         try:
             async with self._lock:
                 reply = await self._ask(data, filename)
         finally:
-            self.waiting -= 1
+            self.pending -= 1
         if reply.get("ok") is True and isinstance(reply.get("info"), dict) and isinstance(reply.get("source"), str):
             return reply["info"], reply["source"]
         field, problem, expected = (str(reply.get(k) or "") for k in ("field", "problem", "expected"))

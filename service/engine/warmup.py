@@ -1,5 +1,7 @@
-"""Start-up work of the engine: load the registry (checkpoints per network, and physics-fit for any
-network), and warm every model (and the exact GP) so the first request pays no first-call costs."""
+"""Start-up work of the engine: load the registry (the newest checkpoint per model and network, and
+physics-fit for any network), and warm every served model (and the exact GP) so the first request pays
+no first-call costs. Older versions are not loaded here: a request that pins one (`version`) loads it,
+with the registry's own warm-up pass, so start-up time does not grow with the releases kept."""
 from __future__ import annotations
 
 import logging
@@ -8,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from models.limits import MIN_CONTEXT_ROWS
 from service.engine import gridsim_calls
 from service.engine.runtime import Runtime
 from service.settings import Settings
@@ -31,7 +34,7 @@ def load_registry(settings: Settings) -> Any:
 
 def _warm_one(loaded: Any, rng: np.random.Generator, n_features: int, n_outputs: int) -> None:
     sizes = loaded.card.get("context_size") or {}
-    n = int(min(max(16, int(sizes.get("min", 1))), int(sizes.get("max", 16))))
+    n = int(min(max(MIN_CONTEXT_ROWS, int(sizes.get("min", 1))), int(sizes.get("max", MIN_CONTEXT_ROWS))))
     x, y = rng.normal(size=(n, n_features)), 1.0 + 0.01 * rng.normal(size=(n, n_outputs))
     encoded = loaded.method.fit(x, y)
     for m in (1, 8):
@@ -56,7 +59,7 @@ def warm(rt: Runtime) -> None:
     quick_gp = gp_method(rt.settings, max_iter=1)  # exercises the GP code paths, not its optimiser
     quick_gp.predict(quick_gp.fit(x, y), x[:2])
     # gridsim pulls in pandapower (pandas, scipy, networkx, sympy: ~130k objects); imported here, they
-    # are frozen with the rest of start-up instead of making every later full GC pass ~100 ms long
+    # are frozen with the rest of start-up instead of making every later full GC pass long (bench/results/service-notes.md)
     loads, _, _ = gridsim_calls.simulate_context(SimpleNamespace(n=2, delta=0.1, seed=0), ieee33)
     gridsim_calls.solve(loads, ieee33)
 

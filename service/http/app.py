@@ -18,9 +18,9 @@ from service.engine.store import open_store
 from service.http import docs_pages, openapi, problems
 from service.http.hot_routes import HotRoutes
 from service.http.middleware import BodyLimitMiddleware, HTTPMetricsMiddleware
-from service.http.routers import (batch_jobs, context_sets, gp, health, model_cards, networks, predict, simulate,
-                                  ui)
+from service.http.routers import batch_jobs, context_sets, health, model_cards, networks, predict, simulate, ui
 from service.metrics import Metrics
+from service.process_privacy import forbid_inspection
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 @asynccontextmanager
 async def lifespan(app: FastAPI):
     settings: Settings = app.state.settings
+    forbid_inspection()  # the keys in this process's environment stay out of same-user processes' reach
     if settings.torch_threads:
         import torch
 
@@ -50,7 +51,8 @@ async def lifespan(app: FastAPI):
 
 
 # FastAPI's own OpenTelemetry hooks (newer releases) look up the global providers on every request,
-# ~5 % of a single-query predict's event-loop time; the service's metrics are its Prometheus ones.
+# a measurable share of a single-query predict's event-loop time (bench/results/service-notes.md); the service's metrics
+# are its Prometheus ones.
 _NO_NATIVE_TELEMETRY = ({"telemetry": {"tracing": False, "metrics": False, "logs": False}}
                         if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {})
 
@@ -73,7 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install(app)
     openapi.install(app)
     docs_pages.install(app)
-    for module in (health, model_cards, context_sets, networks, predict, gp, simulate, batch_jobs, ui):
+    for module in (health, model_cards, context_sets, networks, predict, simulate, batch_jobs, ui):
         app.include_router(module.router)
     # innermost of ours: body limit, metrics and Server-Timing still apply. With hot routes off it
     # still answers Arrow request bodies, which FastAPI cannot parse, and leaves JSON to FastAPI.

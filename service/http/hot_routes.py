@@ -1,8 +1,8 @@
 """The query routes (POST /v1/predict, /v1/gp/predict) answered without FastAPI's per-request machinery.
 
-Why: on the 2-core CPU a single-query predict spent about 1 ms of the event loop's time in
-FastAPI's routing, dependency solving, exception and response plumbing — several times its
-share of the model — and the event loop is what caps single-query requests/s. This ASGI layer
+Why: a single-query predict spent more of the event loop's time in FastAPI's routing,
+dependency solving, exception and response plumbing than in the model — several times its
+share (bench/results/service-notes.md) — and the event loop is what caps single-query requests/s. This ASGI layer
 answers the same requests from the same pieces: the bearer check of `service.http.auth`, the request
 schema's own JSON validation (pydantic parses and validates in one pass), `service.engine.inference`
 for the work, `service.http.responses` for the answer and the problem shape of

@@ -1,20 +1,30 @@
-"""The ASGI middleware around every request: metrics and Server-Timing (outermost), then the body
-limit, which refuses request bodies over the configured size with 413 before any parsing happens.
+"""The ASGI middleware around every request: metrics and Server-Timing (outermost, also answering
+what nothing else handled), then the body limit, which refuses request bodies over the configured
+size with 413 before any parsing happens.
 """
 from __future__ import annotations
 
+import logging
 import time
 
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.engine.errors import TooLarge
-from service.http.problems import problem_of, problem_response
+from service.http.problems import problem_of, problem_response, unexpected_response
 from service.metrics import Metrics
+
+log = logging.getLogger(__name__)
+CLIENT_CLOSED = 499  # the metrics' status of a request whose client went away before its answer (nginx's code)
 
 
 class HTTPMetricsMiddleware:
     """Counts and times every request by route template (not raw path, to bound label values), and
-    tells the client that time in a `Server-Timing: app;dur=<ms>` header."""
+    tells the client that time in a `Server-Timing: app;dur=<ms>` header.
+
+    An exception no handler took is answered here with the 500 problem (error id logged) and not
+    raised further: Starlette's own last handler answers the same but re-raises, and uvicorn then
+    drops the connection, which a keep-alive client meets as a failure of its next request."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app, self.metrics = app, metrics
@@ -32,12 +42,12 @@ class HTTPMetricsMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        start, status = time.perf_counter(), 500
+        start, status, started = time.perf_counter(), 500, False
 
         async def send_status(message: Message) -> None:
-            nonlocal status
+            nonlocal status, started
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, started = message["status"], True
                 # Server-Timing (W3C): the whole request inside the server, from the first byte the app
                 # saw to the response start, so body parsing, validation and serialisation count too.
                 elapsed_ms = (time.perf_counter() - start) * 1e3
@@ -47,6 +57,13 @@ class HTTPMetricsMiddleware:
 
         try:
             await self.app(scope, receive, send_status)
+        except ClientDisconnect:  # the client gave up (mid-upload): no one to answer, and no fault of the service
+            status = status if started else CLIENT_CLOSED
+            log.info("client disconnected during %s %s", scope["method"], scope["path"])
+        except Exception as exc:
+            if started:  # too late for an answer: uvicorn closes the connection
+                raise
+            await unexpected_response(scope["method"], scope["path"], exc)(scope, receive, send_status)
         finally:
             route = getattr(scope.get("route"), "path", "unmatched")
             self._observe((scope["method"], route, str(status)), time.perf_counter() - start)

@@ -3,7 +3,8 @@
 Examples: the served model's name, inline contexts of a size its card accepts, and the real
 content-addressed id of the simulate example's context set (built with gridsim once, on the first
 schema request). Contract: `model` is an enum of the served models, the configured limits (rows per
-request, context rows, simulated rows) are the schema's maxima, and OpenAPI links chain the routes
+request, context rows, simulated rows: each a 413 past it) are the schema's maxima, read from the
+app's Settings (so they hold before start-up too), and OpenAPI links chain the routes
 that create a resource to those that read or delete it (POST /v1/context-sets -> GET/DELETE,
 POST /v1/batch-jobs -> status/result/DELETE, POST /v1/networks -> GET, GET /v1/models -> GET one)."""
 from __future__ import annotations
@@ -32,7 +33,7 @@ def _live_examples(app: FastAPI) -> dict[str, list[dict]]:
         name, card = sorted(registry.width_free_cards.items())[0]
         min_rows = int(card["context_size"]["min"])
     else:
-        name, min_rows = examples.PREDICT_BY_ID["model"], 8
+        name, min_rows = examples.DEFAULT_MODEL, 8
     return examples.live(name, min_rows)
 
 
@@ -62,24 +63,31 @@ def _add_links(schema: dict[str, Any]) -> None:
         answer["links"] = {name: _link(*target) for name, target in links.items()}
 
 
+def _max_items(prop: dict[str, Any], limit: int) -> None:
+    """maxItems on a property's array (on its array branch when it is optional: anyOf array / null)."""
+    for branch in prop.get("anyOf", [prop]):
+        if branch.get("type") == "array":
+            branch["maxItems"] = limit
+
+
 def _set_limits(app: FastAPI, schema: dict[str, Any]) -> None:
-    """The served models as an enum and the configured limits as maxima, where the schema has the field."""
+    """Every configured limit a body can pass as the schema's maximum, from the app's Settings (a body
+    over one is a 413, so the schema must say it), and the served models as an enum once they are loaded."""
+    settings, components = app.state.settings, schema["components"]["schemas"]
     runtime = getattr(app.state, "runtime", None)
-    if runtime is None:
-        return
-    settings, components = runtime.settings, schema["components"]["schemas"]
-    names = runtime.registry.names()
+    bodies = {path: schema["paths"][path]["post"]["requestBody"] for path in ("/v1/batch-jobs", "/v1/networks")}
+    names = runtime.registry.names() if runtime is not None else []
     if names:
         components["PredictRequest"]["properties"]["model"]["enum"] = names
-    for component in ("PredictRequest", "GPPredictRequest", "SimulateRequest"):
-        field = "loads" if component == "SimulateRequest" else "queries"
-        limit = settings.max_simulate if component == "SimulateRequest" else settings.max_queries
-        if component == "GPPredictRequest":
-            limit = min(limit, settings.gp_max_queries)
-        if component in components:
-            components[component]["properties"][field]["maxItems"] = limit
-    for field in ("x", "y"):
-        components["ContextData"]["properties"][field]["maxItems"] = settings.max_context_rows
+    _max_items(components["PredictRequest"]["properties"]["queries"], settings.max_queries)
+    if settings.gp_max_queries < settings.max_queries:  # compare_gp holds the queries to the GP's limit too
+        components["PredictRequest"]["if"] = {"properties": {"compare_gp": {"const": True}}, "required": ["compare_gp"]}
+        components["PredictRequest"]["then"] = {"properties": {"queries": {"maxItems": settings.gp_max_queries}}}
+    _max_items(components["GPPredictRequest"]["properties"]["queries"], min(settings.max_queries, settings.gp_max_queries))
+    _max_items(components["SimulateRequest"]["properties"]["loads"], settings.max_simulate)
+    for component in ("ContextData", "ContextSetCreate"):  # an inline context's rows, an uploaded context set's
+        for field in ("x", "y"):
+            _max_items(components[component]["properties"][field], settings.max_context_rows)
     # SimulateSpec is the context-set spec: the simulated rows become a stored context
     components["SimulateSpec"]["properties"]["n"]["maximum"] = min(settings.max_simulate, settings.max_context_rows)
     # a batch job simulates up to its own (larger) row limit: its own copy of SimulateSpec
@@ -88,21 +96,25 @@ def _set_limits(app: FastAPI, schema: dict[str, Any]) -> None:
     batch_spec = copy.deepcopy(components["SimulateSpec"])
     batch_spec["properties"]["n"]["maximum"] = job_settings.job_max_rows
     components["BatchSimulateSpec"] = batch_spec
-    batch_body = schema["paths"]["/v1/batch-jobs"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    batch_body = bodies["/v1/batch-jobs"]["content"]["application/json"]["schema"]
     batch_body["properties"]["simulate"] = {"$ref": "#/components/schemas/BatchSimulateSpec"}
-    batch_form = schema["paths"]["/v1/batch-jobs"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
+    batch_form = bodies["/v1/batch-jobs"]["content"]["multipart/form-data"]["schema"]
     for body in (batch_body, batch_form):
         if names:
             body["properties"]["model"]["enum"] = names
+    # files, whose content JSON Schema cannot bound: their limits in words
+    batch_form["properties"]["file"]["description"] += (
+        f" At most {job_settings.job_max_rows} rows (GRIDPFN_JOB_MAX_ROWS); more, or a larger file, is a 413.")
+    bodies["/v1/networks"]["description"] += (
+        f"; at most {settings.max_network_bytes} bytes (GRIDPFN_MAX_NETWORK_BYTES), more is a 413")
     # the GP fits inline contexts up to its own (smaller) limit: its own copy of ContextData
     gp_context = copy.deepcopy(components["ContextData"])
     for field in ("x", "y"):
-        gp_context["properties"][field]["maxItems"] = min(settings.max_context_rows, settings.gp_max_context)
+        _max_items(gp_context["properties"][field], min(settings.max_context_rows, settings.gp_max_context))
     components["GPContextData"] = gp_context
-    if "GPPredictRequest" in components:
-        gp_request = components["GPPredictRequest"]["properties"]
-        gp_request["context"] = json.loads(json.dumps(gp_request["context"]).replace(
-            "#/components/schemas/ContextData", "#/components/schemas/GPContextData"))
+    gp_request = components["GPPredictRequest"]["properties"]
+    gp_request["context"] = json.loads(json.dumps(gp_request["context"]).replace(
+        "#/components/schemas/ContextData", "#/components/schemas/GPContextData"))
 
 
 def install(app: FastAPI) -> None:
@@ -115,10 +127,13 @@ def install(app: FastAPI) -> None:
                 components = schema["components"]["schemas"]
                 for model_name, model_examples in _live_examples(app).items():
                     components[model_name]["examples"] = model_examples
-            except Exception:  # the docs still work, with the static examples
+            except Exception:  # the docs still work, without examples
                 log.exception("could not build the live examples")
             _add_links(schema)
             _set_limits(app, schema)
+            if getattr(app.state, "runtime", None) is None:  # before start-up: built again once the models are known
+                app.openapi_schema = None
+                return schema
             app.openapi_schema = schema
         return app.openapi_schema
 

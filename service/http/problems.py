@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+import secrets
 from typing import Any, Iterable
 
 import orjson
@@ -43,11 +44,13 @@ class ProblemError(Exception):
         detail: str,
         errors: Iterable[dict[str, Any]] = (),
         headers: dict[str, str] | None = None,
+        extensions: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(detail)
         self.status, self.slug, self.title, self.detail = status, slug, title, detail
         self.errors = list(errors)
         self.headers = headers or {}
+        self.extensions = extensions or {}  # RFC 9457 extension members (error_id of a 500)
 
     def body(self) -> dict[str, Any]:
         return {
@@ -56,6 +59,7 @@ class ProblemError(Exception):
             "status": self.status,
             "detail": self.detail,
             "errors": self.errors,
+            **self.extensions,
         }
 
 
@@ -194,7 +198,10 @@ def allowed_methods(app: FastAPI, path: str, fallback: str) -> str:
 
 
 def unexpected_response(method: str, path: str, exc: Exception) -> Response:
-    """A 500 problem for an exception nothing else handled; the details go to the log only."""
-    log.exception("unhandled error on %s %s", method, path, exc_info=exc)
+    """A 500 problem for an exception nothing else handled (a fault of the service, never the request's):
+    the details go to the log only, under an id the answer gives so an operator finds the traceback."""
+    error_id = secrets.token_hex(8)
+    log.error("unhandled error %s on %s %s", error_id, method, path, exc_info=exc)
     return problem_response(ProblemError(500, "internal-error", "Internal server error",
-                                         f"unexpected {type(exc).__name__}; see the server log"))
+                                         f"unexpected {type(exc).__name__}; see the server log, error id {error_id}",
+                                         extensions={"error_id": error_id}))

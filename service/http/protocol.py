@@ -1,14 +1,24 @@
-"""uvicorn's httptools protocol, with a response's small writes sent as one.
+"""uvicorn's httptools protocol with bounded request heads, and a response's small writes sent as one.
 
-Why: uvicorn writes a response's status line and headers, then its body, as two transport writes,
+Bounded heads: uvicorn's httptools protocol keeps whatever header bytes a client sends and waits
+for the end of a head forever, so one connection could hold gigabytes of headers and a thousand
+idle half-sent heads could hold a thousand sockets. `GuardedHttpToolsProtocol` answers 431 (and
+closes) once a head passes `max_head_bytes` or `max_headers`, and closes a connection whose head
+is not complete `head_timeout_s` after it was opened or its request began (uvicorn's keep-alive
+timeout covers idle connections between requests). Limits: GRIDPFN_MAX_HEADER_BYTES,
+GRIDPFN_MAX_HEADERS, GRIDPFN_HEADER_TIMEOUT_S, read in each server process (`head_limits`).
+
+Coalesced writes: uvicorn writes a response's status line and headers, then its body, as two transport writes,
 so a small JSON answer costs two send() system calls and two TCP segments. Under single-query load
-on the 2-core CPU those two sends were about a third of the event loop's samples (py-spy). Here the
+those two sends were a large share of the event loop's samples (py-spy; bench/results/service-notes.md). Here the
 writes made during one pass of the event loop are joined and sent when it ends (one call_soon);
 a big write (a long answer) first sends what is pending, then goes out on its own, uncopied.
 """
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -56,8 +66,88 @@ class CoalescingTransport:
         return getattr(self._transport, name)
 
 
-class CoalescingHttpToolsProtocol(HttpToolsProtocol):
-    """HttpToolsProtocol whose request cycles write through a CoalescingTransport."""
+class HeadTooLarge(Exception):
+    """Raised from a parser callback: the request head is over its limit (httptools turns it into a parser
+    error, on which uvicorn answers 400; `send_400_response` answers 431 instead)."""
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """HttpToolsProtocol whose request heads are bounded in bytes, count and time (module docstring)."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.max_head_bytes, self.max_headers, self.head_timeout_s = head_limits()
+        self._head_bytes, self._head_count, self._head_over, self._raw_head, self._in_head = 0, 0, False, 0, True
+        self._head_timer: asyncio.TimerHandle | None = self.loop.call_later(self.head_timeout_s, self._head_expired)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        super().connection_lost(exc)
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_expired(self) -> None:
+        self._head_timer = None
+        if not self.transport.is_closing():
+            self.logger.info("closing a connection whose request head took over %.0f s", self.head_timeout_s)
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        # httptools keeps a header line's bytes until the line ends (on_header has not run yet): while a head
+        # is incomplete every byte fed since it began belongs to it, so count them here too
+        if self._in_head and not self.transport.is_closing():
+            self._raw_head += len(data)
+            if self._raw_head > self.max_head_bytes:
+                self._head_over = True
+                self._refuse_head()
+
+    def send_400_response(self, msg: str) -> None:
+        if self._head_over:  # the parser stopped because a callback raised HeadTooLarge
+            self._refuse_head()
+        else:
+            super().send_400_response(msg)
+
+    def _refuse_head(self) -> None:
+        body = (b'{"type":"urn:gridpfn:problem:header-too-large","title":"Request header fields too large",'
+                b'"status":431,"detail":"the request head is over ' + str(self.max_head_bytes).encode() +
+                b' bytes or ' + str(self.max_headers).encode() + b' header fields","errors":[]}')
+        self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/problem+json"
+                             b"\r\nconnection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        self.transport.close()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._head_bytes, self._head_count, self._raw_head, self._in_head = 0, 0, 0, True
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_expired)
+
+    def on_url(self, url: bytes) -> None:
+        self._count_head(len(url), 0)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_head(len(name) + len(value), 1)
+        super().on_header(name, value)
+
+    def _count_head(self, size: int, fields: int) -> None:
+        self._head_bytes += size
+        self._head_count += fields
+        if self._head_bytes > self.max_head_bytes or self._head_count > self.max_headers:
+            self._head_over = True
+            raise HeadTooLarge
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._stop_head_timer()
+        super().on_headers_complete()
+
+
+class CoalescingHttpToolsProtocol(GuardedHttpToolsProtocol):
+    """GuardedHttpToolsProtocol whose request cycles write through a CoalescingTransport."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -65,5 +155,23 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
 
 
 def protocol_for(coalesce_writes: bool) -> Any:
-    """The `http` uvicorn serves with: this module's protocol, or uvicorn's own (GRIDPFN_COALESCE_WRITES=false)."""
-    return CoalescingHttpToolsProtocol if coalesce_writes else "httptools"
+    """The protocol class `gridpfn serve` runs: coalesced writes or not (GRIDPFN_COALESCE_WRITES); both bound heads.
+
+    A class, not a configured copy: `--processes N` hands it to each server process by name, so the limits
+    are read from the environment in each process (`head_limits`)."""
+    return CoalescingHttpToolsProtocol if coalesce_writes else GuardedHttpToolsProtocol
+
+
+@functools.cache
+def head_limits() -> tuple[int, int, float]:
+    """(max head bytes, max header fields, head timeout s) from GRIDPFN_MAX_HEADER_BYTES, GRIDPFN_MAX_HEADERS and
+    GRIDPFN_HEADER_TIMEOUT_S (service.settings, read once per process)."""
+    from service.settings import Settings
+
+    fields = Settings.model_fields
+    values = []
+    for name in ("max_header_bytes", "max_headers", "header_timeout_s"):
+        raw = os.environ.get(f"GRIDPFN_{name.upper()}")
+        kind = float if name == "header_timeout_s" else int
+        values.append(kind(raw) if raw else fields[name].default)
+    return values[0], values[1], values[2]

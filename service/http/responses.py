@@ -5,8 +5,8 @@ JSON: a 4500 x 32 answer through FastAPI's encoder would take seconds; orjson wr
 numpy arrays directly.
 
 Arrow, why: a planning tool asking for thousands of queries gets the exact values it can hand to
-pandas or polars without parsing text, and the server skips the JSON writer (~40 ms for a
-4500 x 32 answer on the 2-core CPU). One IPC stream, one record batch, a row per query; a column
+pandas or polars without parsing text, and the server skips the JSON writer (tens of ms for a
+4500 x 32 answer: bench/results/service-notes.md). One IPC stream, one record batch, a row per query; a column
 per statistic and bus (voltages float64, spreads and probabilities float32, as in the JSON
 answer), named as in batch-job results (`mean_vm_pu_bus2`, `std_...`,
 `q0.05_...`, `p_outside_...`, and `gp_mean_...`, `gp_std_...` with compare_gp); everything else

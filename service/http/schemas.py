@@ -1,4 +1,4 @@
-"""Request and response bodies of the /v1 API, with the examples shown at /docs.
+"""Request and response bodies of the /v1 API (the examples shown at /docs: service.http.examples).
 
 Numbers must be finite and in physical range; rows must be as long as their network's load and
 voltage vectors (gridsim's description: 64 loads, 32 voltages on IEEE 33), which the engine checks
@@ -17,10 +17,10 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from pydantic_core import PydanticCustomError
 
 from gridsim.feeders import MAX_BUSES
+from service.constants import SHA256_HEX, SHA256_ID
 from service.engine.answers import VoltageBand
 from service.engine.gridsim_calls import BUILT_IN_NETWORKS, DEFAULT_NETWORK
 from service.engine import load_table
-from service.http import examples as ex
 
 
 class Strict(BaseModel):
@@ -29,11 +29,16 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-NETWORK_PATTERN = "^(" + "|".join(BUILT_IN_NETWORKS) + "|[0-9a-f]{64})$"
+NETWORK_PATTERN = "^(" + "|".join(BUILT_IN_NETWORKS) + "|" + SHA256_HEX + ")$"
 NetworkName = Annotated[str, Field(pattern=NETWORK_PATTERN, description="a built-in network (" + ", ".join(BUILT_IN_NETWORKS)
                                    + ") or the id of an uploaded one (POST /v1/networks)")]
 StrictInt = Annotated[int, Field(strict=True)]
 StrictBool = Annotated[bool, Field(strict=True)]
+VERSION_PATTERN = r"^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$"
+# Pinning a release: operators compare or hold back a version while the newest serves everyone else.
+ModelVersion = Annotated[str, Field(pattern=VERSION_PATTERN, description=(
+    "a version of the model for the context's network, from `available` in GET /v1/models (default: the "
+    "served, newest one); an older one is loaded on first use"))]
 
 # Physical ranges, generous: IEEE 33-bus loads are < 1 MW per bus, voltages ~0.9-1.05 p.u. Outside
 # them the models' arithmetic is not meaningful (1e30 MW overflows the PFN), so they are a 422.
@@ -62,7 +67,7 @@ VoltageRow = Annotated[list[Voltage], _within(1, MAX_BUSES - 1, "voltages (|V| o
                        Field(json_schema_extra={"minItems": 1, "maxItems": MAX_BUSES - 1})]
 Matrix = Annotated[list[LoadRow], Field(min_length=1)]
 VoltageMatrix = Annotated[list[VoltageRow], Field(min_length=1)]
-ContextId = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="sha256 id from POST /v1/context-sets")]
+ContextId = Annotated[str, Field(pattern=SHA256_ID, description="sha256 id from POST /v1/context-sets")]
 Level = Annotated[float, Field(gt=0.0, lt=1.0, strict=True)]
 
 
@@ -104,8 +109,7 @@ class SimulateSpec(Strict):
 class ContextSetCreate(Strict):
     """Either uploaded arrays (x and y, on `network`) or a simulate spec (on `simulate.network`), not both."""
 
-    model_config = ConfigDict(json_schema_extra={"examples": [ex.CONTEXT_SIMULATE, ex.CONTEXT_UPLOAD],
-                                                 "oneOf": ONE_SOURCE})
+    model_config = ConfigDict(json_schema_extra={"oneOf": ONE_SOURCE})
 
     x: Optional[Matrix] = None
     y: Optional[VoltageMatrix] = None
@@ -149,19 +153,16 @@ class QueryOptions(Strict):
 
 
 class PredictRequest(QueryOptions):
-    model_config = ConfigDict(json_schema_extra={"examples": [ex.PREDICT_BY_ID, ex.PREDICT_INLINE], "oneOf": ONE_CONTEXT})
-
     model: str = Field(description="a name from GET /v1/models")
+    version: Optional[ModelVersion] = None
     compare_gp: StrictBool = Field(False, description="also fit the exact GP on the same context and time both")
 
 
 class GPPredictRequest(QueryOptions):
-    model_config = ConfigDict(json_schema_extra={"examples": [ex.GP_INLINE], "oneOf": ONE_CONTEXT})
+    """Context, queries and statistics for the exact GP alone."""
 
 
 class SimulateRequest(Strict):
-    model_config = ConfigDict(json_schema_extra={"examples": [ex.SIMULATE]})
-
     network: NetworkName = DEFAULT_NETWORK
     loads: Matrix = Field(description="(m, features) load vectors in the network's feature order")
 
@@ -186,6 +187,8 @@ class GPAnswer(BaseModel):
 
 class PredictResponse(BaseModel):
     model: str
+    version: Optional[str] = Field(None, description="the model version that answered (the pinned one, else the "
+                                   "served one); absent from the exact GP's answer")
     network: str = Field(description="the context's network, whose outputs these are")
     context_id: str
     outputs: list[str]
@@ -225,3 +228,4 @@ class Problem(BaseModel):
     status: int
     detail: str
     errors: list[dict[str, Any]] = []
+    error_id: Optional[str] = Field(None, description="a 500's id, also in the server's log line with the traceback")

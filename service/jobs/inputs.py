@@ -23,7 +23,14 @@ import pyarrow.parquet as pq
 
 from service.engine import parquet_limits
 from service.engine.errors import TooLarge
-from service.engine.load_table import InputError, as_load, check_columns, first_non_number
+from service.engine.load_table import (
+    HEADER_READ_BYTES,
+    InputError,
+    as_load,
+    check_columns,
+    csv_header_names,
+    first_non_number,
+)
 from service.jobs.results import WRITE_OPTIONS
 
 CSV_BLOCK_BYTES = 4 << 20
@@ -86,9 +93,8 @@ def _parquet_batches(path: Path, features: Sequence[str], batch_rows: int, max_r
 
 
 def _csv_header(path: Path, features: Sequence[str]) -> None:
-    with open(path, "rb") as handle:
-        header = handle.readline().decode("utf-8-sig", "replace").strip().split(",")  # -sig: a BOM is no name
-    names = [h.strip().strip('"') for h in header if h.strip()]
+    with open(path, "rb") as handle:  # a bounded read: a file of one endless line is refused from its start
+        names = csv_header_names(handle.read(HEADER_READ_BYTES))  # a BOM is no name
     if not names:
         raise InputError("the file is empty", "a header row with the feature names, then data rows")
     check_columns(names, features)

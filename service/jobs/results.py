@@ -23,7 +23,7 @@ from service.engine.answers import Answer, on_the_wire
 from service.jobs.jobspec import JobSpec, result_columns
 
 # Float columns barely compress and never repeat: no compression and no dictionary encoding (a
-# dictionary attempt per float column made writing 5x slower: 137 vs 26 ms per 16k x 224 chunk).
+# dictionary attempt per float column made writing several times slower: bench/results/service-notes.md).
 # Column statistics stay on, so query engines can skip row groups (say, where p_outside is 0).
 WRITE_OPTIONS = dict(compression="none", use_dictionary=False)
 

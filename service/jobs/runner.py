@@ -53,7 +53,7 @@ class RunContext:
 
     states: JobStates
     jobs_dir: Any
-    models: Callable[[str, Any], Any]  # (name, gridsim Network) -> LoadedModel; LookupError when none
+    models: Callable[..., Any]  # (name, gridsim Network[, version]) -> LoadedModel; LookupError when none
     owner: str
     max_attempts: int = 5
     chunk_pause_s: float = 0.0
@@ -112,10 +112,14 @@ def _run_chunks(ctx: RunContext, spec: JobSpec, files: JobFiles, start: int,
     if start >= spec.chunks:
         return True
     net = job_network(spec, files)
-    try:
-        loaded = ctx.models(spec.model, net)
-    except LookupError as exc:
-        raise RuntimeError(f"model {spec.model!r} for network {spec.network} is not loaded in this worker: {exc}") from None
+    try:  # the version the job was submitted with (pinned or then served), even after a newer one is published
+        loaded = ctx.models(spec.model, net, spec.model_version)
+    except LookupError:
+        try:
+            loaded = ctx.models(spec.model, net)
+        except LookupError as exc:
+            raise RuntimeError(f"model {spec.model!r} for network {spec.network} is not loaded in this worker: "
+                               f"{exc}") from None
     if str(loaded.version) != spec.model_version:
         log.warning("job %s was submitted for %s %s, this worker serves %s", spec.id, spec.model,
                     spec.model_version, loaded.version)

@@ -112,11 +112,9 @@ def test_held_out_prediction_is_the_prediction_without_the_point(monkeypatch):
     """One layer: a context point's keys and values are its own embedding, so masking its key equals
     deleting the point from the encoded context and asking for it as a new query whose leverage
     feature is the point's own in-sample leverage (what a fit without it gives it once added)."""
-    from models import model as model_module
-
     model = tiny_model(dataclasses.replace(TINY_CONFIG, d_in=6, n_layers=1), seed=0).eval()
     cx, cy = (torch.as_tensor(a) for a in _feeder_like(40, 0))
-    base_predict = model_module.RidgeBase.predict
+    base_at = model._base_at
     with torch.no_grad():
         cache = model.encode_context(cx[None], cy[None])
         held, _, _ = model.predict(cache, cx[None], held_out=True)
@@ -125,8 +123,7 @@ def test_held_out_prediction_is_the_prediction_without_the_point(monkeypatch):
             smaller = dataclasses.replace(cache, keys=[k[:, :, keep] for k in cache.keys],
                                           values=[v[:, :, keep] for v in cache.values])
             own = cache.leverage[:, i : i + 1]
-            monkeypatch.setattr(model_module.RidgeBase, "predict",
-                                staticmethod(lambda stats, xs, own=own: (base_predict(stats, xs)[0], own)))
+            monkeypatch.setattr(model, "_base_at", lambda stats, xs, own=own: (base_at(stats, xs)[0], own))
             alone, _, _ = model.predict(smaller, cx[None, i : i + 1])
             monkeypatch.undo()
             torch.testing.assert_close(held[:, :, i], alone[:, :, 0], rtol=1e-5, atol=1e-5)

@@ -43,14 +43,13 @@ def _parents(net: gridsim.Network, closed: np.ndarray | None = None) -> np.ndarr
 def _fit(x: np.ndarray, y: np.ndarray, load_positions=None):
     xt, yt = torch.as_tensor(x)[None], torch.as_tensor(y)[None]
     mean, std = physics_base.load_scaling(xt)  # as the model does: constant loads
-    state, loo, leverage = physics_base.fit((xt - mean[:, None]) / std[:, None], yt, std, load_positions)
-    return state, loo[0].numpy(), leverage[0].numpy(), (mean, std)
+    result = physics_base.fit((xt - mean[:, None]) / std[:, None], yt, std, load_positions)
+    return result.fitted, result.residuals[0].numpy(), result.leverage[0].numpy(), (mean, std)
 
 
 def _predict(state, scaling, x: np.ndarray) -> np.ndarray:
     mean, std = scaling
-    loc, _ = physics_base.predict(state, (torch.as_tensor(x)[None] - mean[:, None]) / std[:, None])
-    return loc[0].numpy()
+    return physics_base.predict(state, (torch.as_tensor(x)[None] - mean[:, None]) / std[:, None]).loc[0].numpy()
 
 
 def _least_squares_mae(cx, cy, qx, qy) -> float:
@@ -145,12 +144,12 @@ def test_other_feeders_outputs_without_loads_and_constant_loads(name, ceiling, a
     cx, cy, qx, qy = sim.x[:500], sim.vm_pu[:500], sim.x[500:], sim.vm_pu[500:]
     varying = cx.std(0) > 0
     state, _, _, scaling = _fit(cx, cy, torch.as_tensor(net.load_positions))
-    assert state.subtree.shape == (1, net.n_outputs, net.n_load)
+    assert state.flows.subtree.shape == (1, net.n_outputs, net.n_load)
     mae = float(np.abs(_predict(state, scaling, qx) - qy).mean(0).max())
     assert mae < ceiling * _least_squares_mae(cx[:, varying], cy, qx[:, varying], qy)
     # every load bus's own row: the loads below it in the true tree, where those loads vary
     true = _downstream(net)[net.load_positions]
-    recovered = state.subtree[0].numpy()[net.load_positions]
+    recovered = state.flows.subtree[0].numpy()[net.load_positions]
     measured = varying[: net.n_load] | varying[net.n_load :]
     if agreement is not None:
         assert (true == recovered)[np.ix_(measured, measured)].mean() > agreement
@@ -213,7 +212,7 @@ def test_compact_distflow_fit_where_the_full_design_is_wider_than_the_context():
     sim = gridsim.simulate(1400, 0.3, seed=11, network=net)
     method = physics_base.PhysicsBaseMethod(net.load_positions)
     assert _max_mae_over_ls(method, sim.x, sim.vm_pu, 400) < 0.1
-    state = method.fit(sim.x[:400], sim.vm_pu[:400])[0]
+    state = method.fit(sim.x[:400], sim.vm_pu[:400]).base.state
     assert state.compact_used.float().mean() > 0.9
 
 
@@ -230,13 +229,13 @@ def test_selected_outputs_predict_as_the_whole_fit_does():
     x = torch.as_tensor(sim.x)[None]
     mean, std = physics_base.load_scaling(x)
     xs = (x - mean[:, None]) / std[:, None]
-    state, _, _ = physics_base.fit(xs[:, :150], torch.as_tensor(sim.vm_pu[:150])[None], std)
+    state = physics_base.fit(xs[:, :150], torch.as_tensor(sim.vm_pu[:150])[None], std).fitted
     assert bool(state.compact_used.any())
     pick = torch.tensor([[30, 3, 17, 0]])
-    whole, _ = physics_base.predict(state, xs[:, 150:])
-    part, _ = physics_base.predict(state.select(pick), xs[:, 150:])
+    whole = physics_base.predict(state, xs[:, 150:]).loc
+    part = physics_base.predict(state.select(pick), xs[:, 150:]).loc
     torch.testing.assert_close(part, whole[..., pick[0]], rtol=0, atol=1e-15)
-    again, _ = physics_base.predict(state.select(pick).select(torch.tensor([[2, 0]])), xs[:, 150:])
+    again = physics_base.predict(state.select(pick).select(torch.tensor([[2, 0]])), xs[:, 150:]).loc
     torch.testing.assert_close(again, whole[..., [17, 30]], rtol=0, atol=1e-15)
 
 
@@ -251,28 +250,9 @@ def test_loads_leverage_ignores_the_last_digits_of_the_voltages():
     noisy = y[:, :16] * (1 + 1e-13 * torch.randn(y[:, :16].shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
     moved = {}
     for source in ("design", "loads"):
-        lev = [physics_base.predict(physics_base.fit(xs[:, :16], yy, std, leverage_from=source)[0], xs[:, 16:])[1]
-               for yy in (y[:, :16], noisy)]
+        fits = [physics_base.fit(xs[:, :16], yy, std, leverage_from=source).fitted for yy in (y[:, :16], noisy)]
+        lev = [physics_base.predict(state, xs[:, 16:]).leverage for state in fits]
         moved[source] = float((lev[0] - lev[1]).abs().max())
     assert moved["loads"] < 1e-9, moved
     assert moved["design"] > 1e-3, moved  # the premise: the tree-dependent design does move
 
-
-def test_leave_one_out_residuals_match_refits_without_the_point():
-    """The closed-form LOO residual of every penalty's ridge fit is the error of a refit without the point."""
-    gen = torch.Generator().manual_seed(3)
-    design = torch.randn(1, 40, 6, generator=gen, dtype=torch.float64)
-    design = design - design.mean(dim=1, keepdim=True)
-    yc = design @ torch.randn(1, 6, 2, generator=gen, dtype=torch.float64) + 0.1 * torch.randn(1, 40, 2, generator=gen, dtype=torch.float64)
-    yc = yc - yc.mean(dim=1, keepdim=True)
-    beta, loo, _, (u, s, vh, shrink, coef) = physics_base._ridge_loo(design, yc)
-    lam = (s.square()[:, None, :] / shrink - s.square()[:, None, :])[0, :, 0]  # each output's chosen penalty
-    for i in (0, 17, 39):
-        keep = torch.arange(40) != i
-        for out in range(2):
-            x, y = design[0, keep], yc[0, keep, out]
-            x_mean, y_mean = x.mean(0), y.mean()  # the fit centres on its own rows, as the 1/n leverage term assumes
-            b = torch.linalg.solve((x - x_mean).T @ (x - x_mean) + lam[out] * torch.eye(6, dtype=x.dtype),
-                                   (x - x_mean).T @ (y - y_mean))
-            held = yc[0, i, out] - (y_mean + (design[0, i] - x_mean) @ b)
-            assert torch.isclose(loo[0, i, out], held, rtol=1e-6, atol=1e-12)

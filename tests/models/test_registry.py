@@ -67,14 +67,103 @@ def test_missing_card_field_and_missing_weights(registry_root, tmp_path):
 
 
 def test_shipped_registry_loads_without_errors():
-    """Every checkpoint committed under models/registry must load and pass its checks."""
+    """Every checkpoint committed under models/registry must load and pass its checks: the served ones at
+    start, every older one when pinned (start-up loads only the newest per model and network)."""
     from models.registry import DEFAULT_ROOT
 
-    if not any(DEFAULT_ROOT.glob("*/*/card.json")):
+    cards = list(DEFAULT_ROOT.glob("*/*/card.json"))
+    if not cards:
         pytest.fail("no shipped checkpoints under models/registry")
-    registry = load_registry(DEFAULT_ROOT, device="cpu")
+    registry = load_registry(DEFAULT_ROOT, device="cpu", pinned_versions=1)
     assert registry.errors == {}
     assert len(registry.models) >= 1
+    pinned = [(name, net, version) for (name, net), found in registry.available.items() for version in found]
+    assert len(pinned) == len(cards)
+    for name, net, version in pinned:
+        assert registry.get(name, net, version=version).version == version
+    assert registry.errors == {}
+
+
+def _add_version(root, name, version, source="0.0.1"):
+    """A copy of `source` published as `version` (same weights, the card's version changed)."""
+    target = root / name / version
+    shutil.copytree(root / name / source, target)
+    card = json.loads((target / "card.json").read_text())
+    (target / "card.json").write_text(json.dumps({**card, "version": version}))
+    return target
+
+
+def test_older_versions_are_loaded_only_when_pinned(tmp_path, monkeypatch):
+    import models.registry as registry_module
+    from models.registry import VersionNotServed
+
+    root = build_tiny_registry(tmp_path / "versions", names=("tiny",))
+    _add_version(root, "tiny", "0.0.10")
+    broken = _add_version(root, "tiny", "0.0.2")
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-10] + b"0123456789")  # only a load would notice
+    loads = []
+    real_load = registry_module.load_checkpoint
+    monkeypatch.setattr(registry_module, "load_checkpoint", lambda d, **kw: loads.append(d.name) or real_load(d, **kw))
+
+    registry = load_registry(root, device="cpu", pinned_versions=1)
+    assert loads == ["0.0.10"] and registry.errors == {}  # 0.0.10 is newer than 0.0.2: numbers, not text
+    assert registry.versions("tiny") == {"ieee33": "0.0.10"} and registry.loaded_versions() == []
+    assert registry.available_versions("tiny") == {"ieee33": ["0.0.10", "0.0.2", "0.0.1"]}
+    assert registry.get("tiny").version == "0.0.10" and registry.get("tiny", version="0.0.10") is registry.get("tiny")
+
+    old = registry.get("tiny", "ieee33", version="0.0.1")
+    assert old.version == "0.0.1" and old.card["version"] == "0.0.1" and loads == ["0.0.10", "0.0.1"]
+    assert registry.get("tiny", version="0.0.1") is old and loads == ["0.0.10", "0.0.1"]  # loaded once
+    assert registry.loaded_versions() == [("tiny", "ieee33", "0.0.1")]
+    assert registry.get("tiny").version == "0.0.10"  # pinning changes nothing for everyone else
+
+    with pytest.raises(VersionNotServed) as unknown:
+        registry.get("tiny", version="9.9.9")
+    assert unknown.value.versions == ["0.0.10", "0.0.2", "0.0.1"] and "9.9.9" in str(unknown.value)
+    with pytest.raises(VersionNotServed, match="sha256") as refused:
+        registry.get("tiny", version="0.0.2")
+    assert refused.value.reason and "sha256" in registry.errors["tiny/0.0.2"]
+    assert registry.loaded_versions() == [("tiny", "ieee33", "0.0.1")]
+
+
+def test_pinned_versions_are_bounded_least_recently_used_dropped(tmp_path):
+    root = build_tiny_registry(tmp_path / "lru", names=("tiny",))
+    for version in ("0.0.2", "0.0.3", "0.0.4"):
+        _add_version(root, "tiny", version)
+    registry = load_registry(root, device="cpu", warmup=False, pinned_versions=2)
+    first = registry.get("tiny", version="0.0.1")
+    registry.get("tiny", version="0.0.2")
+    registry.get("tiny", version="0.0.1")  # used again: 0.0.2 is now the least recent
+    registry.get("tiny", version="0.0.3")
+    assert registry.loaded_versions() == [("tiny", "ieee33", "0.0.1"), ("tiny", "ieee33", "0.0.3")]
+    assert registry.get("tiny", version="0.0.1") is first
+    assert registry.get("tiny", version="0.0.2").version == "0.0.2"  # dropped before, loaded again
+    assert registry.loaded_versions() == [("tiny", "ieee33", "0.0.1"), ("tiny", "ieee33", "0.0.2")]
+
+
+def test_a_refused_newest_version_leaves_the_next_older_one_served(tmp_path):
+    root = build_tiny_registry(tmp_path / "fallback", names=("tiny",))
+    newest = _add_version(root, "tiny", "0.0.2")
+    (newest / "model.safetensors").unlink()
+    registry = load_registry(root, device="cpu", warmup=False)
+    assert registry.versions("tiny") == {"ieee33": "0.0.1"} and "missing" in registry.errors["tiny/0.0.2"]
+
+
+def test_pinning_on_a_network_or_model_that_is_not_served(tmp_path):
+    from models.registry import VersionNotServed
+
+    root = build_tiny_registry(tmp_path / "pins", names=("tiny",))
+    registry = load_registry(root, device="cpu", warmup=False, width_free=True, max_context=500)
+    with pytest.raises(ModelNotServed):
+        registry.get("tiny", "kerber_landnetz_kabel_1", version="0.0.1")
+    with pytest.raises(ModelNotServed):
+        registry.get("nonesuch", version="0.0.1")
+    physics = registry.get("physics-fit", "ieee33")
+    assert registry.get("physics-fit", "ieee33", version=physics.version) is physics
+    with pytest.raises(VersionNotServed):
+        registry.get("physics-fit", "ieee33", version="0.0.1")
+    assert registry.available_versions("physics-fit") == {"*": [physics.version]}
 
 
 def test_checkpoints_per_network_newest_version_of_each(tmp_path):

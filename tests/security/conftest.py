@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[2]
 KEY_A, KEY_B, ADMIN_KEY = "tenant-a-key-0123456789", "tenant-b-key-9876543210", "admin-key-5555555555"
 # Small limits so every bound is hit cheaply (the same spirit as tests/service/conftest.LIMITS).
 SECURITY_ENV = dict(GRIDPFN_MAX_QUERIES="200", GRIDPFN_MAX_BODY_BYTES="4000000", GRIDPFN_MAX_CONTEXT_ROWS="600",
+                    GRIDPFN_HEADER_TIMEOUT_S="2",
                     GRIDPFN_MAX_SIMULATE="500", GRIDPFN_GP_MAX_CONTEXT="60", GRIDPFN_GP_MAX_ITER="5")
 HEALTHZ_BUDGET_S = 0.100   # the bound on /healthz while a hostile request runs
 RSS_BUDGET_BYTES = 200 * 1024 * 1024

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
+import socket
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
@@ -25,10 +28,10 @@ import pytest
 
 import gridsim
 from service.engine.arrow_limits import MAX_BATCHES
-from service.engine.load_table import LOAD_LIMIT
+from service.engine.load_table import LOAD_LIMIT, MAX_COLUMNS, MAX_HEADER_BYTES
 from service.http.fast_json import MAX_JSON_DEPTH
 from service.jobs.settings import JobSettings
-from tests.security.conftest import (SECURITY_ENV, assert_refused, assert_stayed_healthy, background,
+from tests.security.conftest import (KEY_A, SECURITY_ENV, assert_refused, assert_stayed_healthy, background,
                                      serve_process, watched)
 from tests.service.conftest import MODEL
 
@@ -414,3 +417,175 @@ def test_the_load_bound_itself_is_accepted_and_a_bom_csv_runs(batch_server):
             assert state == "done", client.get(f"/v1/batch-jobs/{job}").text
             result = pd.read_parquet(io.BytesIO(client.get(f"/v1/batch-jobs/{job}/result").content))
         assert len(result) == len(frame) and np.allclose(result[FEATURES].to_numpy(), frame.to_numpy()), name
+
+
+# --- issue 28 follow-up: holes left after the fixes above ----------------------------------------------
+# 1. Parquet columns that are not flat numbers: their pages were never sized (a list's leaf is
+#    `name.list.element`, a fixed-width binary column's width was taken from the footer), and their types
+#    were checked only after pyarrow decoded them. 30e6 doubles in one list cell are 240 MB decoded
+#    (the old code grew by 2-3x that); 3 cells of 100 MB binary are 300 MB.
+LIST_BOMB_VALUES = 30_000_000
+FLBA_BOMB_WIDTH, FLBA_BOMB_ROWS = 100_000_000, 3
+
+
+def _parquet_of(columns: dict[str, pa.Array], **options) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(pa.table(columns), sink, compression="zstd", **options)
+    return sink.getvalue()
+
+
+def list_bomb(names: list[str]) -> bytes:
+    """One row: every column one number but FEATURES[0], a list of 30e6 zeros (a few KB of zstd)."""
+    values = pa.ListArray.from_arrays(pa.array([0, LIST_BOMB_VALUES], pa.int32()), _zeros(LIST_BOMB_VALUES))
+    return _parquet_of({name: values if name == FEATURES[0] else pa.array([0.1]) for name in names})
+
+
+def fixed_width_bomb(names: list[str]) -> bytes:
+    """FEATURES[0] a fixed-width binary column of 100 MB values (zeros: the buffer is never touched here)."""
+    width, rows = FLBA_BOMB_WIDTH, FLBA_BOMB_ROWS
+    values = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), rows,
+                                                  [None, pa.py_buffer(np.zeros(width * rows, np.uint8))])
+    return _parquet_of({name: values if name == FEATURES[0] else pa.array([0.1] * rows) for name in names},
+                       use_dictionary=False, write_statistics=False)
+
+
+@pytest.fixture(scope="module")
+def typed_bombs() -> dict[str, tuple[bytes, bytes]]:
+    """name -> (batch-job file of the loads, context file of loads and voltages)."""
+    bombs = {"list<double> of 30e6 values": list_bomb, "fixed_size_binary[100 MB]": fixed_width_bomb}
+    return {name: (make(FEATURES), make(FEATURES + OUTPUTS)) for name, make in bombs.items()}
+
+
+def _not_numeric(problem: dict, name: str) -> None:
+    error = problem["errors"][0]
+    assert problem["status"] == 422 and error["field"] == "file" and error["column"] == FEATURES[0], (name, problem)
+    assert "is not numeric" in error["message"] and "number" in error["expected"], (name, problem)
+
+
+def test_nested_and_fixed_width_parquet_columns_are_refused_from_the_footer(batch_server, typed_bombs):
+    before = _job_dirs(batch_server)
+    for name, (loads, context) in typed_bombs.items():
+        assert len(loads) < 100_000 and len(context) < 100_000, name  # the bomb: KB that decode to 100s of MB
+        with watched(batch_server) as watch:
+            problem = assert_refused(submit(batch_server, ("bomb.parquet", loads)))
+        assert_stayed_healthy(watch, batch_server)
+        _not_numeric(problem, name)
+        assert _job_dirs(batch_server) == before, name  # refused from its footer: no job, no input file
+
+        with watched(batch_server) as watch, batch_server.client() as client:
+            problem = assert_refused(client.post("/ui/api/context-sets", data={"network": "ieee33"},
+                                                 files={"file": ("context.parquet", context)}))
+        assert_stayed_healthy(watch, batch_server)
+        _not_numeric(problem, name)
+    assert _job_dirs(batch_server) == before
+
+
+# 2. Wide headers: the column check was quadratic in the header's names (40k columns took 14 s of the
+#    thread pool), and a batch CSV's header was read with an unbounded readline().
+def test_a_wide_header_is_refused_at_once_naming_the_column_limit(batch_server, roomy_server):
+    names = [f"c{i}" for i in range(40_000)]
+    sink = io.BytesIO()
+    pq.write_table(pa.table({name: pa.array([0.0]) for name in names[:10_000]}), sink, compression="none")
+    files = {"header of 40,000 columns.csv": (batch_server, ",".join(names).encode() + b"\n" + b"0," * 39_999 + b"0\n"),
+             "header of 40,000 repeated names.csv": (batch_server, b",".join([b"p_mw_bus2"] * 40_000) + b"\n"),
+             "10,000 columns.parquet": (roomy_server, sink.getvalue())}  # (2.8 MB: over the small server's limit)
+    for name, (server, data) in files.items():
+        started = time.perf_counter()
+        with watched(server) as watch:
+            problem = assert_refused(submit(server, (name, data)))
+        elapsed = time.perf_counter() - started
+        assert_stayed_healthy(watch, server)
+        assert problem["status"] == 422 and f"at most {MAX_COLUMNS} columns" in problem["errors"][0]["expected"], \
+            (name, problem)
+        assert elapsed < 2, (name, elapsed)
+
+    # the page's context upload reads the same headers
+    context_csv = ",".join(names).encode() + b"\n" + b"0," * 39_999 + b"0\n"
+    with watched(batch_server) as watch, batch_server.client() as client:
+        problem = assert_refused(client.post("/ui/api/context-sets", data={"network": "ieee33"},
+                                             files={"file": ("context.csv", context_csv)}))
+    assert_stayed_healthy(watch, batch_server)
+    assert problem["status"] == 422 and f"at most {MAX_COLUMNS} columns" in problem["errors"][0]["expected"], problem
+
+
+@pytest.fixture(scope="module")
+def roomy_server(model_dir, tmp_path_factory):
+    """A server with the default job row limit: uploads of hundreds of MB reach the header check."""
+    workdir = tmp_path_factory.mktemp("roomy")
+    with serve_process(model_dir, workdir, GRIDPFN_JOBS_DIR=str(workdir / "jobs")) as server:
+        server.jobs_dir, server.cid = workdir / "jobs", _context(server)
+        yield server
+
+
+def test_a_header_line_without_an_end_is_read_only_up_to_its_cap(roomy_server):
+    size = 160 << 20  # no newline: the old code read all 160 MB as one line (and decoded it again as text)
+    with watched(roomy_server) as watch:
+        problem = assert_refused(submit(roomy_server, ("loads.csv", b"p" * size)))
+    assert_stayed_healthy(watch, roomy_server)
+    error = problem["errors"][0]
+    assert problem["status"] == 422 and error["field"] == "file", problem
+    assert f"{MAX_HEADER_BYTES} bytes" in error["expected"] and "header" in error["message"], problem
+
+
+# 3. A context CSV's load outside +-1000 is named by row and column, as batch uploads name it.
+def test_context_upload_names_the_row_and_column_of_a_load_out_of_bounds(hostile_server):
+    frame = _loads(20, seed=5)
+    for name in OUTPUTS:
+        frame[name] = 1.0
+    for column, value, expected in (("q_mvar_bus12", 1e308, f"{LOAD_LIMIT:g}"), ("p_mw_bus3", -LOAD_LIMIT - 1,
+                                                                                 f"{LOAD_LIMIT:g}"),
+                                    (OUTPUTS[4], 1e308, "5")):
+        bad = frame.copy()
+        bad.loc[6, column] = value  # data row 7
+        with hostile_server.client() as client:
+            problem = assert_refused(client.post("/ui/api/context-sets", data={"network": "ieee33"},
+                                                 files={"file": ("context.csv", bad.to_csv(index=False).encode())}))
+        error = problem["errors"][0]
+        assert problem["status"] == 422 and (error["row"], error["column"]) == (7, column), problem
+        assert expected in error["expected"], problem
+
+
+# 4. A client that gives up mid-upload is not a fault of the service: no 500, no traceback.
+def _drain(stream) -> str:
+    """What the server wrote to its stderr (a pipe) since the last call, without waiting."""
+    os.set_blocking(stream.fileno(), False)
+    chunks = []
+    while chunk := stream.read():
+        chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def _server_errors(server, route: str) -> float:
+    """How many 5xx answers /metrics counts for POST `route`."""
+    with server.client(key=None) as client:
+        text = client.get("/metrics").text
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("gridpfn_http_requests_total{") and f'route="{route}"' in line and 'method="POST"' in line \
+                and 'status="5' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@pytest.mark.parametrize("path, fields", [("/v1/batch-jobs", "job"), ("/ui/api/context-sets", {"network": "ieee33"})])
+def test_a_client_that_disconnects_mid_upload_is_no_server_error(batch_server, path, fields):
+    """The fields and a few rows of the file, then the client goes (twice): the old server logged an
+    `unhandled error` with its traceback and counted a 500 each time."""
+    _drain(batch_server.proc.stderr)
+    errors_before = _server_errors(batch_server, path)
+    fields = {"model": MODEL, "context_id": batch_server.cid} if fields == "job" else fields
+    headers, body, length = _multipart(fields, [csv_rows(5)], 10 << 20)
+    address = urlsplit(batch_server.url)
+    for _ in range(2):
+        with socket.create_connection((address.hostname, address.port), timeout=10) as sock:
+            sock.sendall((f"POST {path} HTTP/1.1\r\nHost: {address.netloc}\r\n"
+                          f"Authorization: Bearer {KEY_A}\r\nContent-Type: {headers['content-type']}\r\n"
+                          f"Content-Length: {length}\r\n\r\n").encode())
+            sock.sendall(b"".join(list(body)[:-1]))  # no closing boundary: the server waits for the rest
+            time.sleep(0.5)
+        time.sleep(0.5)
+    time.sleep(1)
+    logged = _drain(batch_server.proc.stderr)
+    assert "unhandled error" not in logged and "Traceback" not in logged, logged[-3000:]
+    assert _server_errors(batch_server, path) == errors_before
+    assert batch_server.proc.poll() is None

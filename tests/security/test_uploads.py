@@ -242,3 +242,26 @@ def test_a_compressed_mat_bomb_is_stopped_by_the_sandbox(hostile_server, tmp_pat
     assert_refused(response)
     assert response.status_code in (413, 422)
     assert_stayed_healthy(watch, hostile_server)
+
+
+def test_a_table_with_300000_columns_is_refused_at_once(hostile_server, base_json):
+    """Found after the first fixes: unknown columns were looked up one by one (quadratic), so one upload of 700k columns
+    held the upload reader for its whole CPU limit while other keys' uploads queued."""
+    import time
+
+    document = json.loads(json.dumps(base_json))
+    document["_object"]["bus"]["_object"] = json.dumps({"columns": [f"c{i}" for i in range(300_000)], "index": [],
+                                                        "data": []})
+    started = time.monotonic()
+    response = _post(hostile_server, json.dumps(document))
+    body = assert_refused(response)
+    assert body["errors"][0]["field"] == "bus" and "columns" in body["errors"][0]["message"]
+    assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("entry,value", [("f_hz", 0), ("f_hz", -60), ("sn_mva", -10)])
+def test_nonsense_system_values_are_refused(hostile_server, base_json, entry, value):
+    document = json.loads(json.dumps(base_json))
+    document["_object"][entry] = value
+    body = assert_refused(_post(hostile_server, json.dumps(document)))
+    assert body["errors"][0]["field"] == entry

@@ -23,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import Field, ValidationError
 from starlette.responses import FileResponse, Response, StreamingResponse
 
+from service.constants import SHA256_ID
 from service.engine.answers import VoltageBand
 from service.engine.errors import EngineError, InvalidInput, NotFound, TooLarge
 from service.engine.runtime import Runtime
@@ -32,7 +33,7 @@ from service.http.deps import get_runtime, problems
 from service.http.form_stream import FRAMING_BYTES, FormStream
 from service.http.problems import ProblemError, field_error, unavailable
 from service.http.responses import json_response
-from service.http.schemas import ContextId, Level, SimulateSpec, Strict, StrictBool
+from service.http.schemas import VERSION_PATTERN, ContextId, Level, ModelVersion, SimulateSpec, Strict, StrictBool
 from service.jobs.inputs import InputError
 from service.jobs.jobspec import JobState
 from service.jobs.service import JobService, new_job_id
@@ -51,6 +52,7 @@ class BatchOptions(Strict):
     """Fields shared by both ways of submitting."""
 
     model: str = Field(description="a name from GET /v1/models")
+    version: Optional[ModelVersion] = None
     context_id: ContextId
     quantiles: Annotated[list[Level], Field(max_length=99)] = []
     voltage_band: Optional[VoltageBand] = Field(None, description="[low, high] p.u., low < 1 <= high; adds p_outside_*")
@@ -93,7 +95,7 @@ def _split(value: str) -> Any:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
-FORM_FIELDS = ("file", "model", "context_id", "quantiles", "voltage_band", "with_ground_truth")
+FORM_FIELDS = ("file", "model", "version", "context_id", "quantiles", "voltage_band", "with_ground_truth")
 _FORM_BOOLS = {"true": True, "1": True, "false": False, "0": False}
 
 
@@ -110,7 +112,7 @@ def _form_options(form: Any) -> BatchOptions:
     if unknown:  # the same policy as JSON bodies: undeclared fields are refused
         raise InvalidInput(unknown[0], "unknown form field", f"only the fields {', '.join(FORM_FIELDS)}")
     raw: dict[str, Any] = {}
-    for name in ("model", "context_id"):
+    for name in ("model", "version", "context_id"):
         if form.get(name) is not None:
             raw[name] = form.get(name)
     if form.get("with_ground_truth") is not None:
@@ -134,7 +136,7 @@ async def _resolve(rt: Runtime, options: BatchOptions, tenant: Tenant) -> tuple[
     rt.models.known(options.model)
     ctx = await rt.contexts.stored(options.context_id, tenant=tenant)
     net = await rt.networks.resolve(ctx.network, "context_id", tenant=tenant)
-    loaded = rt.models.get(options.model, net)
+    loaded = await rt.models.choose(options.model, net, options.version)
     rt.checks.context_size(loaded, ctx)
     return loaded, ctx, net
 
@@ -217,18 +219,19 @@ async def _submit_simulated(request: Request, rt: Runtime, jobs: JobService, ten
         raise InvalidInput("simulate.network", f"{options.simulate.network} is not the context set's network {net.name}",
                            f"{net.name}: the job's loads are for the network its context set was made on")
     job_id = new_job_id()
-    try:
+    try:  # the spec passed BatchSimulate's checks: a failure here is the service's (a 500), not the request's
         rows = await asyncio.to_thread(jobs.prepare_simulated, job_id, options.simulate, net)
-    except ValueError as exc:
+    except BaseException:
         jobs.files(job_id).remove()
-        raise InvalidInput("simulate", str(exc), "a valid gridsim scenario spec") from exc
+        raise
     return jobs.spec_for(job_id, loaded, ctx.id, net, options, rows, "simulate", tenant=tenant), ctx, job_id
 
 
 _REQUEST_DOC = {"requestBody": {"required": True, "content": {
     "multipart/form-data": {"schema": {"type": "object", "required": ["model", "context_id", "file"],
                                        "additionalProperties": False, "properties": {
-        "model": {"type": "string"}, "context_id": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+        "model": {"type": "string"}, "context_id": {"type": "string", "pattern": SHA256_ID},
+        "version": {"type": "string", "pattern": VERSION_PATTERN},
         "quantiles": {"type": "string", "example": "0.05,0.5,0.95"},
         "voltage_band": {"type": "string", "example": "0.95,1.05"},
         "with_ground_truth": {"type": "boolean"},

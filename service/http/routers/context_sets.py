@@ -11,6 +11,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Path, Query
 from starlette.responses import Response
 
+from service.constants import SHA256_ID
 from service.engine.context_sets import ContextSet
 from service.engine.errors import InvalidInput, NotFound, TooLarge
 from service.engine.gridsim_calls import simulate_context
@@ -24,7 +25,7 @@ from service.http.schemas import ContextSetCreate, ContextSetInfo
 
 router = APIRouter(prefix="/v1/context-sets", tags=["context sets"], route_class=OrjsonRoute, dependencies=[Depends(require_api_key)],
                    responses=problems(401, 503))
-IdPath = Path(pattern=r"^[0-9a-f]{64}$", description="sha256 id returned by POST /v1/context-sets")
+IdPath = Path(pattern=SHA256_ID, description="sha256 id returned by POST /v1/context-sets")
 
 
 def _info(ctx: ContextSet, ttl: int | None, with_data: bool = False) -> dict:

@@ -29,7 +29,7 @@ from starlette.responses import FileResponse, Response
 
 from service.engine import parquet_limits
 from service.engine.errors import InvalidInput, NotFound, TooLarge
-from service.engine.load_table import InputError, as_float
+from service.engine.load_table import HEADER_READ_BYTES, InputError, as_float, as_load, csv_header_names
 from service.engine.runtime import Runtime
 from service.engine.tenants import Tenant
 from service.http.auth import require_api_key
@@ -67,6 +67,7 @@ async def static(name: str) -> Response:
 
 
 _UNREADABLE = "a CSV file with a header row, or a Parquet file"
+CONVERGED = "converged"  # the optional column of `gridpfn simulate -o`: rows false in it are left out
 BATCH_ROWS = 4096
 
 
@@ -75,11 +76,12 @@ def _open(data: bytes, filename: str | None, columns: list[str], max_rows: int) 
     footer and page headers first (service.engine.parquet_limits); neither is decoded whole."""
     try:
         if data[:4] == PARQUET_MAGIC:
-            source = parquet_limits.open_file(data, columns, max_rows, "GRIDPFN_MAX_CONTEXT_ROWS")
+            source = parquet_limits.open_file(data, columns, max_rows, "GRIDPFN_MAX_CONTEXT_ROWS", flags=(CONVERGED,))
             names = source.schema_arrow.names
             return names, source.iter_batches(batch_size=BATCH_ROWS, columns=[c for c in columns if c in names])
         if filename and filename.lower().endswith((".parquet", ".pq")):
             raise InputError("the file is named .parquet but is not a Parquet file", "a Parquet or CSV file")
+        csv_header_names(data[:HEADER_READ_BYTES])  # a header line of bounded length and columns, first
         names = pcsv.open_csv(io.BytesIO(data)).schema.names  # the header (and the first block's types)
         include = pcsv.ConvertOptions(include_columns=[c for c in columns if c in names])
         return names, pcsv.open_csv(io.BytesIO(data), convert_options=include)
@@ -103,22 +105,45 @@ def _read_table(data: bytes, filename: str | None, columns: list[str], max_rows:
 
 
 def context_arrays(data: bytes, filename: str | None, features: list[str], outputs: list[str],
-                   max_rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """(x, y) of an uploaded context file of at most `max_rows` rows; rows whose `converged` column is
-    false are left out."""
-    names, table = _read_table(data, filename, [*features, *outputs, "converged"], max_rows)
+                   max_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(x, y, rows) of an uploaded context file of at most `max_rows` rows; rows whose `converged` column
+    is false are left out, and `rows` are the file's data rows (1-based) that x and y hold. Loads are
+    held to +-LOAD_LIMIT as batch files are: a bad cell is named by its row in the file and its column."""
+    names, table = _read_table(data, filename, [*features, *outputs, CONVERGED], max_rows)
     missing = [c for c in (*features, *outputs) if c not in names]
     if missing:
         raise InputError(f"missing column(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}",
                          f"the {len(features)} load columns and the {len(outputs)} voltage columns "
                          f"({features[0]} ... {outputs[-1]})", column=missing[0])
-    if table.num_rows and "converged" in table.column_names:
-        table = table.filter(pc.cast(table["converged"], pa.bool_()))
+    rows = np.arange(1, table.num_rows + 1)
+    if table.num_rows and CONVERGED in table.column_names:
+        kept = pc.cast(table[CONVERGED], pa.bool_())
+        table, rows = table.filter(kept), rows[np.asarray(kept.to_numpy(zero_copy_only=False), dtype=bool)]
     if table.num_rows == 0:
         raise InputError("no data rows", "at least one load -> voltage row")
-    x = np.column_stack([as_float(table[c], c, 0) for c in features])
-    y = np.column_stack([as_float(table[c], c, 0) for c in outputs])
-    return x, y
+    try:
+        x = np.column_stack([as_load(table[c], c, 0) for c in features])
+        y = np.column_stack([as_float(table[c], c, 0) for c in outputs])
+    except InputError as exc:  # its row counts the rows kept: name the file's
+        if exc.row is not None:
+            raise InputError(exc.message, exc.expected, int(rows[exc.row - 1]), exc.column) from exc
+        raise
+    return x, y, rows
+
+
+def _cell_problem(exc: ValidationError, rows: np.ndarray, features: list[str], outputs: list[str]) -> ProblemError:
+    """A value ContextSetCreate refused (a voltage out of range), named by its row in the file and column."""
+    error = exc.errors()[0]
+    loc = error.get("loc", ())
+    row = column = None
+    if len(loc) >= 3 and loc[0] in ("x", "y") and isinstance(loc[1], int) and isinstance(loc[2], int):
+        names = features if loc[0] == "x" else outputs
+        if 0 <= loc[1] < len(rows) and 0 <= loc[2] < len(names):
+            row, column = int(rows[loc[1]]), names[loc[2]]
+    ctx = error.get("ctx") or {}
+    bounds = [f"{word} {ctx[key]}" for key, word in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if key in ctx]
+    expected = ("a number " + " and ".join(bounds)) if bounds else "loads and voltages the API accepts"
+    return batch_jobs._file_problem(InputError(error["msg"], expected, row, column))
 
 
 @api.post("/context-sets", status_code=201)
@@ -134,14 +159,14 @@ async def upload_context(request: Request, rt: Runtime = Depends(get_runtime),
     net = await rt.networks.resolve(network, "network", tenant=tenant)
     features, outputs = list(net.feature_names), list(net.output_names)
     try:
-        x, y = await asyncio.to_thread(context_arrays, data, filename, features, outputs, rt.settings.max_context_rows)
+        x, y, rows = await asyncio.to_thread(context_arrays, data, filename, features, outputs,
+                                             rt.settings.max_context_rows)
     except InputError as exc:
         raise batch_jobs._file_problem(exc) from exc
     try:
         body = ContextSetCreate(x=x.tolist(), y=y.tolist(), network=net.name)
-    except ValidationError as exc:  # e.g. a voltage the API refuses
-        raise ProblemError(422, "invalid-file", "Invalid input file", f"file: {exc.errors()[0]['msg']}",
-                           [field_error("file", exc.errors()[0]["msg"], "loads and voltages the API accepts")]) from exc
+    except ValidationError as exc:  # e.g. a voltage the API refuses: named by its row and column
+        raise _cell_problem(exc, rows, features, outputs) from exc
     return await context_sets.create(body, rt, tenant)
 
 

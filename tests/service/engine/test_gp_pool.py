@@ -13,7 +13,7 @@ import pytest
 
 from models.gp import ExactGP
 from service.engine.answers import AnswerSpec
-from service.engine.errors import GPWorkerLost
+from service.engine.errors import GPWorkerLost, InputRejected
 from service.engine.gp_pool import GPPool
 from service.metrics import Metrics
 
@@ -75,5 +75,20 @@ def test_a_worker_killed_while_answering_is_reported_and_replaced(scenarios):
         worker.proc.wait()
         _, timing = await gp.answer("small", x[:10], y[:10], x[:1], AnswerSpec(), "context_id")
         assert timing["fit_cached"] is False
+
+    run(scenario, gp)
+
+
+def test_a_models_input_error_crosses_the_process_typed_naming_the_request_field(scenarios):
+    """The GP's own check (a context of one row) comes back from its worker process as InputRejected (a 422)
+    naming the field the request gave the context in, not as an untyped error."""
+    x, y = scenarios
+    gp = pool(workers=1)
+
+    async def scenario():
+        with pytest.raises(InputRejected) as rejected:
+            await gp.answer("one-row", x[:1], y[:1], x[:1], AnswerSpec(), "context_id")
+        (entry,) = rejected.value.entries
+        assert entry["field"] == "context_id" and entry["expected"] == "at least 2 rows", entry
 
     run(scenario, gp)

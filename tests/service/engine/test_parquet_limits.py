@@ -1,7 +1,10 @@
 """service.engine.parquet_limits: a file is sized from its footer and page headers before a page is decoded."""
 from __future__ import annotations
 
+import datetime
+import decimal
 import io
+import struct
 
 import numpy as np
 import pyarrow as pa
@@ -9,18 +12,22 @@ import pyarrow.parquet as pq
 import pytest
 
 from service.engine.errors import TooLarge
-from service.engine.load_table import InputError
+from service.engine.load_table import MAX_COLUMNS, InputError
 from service.engine.parquet_limits import open_file
 
 ROWS = 3000
-COLUMNS = ["f64", "f32", "i64", "i32", "dec", "flag", "text"]
+COLUMNS = ["f64", "f32", "i64", "i32", "i8", "u64", "dec", "dec9", "f16", "flag", "text"]
+FLAGS = ("flag",)  # BOOLEAN where the caller allows it (a context file's `converged`)
 
 
 def table() -> pa.Table:
     rng = np.random.default_rng(1)
     return pa.table({"f64": rng.random(ROWS), "f32": rng.random(ROWS).astype(np.float32),
                      "i64": np.arange(ROWS), "i32": pa.array(np.arange(ROWS, dtype=np.int32), mask=np.arange(ROWS) % 5 == 0),
-                     "dec": pa.array(list(range(ROWS))).cast(pa.decimal128(30, 2)), "flag": np.arange(ROWS) % 2 == 0,
+                     "i8": pa.array(np.arange(ROWS) % 100, pa.int8()), "u64": pa.array(np.arange(ROWS), pa.uint64()),
+                     "dec": pa.array(list(range(ROWS))).cast(pa.decimal128(30, 2)),
+                     "dec9": pa.array([decimal.Decimal(i).scaleb(-2) for i in range(ROWS)], pa.decimal128(9, 2)),
+                     "f16": rng.random(ROWS).astype(np.float16), "flag": np.arange(ROWS) % 2 == 0,
                      "text": [f"{x:.6f}" for x in rng.random(ROWS)], "unread": ["x" * 100] * ROWS})
 
 
@@ -47,19 +54,55 @@ def test_ordinary_files_pass_and_read_back(options, tmp_path):
     path = tmp_path / "f.parquet"
     path.write_bytes(data)
     for source in (data, path):
-        opened = open_file(source, COLUMNS, ROWS, "THE_LIMIT")
+        opened = open_file(source, COLUMNS, ROWS, "THE_LIMIT", flags=FLAGS)
         assert opened.read(columns=COLUMNS).equals(table().select(COLUMNS))
 
 
 @pytest.mark.parametrize("row_group_size", [ROWS, 64])
 def test_declared_rows_over_the_limit_are_refused_from_the_footer(row_group_size):
     with pytest.raises(TooLarge) as refused:
-        open_file(parquet(table(), row_group_size=row_group_size), COLUMNS, ROWS - 1, "THE_LIMIT")
+        open_file(parquet(table(), row_group_size=row_group_size), COLUMNS, ROWS - 1, "THE_LIMIT", flags=FLAGS)
     assert refused.value.entries[0]["field"] == "file"
     assert refused.value.entries[0]["expected"] == f"at most {ROWS - 1} rows (THE_LIMIT)"
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def understated(data: bytes, rows: int, claimed: int) -> bytes:
+    """`data` with the footer's row counts (file, row group, column chunk) changed from `rows` to `claimed`
+    (both zigzag varints of the same length, so the footer keeps its length): its pages now hold more
+    values than its rows."""
+    length = struct.unpack("<I", data[-8:-4])[0]
+    start = len(data) - 8 - length
+    old, new = _varint(2 * rows), _varint(2 * claimed)
+    assert len(old) == len(new) and data[start:-8].count(old) >= 3
+    return data[:start] + data[start:-8].replace(old, new) + data[-8:]
+
+
 def test_a_page_larger_than_its_rows_is_refused_naming_the_column():
+    rows, claimed = 1_000_000, 100_000
+    plain = parquet(pa.table({"a": np.zeros(rows), "b": np.zeros(rows)}), compression="zstd", use_dictionary=False,
+                    write_statistics=False, row_group_size=rows)
+    data = understated(plain, rows, claimed)
+    assert pq.ParquetFile(io.BytesIO(data)).metadata.num_rows == claimed
+    assert len(data) < 8 * rows // 100  # the bomb: a few KB that decompress to 8 MB a column
+    with pytest.raises(InputError) as refused:
+        open_file(data, ["a", "b"], claimed, "THE_LIMIT")
+    assert refused.value.column == "a" and "decompress" in refused.value.message
+    with pytest.raises(InputError) as refused:
+        open_file(data, ["b", "unknown"], claimed, "THE_LIMIT")
+    assert refused.value.column == "b"
+    open_file(data, ["unknown"], claimed, "THE_LIMIT")  # a column not read is not walked
+
+
+def test_a_text_value_longer_than_its_rows_allow_is_refused_naming_the_column():
     size = 8 << 20
     text = pa.Array.from_buffers(pa.string(), 1, [None, pa.py_buffer(np.array([0, size], np.int32)),
                                                   pa.py_buffer(b"0" * size)])
@@ -69,7 +112,46 @@ def test_a_page_larger_than_its_rows_is_refused_naming_the_column():
     with pytest.raises(InputError) as refused:
         open_file(data, ["a", "text"], 10, "THE_LIMIT")
     assert refused.value.column == "text" and "decompress" in refused.value.message
-    open_file(data, ["a"], 10, "THE_LIMIT")  # a column not read is not walked
+
+
+NOT_NUMBERS = {  # one value each: what makes them bombs is that no row count bounds what they decode to
+    "binary": pa.array([b"1.5"]), "fixed-width binary": pa.array([b"x" * 8], pa.binary(8)),
+    "list<double>": pa.array([[1.0, 2.0]]), "large_list<double>": pa.array([[1.0]], pa.large_list(pa.float64())),
+    "fixed-size list": pa.array([[1.0, 2.0]], pa.list_(pa.float64(), 2)),
+    "struct<double>": pa.array([{"x": 1.0}]), "struct named like the column": pa.array([{"col": 1.0}]),
+    "map": pa.array([[("k", 1.0)]], pa.map_(pa.string(), pa.float64())),
+    "date": pa.array([datetime.date(2020, 1, 1)]), "timestamp": pa.array([1], pa.timestamp("ms")),
+    "time": pa.array([1], pa.time32("ms")), "null": pa.array([None], pa.null()), "boolean": pa.array([True]),
+    "list<string>": pa.array([["1.5"]]),
+}
+
+
+@pytest.mark.parametrize("kind", NOT_NUMBERS, ids=NOT_NUMBERS.keys())
+def test_columns_that_are_not_flat_numbers_are_refused_from_the_footer(kind):
+    data = parquet(pa.table({"ok": [1.0], "col": NOT_NUMBERS[kind]}), compression="zstd")
+    length = struct.unpack("<I", data[-8:-4])[0]
+    no_pages = b"PAR1" + bytes(len(data) - 12 - length) + data[-8 - length:]  # every page zeroed: only the footer
+    with pytest.raises(InputError) as refused:
+        open_file(no_pages, ["ok", "col"], 10, "THE_LIMIT")
+    assert refused.value.column == "col" and refused.value.message.endswith("is not numeric"), refused.value
+    assert "numbers" in refused.value.expected
+    open_file(data, ["ok"], 10, "THE_LIMIT")  # a column not read is not judged
+
+
+def test_a_flag_column_is_a_boolean_only_where_the_caller_allows_it():
+    data = parquet(pa.table({"flag": [True, False]}))
+    assert open_file(data, ["flag"], 10, "THE_LIMIT", flags=["flag"]).read().column("flag").to_pylist() == [True, False]
+    with pytest.raises(InputError, match="is not numeric"):
+        open_file(data, ["flag"], 10, "THE_LIMIT")
+    with pytest.raises(InputError, match="is not numeric"):  # a list of booleans is still a list
+        open_file(parquet(pa.table({"flag": [[True]]})), ["flag"], 10, "THE_LIMIT", flags=["flag"])
+
+
+def test_more_leaf_columns_than_any_network_has_are_refused_from_the_footer():
+    data = parquet(pa.table({"wide": pa.array([{f"x{i}": 1.0 for i in range(MAX_COLUMNS + 1)}])}))
+    with pytest.raises(InputError) as refused:
+        open_file(data, ["other"], 10, "THE_LIMIT")
+    assert f"at most {MAX_COLUMNS} columns" in refused.value.expected
 
 
 def test_broken_files_are_input_errors():

@@ -22,7 +22,7 @@ def _confined(snippet: str, tmp_path: Path) -> subprocess.CompletedProcess:
     """Run `snippet` in a fresh interpreter after `confine` (what every upload reader does first); the
     modules it uses are imported before, as the zygote imports everything before it forks a reader."""
     code = textwrap.dedent(f"""
-        import os, signal, subprocess, sys
+        import os, signal, socket, subprocess, sys
         from service.engine.sandbox_zygote import SandboxLimits, confine
         confine(SandboxLimits(memory_bytes=256 * 2**20, cpu_s=5))
         {textwrap.indent(textwrap.dedent(snippet), '        ').strip()}
@@ -67,6 +67,34 @@ def test_a_confined_reader_has_bounded_memory_and_no_root(tmp_path):
     assert "refused" in done.stdout and "allocated" not in done.stdout, done
     if os.geteuid() == 0:
         assert "uid 65534" in done.stdout, done
+
+
+def test_a_confined_reader_cannot_open_sockets_or_exec(tmp_path):
+    """The seccomp filter: a reader that could reach the host's Redis or exec a shell gets EPERM instead."""
+    done = _confined("""
+        for name, attempt in (("socket", lambda: socket.socket()), ("pair", socket.socketpair),
+                              ("exec", lambda: os.execv("/bin/true", ["true"]))):
+            try:
+                attempt()
+                print(name, "allowed")
+            except PermissionError:
+                print(name, "refused")
+    """, tmp_path)
+    assert done.stdout.split() == ["socket", "refused", "pair", "refused", "exec", "refused"], done
+
+
+def test_the_filter_program_denies_what_it_lists():
+    """Decode the BPF program: the x86-64 numbers it denies are exactly the listed calls, then allow, then EPERM."""
+    import struct
+
+    from service.engine import syscall_filter
+
+    arch, calls = syscall_filter.ARCHES["x86_64"]
+    code = syscall_filter._program(arch, sorted(calls.values()))
+    ops = [struct.unpack("=HBBI", code[i:i + 8]) for i in range(0, len(code), 8)]
+    denied = [k for c, _, _, k in ops if c == syscall_filter._JEQ_K][1:]  # the first compares the arch
+    assert denied == sorted(calls.values()) and ops[1][3] == arch
+    assert ops[-2][3] == syscall_filter._RET_ALLOW and ops[-1][3] & 0xFFFF0000 == syscall_filter._RET_ERRNO
 
 
 @pytest.fixture
@@ -118,14 +146,18 @@ def test_limits_become_client_errors(feeder_json):
 
 
 def test_uploads_beyond_the_queue_are_refused_at_once(feeder_json):
+    """One upload is read at a time and `concurrency` more wait; one more is refused (503) without waiting."""
     async def run():
         sandbox = UploadSandbox(SandboxLimits(), concurrency=1)
         try:
-            first = asyncio.create_task(sandbox.snapshot(feeder_json, None))
-            await asyncio.sleep(0)  # the first is queued
+            await sandbox.start()
+            reading = asyncio.create_task(sandbox.snapshot(feeder_json, None))
+            waiting = asyncio.create_task(sandbox.snapshot(feeder_json, None))
+            await asyncio.sleep(0)  # both admitted: one read, one queued
             with pytest.raises(QueueFull):
                 await sandbox.snapshot(feeder_json, None)
-            assert (await first)[0]["n_buses"] == 18
+            assert (await reading)[0]["n_buses"] == 18 and (await waiting)[0]["n_buses"] == 18
+            assert sandbox.pending == 0
         finally:
             await sandbox.close()
     asyncio.run(run())

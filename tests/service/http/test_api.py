@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import gridsim
+from models import physics_fit
 from service.engine.context_sets import context_id
 from service.settings import Settings
 from tests.service.conftest import MODEL, metric, rows
@@ -35,7 +36,7 @@ def test_models_list_and_card(client):
     assert [m["name"] for m in listing["models"]] == ["physics-fit", MODEL]
     tiny = listing["models"][1]
     assert tiny["networks"] == ["ieee33"] and tiny["versions"] == {"ieee33": "0.0.1"}
-    assert listing["models"][0]["networks"] == "any radial feeder" and listing["models"][0]["versions"] == {"*": "built-in"}
+    assert listing["models"][0]["networks"] == physics_fit.ANY_NETWORK and listing["models"][0]["versions"] == {"*": "built-in"}
     card = client.get(f"/v1/models/{MODEL}").json()
     net = gridsim.network("ieee33")
     assert card["features"] == list(net.feature_names) and card["outputs"] == list(net.output_names)

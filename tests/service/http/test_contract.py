@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from service.jobs.settings import JobSettings
@@ -149,3 +150,65 @@ def test_links_chain_creators_to_readers(keyed_server):
         found = paths[path][method]["responses"][status]["links"]
         assert len(found) == count, (path, found)
         assert all(link["operationId"] in operation_ids for link in found.values()), found
+
+
+def _schema_limit(schema: dict, component: str, field: str) -> int:
+    """The maxItems (maximum for an integer) the schema declares on a component's field (its array branch)."""
+    prop = schema[component]["properties"][field]
+    if "maximum" in prop:
+        return prop["maximum"]
+    return next(branch["maxItems"] for branch in prop.get("anyOf", [prop]) if branch.get("type") == "array")
+
+
+def test_every_limit_answering_413_is_the_schemas_maximum(api, keyed_server, scenarios):
+    """Past each configured limit the server answers 413; the schema declares that limit as maxItems or
+    maximum, so a schema-valid body is never a 413 (schemathesis' positive data acceptance)."""
+    x, y = scenarios
+    schema = httpx.get(f"{keyed_server.url}/openapi.json").json()["components"]["schemas"]
+    settings, jobs = keyed_server.app.state.settings, keyed_server.app.state.job_settings
+    tall = lambda a, n: np.repeat(a[:1], n, axis=0).tolist()  # noqa: E731
+    # (component, field, the limit, path, a body of `n` rows or n, the field the 413 names)
+    limits = [
+        ("PredictRequest", "queries", settings.max_queries, "/v1/predict",
+         lambda n: {"model": "tiny-dva", "context": {"x": x[:20].tolist(), "y": y[:20].tolist()}, "queries": tall(x, n)},
+         "queries"),
+        ("GPPredictRequest", "queries", min(settings.max_queries, settings.gp_max_queries), "/v1/gp/predict",
+         lambda n: {"context": {"x": x[:20].tolist(), "y": y[:20].tolist()}, "queries": tall(x, n)}, "queries"),
+        ("ContextData", "x", settings.max_context_rows, "/v1/predict",
+         lambda n: {"model": "tiny-dva", "context": {"x": tall(x, n), "y": tall(y, n)}, "queries": x[:1].tolist()},
+         "context.x"),
+        ("ContextSetCreate", "x", settings.max_context_rows, "/v1/context-sets",
+         lambda n: {"x": tall(x, n), "y": tall(y, n)}, "body.x"),
+        ("SimulateRequest", "loads", settings.max_simulate, "/v1/simulate", lambda n: {"loads": tall(x, n)}, "loads"),
+        ("SimulateSpec", "n", min(settings.max_simulate, settings.max_context_rows), "/v1/context-sets",
+         lambda n: {"simulate": {"n": n}}, "simulate.n"),
+        ("BatchSimulateSpec", "n", jobs.job_max_rows, "/v1/batch-jobs",
+         lambda n: {"model": "tiny-dva", "context_id": "0" * 64, "simulate": {"n": n}}, "simulate.n"),
+    ]
+    for component, field, limit, path, body, named in limits:
+        assert _schema_limit(schema, component, field) == limit, (component, field)
+        over = api.post(path, json=body(limit + 1))
+        assert over.status_code == 413 and over.json()["errors"][0]["field"] == named, (component, over.text)
+
+
+def test_the_schemas_limits_come_from_settings_before_start_up(model_dir):
+    """The maxima are the app's Settings from its creation, not only once the models are loaded."""
+    from service.http.app import create_app
+
+    app = create_app(Settings(model_dir=model_dir, redis_url=None, max_queries=70, gp_max_queries=30,
+                              max_context_rows=90, max_simulate=40, max_network_bytes=5000))
+    app.openapi()  # built once before: the limits in words are not said twice
+    full = app.openapi()
+    schema = full["components"]["schemas"]
+    assert (_schema_limit(schema, "PredictRequest", "queries"), _schema_limit(schema, "GPPredictRequest", "queries"),
+            _schema_limit(schema, "ContextData", "y"), _schema_limit(schema, "ContextSetCreate", "y"),
+            _schema_limit(schema, "SimulateSpec", "n"), _schema_limit(schema, "SimulateRequest", "loads")) == (
+        70, 30, 90, 90, 40, 40)
+    # compare_gp holds the queries to the GP's own limit
+    assert schema["PredictRequest"]["then"] == {"properties": {"queries": {"maxItems": 30}}}
+    assert app.openapi_schema is None  # built again once the served models are known (their enum)
+    # a file's limits, which JSON Schema cannot state on its content, in words
+    upload = full["paths"]["/v1/networks"]["post"]["requestBody"]["description"]
+    assert upload.count("at most 5000 bytes (GRIDPFN_MAX_NETWORK_BYTES)") == 1, upload
+    batch_file = full["paths"]["/v1/batch-jobs"]["post"]["requestBody"]["content"]["multipart/form-data"]
+    assert batch_file["schema"]["properties"]["file"]["description"].count("(GRIDPFN_JOB_MAX_ROWS)") == 1

@@ -13,6 +13,7 @@ import pandapower as pp
 import pytest
 
 import gridsim
+from models import physics_fit
 from models.testing import build_tiny_registry
 from service.client import GridPFNClient
 from service.settings import Settings
@@ -82,7 +83,7 @@ def test_each_built_in_network_end_to_end(api, network):
 def test_models_and_networks_say_who_serves_what(api):
     models = {m["name"]: m for m in api.get("/v1/models").json()["models"]}
     assert models[MODEL]["versions"] == {network: "0.0.1" for network in BUILT_INS}
-    assert models["physics-fit"]["networks"] == "any radial feeder"
+    assert models["physics-fit"]["networks"] == physics_fit.ANY_NETWORK
     assert models["physics-fit"]["context_size"] == {"min": 16, "max": LIMITS["max_context_rows"]}
     card = api.get(f"/v1/models/{MODEL}", params={"network": "kerber_landnetz_kabel_1"}).json()
     assert card["network"] == "kerber_landnetz_kabel_1" and len(card["features"]) == 16 and len(card["outputs"]) == 17

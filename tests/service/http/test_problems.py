@@ -1,10 +1,16 @@
 """Every bad input gets the one problem+json shape with the right status and the field named."""
 from __future__ import annotations
 
+import logging
+import re
+
 import httpx
 import numpy as np
 import pytest
 
+from models.errors import InputValidationError
+from service.engine import executor, inference
+from service.http.routers import simulate as simulate_route
 from tests.service.conftest import LIMITS, MODEL, assert_problem, rows
 
 
@@ -123,3 +129,43 @@ def test_values_outside_physical_ranges(api, cid, scenarios):
     bad_y = rows(y[:10])
     bad_y[3][7] = 40.0
     assert_problem(predict(api, context={"x": rows(x[:10]), "y": bad_y}, queries=rows(x[:1])), 422, "context.y[3][7]")
+
+
+def _bug(*args, **kwargs):
+    raise ValueError("queries: a bug of the service, worded like the caller's fault")
+
+
+def _assert_logged_500(response, caplog) -> None:
+    """A 500 internal-error blaming no field, whose id is in the answer and on the logged traceback."""
+    body = assert_problem(response, 500)
+    assert body["type"].endswith(":internal-error") and body["errors"] == []
+    error_id = body["error_id"]
+    assert re.fullmatch("[0-9a-f]{16}", error_id) and error_id in body["detail"]
+    logged = [record for record in caplog.records if error_id in record.getMessage()]
+    assert len(logged) == 1 and logged[0].levelno == logging.ERROR and logged[0].exc_info[0] is ValueError
+
+
+# Fault injection into the running in-process server: the engine's answer raises a plain ValueError.
+@pytest.mark.parametrize("n_queries", [1, 20], ids=["micro-batched", "direct"])
+def test_a_value_error_inside_the_engine_is_a_500_with_a_logged_id(api, cid, scenarios, monkeypatch, caplog, n_queries):
+    monkeypatch.setattr(executor, "answer", _bug)
+    monkeypatch.setattr(inference, "answer_of", _bug)
+    with caplog.at_level(logging.ERROR, logger="service.http.problems"):
+        _assert_logged_500(predict(api, context_id=cid, queries=rows(scenarios[0][:n_queries])), caplog)
+
+
+def test_a_value_error_in_a_power_flow_is_a_500_not_the_loads_fault(api, scenarios, monkeypatch, caplog):
+    """The same through FastAPI's routing (not the hot routes): gridsim's ValueError is the service's."""
+    monkeypatch.setattr(simulate_route, "solve", _bug)
+    with caplog.at_level(logging.ERROR, logger="service.http.problems"):
+        _assert_logged_500(api.post("/v1/simulate", json={"loads": rows(scenarios[0][:2])}), caplog)
+
+
+def test_a_models_typed_input_error_is_a_422_naming_the_request_field(api, cid, scenarios, monkeypatch):
+    def refuses(*args, **kwargs):
+        raise InputValidationError("levels", "must be inside (0, 1), got [1.5]", "levels inside (0, 1)")
+
+    monkeypatch.setattr(executor, "answer", refuses)
+    body = assert_problem(predict(api, context_id=cid, queries=rows(scenarios[0][:1])), 422, "quantiles")
+    assert body["type"].endswith(":input-rejected") and body["errors"][0]["expected"] == "levels inside (0, 1)"
+    assert "error_id" not in body

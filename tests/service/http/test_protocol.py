@@ -86,8 +86,8 @@ def test_writelines_keeps_the_order_of_pending_writes():
     asyncio.run(scenario())
 
 
-def test_the_switch_serves_the_app_with_uvicorns_own_protocol(monkeypatch, model_dir, scenarios):
-    """GRIDPFN_COALESCE_WRITES=false: `gridpfn serve` hands uvicorn its own httptools protocol, which serves the app."""
+def test_the_switch_serves_the_app_with_uvicorns_writes(monkeypatch, model_dir, scenarios):
+    """GRIDPFN_COALESCE_WRITES=false: `gridpfn serve` hands uvicorn's httptools protocol (with bounded heads) over, and it serves the app."""
     import threading
     import time
 
@@ -95,13 +95,13 @@ def test_the_switch_serves_the_app_with_uvicorns_own_protocol(monkeypatch, model
     import uvicorn
 
     from service.http.app import create_app
-    from service.http.protocol import CoalescingHttpToolsProtocol, protocol_for
+    from service.http.protocol import CoalescingHttpToolsProtocol, GuardedHttpToolsProtocol, protocol_for
     from service.settings import Settings
     from tests.service.conftest import MODEL, free_port, rows
 
     monkeypatch.setenv("GRIDPFN_COALESCE_WRITES", "false")
     settings = Settings(model_dir=model_dir, redis_url=None, gp_max_iter=1)
-    assert protocol_for(settings.coalesce_writes) == "httptools"
+    assert protocol_for(settings.coalesce_writes) is GuardedHttpToolsProtocol  # uvicorn's writes, bounded heads
     monkeypatch.delenv("GRIDPFN_COALESCE_WRITES")
     assert protocol_for(Settings().coalesce_writes) is CoalescingHttpToolsProtocol
     port = free_port()

@@ -1,0 +1,20 @@
+"""The error for a caller's input a model cannot use, as opposed to a fault of the model itself.
+
+Why a type of its own: the service answers this one as the caller's fault (a 422 naming the field)
+and any other exception, a ValueError from a bug included, as its own (a 500 with a logged id).
+It subclasses ValueError, so code that catches ValueError keeps working.
+"""
+from __future__ import annotations
+
+
+class InputValidationError(ValueError):
+    """`field` (the argument: context_x, query_x, levels, ...) cannot be used: `message` says why,
+    `expected` what would do; str() is "field: message", as the plain ValueErrors said before."""
+
+    def __init__(self, field: str, message: str, expected: str | None = None) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field, self.message, self.expected = field, message, expected
+
+    def __reduce__(self) -> tuple[type[InputValidationError], tuple[str, str, str | None]]:
+        # pickles whole: the GP's worker process sends it to the server
+        return type(self), (self.field, self.message, self.expected)
