@@ -13,6 +13,7 @@ Writes bench/results/accuracy.md and .json.
                                                                       # -> bench/results/accuracy-mv_oberrhein_sub0.md
     .venv/bin/python bench/accuracy.py --network random-200-2027 --solver batched --no-gp   # a random feeder no model saw
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,14 @@ DELTAS = (0.05, 0.10, 0.30, 0.50)
 N_CONTEXT, N_TEST = 500, 4500
 SWEEP_SIZES, SWEEP_DELTA, SWEEP_GP_MAX = (16, 50, 100, 500, 2000, 10000), 0.30, 500
 NOISE_CELLS = ((0.30, 1e-5), (0.30, 1e-4), (0.05, 1e-5), (0.05, 1e-4))  # (delta, reading noise std p.u.)
-GP, GP_LINEAR, LS, RIDGE, BLR, MEAN = ("exact GP (ARD RBF)", "exact GP + linear", "least squares", "ridge (LOO)",
-                                      "Bayesian linear", "mean predictor")
+GP, GP_LINEAR, LS, RIDGE, BLR, MEAN = (
+    "exact GP (ARD RBF)",
+    "exact GP + linear",
+    "least squares",
+    "ridge (LOO)",
+    "Bayesian linear",
+    "mean predictor",
+)
 PHYSICS = PhysicsBaseMethod.name
 PHYSICS_FIT = "physics-fit"  # the service's name for the same closed form, served on every network
 # Reference figures of the paper's Table 4 (max-over-buses MAE of its exact GP).
@@ -112,8 +119,13 @@ def _methods(registry, with_gp: bool, uncalibrated: bool = True, network: str = 
         gp, gp_lin = ExactGP(), ExactGP(linear_term=True)
         gp.name, gp_lin.name = GP, GP_LINEAR
         methods += [gp, gp_lin]
-    baselines = [(PhysicsBaseMethod(gridsim.network(network).load_positions), PHYSICS), (BayesianLinearRegression(), BLR), (RidgeLOO(), RIDGE),
-                 (LeastSquares(), LS), (MeanPredictor(), MEAN)]
+    baselines = [
+        (PhysicsBaseMethod(gridsim.network(network).load_positions), PHYSICS),
+        (BayesianLinearRegression(), BLR),
+        (RidgeLOO(), RIDGE),
+        (LeastSquares(), LS),
+        (MeanPredictor(), MEAN),
+    ]
     for method, name in baselines:
         method.name = name
     return methods + [m for m, _ in baselines]
@@ -133,8 +145,14 @@ def _evaluate(methods, cx, cy, qx, qy, qy_observed=None) -> dict:
             summary.update({k: v for k, v in observed.items() if k.startswith("coverage") or k == "nll"})
         summary["seconds"] = seconds
         rows[method.name] = summary
-        logging.info("%-28s max MAE %.3e  cov %.3f/%.3f  %.2f s", method.name, summary["max_mae"],
-                     summary["coverage_mean"], summary["coverage_worst"], seconds)
+        logging.info(
+            "%-28s max MAE %.3e  cov %.3f/%.3f  %.2f s",
+            method.name,
+            summary["max_mae"],
+            summary["coverage_mean"],
+            summary["coverage_worst"],
+            seconds,
+        )
     return rows
 
 
@@ -148,16 +166,23 @@ def _table(title: str, rows: dict, note: str = "", ls_defined: bool = True) -> l
     ls = rows[LS]["max_mae"] if ls_defined and LS in rows else None
     ridge = rows[RIDGE]["max_mae"] if RIDGE in rows else None
     gp_s = rows[GP]["seconds"] if GP in rows else None
-    out = [f"### {title}", ""] + ([note, ""] if note else []) + [
-        "| method | max MSE | max MAE | mean MAE | MAE / LS | MAE / ridge (LOO) | NLL | cov95 mean | cov95 worst | "
-        "cov95 best | seconds (fit + calibration + predict, all buses) | GP time / time |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = (
+        [f"### {title}", ""]
+        + ([note, ""] if note else [])
+        + [
+            "| method | max MSE | max MAE | mean MAE | MAE / LS | MAE / ridge (LOO) | NLL | cov95 mean | cov95 worst | "
+            "cov95 best | seconds (fit + calibration + predict, all buses) | GP time / time |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+    )
     for name, r in rows.items():
         nll = f"{r['nll']:.2f}" if "nll" in r else "–"
         speed = f"{gp_s / r['seconds']:.1f}" if gp_s else "–"
-        out.append(f"| {name} | {r['max_mse']:.2e} | {r['max_mae']:.2e} | {r['mean_mae']:.2e} | {_ratio(r['max_mae'], ls)} | "
-                   f"{_ratio(r['max_mae'], ridge)} | {nll} | {r['coverage_mean']:.3f} | {r['coverage_worst']:.3f} | "
-                   f"{r['coverage_best']:.3f} | {r['seconds']:.3f} | {speed} |")
+        out.append(
+            f"| {name} | {r['max_mse']:.2e} | {r['max_mae']:.2e} | {r['mean_mae']:.2e} | {_ratio(r['max_mae'], ls)} | "
+            f"{_ratio(r['max_mae'], ridge)} | {nll} | {r['coverage_mean']:.3f} | {r['coverage_worst']:.3f} | "
+            f"{r['coverage_best']:.3f} | {r['seconds']:.3f} | {speed} |"
+        )
     return out + [""]
 
 
@@ -180,10 +205,17 @@ def _sweep(args, registry) -> tuple[dict, list[str]]:
     x, y = _dataset(SWEEP_DELTA, seed=8030, solver="batched", n=max(args.sweep_sizes) + N_TEST)
     small = _methods(registry, with_gp=not args.no_gp, uncalibrated=False)
     large = [m for m in small if m.name not in (GP, GP_LINEAR)]
-    results, lines = {}, ["## Context-size sweep, delta 30 %", "",
-                          f"Contexts are the first n of one set, queries the same {N_TEST} (batched solver truth). "
-                          f"Exact GPs only up to n = {SWEEP_GP_MAX}. Least squares is minimum-norm for n <= 65 "
-                          "(64 inputs + intercept), so MAE / LS is given only above that.", ""]
+    results, lines = (
+        {},
+        [
+            "## Context-size sweep, delta 30 %",
+            "",
+            f"Contexts are the first n of one set, queries the same {N_TEST} (batched solver truth). "
+            f"Exact GPs only up to n = {SWEEP_GP_MAX}. Least squares is minimum-norm for n <= 65 "
+            "(64 inputs + intercept), so MAE / LS is given only above that.",
+            "",
+        ],
+    )
     for n in args.sweep_sizes:
         cx, cy, qx, qy = _split(x, y, n)
         results[n] = _evaluate(small if n <= SWEEP_GP_MAX else large, cx, cy, qx, qy)
@@ -193,10 +225,17 @@ def _sweep(args, registry) -> tuple[dict, list[str]]:
 
 def _noise(args, registry) -> tuple[dict, list[str]]:
     methods = _methods(registry, with_gp=False, uncalibrated=False)
-    results, lines = {}, ["## Noisy readings", "",
-                          "Gaussian noise added to the voltage readings of the context AND of the queries (the model "
-                          "predicts a new reading). MAE and MSE are against the noise-free truth; coverage and NLL against "
-                          "the noisy query readings. Batched solver truth.", ""]
+    results, lines = (
+        {},
+        [
+            "## Noisy readings",
+            "",
+            "Gaussian noise added to the voltage readings of the context AND of the queries (the model "
+            "predicts a new reading). MAE and MSE are against the noise-free truth; coverage and NLL against "
+            "the noisy query readings. Batched solver truth.",
+            "",
+        ],
+    )
     for delta, std in NOISE_CELLS:
         x, y = _dataset(delta, seed=9000 + int(round(100 * delta)), solver="batched")
         rng = np.random.default_rng(9100 + int(round(100 * delta)))
@@ -211,19 +250,34 @@ def _noise(args, registry) -> tuple[dict, list[str]]:
 VARIATIONS = [
     ("line impedances x1.3, delta 30 %", lambda: _line_variation_dataset(0.30, 7001, 1.3)),
     ("base load x1.3, delta 10 %", lambda: _dataset(0.10, 7002, "batched", load_level=1.3)),
-    ("DG 0.3 MW at buses 18, 25, 33, delta 30 %", lambda: _dataset(0.30, 7003, "batched", dg_buses=(18, 25, 33), dg_mw=0.3)),
+    (
+        "DG 0.3 MW at buses 18, 25, 33, delta 30 %",
+        lambda: _dataset(0.30, 7003, "batched", dg_buses=(18, 25, 33), dg_mw=0.3),
+    ),
     ("correlated loads (c=0.6), delta 50 %", lambda: _dataset(0.50, 7004, "batched", correlation=0.6)),
-    ("reconfigured feeder (lines 4-5, 7-8, 9-10 open; ties 8-21, 12-22, 25-29 closed), delta 30 %", lambda: _reconfigured_dataset(0.30, 7017)),
-    (f"PV 0.25 MW at buses {', '.join(map(str, PV_BUSES))} (net export at 12, 18, 22, 33), delta 30 %",
-     lambda: _dataset(0.30, 7006, "batched", dg_buses=PV_BUSES, dg_mw=0.25)),
+    (
+        "reconfigured feeder (lines 4-5, 7-8, 9-10 open; ties 8-21, 12-22, 25-29 closed), delta 30 %",
+        lambda: _reconfigured_dataset(0.30, 7017),
+    ),
+    (
+        f"PV 0.25 MW at buses {', '.join(map(str, PV_BUSES))} (net export at 12, 18, 22, 33), delta 30 %",
+        lambda: _dataset(0.30, 7006, "batched", dg_buses=PV_BUSES, dg_mw=0.25),
+    ),
     ("heavy load (load level 1.6), delta 30 %", lambda: _dataset(0.30, 7007, "batched", load_level=1.6)),
 ]
 
 
 def _variations(methods) -> tuple[dict, list[str]]:
-    results, lines = {}, ["## Feeder variations not in the test protocol", "",
-                          "Ground truth here from the batched solver (agrees with pandapower to <= 1e-9 p.u., tests/gridsim); "
-                          "the models were trained on a prior of feeder variations, never on these exact feeders.", ""]
+    results, lines = (
+        {},
+        [
+            "## Feeder variations not in the test protocol",
+            "",
+            "Ground truth here from the batched solver (agrees with pandapower to <= 1e-9 p.u., tests/gridsim); "
+            "the models were trained on a prior of feeder variations, never on these exact feeders.",
+            "",
+        ],
+    )
     for title, make in VARIATIONS:
         results[title] = _evaluate(methods, *_split(*make()))
         lines += _table(title, results[title])
@@ -247,12 +301,16 @@ def _network_verdicts(network: str, report: dict, pfn_names: list[str]) -> list[
         for delta, rows in report["protocol"].items():
             r, http = rows[in_process], rows.get(f"{name} via HTTP")
             q = r["max_mae"] / rows[LS]["max_mae"]
-            text = (f"- delta {delta:.0%}: MAE/LS {q:.4f} <= 0.1: {_mark(q <= 0.1)} (goal 0.05: {_mark(q <= 0.05)}; "
-                    f"held-out bar 0.3: {_mark(q <= 0.3)})")
+            text = (
+                f"- delta {delta:.0%}: MAE/LS {q:.4f} <= 0.1: {_mark(q <= 0.1)} (goal 0.05: {_mark(q <= 0.05)}; "
+                f"held-out bar 0.3: {_mark(q <= 0.3)})"
+            )
             w = http["coverage_worst"] if http else r["coverage_worst"]
             where = "through HTTP" if http else "in process (HTTP not measured)"
-            text += (f"; worst-bus cov95 {where} {w:.3f} >= 0.92: {_mark(w >= 0.92)} (margin {w - 0.92:+.3f}; "
-                     f">= 0.90: {_mark(w >= 0.90)})")
+            text += (
+                f"; worst-bus cov95 {where} {w:.3f} >= 0.92: {_mark(w >= 0.92)} (margin {w - 0.92:+.3f}; "
+                f">= 0.90: {_mark(w >= 0.90)})"
+            )
             cold = f"; cold path {r['seconds']:.3f} s"
             if n_buses >= 200:
                 cold += f" <= 1 s ({n_buses} buses): {_mark(r['seconds'] <= 1.0)}"
@@ -270,33 +328,47 @@ def _verdicts(report: dict, pfn_names: list[str]) -> list[str]:
             r, ls = rows[name], rows[LS]["max_mae"]
             q = r["max_mae"] / ls
             gps = {g: rows[g]["max_mae"] for g in (GP, GP_LINEAR) if g in rows}
-            gp_text = (f"lower than the exact GP ({', '.join(f'{g} {v:.2e}' for g, v in gps.items())}): "
-                       f"{_mark(r['max_mae'] < min(gps.values()))}, {min(gps.values()) / r['max_mae']:.1f}x lower"
-                       if gps else "exact GP not run")
-            lines.append(f"- protocol delta {delta:.0%}: MAE/LS {q:.3f} <= 0.05: {_mark(q <= 0.05)} "
-                         f"(margin {0.05 / q:.2f}x; goal 0.03: {_mark(q <= 0.03)}); {gp_text}")
+            gp_text = (
+                f"lower than the exact GP ({', '.join(f'{g} {v:.2e}' for g, v in gps.items())}): "
+                f"{_mark(r['max_mae'] < min(gps.values()))}, {min(gps.values()) / r['max_mae']:.1f}x lower"
+                if gps
+                else "exact GP not run"
+            )
+            lines.append(
+                f"- protocol delta {delta:.0%}: MAE/LS {q:.3f} <= 0.05: {_mark(q <= 0.05)} "
+                f"(margin {0.05 / q:.2f}x; goal 0.03: {_mark(q <= 0.03)}); {gp_text}"
+            )
             http = rows.get(f"{name} via HTTP")
             if http:
                 w = http["coverage_worst"]
-                lines.append(f"  - worst-bus cov95 through HTTP {w:.3f} in [0.93, 0.97]: {_mark(0.93 <= w <= 0.97)} "
-                             f"(margins {w - 0.93:+.3f} / {0.97 - w:+.3f}; in process {r['coverage_worst']:.3f})")
+                lines.append(
+                    f"  - worst-bus cov95 through HTTP {w:.3f} in [0.93, 0.97]: {_mark(0.93 <= w <= 0.97)} "
+                    f"(margins {w - 0.93:+.3f} / {0.97 - w:+.3f}; in process {r['coverage_worst']:.3f})"
+                )
             else:
                 lines.append(f"  - HTTP not measured; in-process worst-bus cov95 {r['coverage_worst']:.3f}")
             speed = rows[GP]["seconds"] / r["seconds"] if GP in rows else None
             cold = f"  - cold path {r['seconds']:.3f} s"
             if name == "transformer-dva":
                 cold += f" <= 0.15 s: {_mark(r['seconds'] <= 0.15)} (margin {0.15 - r['seconds']:+.3f} s)"
-            cold += (f"; {speed:.1f}x faster than {GP} ({rows[GP]['seconds']:.2f} s) >= 30x: {_mark(speed >= 30)}"
-                     if speed else "; exact GP not run")
+            cold += (
+                f"; {speed:.1f}x faster than {GP} ({rows[GP]['seconds']:.2f} s) >= 30x: {_mark(speed >= 30)}"
+                if speed
+                else "; exact GP not run"
+            )
             lines.append(cold)
         for title, rows in report.get("variations", {}).items():
             r, q = rows[name], rows[name]["max_mae"] / rows[LS]["max_mae"]
-            lines.append(f"- {title}: MAE/LS {q:.3f} <= 0.1: {_mark(q <= 0.1)} (margin {0.1 / q:.2f}x); worst-bus cov95 "
-                         f"{r['coverage_worst']:.3f} >= 0.92: {_mark(r['coverage_worst'] >= 0.92)}")
+            lines.append(
+                f"- {title}: MAE/LS {q:.3f} <= 0.1: {_mark(q <= 0.1)} (margin {0.1 / q:.2f}x); worst-bus cov95 "
+                f"{r['coverage_worst']:.3f} >= 0.92: {_mark(r['coverage_worst'] >= 0.92)}"
+            )
         for n, rows in report.get("sweep", {}).items():
             r = rows[name]
-            text = (f"- context n = {n}: cov95 mean {r['coverage_mean']:.3f}, worst bus {r['coverage_worst']:.3f} >= 0.90: "
-                    f"{_mark(r['coverage_worst'] >= 0.90)}")
+            text = (
+                f"- context n = {n}: cov95 mean {r['coverage_mean']:.3f}, worst bus {r['coverage_worst']:.3f} >= 0.90: "
+                f"{_mark(r['coverage_worst'] >= 0.90)}"
+            )
             if n <= 50:
                 q = r["max_mae"] / rows[RIDGE]["max_mae"]
                 text += f"; MAE / ridge (LOO) {q:.3f} <= 1: {_mark(q <= 1)}"
@@ -311,9 +383,14 @@ def _verdicts(report: dict, pfn_names: list[str]) -> list[str]:
 # --- cards and output ---------------------------------------------------------------------------
 def _entry(rows: dict, name: str) -> dict:
     r, ls = rows[name], rows[LS]["max_mae"]
-    out = {"max_mae": r["max_mae"], "mae_over_least_squares": r["max_mae"] / ls,
-           "coverage95_mean": r["coverage_mean"], "coverage95_worst": r["coverage_worst"],
-           "coverage95_best": r["coverage_best"], "seconds": r["seconds"]}
+    out = {
+        "max_mae": r["max_mae"],
+        "mae_over_least_squares": r["max_mae"] / ls,
+        "coverage95_mean": r["coverage_mean"],
+        "coverage95_worst": r["coverage_worst"],
+        "coverage95_best": r["coverage_best"],
+        "seconds": r["seconds"],
+    }
     if RIDGE in rows:
         out["mae_over_ridge_loo"] = r["max_mae"] / rows[RIDGE]["max_mae"]
     if "nll" in r:
@@ -323,19 +400,25 @@ def _entry(rows: dict, name: str) -> dict:
 
 def _card_accuracy(name: str, report: dict, machine: str, command: str, out: Path) -> dict:
     """The accuracy section of a model card: what the report measured for this model."""
-    http = {f"delta={d:.2f}": _entry(rows, f"{name} via HTTP") for d, rows in report["protocol"].items()
-            if f"{name} via HTTP" in rows}
-    return {"source": f"bench/results/{out.name} ({command})", "machine": machine,
-            "metric": "max-over-buses MAE (p.u.), ratio to least squares and to ridge (LOO), 95% coverage mean/worst/best "
-                      "bus, seconds for 32 buses (fit including the spread calibration + predict)",
-            "calibration": "spread calibrated per output on the context from held-out predictions (each context point "
-                           "predicted with its own attention key masked, truth = the base fit's leave-one-out residual), "
-                           "models/calibration.py; one pass, no folds",
-            "protocol": {f"delta={d:.2f}": _entry(rows, name) for d, rows in report["protocol"].items()},
-            "http": http,
-            "sweep": {f"n={n}": _entry(rows, name) for n, rows in report.get("sweep", {}).items()},
-            "noise": {title: _entry(rows, name) for title, rows in report.get("noise", {}).items()},
-            "variations": {title: _entry(rows, name) for title, rows in report.get("variations", {}).items()}}
+    http = {
+        f"delta={d:.2f}": _entry(rows, f"{name} via HTTP")
+        for d, rows in report["protocol"].items()
+        if f"{name} via HTTP" in rows
+    }
+    return {
+        "source": f"bench/results/{out.name} ({command})",
+        "machine": machine,
+        "metric": "max-over-buses MAE (p.u.), ratio to least squares and to ridge (LOO), 95% coverage mean/worst/best "
+        "bus, seconds for 32 buses (fit including the spread calibration + predict)",
+        "calibration": "spread calibrated per output on the context from held-out predictions (each context point "
+        "predicted with its own attention key masked, truth = the base fit's leave-one-out residual), "
+        "models/calibration.py; one pass, no folds",
+        "protocol": {f"delta={d:.2f}": _entry(rows, name) for d, rows in report["protocol"].items()},
+        "http": http,
+        "sweep": {f"n={n}": _entry(rows, name) for n, rows in report.get("sweep", {}).items()},
+        "noise": {title: _entry(rows, name) for title, rows in report.get("noise", {}).items()},
+        "variations": {title: _entry(rows, name) for title, rows in report.get("variations", {}).items()},
+    }
 
 
 def _write_cards(registry_root: Path, pfn_names: list[str], make_section, network: str) -> None:
@@ -343,25 +426,31 @@ def _write_cards(registry_root: Path, pfn_names: list[str], make_section, networ
     (the newest for the network, as the registry serves it); atomically, weights untouched."""
     registry = load_registry(registry_root, warmup=False, network=network)
     for name in pfn_names:
-        card_path = update_card(registry_root / name / registry.get(name, network).version, "accuracy", make_section(name))
+        card_path = update_card(
+            registry_root / name / registry.get(name, network).version, "accuracy", make_section(name)
+        )
         logging.info("accuracy section written to %s", card_path)
 
 
 def _header(args, command: str) -> list[str]:
     net = gridsim.network(args.network)
-    return [f"# Accuracy report: {net.name} voltage magnitudes ({net.n_outputs} buses, {net.n_features} load inputs)", "",
-            f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} by `{command}`.",
-            f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores ({bench_report.cpu()}), "
-            f"torch {torch.__version__} with {torch.get_num_threads()} threads, device {args.device or 'auto'}; "
-            f"Python {platform.python_version()}.",
-            f"Protocol: {N_CONTEXT} context and {N_TEST} test scenarios per delta, each P and Q uniform within +-delta of base, "
-            f"ground truth from the {args.solver} solver, seed 1000 + 100*delta. MAE/MSE are the maximum over the buses; "
-            "NLL is the mean negative log-density per bus and point (p.u.); seconds are fit (including the spread "
-            "calibration) + predict for all buses in process, the cold path of a new context. A model's plain row is "
-            "what the service answers (spread calibrated on the context, models/calibration.py); its '(uncalibrated)' "
-            "row is the same weights without that step; its 'via HTTP' row is a real `gridpfn serve` answering the same "
-            "context (uploaded as a context set) and queries (Arrow, quantiles 0.025/0.975), figures computed from the "
-            "answer as models/metrics.py does, seconds = upload + predict wall time (no density in the answer: no NLL).", ""]
+    return [
+        f"# Accuracy report: {net.name} voltage magnitudes ({net.n_outputs} buses, {net.n_features} load inputs)",
+        "",
+        f"Generated {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC} by `{command}`.",
+        f"Machine: {platform.machine()}, {os.cpu_count()} CPU cores ({bench_report.cpu()}), "
+        f"torch {torch.__version__} with {torch.get_num_threads()} threads, device {args.device or 'auto'}; "
+        f"Python {platform.python_version()}.",
+        f"Protocol: {N_CONTEXT} context and {N_TEST} test scenarios per delta, each P and Q uniform within +-delta of base, "
+        f"ground truth from the {args.solver} solver, seed 1000 + 100*delta. MAE/MSE are the maximum over the buses; "
+        "NLL is the mean negative log-density per bus and point (p.u.); seconds are fit (including the spread "
+        "calibration) + predict for all buses in process, the cold path of a new context. A model's plain row is "
+        "what the service answers (spread calibrated on the context, models/calibration.py); its '(uncalibrated)' "
+        "row is the same weights without that step; its 'via HTTP' row is a real `gridpfn serve` answering the same "
+        "context (uploaded as a context set) and queries (Arrow, quantiles 0.025/0.975), figures computed from the "
+        "answer as models/metrics.py does, seconds = upload + predict wall time (no density in the answer: no NLL).",
+        "",
+    ]
 
 
 def _network_name(name: str) -> str:
@@ -378,23 +467,38 @@ def _parse_args():
     parser.add_argument("--solver", default="pandapower", choices=["pandapower", "batched"])
     parser.add_argument("--registry", type=Path, default=DEFAULT_ROOT)
     parser.add_argument("--device", default=None)
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch intra-op threads in process (default torch's; the server uses GRIDPFN_TORCH_THREADS, 1 unless set)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads in process (default torch's; the server uses GRIDPFN_TORCH_THREADS, 1 unless set)",
+    )
     parser.add_argument("--no-gp", action="store_true", help="skip the exact GPs (minutes per cell on a CPU)")
     parser.add_argument("--no-http", action="store_true", help="skip the measurement through a real server")
     parser.add_argument("--no-sweep", action="store_true", help="skip the context-size sweep")
     parser.add_argument("--sweep-sizes", type=int, nargs="+", default=list(SWEEP_SIZES))
     parser.add_argument("--no-noise", action="store_true", help="skip the noisy-reading cells")
     parser.add_argument("--no-generalisation", action="store_true", help="skip the feeder variations")
-    parser.add_argument("--write-cards", action="store_true",
-                        help="also write each model's accuracy section into its card in --registry")
-    parser.add_argument("--network", default="ieee33", type=_network_name,
-                        help="feeder: a built-in (default ieee33) or random-<buses>-<seed>, a random feeder no "
-                             "checkpoint saw (uploaded to the server like a user's); on feeders other than ieee33 "
-                             "only the Table-4 protocol runs, with the checkpoints whose card names the feeder and "
-                             "physics-fit, and issue 15's targets")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="report path (default bench/results/accuracy.md, accuracy-<network>.md for other feeders)")
+    parser.add_argument(
+        "--write-cards",
+        action="store_true",
+        help="also write each model's accuracy section into its card in --registry",
+    )
+    parser.add_argument(
+        "--network",
+        default="ieee33",
+        type=_network_name,
+        help="feeder: a built-in (default ieee33) or random-<buses>-<seed>, a random feeder no "
+        "checkpoint saw (uploaded to the server like a user's); on feeders other than ieee33 "
+        "only the Table-4 protocol runs, with the checkpoints whose card names the feeder and "
+        "physics-fit, and issue 15's targets",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="report path (default bench/results/accuracy.md, accuracy-<network>.md for other feeders)",
+    )
     args = parser.parse_args()
     if args.network != "ieee33":  # the sweep, noise and variation cells are IEEE 33's
         args.no_sweep = args.no_noise = args.no_generalisation = True
@@ -434,19 +538,28 @@ def main() -> None:
     if not args.no_generalisation:
         report["variations"], section = _variations(methods)
         lines += section
-    lines += _verdicts(report, pfn_names) if args.network == "ieee33" else _network_verdicts(args.network, report, pfn_names)
+    lines += (
+        _verdicts(report, pfn_names) if args.network == "ieee33" else _network_verdicts(args.network, report, pfn_names)
+    )
 
     text = "\n".join(lines)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(text + "\n")
     os.replace(tmp, args.out)
-    summary = {"generated_by": command, "machine": lines[3],
-               **{section: {_key(k): rows for k, rows in cells.items()} for section, cells in report.items()}}
+    summary = {
+        "generated_by": command,
+        "machine": lines[3],
+        **{section: {_key(k): rows for k, rows in cells.items()} for section, cells in report.items()},
+    }
     args.out.with_suffix(".json").write_text(json.dumps(summary, indent=1) + "\n")
     if args.write_cards:
-        _write_cards(args.registry, pfn_names, lambda name: _card_accuracy(name, report, lines[3], command, args.out),
-                     args.network)
+        _write_cards(
+            args.registry,
+            pfn_names,
+            lambda name: _card_accuracy(name, report, lines[3], command, args.out),
+            args.network,
+        )
     print(text)
 
 

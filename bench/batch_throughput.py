@@ -15,6 +15,7 @@ RSS of the worker (VmHWM) and of the server.
 with seeded untrained weights: the real per-query cost, meaningless predictions) or `tiny`.
 Targets on the 2-core CPU: >= 20,000 rows/s end to end and peak worker RSS <= 2 GB.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -101,8 +102,22 @@ def _peak_rss_gb(pid: int) -> float:
 
 def _start_redis(workdir: Path) -> tuple[subprocess.Popen, str]:
     port = _free_port()
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(workdir)], stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
     for _ in range(100):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
@@ -151,24 +166,39 @@ def main() -> int:
         if not redis_url:
             redis_proc, redis_url = _start_redis(workdir)
             procs.append(redis_proc)
-        env = dict(os.environ, GRIDPFN_REDIS_URL=redis_url, GRIDPFN_MODEL_DIR=str(model_dir),
-                   GRIDPFN_JOBS_DIR=str(workdir / "jobs"), GRIDPFN_JOB_QUEUE="bench:jobs",
-                   GRIDPFN_WORKER_THREADS=str(args.worker_threads))
+        env = dict(
+            os.environ,
+            GRIDPFN_REDIS_URL=redis_url,
+            GRIDPFN_MODEL_DIR=str(model_dir),
+            GRIDPFN_JOBS_DIR=str(workdir / "jobs"),
+            GRIDPFN_JOB_QUEUE="bench:jobs",
+            GRIDPFN_WORKER_THREADS=str(args.worker_threads),
+        )
         if args.chunk_rows:
             env["GRIDPFN_JOB_CHUNK_ROWS"] = str(args.chunk_rows)
         port = _free_port()
-        server = subprocess.Popen([sys.executable, "-m", "service.commands.cli", "--log-level", "WARNING", "serve",
-                                   "--port", str(port)], env=env, cwd=ROOT)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "service.commands.cli", "--log-level", "WARNING", "serve", "--port", str(port)],
+            env=env,
+            cwd=ROOT,
+        )
         procs.append(server)
         worker_log = open(workdir / "worker.log", "w")
-        worker = subprocess.Popen([sys.executable, "-m", "service.commands.cli", "worker"], env=env, cwd=ROOT,
-                                  stdout=worker_log, stderr=subprocess.STDOUT)
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "service.commands.cli", "worker"],
+            env=env,
+            cwd=ROOT,
+            stdout=worker_log,
+            stderr=subprocess.STDOUT,
+        )
         procs.append(worker)
         input_path, output_path = workdir / "input.parquet", workdir / "result.parquet"
         t = time.perf_counter()
         _write_input(input_path, args.rows)
-        print(f"input: {args.rows:,} rows x 64 features, {input_path.stat().st_size / 1e6:.0f} MB Parquet "
-              f"(written in {time.perf_counter() - t:.1f} s, not timed)")
+        print(
+            f"input: {args.rows:,} rows x 64 features, {input_path.stat().st_size / 1e6:.0f} MB Parquet "
+            f"(written in {time.perf_counter() - t:.1f} s, not timed)"
+        )
         url = f"http://127.0.0.1:{port}"
         _wait_ready(url, server)
         with GridPFNClient(url, timeout_s=3600) as client:
@@ -196,11 +226,15 @@ def main() -> int:
         total = t3 - t0
         stages = re.search(r"done: (.*)", (workdir / "worker.log").read_text())
         print(f"model: {what}; context {args.context} points; 32 buses; mean + std + quantiles {levels}")
-        print(f"result: {meta.num_rows:,} rows x {meta.num_columns} columns, "
-              f"{output_path.stat().st_size / 1e6:.0f} MB Parquet")
+        print(
+            f"result: {meta.num_rows:,} rows x {meta.num_columns} columns, "
+            f"{output_path.stat().st_size / 1e6:.0f} MB Parquet"
+        )
         print(f"submit (upload + validation + queue)  {t1 - t0:8.1f} s")
-        print(f"worker (queued -> done)               {t2 - t1:8.1f} s   ({final['rows_per_s']:,.0f} rows/s "
-              f"by the job's own clock)")
+        print(
+            f"worker (queued -> done)               {t2 - t1:8.1f} s   ({final['rows_per_s']:,.0f} rows/s "
+            f"by the job's own clock)"
+        )
         print(f"fetch (result file written)           {t3 - t2:8.1f} s")
         print(f"worker stages: {stages.group(1) if stages else 'n/a'}")
         print(f"{'':38s}{'measured':>12s}{'target':>12s}")

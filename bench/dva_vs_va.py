@@ -7,6 +7,7 @@ with the prior's true hyperparameters (the Bayes-optimal answer the PFN approxim
 
     .venv/bin/python bench/dva_vs_va.py [--steps 400] [--dims 1 5]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,11 +24,14 @@ from models.priors.gp import PAPER_GP_PRIORS
 from models.train import Trainer
 
 # Smaller than Table 12 so both variants train in minutes on a CPU; identical for both.
-MODEL = ModelConfig(d_in=1, emb_dim=64, value_dim=64, n_layers=2, n_heads=4, ffn_dim=128, head_dim=64, n_bars=100, base="none")
+MODEL = ModelConfig(
+    d_in=1, emb_dim=64, value_dim=64, n_layers=2, n_heads=4, ffn_dim=128, head_dim=64, n_bars=100, base="none"
+)
 
 
 def gp_posterior_mse(prior, cx, cy, qx, qy) -> float:
     """MSE of the exact GP posterior mean with the prior's own hyperparameters."""
+
     def kernel(a, b):
         return prior.variance * torch.exp(-0.5 * torch.cdist(a, b).pow(2) / prior.lengthscale**2)
 
@@ -65,10 +69,19 @@ def main() -> None:
         n_points = 100 if dim <= 2 else 400
         for attention in ("dva", "va"):
             config = TrainConfig(
-                model=dataclasses.replace(MODEL, d_in=dim, attention=attention), prior=prior.to_dict(),
-                steps=args.steps, batch_size=16, lr=1e-3, warmup_steps=max(1, args.steps // 10),
-                n_context=(n_points // 10, n_points - 50), n_query=50, val_every=args.steps, val_datasets=32,
-                border_samples=64, checkpoint_minutes=1e9, seed=0,
+                model=dataclasses.replace(MODEL, d_in=dim, attention=attention),
+                prior=prior.to_dict(),
+                steps=args.steps,
+                batch_size=16,
+                lr=1e-3,
+                warmup_steps=max(1, args.steps // 10),
+                n_context=(n_points // 10, n_points - 50),
+                n_query=50,
+                val_every=args.steps,
+                val_datasets=32,
+                border_samples=64,
+                checkpoint_minutes=1e9,
+                seed=0,
             )
             with tempfile.TemporaryDirectory() as run_dir:
                 trainer = Trainer(config, run_dir)
@@ -76,7 +89,10 @@ def main() -> None:
                 trainer.run(show_progress=False)
                 seconds = time.perf_counter() - started
                 nll, mse, gp_mse = evaluate(trainer, prior)
-            print(f"{dim:>3} {attention:>9} {args.steps:>6} {nll:>9.3f} {mse:>10.3e} {gp_mse:>10.3e} {seconds:>8.1f}", flush=True)
+            print(
+                f"{dim:>3} {attention:>9} {args.steps:>6} {nll:>9.3f} {mse:>10.3e} {gp_mse:>10.3e} {seconds:>8.1f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

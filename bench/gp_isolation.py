@@ -16,16 +16,17 @@ Target (issue 28, finding 6): the one-query predict stays under 100 ms p99 while
     python bench/gp_isolation.py --env GRIDPFN_GP_WORKERS=4 --env GRIDPFN_GP_QUEUE_SIZE=0   # 4 fits at once
     python bench/gp_isolation.py --url http://127.0.0.1:8000 --model transformer-dva [--api-key KEY]
 """
+
 from __future__ import annotations
 
 import argparse
 import logging
 import os
 import statistics
+import sys
 import threading
 import time
 from pathlib import Path
-import sys
 
 import httpx
 
@@ -42,8 +43,9 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def stored_context(api: httpx.Client, rows: int, seed: int) -> str:
-    response = api.post("/v1/context-sets", json={"simulate": {"network": "ieee33", "delta": 0.1, "n": rows,
-                                                               "seed": seed}}, timeout=300)
+    response = api.post(
+        "/v1/context-sets", json={"simulate": {"network": "ieee33", "delta": 0.1, "n": rows, "seed": seed}}, timeout=300
+    )
     response.raise_for_status()
     return response.json()["id"]
 
@@ -77,8 +79,11 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
-    env = {"GRIDPFN_GP_MAX_CONTEXT": str(args.gp_rows), "GRIDPFN_MAX_SIMULATE": str(max(args.gp_rows, 1000)),
-           "OMP_WAIT_POLICY": "PASSIVE"}
+    env = {
+        "GRIDPFN_GP_MAX_CONTEXT": str(args.gp_rows),
+        "GRIDPFN_MAX_SIMULATE": str(max(args.gp_rows, 1000)),
+        "OMP_WAIT_POLICY": "PASSIVE",
+    }
     env.update(item.split("=", 1) for item in args.env)
     proc = None
     if args.url:
@@ -111,14 +116,20 @@ def main() -> None:
                     answers[i] = (r.status_code, r.headers.get("retry-after"), time.perf_counter() - t0)
 
             threads = [threading.Thread(target=gp_request, args=(i,)) for i in range(GP_REQUESTS)]
-            log.info("during-fits phase: %d GP requests on %d-row contexts, predicts until they are answered",
-                     GP_REQUESTS, args.gp_rows)
+            log.info(
+                "during-fits phase: %d GP requests on %d-row contexts, predicts until they are answered",
+                GP_REQUESTS,
+                args.gp_rows,
+            )
             started = time.perf_counter()
             for thread in threads:
                 thread.start()
             busy, busy_failed = predict_latencies(
-                api, body, args.rate,
-                lambda: any(t.is_alive() for t in threads) and time.perf_counter() - started < args.max_seconds)
+                api,
+                body,
+                args.rate,
+                lambda: any(t.is_alive() for t in threads) and time.perf_counter() - started < args.max_seconds,
+            )
             for thread in threads:
                 thread.join()
     finally:
@@ -127,16 +138,20 @@ def main() -> None:
             proc.wait(timeout=30)
 
     def row(name: str, lat: list[float], failed: int) -> str:
-        return (f"{name:<28} {len(lat):>6} {statistics.median(lat) * 1e3:>9.1f} {percentile(lat, 0.99) * 1e3:>9.1f} "
-                f"{max(lat) * 1e3:>9.1f} {failed:>7}")
+        return (
+            f"{name:<28} {len(lat):>6} {statistics.median(lat) * 1e3:>9.1f} {percentile(lat, 0.99) * 1e3:>9.1f} "
+            f"{max(lat) * 1e3:>9.1f} {failed:>7}"
+        )
 
     print(f"\none-query predict, model {model}, {args.rate:g}/s ({os.cpu_count()} CPUs)")
     print(f"{'phase':<28} {'n':>6} {'p50 ms':>9} {'p99 ms':>9} {'max ms':>9} {'non-200':>7}")
     print(row("quiet", quiet, quiet_failed))
     print(row(f"during {GP_REQUESTS} GP fits", busy, busy_failed))
-    print(f"ratio during/quiet: p50 {statistics.median(busy) / statistics.median(quiet):.2f}x, "
-          f"p99 {percentile(busy, 0.99) / percentile(quiet, 0.99):.2f}x; target p99 < 100 ms: "
-          f"{'met' if percentile(busy, 0.99) < 0.100 else 'NOT met'}")
+    print(
+        f"ratio during/quiet: p50 {statistics.median(busy) / statistics.median(quiet):.2f}x, "
+        f"p99 {percentile(busy, 0.99) / percentile(quiet, 0.99):.2f}x; target p99 < 100 ms: "
+        f"{'met' if percentile(busy, 0.99) < 0.100 else 'NOT met'}"
+    )
     print(f"\n{GP_REQUESTS} concurrent GP requests ({args.gp_rows}-row contexts), in the order sent:")
     for i, (status, retry_after, seconds) in enumerate(answers):
         extra = f", Retry-After {retry_after} s" if retry_after else ""

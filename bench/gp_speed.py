@@ -6,6 +6,7 @@ the 95 % interval coverage. OMP_WAIT_POLICY=PASSIVE is set before torch loads: w
 threads on a shared, oversubscribed machine every batched LAPACK call gets several times slower.
 Run: .venv/bin/python bench/gp_speed.py [--deltas 0.05 0.5] [--linear-term off|on|both] [--full]
 """
+
 from __future__ import annotations
 
 import os
@@ -70,20 +71,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--deltas", type=float, nargs="+", default=[0.05, 0.5])
     parser.add_argument("--linear-term", choices=["off", "on", "both"], default="both")
-    parser.add_argument("--full", action="store_true",
-                        help="also optimise on all 500 points (opt_points=None, max_iter 100): slow, for reference")
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="also optimise on all 500 points (opt_points=None, max_iter 100): slow, for reference",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    configs = [(f"linear_term={lin}", {"linear_term": lin})
-               for lin in {"off": [False], "on": [True], "both": [False, True]}[args.linear_term]]
+    configs = [
+        (f"linear_term={lin}", {"linear_term": lin})
+        for lin in {"off": [False], "on": [True], "both": [False, True]}[args.linear_term]
+    ]
     if args.full:
         configs.append(("full-data optimisation", {"opt_points": None, "max_iter": 100}))
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, OMP_WAIT_POLICY="
-          f"{os.environ.get('OMP_WAIT_POLICY')}, load average {os.getloadavg()[0]:.1f}; "
-          f"context {N_CONTEXT}, queries {N_QUERY}, 64 inputs, 32 outputs; target fit+predict <= 30 s")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, OMP_WAIT_POLICY="
+        f"{os.environ.get('OMP_WAIT_POLICY')}, load average {os.getloadavg()[0]:.1f}; "
+        f"context {N_CONTEXT}, queries {N_QUERY}, 64 inputs, 32 outputs; target fit+predict <= 30 s"
+    )
     for delta in args.deltas:
         t0 = time.perf_counter()
         x, vm, source = load_data(N_CONTEXT + N_QUERY, delta, args.seed)
@@ -101,10 +109,12 @@ def main() -> None:
             mae = np.abs(pred.mean - qy).mean(0).max()
             low, high = pred.interval(0.95)
             cover = ((qy >= low) & (qy <= high)).mean()
-            print(f"  {'GP ' + label:24s} max-bus MAE {mae:.3e} ({mae / ols_mae:.2f}x OLS)  fit {t2 - t1:6.1f} s  "
-                  f"predict {t3 - t2:5.1f} s  total {t3 - t1:6.1f} s  L-BFGS iters {fitted.n_iter:3d} "
-                  f"(converged {fitted.converged})  95% coverage {cover:.3f}  "
-                  f"mean LML(std) {fitted.log_marginal_likelihood_standardized.mean():.1f}")
+            print(
+                f"  {'GP ' + label:24s} max-bus MAE {mae:.3e} ({mae / ols_mae:.2f}x OLS)  fit {t2 - t1:6.1f} s  "
+                f"predict {t3 - t2:5.1f} s  total {t3 - t1:6.1f} s  L-BFGS iters {fitted.n_iter:3d} "
+                f"(converged {fitted.converged})  95% coverage {cover:.3f}  "
+                f"mean LML(std) {fitted.log_marginal_likelihood_standardized.mean():.1f}"
+            )
 
 
 if __name__ == "__main__":

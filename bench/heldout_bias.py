@@ -18,6 +18,7 @@ IEEE 33 model, side by side:
 
     .venv/bin/python bench/heldout_bias.py            # -> bench/results/heldout-bias.md
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,7 +56,9 @@ def exact_loo(method: PFNMethod, cx, cy, points: int) -> tuple[float, float]:
     """Median over buses of the rms standardised error of `points` context points: masked, and truly left out."""
     raw = PFNMethod(method.model, device=method.device, calibrate=False)
     cache = raw.fit(cx, cy).cache
-    logits, _, _ = raw.model.predict(cache, torch.as_tensor(cx, dtype=torch.float64, device=raw.device)[None], held_out=True)
+    logits, _, _ = raw.model.predict(
+        cache, torch.as_tensor(cx, dtype=torch.float64, device=raw.device)[None], held_out=True
+    )
     masked_mean = raw.bar.mean(logits[0, :, :points].float().cpu()).T.numpy()  # (points, k)
     masked = cache.targets[0, :, :points].T.cpu().numpy() - masked_mean
     left_out = []
@@ -88,7 +91,7 @@ def main() -> int:
     lines = [
         "# Held-out calibration pass vs new queries",
         "",
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.machine()} {platform.node()}, "
+        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, {platform.machine()} {platform.node()}, "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads. Command: `.venv/bin/python bench/heldout_bias.py"
         f" --datasets {args.datasets} --loo-points {args.loo_points} --seed {args.seed}`.",
         "",
@@ -105,7 +108,7 @@ def main() -> int:
         plain = PFNMethod(loaded.method.model, device=loaded.method.device)  # no slope: the pass as it is
         masked, left_out = exact_loo(loaded.method, *data[0.05][:2], args.loo_points)
         leverage, ratios, plain_cov, served_cov = [], [], [], []
-        for delta, (cx, cy, tx, ty) in data.items():
+        for _delta, (cx, cy, tx, ty) in data.items():
             encoded = plain.fit(cx, cy)
             leverage.append(context_leverage(plain, encoded, cx, cy))
             ratios.append(float(np.median(encoded.spread / needed_factor(raw, encoded, tx, ty))))
@@ -114,10 +117,12 @@ def main() -> int:
         card_slope = (loaded.card.get("calibration") or {}).get("heldout_slope", 0.0)
         fresh = measure(DEFAULT_ROOT / loaded.name / loaded.version, datasets=args.datasets, seed=args.seed)
         low, high = fresh["slope_interval95"]
-        row = (f"| {name} {loaded.version} | {masked:.3f} / {left_out:.3f} | {min(leverage):.3f}-{max(leverage):.3f} | "
-               f"{' / '.join(f'{r:.3f}' for r in ratios)} | {' / '.join(f'{c:.3f}' for c in plain_cov)} | "
-               f"{' / '.join(f'{c:.3f}' for c in served_cov)} | {card_slope} / {fresh['measured_slope']:.3f} "
-               f"({low:.3f}-{high:.3f}) |")
+        row = (
+            f"| {name} {loaded.version} | {masked:.3f} / {left_out:.3f} | {min(leverage):.3f}-{max(leverage):.3f} | "
+            f"{' / '.join(f'{r:.3f}' for r in ratios)} | {' / '.join(f'{c:.3f}' for c in plain_cov)} | "
+            f"{' / '.join(f'{c:.3f}' for c in served_cov)} | {card_slope} / {fresh['measured_slope']:.3f} "
+            f"({low:.3f}-{high:.3f}) |"
+        )
         log.info(row)
         lines.append(row)
     args.out.write_text("\n".join(lines) + "\n")

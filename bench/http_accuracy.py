@@ -6,6 +6,7 @@ quantiles [0.025, 0.975]; max-over-bus MAE and the 95 % coverage are computed fr
 mean and quantile columns exactly as models/metrics.accuracy_summary computes them in process
 (coverage: the truth within [q0.025, q0.975]). The answer carries no density, so no NLL.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,8 +17,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -41,11 +42,20 @@ def served(registry: Path, max_rows: int, ready_timeout_s: float = 600.0) -> Ite
     """Base URL of a fresh server on a free loopback port serving `registry`, with row and body
     limits raised to `max_rows` context rows and queries; stopped on exit."""
     port = _free_port()
-    env = dict(os.environ, GRIDPFN_MODEL_DIR=str(registry), GRIDPFN_MAX_QUERIES=str(max_rows),
-               GRIDPFN_MAX_CONTEXT_ROWS=str(max_rows), GRIDPFN_MAX_BODY_BYTES=str(max(64 << 20, 4096 * max_rows)))
+    env = dict(
+        os.environ,
+        GRIDPFN_MODEL_DIR=str(registry),
+        GRIDPFN_MAX_QUERIES=str(max_rows),
+        GRIDPFN_MAX_CONTEXT_ROWS=str(max_rows),
+        GRIDPFN_MAX_BODY_BYTES=str(max(64 << 20, 4096 * max_rows)),
+    )
     with tempfile.TemporaryFile(mode="w+") as server_log:
-        proc = subprocess.Popen([str(GRIDPFN), "serve", "--host", "127.0.0.1", "--port", str(port)],
-                                env=env, stdout=server_log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [str(GRIDPFN), "serve", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=server_log,
+            stderr=subprocess.STDOUT,
+        )
         url = f"http://127.0.0.1:{port}"
         try:
             _wait_ready(url, proc, ready_timeout_s)
@@ -92,9 +102,14 @@ def summary_from_answer(frame: pd.DataFrame, y_true: np.ndarray) -> dict[str, fl
     err = mean - y_true
     mae = np.abs(err).mean(axis=0)
     covered = ((y_true >= low) & (y_true <= high)).mean(axis=0)
-    return {"max_mse": float((err**2).mean(axis=0).max()), "max_mae": float(mae.max()), "mean_mae": float(mae.mean()),
-            "coverage_mean": float(covered.mean()), "coverage_worst": float(covered.min()),
-            "coverage_best": float(covered.max())}
+    return {
+        "max_mse": float((err**2).mean(axis=0).max()),
+        "max_mae": float(mae.max()),
+        "mean_mae": float(mae.mean()),
+        "coverage_mean": float(covered.mean()),
+        "coverage_worst": float(covered.min()),
+        "coverage_best": float(covered.max()),
+    }
 
 
 def network_on_server(client: GridPFNClient, network: str) -> str:
@@ -109,8 +124,9 @@ def network_on_server(client: GridPFNClient, network: str) -> str:
     return client.upload_network(pp.to_json(pandapower_net(network)).encode())["id"]
 
 
-def evaluate_http(url: str, models: list[str], cx: np.ndarray, cy: np.ndarray, qx: np.ndarray,
-                  qy: np.ndarray, network: str = "ieee33") -> dict[str, dict[str, float]]:
+def evaluate_http(
+    url: str, models: list[str], cx: np.ndarray, cy: np.ndarray, qx: np.ndarray, qy: np.ndarray, network: str = "ieee33"
+) -> dict[str, dict[str, float]]:
     """Rows '<model> via HTTP': each model answers the queries on a context set stored once on
     `network`; seconds is the context upload plus the (first, so encoding and calibration included)
     predict, wall time."""
@@ -128,7 +144,13 @@ def evaluate_http(url: str, models: list[str], cx: np.ndarray, cy: np.ndarray, q
             summary["context_cached"] = bool(frame.attrs.get("timing", {}).get("context_cached", False))
             rows[f"{model} via HTTP"] = summary
             client.delete_context(context_id)
-            log.info("%-22s max MAE %.3e  cov %.3f/%.3f  %.2f s (server %.0f ms)", f"{model} via HTTP",
-                     summary["max_mae"], summary["coverage_mean"], summary["coverage_worst"], seconds,
-                     summary["server_ms"])
+            log.info(
+                "%-22s max MAE %.3e  cov %.3f/%.3f  %.2f s (server %.0f ms)",
+                f"{model} via HTTP",
+                summary["max_mae"],
+                summary["coverage_mean"],
+                summary["coverage_worst"],
+                seconds,
+                summary["server_ms"],
+            )
     return rows

@@ -10,6 +10,7 @@ Each mode runs in its own process (the allocator setting is process-wide), twice
 
     .venv/bin/python bench/memory_soak.py [--requests 720] [--every 40] [--rounds 15]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,13 +72,17 @@ def soak(retain: bool, requests: int, every: int, rounds: int) -> dict:
         fitted = method.fit(x[:n], y[:n])
         queries = x[2_000 : 2_000 + m]
         if i % 3 == 0:
-            method.predict(fitted, queries).mean  # noqa: B018: the full distribution, its mean computed
+            _ = method.predict(fitted, queries).mean  # the full distribution, its mean computed
         else:
             method.summarize(fitted, queries, levels=(0.05, 0.5, 0.95), band=(0.95, 1.05))
         if (i + 1) % every == 0:
             resident.append(round(_resident_mib()))
-    return {"cold_path_s": cold, "resident_mib": resident, "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
-            "seconds": round(time.perf_counter() - started, 1)}
+    return {
+        "cold_path_s": cold,
+        "resident_mib": resident,
+        "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
 
 
 def main() -> None:
@@ -97,23 +102,43 @@ def main() -> None:
         return
     runs = {"default": [], "retain": []}
     for mode in ("default", "retain") * 2:  # interleaved: host drift hits both
-        out = subprocess.run([sys.executable, __file__, "--mode", mode, "--requests", str(args.requests),
-                              "--every", str(args.every), "--rounds", str(args.rounds)],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--mode",
+                mode,
+                "--requests",
+                str(args.requests),
+                "--every",
+                str(args.every),
+                "--rounds",
+                str(args.rounds),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         runs[mode].append(json.loads(out.stdout.strip().splitlines()[-1]))
     labels = (("default", "glibc default"), ("retain", "freed memory kept (GRIDPFN_RETAIN_FREED_MEMORY)"))
     print(report.provenance("bench/memory_soak.py"))
-    print(f"cold path, transformer-dva, new 500-row context + 4500 queries, median of {args.rounds} rounds per process (s):")
+    print(
+        f"cold path, transformer-dva, new 500-row context + 4500 queries, median of {args.rounds} rounds per process (s):"
+    )
     for mode, label in labels:
-        print(f"  {label:48s} fit + predict {[r['cold_path_s']['predict'] for r in runs[mode]]}, "
-              f"fit + summarize {[r['cold_path_s']['summarize'] for r in runs[mode]]}")
+        print(
+            f"  {label:48s} fit + predict {[r['cold_path_s']['predict'] for r in runs[mode]]}, "
+            f"fit + summarize {[r['cold_path_s']['summarize'] for r in runs[mode]]}"
+        )
     print(f"resident set (MiB) after every {args.every} of {args.requests} requests:")
     for mode, label in labels:
         for r in runs[mode]:
             print(f"  {label:48s} {r['resident_mib']}  peak {r['peak_mib']} MiB, {r['seconds']} s")
     d, k = runs["default"][-1], runs["retain"][-1]
-    print(f"kept / default: peak {k['peak_mib'] / d['peak_mib']:.2f}x, final {k['resident_mib'][-1] / d['resident_mib'][-1]:.2f}x, "
-          f"time {k['seconds'] / d['seconds']:.2f}x")
+    print(
+        f"kept / default: peak {k['peak_mib'] / d['peak_mib']:.2f}x, final {k['resident_mib'][-1] / d['resident_mib'][-1]:.2f}x, "
+        f"time {k['seconds'] / d['seconds']:.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ lowest voltage, and both solvers' times.
 
     .venv/bin/python bench/network_agreement.py [--n 100] [--delta 0.5] [--seed 7] [--network NAME ...]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,7 +30,9 @@ def main() -> None:
     parser.add_argument("--network", nargs="*", default=list(gridsim.KNOWN_NETWORKS))
     args = parser.parse_args()
     print(f"{args.n} scenarios per network, delta {args.delta}, seed {args.seed}")
-    print("| network | buses | load buses | outputs | max abs dV (p.u.) | max abs dVa (deg) | min V | batched s | pandapower s |")
+    print(
+        "| network | buses | load buses | outputs | max abs dV (p.u.) | max abs dVa (deg) | min V | batched s | pandapower s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for name in args.network:
         net = gridsim.network(name)
@@ -43,9 +46,11 @@ def main() -> None:
         both = batched.converged & reference.converged
         dv = np.abs(batched.vm_pu[both] - reference.vm_pu[both]).max()
         da = np.abs(batched.va_degree[both] - reference.va_degree[both]).max()
-        print(f"| {name} | {len(net.bus_numbers)} | {net.n_load} | {net.n_outputs} | {dv:.1e} | {da:.1e} | "
-              f"{np.nanmin(batched.vm_pu):.4f} | {t_batched:.2f} | {t_reference:.2f} |"
-              + ("" if both.all() else f" ({int((~both).sum())} not converged by one of them)"))
+        print(
+            f"| {name} | {len(net.bus_numbers)} | {net.n_load} | {net.n_outputs} | {dv:.1e} | {da:.1e} | "
+            f"{np.nanmin(batched.vm_pu):.4f} | {t_batched:.2f} | {t_reference:.2f} |"
+            + ("" if both.all() else f" ({int((~both).sum())} not converged by one of them)")
+        )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ Writes bench/results/network-speed.md.
     .venv/bin/python bench/network_speed.py
     .venv/bin/python bench/network_speed.py --networks ieee33 random-200-2027 --repeats 5
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 
 import gridsim  # noqa: E402
 from bench import report  # noqa: E402
-from models.physics_fit import NAME as PHYSICS_FIT, method_for  # noqa: E402
+from models.physics_fit import NAME as PHYSICS_FIT  # noqa: E402
+from models.physics_fit import method_for
 from models.registry import DEFAULT_ROOT, load_registry  # noqa: E402
 
 N_CONTEXT, N_QUERIES, DELTA, SEED = 500, 4500, 0.3, 1030
@@ -64,19 +66,25 @@ def main() -> None:
     logging.getLogger("pandapower").setLevel(logging.WARNING)
     torch.set_num_threads(1)
     registry = load_registry(args.registry)
-    lines = ["# Speed per network", "",
-             f"{report.provenance('bench/network_speed.py')}, 1 thread. A new {N_CONTEXT}-row context (fit: base fit, encoding, calibration) and "
-             f"{N_QUERIES} queries (predict: mean, std, two quantiles), delta {DELTA:.0%}, batched-solver data; best of "
-             f"{args.repeats}.", "",
-             "| network | buses (outputs) | model | fit (ms) | fit per bus (ms) | predict (ms) | per query and bus (us) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Speed per network",
+        "",
+        f"{report.provenance('bench/network_speed.py')}, 1 thread. A new {N_CONTEXT}-row context (fit: base fit, encoding, calibration) and "
+        f"{N_QUERIES} queries (predict: mean, std, two quantiles), delta {DELTA:.0%}, batched-solver data; best of "
+        f"{args.repeats}.",
+        "",
+        "| network | buses (outputs) | model | fit (ms) | fit per bus (ms) | predict (ms) | per query and bus (us) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for network in args.networks:
         sim = gridsim.simulate(N_CONTEXT + N_QUERIES, DELTA, SEED, network=network)
         label, method = _served(registry, network, args.model)
         fit_s, predict_s = measure(method, sim.x, sim.vm_pu, args.repeats)
         k = sim.vm_pu.shape[1]
-        row = (f"| {network} | {k} | {label} | {fit_s * 1e3:.0f} | {fit_s / k * 1e3:.2f} | {predict_s * 1e3:.0f} | "
-               f"{predict_s / N_QUERIES / k * 1e6:.2f} |")
+        row = (
+            f"| {network} | {k} | {label} | {fit_s * 1e3:.0f} | {fit_s / k * 1e3:.2f} | {predict_s * 1e3:.0f} | "
+            f"{predict_s / N_QUERIES / k * 1e6:.2f} |"
+        )
         logging.info(row)
         lines.append(row)
     report.write(args.out, lines)

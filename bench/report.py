@@ -1,4 +1,5 @@
 """What every bench report shares: the line saying when, how and where it was made, and an atomic write."""
+
 from __future__ import annotations
 
 import datetime
@@ -18,8 +19,10 @@ def cpu() -> str:
         info = Path("/proc/cpuinfo").read_text()
     except OSError:
         return platform.processor() or "unknown CPU"
-    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
-                platform.processor() or "unknown CPU")
+    name = next(
+        (line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
+        platform.processor() or "unknown CPU",
+    )
     flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
     vector = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else None
     return f"{name}, {vector}" if vector else name
@@ -28,8 +31,10 @@ def cpu() -> str:
 def provenance(script: str) -> str:
     """'Generated <UTC time> by `<command>`; <machine>, <cores> CPU cores (<cpu>), torch <version>'."""
     command = shlex.join([script, *sys.argv[1:]])
-    return (f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC} by `{command}`; "
-            f"{platform.machine()}, {os.cpu_count()} CPU cores ({cpu()}), torch {torch.__version__}")
+    return (
+        f"Generated {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC} by `{command}`; "
+        f"{platform.machine()}, {os.cpu_count()} CPU cores ({cpu()}), torch {torch.__version__}"
+    )
 
 
 def write(path: Path, lines: list[str]) -> None:

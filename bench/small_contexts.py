@@ -17,6 +17,7 @@ Writes bench/results/small-contexts.md (small-contexts-<network>.md for another 
     .venv/bin/python bench/small_contexts.py --sizes 16 50 --contexts 12
     .venv/bin/python bench/small_contexts.py --network kerber_landnetz_kabel_1   # -> small-contexts-<network>.md
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 import gridsim  # noqa: E402
 from bench import report  # noqa: E402
 from models.linear import RidgeLOO  # noqa: E402
-from models.physics_fit import NAME as PHYSICS_FIT, method_for  # noqa: E402
+from models.physics_fit import NAME as PHYSICS_FIT  # noqa: E402
+from models.physics_fit import method_for
 from models.registry import DEFAULT_ROOT, load_registry  # noqa: E402
 
 N_QUERIES = 2000
@@ -63,9 +65,15 @@ def evaluate(method, n: int, contexts: int, network: str = "ieee33") -> dict[str
         noisy = cy * (1.0 + PERTURBATION * np.random.default_rng(950 + i).standard_normal(cy.shape))
         low2, high2 = method.predict(method.fit(cx, noisy), qx).interval(0.95)
         moved.append(max(np.abs(low2 - low).max(), np.abs(high2 - high).max()) / np.median(0.5 * (high - low)))
-    return {"worst_mean": float(np.mean(worst)), "worst_min": float(np.min(worst)), "mean": float(np.mean(mean)),
-            "mae_ls": float(np.mean(ratio)), "ridge_mean": float(np.mean(vs_ridge)), "ridge_max": float(np.max(vs_ridge)),
-            "moved": float(np.max(moved))}
+    return {
+        "worst_mean": float(np.mean(worst)),
+        "worst_min": float(np.min(worst)),
+        "mean": float(np.mean(mean)),
+        "mae_ls": float(np.mean(ratio)),
+        "ridge_mean": float(np.mean(vs_ridge)),
+        "ridge_max": float(np.max(vs_ridge)),
+        "moved": float(np.max(moved)),
+    }
 
 
 def main() -> None:
@@ -74,8 +82,12 @@ def main() -> None:
     parser.add_argument("--contexts", type=int, default=6)
     parser.add_argument("--registry", type=Path, default=DEFAULT_ROOT)
     parser.add_argument("--network", default="ieee33", help="a gridsim built-in feeder")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="default bench/results/small-contexts.md (IEEE 33) or small-contexts-<network>.md")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="default bench/results/small-contexts.md (IEEE 33) or small-contexts-<network>.md",
+    )
     args = parser.parse_args()
     suffix = "" if args.network == "ieee33" else f"-{args.network}"
     out = args.out or Path(__file__).parent / "results" / f"small-contexts{suffix}.md"
@@ -86,21 +98,27 @@ def main() -> None:
     net = gridsim.network(args.network)
     methods.append((PHYSICS_FIT, method_for(net)))
     determined = net.n_features + 1  # least squares is minimum-norm up to this many rows
-    lines = [f"# Coverage on small {args.network} contexts, several contexts per size", "",
-             f"{report.provenance('bench/small_contexts.py')}. {args.contexts} contexts per size (seeds 900 + i, delta 10 % / 30 % alternating), "
-             f"{N_QUERIES} queries each, batched-solver truth, in process. MAE / LS: max-over-bus MAE over least squares "
-             f"(minimum-norm up to {determined} rows, so not given there). MAE / ridge: the same over ridge regression with "
-             "leave-one-out penalty, mean and largest over the contexts. Moved: the largest move of a 95 % interval's end when "
-             f"the context voltages change by {PERTURBATION:.0e} relative, in median half-widths.", "",
-             "| n | model | worst-bus cov95, mean over contexts | worst-bus cov95, lowest context | mean cov95 | MAE / LS | "
-             "MAE / ridge, mean (largest) | moved |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# Coverage on small {args.network} contexts, several contexts per size",
+        "",
+        f"{report.provenance('bench/small_contexts.py')}. {args.contexts} contexts per size (seeds 900 + i, delta 10 % / 30 % alternating), "
+        f"{N_QUERIES} queries each, batched-solver truth, in process. MAE / LS: max-over-bus MAE over least squares "
+        f"(minimum-norm up to {determined} rows, so not given there). MAE / ridge: the same over ridge regression with "
+        "leave-one-out penalty, mean and largest over the contexts. Moved: the largest move of a 95 % interval's end when "
+        f"the context voltages change by {PERTURBATION:.0e} relative, in median half-widths.",
+        "",
+        "| n | model | worst-bus cov95, mean over contexts | worst-bus cov95, lowest context | mean cov95 | MAE / LS | "
+        "MAE / ridge, mean (largest) | moved |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for n in args.sizes:
         for label, method in methods:
             r = evaluate(method, n, args.contexts, args.network)
             mae_ls = f"{r['mae_ls']:.3f}" if n > determined else "–"
-            row = (f"| {n} | {label} | {r['worst_mean']:.3f} | {r['worst_min']:.3f} | {r['mean']:.3f} | {mae_ls} | "
-                   f"{r['ridge_mean']:.2f} ({r['ridge_max']:.2f}) | {r['moved']:.1e} |")
+            row = (
+                f"| {n} | {label} | {r['worst_mean']:.3f} | {r['worst_min']:.3f} | {r['mean']:.3f} | {mae_ls} | "
+                f"{r['ridge_mean']:.2f} ({r['ridge_max']:.2f}) | {r['moved']:.1e} |"
+            )
             logging.info(row)
             lines.append(row)
     report.write(out, lines)

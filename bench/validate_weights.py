@@ -7,6 +7,7 @@ can be compared on data none of them was selected on.
     .venv/bin/python bench/validate_weights.py --config models/configs/ieee33-transformer-dva.json \
         --datasets 128 --seed 12345 WEIGHTS.safetensors [WEIGHTS ...]
 """
+
 from __future__ import annotations
 
 import argparse

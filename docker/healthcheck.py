@@ -7,6 +7,7 @@
 
 Installed in the image as /opt/gridpfn/healthcheck.py; the tests run it against real processes.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -8,6 +8,7 @@ the class from the module: `from gridsim.network import Network`. Networks: the 
 `gridsim.feeders` (`snapshot`, `from_pandapower_json`, `from_matpower`); `simulate` and `solve`
 take either a name or a `Network`.
 """
+
 from gridsim.api import SOLVERS, SimulationResult, simulate, solve
 from gridsim.batched import solve_batched
 from gridsim.network import KNOWN_NETWORKS, Network, network

@@ -3,17 +3,19 @@
 Both return a `SimulationResult` whose non-converged rows keep their load vector, carry NaN
 voltages and converged=False, and are counted in `n_failed`: never dropped, never numbers.
 """
+
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
 
 from gridsim.batched import solve_batched
-from gridsim.network import Network, network as get_network
+from gridsim.network import Network
+from gridsim.network import network as get_network
 from gridsim.sampling import ScenarioOptions, check_n, sample_loads
 
 __all__ = ["SimulationResult", "simulate", "solve", "SOLVERS"]
@@ -70,12 +72,15 @@ def _check_x(x, net: Network) -> np.ndarray:
     if array.ndim == 1:
         array = array[None, :]
     if array.ndim != 2 or array.shape[1] != net.n_features or array.shape[0] < 1:
-        raise ValueError(f"x: expected shape (n, {net.n_features}) with n >= 1 "
-                         f"[{net.feature_names[0]} .. {net.feature_names[-1]}], got {np.shape(x)}")
+        raise ValueError(
+            f"x: expected shape (n, {net.n_features}) with n >= 1 "
+            f"[{net.feature_names[0]} .. {net.feature_names[-1]}], got {np.shape(x)}"
+        )
     if not np.isfinite(array).all():
         bad = np.argwhere(~np.isfinite(array))[0]
-        raise ValueError(f"x: expected finite values, got {array[tuple(bad)]} at row {bad[0]} "
-                         f"({net.feature_names[bad[1]]})")
+        raise ValueError(
+            f"x: expected finite values, got {array[tuple(bad)]} at row {bad[0]} ({net.feature_names[bad[1]]})"
+        )
     return array
 
 
@@ -112,8 +117,13 @@ def _solve_rows(net: Network, x: np.ndarray, solver: str, device, progress: Call
     return vm, va, converged
 
 
-def solve(x, network: str | Network = "ieee33", solver: str = "batched", device: str | torch.device = "cpu",
-          progress: Callable[[int], None] | None = None) -> SimulationResult:
+def solve(
+    x,
+    network: str | Network = "ieee33",
+    solver: str = "batched",
+    device: str | torch.device = "cpu",
+    progress: Callable[[int], None] | None = None,
+) -> SimulationResult:
     """Solve AC power flow for given load vectors x (n, 2*n_load) [P MW then Q MVAr at the load
     buses; IEEE 33: (n, 64), buses 2..33]. `network`: a built-in name or a `Network` (e.g. from
     gridsim.feeders)."""
@@ -124,14 +134,25 @@ def solve(x, network: str | Network = "ieee33", solver: str = "batched", device:
     vm[~converged] = np.nan  # belt and braces: a non-converged row never carries numbers
     va[~converged] = np.nan
     if not converged.all():
-        log.warning("%d of %d scenarios did not converge (%s solver); flagged, voltages NaN",
-                    int((~converged).sum()), len(x), solver)
+        log.warning(
+            "%d of %d scenarios did not converge (%s solver); flagged, voltages NaN",
+            int((~converged).sum()),
+            len(x),
+            solver,
+        )
     return SimulationResult(network=net, x=x, vm_pu=vm, va_degree=va, converged=converged, solver=solver)
 
 
-def simulate(n: int, delta: float, seed, network: str | Network = "ieee33", solver: str = "batched",
-             device: str | torch.device = "cpu", progress: Callable[[int], None] | None = None,
-             **options) -> SimulationResult:
+def simulate(
+    n: int,
+    delta: float,
+    seed,
+    network: str | Network = "ieee33",
+    solver: str = "batched",
+    device: str | torch.device = "cpu",
+    progress: Callable[[int], None] | None = None,
+    **options,
+) -> SimulationResult:
     """Sample n scenarios (see gridsim.sampling for delta and **options) and solve them.
 
     seed: int or numpy.random.Generator; the same seed gives the same scenarios.

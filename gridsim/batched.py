@@ -7,6 +7,7 @@ BLAS call. It contracts by roughly the feeder's relative voltage drop per step (
 1e-10 p.u. at 1.5x IEEE-33 base load, about 5 of them in float32) and fails to settle under
 voltage collapse, which is reported per scenario instead of being returned as numbers.
 """
+
 from __future__ import annotations
 
 import math
@@ -92,8 +93,14 @@ def _solve_block(s_neg, m, w_real, tol, max_iter, warm_start):
     warm_steps = torch.zeros(g, rows, dtype=torch.int32, device=s_neg.device)
     v = flat
     if warm_start:
-        v32, _, done32, k32 = _iterate(s_neg.to(torch.complex64), m.float(), w_real.float(),
-                                       flat.to(torch.complex64), WARM_TOL, min(max_iter, WARM_MAX_ITER))
+        v32, _, done32, k32 = _iterate(
+            s_neg.to(torch.complex64),
+            m.float(),
+            w_real.float(),
+            flat.to(torch.complex64),
+            WARM_TOL,
+            min(max_iter, WARM_MAX_ITER),
+        )
         v = v32.to(torch.complex128)
         finite = torch.isfinite(v).all(-1, keepdim=True)
         v = torch.where(finite, v, flat)  # rows that blew up in float32 restart from flat
@@ -105,8 +112,16 @@ def _solve_block(s_neg, m, w_real, tol, max_iter, warm_start):
     return v, converged, iterations
 
 
-def solve_batched(z, w, s_load, tol: float = 1e-10, max_iter: int = 100, chunk_rows: int | None = None,
-                  warm_start: bool = True, workers: int | None = None):
+def solve_batched(
+    z,
+    w,
+    s_load,
+    tol: float = 1e-10,
+    max_iter: int = 100,
+    chunk_rows: int | None = None,
+    warm_start: bool = True,
+    workers: int | None = None,
+):
     """Solve AC power flow for many load scenarios at once.
 
     z: (..., n, n) complex reduced Z-bus (p.u.); w: (..., n) no-load voltages; s_load: (..., m, n)
@@ -122,8 +137,9 @@ def solve_batched(z, w, s_load, tol: float = 1e-10, max_iter: int = 100, chunk_r
     s_load = torch.as_tensor(s_load)
     device = s_load.device
     if not s_load.is_complex() or s_load.ndim < 2:
-        raise ValueError(f"s_load: expected a complex tensor of shape (..., m, n), "
-                         f"got {s_load.dtype} {tuple(s_load.shape)}")
+        raise ValueError(
+            f"s_load: expected a complex tensor of shape (..., m, n), got {s_load.dtype} {tuple(s_load.shape)}"
+        )
     n = s_load.shape[-1]
     z = torch.as_tensor(z, device=device)
     w = torch.as_tensor(w, device=device)
@@ -143,7 +159,9 @@ def solve_batched(z, w, s_load, tol: float = 1e-10, max_iter: int = 100, chunk_r
     if workers < 1:
         raise ValueError(f"workers: expected an integer >= 1, got {workers}")
     caller_threads = torch.get_num_threads()
-    if workers == 1:  # in the calling thread: one worker gains nothing from a pool (and a sandbox may not start threads)
+    if (
+        workers == 1
+    ):  # in the calling thread: one worker gains nothing from a pool (and a sandbox may not start threads)
         torch.set_num_threads(1)
         try:
             return _solve_all(*args, run=lambda fn, jobs: [fn(*job) for job in jobs])
@@ -151,6 +169,7 @@ def solve_batched(z, w, s_load, tol: float = 1e-10, max_iter: int = 100, chunk_r
             torch.set_num_threads(caller_threads)
     # one extra thread coordinates (prepares the blocks, then waits) so the workers never starve
     with ThreadPoolExecutor(workers + 1, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+
         def run(fn, jobs):
             return list(pool.map(lambda job: fn(*job), jobs))
 
@@ -180,8 +199,11 @@ def _solve_all(z, w, s_load, batch, tol, max_iter, chunk_rows, warm_start, run):
     iterations = torch.empty(groups, rows, dtype=torch.int32, device=device)
     row_step = max(1, min(rows, chunk_rows))
     group_step = max(1, chunk_rows // row_step)
-    blocks = [(slice(g0, min(groups, g0 + group_step)), slice(r0, min(rows, r0 + row_step)))
-              for g0 in range(0, groups, group_step) for r0 in range(0, rows, row_step)]
+    blocks = [
+        (slice(g0, min(groups, g0 + group_step)), slice(r0, min(rows, r0 + row_step)))
+        for g0 in range(0, groups, group_step)
+        for r0 in range(0, rows, row_step)
+    ]
 
     def solve_one(gs, rs):
         out = _solve_block(-sb[gs, rs], m_op[gs], w_real[gs], tol, max_iter, warm_start)

@@ -3,6 +3,7 @@
 The file is written to a temporary name in the target directory and renamed into place, so a
 crashed or interrupted run never leaves a half-written file behind under the final name.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,8 +61,16 @@ def _run(args: argparse.Namespace) -> int:
     if args.dg_bus:
         options.update(dg_buses=tuple(args.dg_bus), dg_mw=tuple(dg_mw) if len(dg_mw) > 1 else dg_mw[0])
     with tqdm(total=args.n, unit="scen", desc="simulate", disable=None if not args.progress else False) as bar:
-        result = gridsim.simulate(args.n, args.delta, args.seed, network=args.network, solver=args.solver,
-                                  device=args.device, progress=bar.update, **options)
+        result = gridsim.simulate(
+            args.n,
+            args.delta,
+            args.seed,
+            network=args.network,
+            solver=args.solver,
+            device=args.device,
+            progress=bar.update,
+            **options,
+        )
     write_frame_atomic(result.to_frame(angles=args.angles), args.output)
     print(f"wrote {result.n} scenarios ({result.n_failed} not converged) to {args.output}")
     return 0
@@ -69,9 +78,12 @@ def _run(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     """Add the `simulate` sub-command to the `gridpfn` parser."""
-    p = subparsers.add_parser("simulate", help="sample load scenarios and solve AC power flow",
-                              description="Sample load scenarios around the feeder's base load and solve them; "
-                                          "writes features, vm_pu per bus and a `converged` column.")
+    p = subparsers.add_parser(
+        "simulate",
+        help="sample load scenarios and solve AC power flow",
+        description="Sample load scenarios around the feeder's base load and solve them; "
+        "writes features, vm_pu per bus and a `converged` column.",
+    )
     p.add_argument("--network", default="ieee33", help="feeder name (default ieee33)")
     p.add_argument("--delta", type=float, default=0.1, help="relative load perturbation, 0 <= delta < 1 (default 0.1)")
     p.add_argument("-n", type=int, default=5000, help="number of scenarios (default 5000)")
@@ -83,8 +95,13 @@ def register(subparsers) -> None:
     p.add_argument("--pf-spread", type=float, default=0.0, help="extra independent Q factor in [1-s, 1+s] (default 0)")
     p.add_argument("--correlation", type=float, default=0.0, help="common-factor share of the perturbation, 0..1")
     p.add_argument("--dg-bus", type=int, action="append", default=[], help="IEEE bus with generation (repeatable)")
-    p.add_argument("--dg-mw", type=float, action="append", default=None,
-                   help="generation in MW: once for all --dg-bus, or once per --dg-bus")
+    p.add_argument(
+        "--dg-mw",
+        type=float,
+        action="append",
+        default=None,
+        help="generation in MW: once for all --dg-bus, or once per --dg-bus",
+    )
     p.add_argument("--angles", action="store_true", help="also write va_degree_bus* columns")
     p.add_argument("--progress", action="store_true", help="always show the progress bar (default: only on a terminal)")
     p.set_defaults(func=_run)

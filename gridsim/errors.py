@@ -1,4 +1,5 @@
 """The one error a network that cannot be served raises, shared by the readers and the snapshot."""
+
 from __future__ import annotations
 
 

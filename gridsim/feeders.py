@@ -28,6 +28,7 @@ load whose power flow does not converge.
 Features are P then Q of every bus with a load or sgen (`p_mw_bus<k>`, `q_mvar_bus<k>`),
 outputs the voltage magnitude of every non-slack bus (`vm_pu_bus<k>`), k the bus number.
 """
+
 from __future__ import annotations
 
 import copy
@@ -42,8 +43,17 @@ import numpy as np
 from gridsim.errors import NetworkError
 from gridsim.network import Network, _frozen
 
-__all__ = ["MAX_BUSES", "NetworkError", "normalise", "snapshot", "from_pandapower_json", "from_matpower", "network_id",
-           "describe", "tree_layout"]
+__all__ = [
+    "MAX_BUSES",
+    "NetworkError",
+    "normalise",
+    "snapshot",
+    "from_pandapower_json",
+    "from_matpower",
+    "network_id",
+    "describe",
+    "tree_layout",
+]
 
 log = logging.getLogger(__name__)
 
@@ -71,15 +81,33 @@ _UNSUPPORTED = {
 _COLUMNS = {
     "bus": ("vn_kv", "in_service"),
     "ext_grid": ("bus", "vm_pu", "va_degree", "in_service"),
-    "line": ("from_bus", "to_bus", "length_km", "r_ohm_per_km", "x_ohm_per_km", "c_nf_per_km", "parallel", "in_service"),
+    "line": (
+        "from_bus",
+        "to_bus",
+        "length_km",
+        "r_ohm_per_km",
+        "x_ohm_per_km",
+        "c_nf_per_km",
+        "parallel",
+        "in_service",
+    ),
     "load": ("bus", "p_mw", "q_mvar", "scaling", "in_service"),
     "sgen": ("bus", "p_mw", "q_mvar", "scaling", "in_service"),
     "trafo": ("hv_bus", "lv_bus", "in_service"),
     "switch": ("bus", "element", "et", "closed"),
     "shunt": ("bus",),
 }
-_BUS_REFERENCES = (("ext_grid", "bus"), ("load", "bus"), ("sgen", "bus"), ("shunt", "bus"), ("line", "from_bus"),
-                   ("line", "to_bus"), ("trafo", "hv_bus"), ("trafo", "lv_bus"), ("switch", "bus"))
+_BUS_REFERENCES = (
+    ("ext_grid", "bus"),
+    ("load", "bus"),
+    ("sgen", "bus"),
+    ("shunt", "bus"),
+    ("line", "from_bus"),
+    ("line", "to_bus"),
+    ("trafo", "hv_bus"),
+    ("trafo", "lv_bus"),
+    ("switch", "bus"),
+)
 
 
 def _in_service(table):
@@ -91,8 +119,11 @@ def _check_tables(net) -> None:
 
     for table, columns in _COLUMNS.items():
         if not isinstance(net.get(table), pd.DataFrame):
-            raise NetworkError(table, f"missing or not a table (got {type(net.get(table)).__name__})",
-                               "a pandapower element table (pandapower.to_json output)")
+            raise NetworkError(
+                table,
+                f"missing or not a table (got {type(net.get(table)).__name__})",
+                "a pandapower element table (pandapower.to_json output)",
+            )
         missing = [c for c in columns if c not in net[table].columns]
         if missing:
             raise NetworkError(table, f"columns {missing} missing", f"a pandapower {table} table with {list(columns)}")
@@ -110,22 +141,31 @@ def _check_elements(net) -> None:
         missing = net[table][~net[table][column].isin(buses)]
         if len(missing):
             idx, bus = missing.index[0], missing[column].iloc[0]
-            raise NetworkError(f"{table}.{column}", f"{table} {idx} is on bus {bus}, which the net does not have",
-                               "the index of a row of net.bus")
+            raise NetworkError(
+                f"{table}.{column}",
+                f"{table} {idx} is on bus {bus}, which the net does not have",
+                "the index of a row of net.bus",
+            )
     for table, why in _UNSUPPORTED.items():
         if table in net and len(_in_service(net[table])):
             raise NetworkError(table, f"{len(_in_service(net[table]))} in service: {why}", f"no in-service {table}")
     slacks = _in_service(net.ext_grid)
     if len(slacks) != 1:
-        problem = "no slack: the net has no in-service ext_grid" if len(slacks) == 0 else \
-            f"{len(slacks)} slacks (ext_grids at buses {sorted(slacks.bus.tolist())})"
+        problem = (
+            "no slack: the net has no in-service ext_grid"
+            if len(slacks) == 0
+            else f"{len(slacks)} slacks (ext_grids at buses {sorted(slacks.bus.tolist())})"
+        )
         raise NetworkError("ext_grid", problem, "exactly one in-service ext_grid (the substation)")
     loads = _in_service(net.load)
     shares = [c for c in loads.columns if c.startswith("const_") and c.endswith("percent")]
     voltage_dependent = loads[(loads[shares].fillna(0) != 0).any(axis=1)] if shares else loads.iloc[0:0]
     if len(voltage_dependent):
-        raise NetworkError("load", f"load {voltage_dependent.index[0]} is voltage-dependent "
-                                   f"(constant-impedance/current share)", f"{shares} all 0 (constant power)")
+        raise NetworkError(
+            "load",
+            f"load {voltage_dependent.index[0]} is voltage-dependent (constant-impedance/current share)",
+            f"{shares} all 0 (constant power)",
+        )
 
 
 def _apply_switches(net) -> None:
@@ -172,21 +212,30 @@ def _check_topology(net, graph, slack, reached) -> None:
     loaded = set(_in_service(net.load).bus.tolist()) | set(_in_service(net.sgen).bus.tolist())
     stranded = sorted(int(b) for b in loaded - reached)
     if stranded:
-        raise NetworkError("bus", f"buses {stranded[:10]}{' ...' if len(stranded) > 10 else ''} carry loads but no "
-                                  f"closed line or transformer connects them to the slack (bus {slack})",
-                           "every bus with a load or sgen energised from the slack")
+        raise NetworkError(
+            "bus",
+            f"buses {stranded[:10]}{' ...' if len(stranded) > 10 else ''} carry loads but no "
+            f"closed line or transformer connects them to the slack (bus {slack})",
+            "every bus with a load or sgen energised from the slack",
+        )
     sub = graph.subgraph(reached)
     if sub.number_of_edges() != sub.number_of_nodes() - 1:
         cycle = nx.find_cycle(sub, source=slack)
         buses = [int(edge[0]) for edge in cycle]
         branches = [f"{edge[2][0]} {edge[2][1]}" for edge in cycle]
-        raise NetworkError("line", f"not radial when operated: closed loop through buses {buses} ({', '.join(branches)})",
-                           "a radial feeder: open one branch of every loop (in_service=False or an open switch)")
+        raise NetworkError(
+            "line",
+            f"not radial when operated: closed loop through buses {buses} ({', '.join(branches)})",
+            "a radial feeder: open one branch of every loop (in_service=False or an open switch)",
+        )
     lines = _in_service(net.line)
     zero = lines[(lines.r_ohm_per_km == 0) & (lines.x_ohm_per_km == 0)]
     if len(zero):
-        raise NetworkError("line", f"line {zero.index[0]} has zero impedance", "r_ohm_per_km or x_ohm_per_km > 0 "
-                                   "(join such buses with a closed bus-bus switch)")
+        raise NetworkError(
+            "line",
+            f"line {zero.index[0]} has zero impedance",
+            "r_ohm_per_km or x_ohm_per_km > 0 (join such buses with a closed bus-bus switch)",
+        )
 
 
 def _base_load_flow(net) -> None:
@@ -195,11 +244,17 @@ def _base_load_flow(net) -> None:
     try:
         pp.runpp(net, tolerance_mva=1e-10, max_iteration=50, calculate_voltage_angles=True, numba=False)
     except pp.LoadflowNotConverged as exc:
-        raise NetworkError("load", "the power flow does not converge at the net's base load",
-                           "a case whose base load has a power-flow solution") from exc
+        raise NetworkError(
+            "load",
+            "the power flow does not converge at the net's base load",
+            "a case whose base load has a power-flow solution",
+        ) from exc
     except Exception as exc:  # pandapower's own checks (missing columns, bad values)
-        raise NetworkError("net", f"pandapower cannot run a power flow on it: {type(exc).__name__}: {exc}",
-                           "a net that pandapower.runpp accepts") from exc
+        raise NetworkError(
+            "net",
+            f"pandapower cannot run a power flow on it: {type(exc).__name__}: {exc}",
+            "a net that pandapower.runpp accepts",
+        ) from exc
 
 
 def _trafo_branches(net, trafos, number):
@@ -214,7 +269,9 @@ def _trafo_branches(net, trafos, number):
     branch = net._ppc["branch"][[start + net.trafo.index.get_loc(i) for i in trafos.index]]
     rows = branch.real
     # branch-table columns of pandapower 3 (older versions have no shunt conductance or asymmetry)
-    optional = {name: getattr(idx_brch, name, None) for name in ("BR_G", "BR_R_ASYM", "BR_X_ASYM", "BR_G_ASYM", "BR_B_ASYM")}
+    optional = {
+        name: getattr(idx_brch, name, None) for name in ("BR_G", "BR_R_ASYM", "BR_X_ASYM", "BR_G_ASYM", "BR_B_ASYM")
+    }
     asym = [c for name, c in optional.items() if name.endswith("ASYM") and c is not None]
     if asym and np.abs(rows[:, asym]).max() > 0:
         raise NetworkError("trafo", "asymmetric transformer impedance is not supported", "a symmetric T or pi model")
@@ -227,8 +284,10 @@ def _trafo_branches(net, trafos, number):
     return dict(
         trafo_hv_bus=_frozen([number[int(b)] for b in hv], np.int64),
         trafo_lv_bus=_frozen([number[int(b)] for b in lv], np.int64),
-        trafo_r_pu=_frozen(rows[:, BR_R]), trafo_x_pu=_frozen(rows[:, BR_X]),
-        trafo_g_pu=_frozen(y_sh.real), trafo_b_pu=_frozen(y_sh.imag),
+        trafo_r_pu=_frozen(rows[:, BR_R]),
+        trafo_x_pu=_frozen(rows[:, BR_X]),
+        trafo_g_pu=_frozen(y_sh.real),
+        trafo_b_pu=_frozen(y_sh.imag),
         trafo_ratio=_frozen(np.where(rows[:, TAP] != 0, rows[:, TAP], 1.0)),
         trafo_shift_degree=_frozen(rows[:, SHIFT]),
     )
@@ -241,14 +300,25 @@ def _bus_shunts(net, buses, number):
     rows = net._ppc["bus"][ppc_bus[np.asarray(buses)]].real
     y = (rows[:, GS] + 1j * rows[:, BS]) / net.sn_mva
     keep = np.flatnonzero(y != 0)
-    return dict(shunt_bus=_frozen([number[int(buses[i])] for i in keep], np.int64), shunt_y_pu=_frozen(y[keep], np.complex128))
+    return dict(
+        shunt_bus=_frozen([number[int(buses[i])] for i in keep], np.int64), shunt_y_pu=_frozen(y[keep], np.complex128)
+    )
 
 
 def _charging(lines, vn_kv, sn_mva, f_hz):
     """Total charging (g, b) in p.u. per line, pandapower's formula (build_branch._calc_line_parameter)."""
     base_r = np.array([vn_kv[int(b)] for b in lines.from_bus]) ** 2 / sn_mva
     g_us = lines.g_us_per_km.to_numpy() if "g_us_per_km" in lines else np.zeros(len(lines))
-    b = 2 * f_hz * math.pi * lines.c_nf_per_km.to_numpy() * 1e-9 * base_r * lines.length_km.to_numpy() * lines.parallel.to_numpy()
+    b = (
+        2
+        * f_hz
+        * math.pi
+        * lines.c_nf_per_km.to_numpy()
+        * 1e-9
+        * base_r
+        * lines.length_km.to_numpy()
+        * lines.parallel.to_numpy()
+    )
     g = g_us * 1e-6 * base_r * lines.length_km.to_numpy() * lines.parallel.to_numpy()
     return g, b
 
@@ -309,7 +379,9 @@ def snapshot(net, name: str | None = None, number_offset: int = 0, keep_source: 
 
     p, q = {}, {}
     for table, sign in (("load", 1.0), ("sgen", -1.0)):
-        for bus, p_mw, q_mvar, scaling in _in_service(net[table])[["bus", "p_mw", "q_mvar", "scaling"]].itertuples(index=False):
+        for bus, p_mw, q_mvar, scaling in _in_service(net[table])[["bus", "p_mw", "q_mvar", "scaling"]].itertuples(
+            index=False
+        ):
             if int(bus) == slack:
                 log.info("%s at the slack bus %d left out of the features (it changes no voltage)", table, slack)
                 continue
@@ -374,12 +446,19 @@ def _self_check(network: Network, net, out_buses) -> None:
     z, w = network.zbus()
     v, ok, _ = solve_batched(z, w, network.loads_to_pu(network.base_x[None, :]), workers=1)
     if not bool(ok.all()):
-        raise NetworkError("load", "the batched solver does not converge at the net's base load",
-                           "a case whose base load has a power-flow solution")
+        raise NetworkError(
+            "load",
+            "the batched solver does not converge at the net's base load",
+            "a case whose base load has a power-flow solution",
+        )
     gap = float(np.abs(v[0].abs().numpy() - net.res_bus.vm_pu.loc[out_buses].to_numpy()).max())
     if not gap <= SELF_CHECK_PU:
-        raise NetworkError("net", f"the snapshot's base-load voltages differ from pandapower's by {gap:.2e} p.u. "
-                                  "(an element this snapshot does not model)", f"<= {SELF_CHECK_PU} p.u.")
+        raise NetworkError(
+            "net",
+            f"the snapshot's base-load voltages differ from pandapower's by {gap:.2e} p.u. "
+            "(an element this snapshot does not model)",
+            f"<= {SELF_CHECK_PU} p.u.",
+        )
 
 
 def network_id(network: Network) -> str:
@@ -419,8 +498,11 @@ def from_matpower(data: str | bytes, name: str | None = None, f_hz: float = 50.0
     try:
         net = from_ppc(ppc, f_hz=f_hz, validate_conversion=False)
     except Exception as exc:  # the converter raises many kinds on inconsistent cases
-        raise NetworkError("body", f"not a convertible MATPOWER case: {type(exc).__name__}: {str(exc)[:200]}",
-                           "a MATPOWER case file (version 2) whose branches and generators name its buses") from exc
+        raise NetworkError(
+            "body",
+            f"not a convertible MATPOWER case: {type(exc).__name__}: {str(exc)[:200]}",
+            "a MATPOWER case file (version 2) whose branches and generators name its buses",
+        ) from exc
     return snapshot(net, name=name, number_offset=1)
 
 
@@ -463,25 +545,46 @@ def describe(network: Network) -> dict:
     xy = network.bus_xy if geo else tree_layout(network)
     vn = network.bus_vn_kv if len(network.bus_vn_kv) else np.full(len(network.bus_numbers), network.vn_kv)
     names = network.bus_names or ("",) * len(network.bus_numbers)
-    lines = [{"from_bus": int(a), "to_bus": int(b), "r_ohm": float(r), "x_ohm": float(x), "closed": closed}
-             for fb, tb, rr, xx, closed in ((network.from_bus, network.to_bus, network.r_ohm, network.x_ohm, True),
-                                            (network.tie_from_bus, network.tie_to_bus, network.tie_r_ohm,
-                                             network.tie_x_ohm, False))
-             for a, b, r, x in zip(fb, tb, rr, xx)]
+    lines = [
+        {"from_bus": int(a), "to_bus": int(b), "r_ohm": float(r), "x_ohm": float(x), "closed": closed}
+        for fb, tb, rr, xx, closed in (
+            (network.from_bus, network.to_bus, network.r_ohm, network.x_ohm, True),
+            (network.tie_from_bus, network.tie_to_bus, network.tie_r_ohm, network.tie_x_ohm, False),
+        )
+        for a, b, r, x in zip(fb, tb, rr, xx)
+    ]
     return {
         "name": network.name,
         "slack_bus": network.slack_bus,
         "sn_mva": network.sn_mva,
         "n_buses": len(network.bus_numbers),
-        "buses": [{"bus": int(b), "name": n, "vn_kv": float(v), "x": float(p[0]), "y": float(p[1])}
-                  for b, n, v, p in zip(network.bus_numbers, names, vn, xy)],
-        "loads": [{"bus": int(b), "p_mw": float(p), "q_mvar": float(q)}
-                  for b, p, q in zip(network.load_buses, network.base_p_mw, network.base_q_mvar)],
+        "buses": [
+            {"bus": int(b), "name": n, "vn_kv": float(v), "x": float(p[0]), "y": float(p[1])}
+            for b, n, v, p in zip(network.bus_numbers, names, vn, xy)
+        ],
+        "loads": [
+            {"bus": int(b), "p_mw": float(p), "q_mvar": float(q)}
+            for b, p, q in zip(network.load_buses, network.base_p_mw, network.base_q_mvar)
+        ],
         "lines": lines,
-        "transformers": [{"hv_bus": int(a), "lv_bus": int(b), "r_pu": float(r), "x_pu": float(x), "ratio": float(t),
-                          "shift_degree": float(s)}
-                         for a, b, r, x, t, s in zip(network.trafo_hv_bus, network.trafo_lv_bus, network.trafo_r_pu,
-                                                     network.trafo_x_pu, network.trafo_ratio, network.trafo_shift_degree)],
+        "transformers": [
+            {
+                "hv_bus": int(a),
+                "lv_bus": int(b),
+                "r_pu": float(r),
+                "x_pu": float(x),
+                "ratio": float(t),
+                "shift_degree": float(s),
+            }
+            for a, b, r, x, t, s in zip(
+                network.trafo_hv_bus,
+                network.trafo_lv_bus,
+                network.trafo_r_pu,
+                network.trafo_x_pu,
+                network.trafo_ratio,
+                network.trafo_shift_degree,
+            )
+        ],
         "features": list(network.feature_names),
         "outputs": list(network.output_names),
         "layout": "geodata" if geo else "tree",

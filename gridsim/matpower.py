@@ -9,6 +9,7 @@ reader of numeric arrays that runs no code; uploads are read in the upload sandb
 limit bounds it). Either way the result is a MATPOWER `ppc` dict of float arrays that
 `pandapower.converter.from_ppc` turns into a net.
 """
+
 from __future__ import annotations
 
 import io
@@ -22,8 +23,8 @@ from gridsim.errors import NetworkError
 __all__ = ["MAX_TEXT_BYTES", "MAX_ROWS", "MAX_CELLS", "parse_m", "parse_mat", "to_ppc"]
 
 MAX_TEXT_BYTES = 8 * 1024 * 1024
-MAX_ROWS = 20_000           # rows of any one matrix
-MAX_CELLS = 2_000_000       # numbers in the whole case
+MAX_ROWS = 20_000  # rows of any one matrix
+MAX_CELLS = 2_000_000  # numbers in the whole case
 EXPECTED = "a MATPOWER case file (version 2): .m text with mpc.bus/mpc.branch/mpc.gen, or .mat"
 # columns MATPOWER requires of each matrix (more are allowed: OPF results, extra user columns)
 REQUIRED = {"bus": 13, "gen": 10, "branch": 11}
@@ -70,8 +71,9 @@ def _matrix(body: str, field: str, budget: list[int]) -> np.ndarray:
             continue
         budget[0] -= len(cells)
         if budget[0] < 0 or len(rows) >= MAX_ROWS:
-            raise NetworkError(field, "the case is too large",
-                               f"at most {MAX_ROWS} rows per matrix and {MAX_CELLS} numbers in all")
+            raise NetworkError(
+                field, "the case is too large", f"at most {MAX_ROWS} rows per matrix and {MAX_CELLS} numbers in all"
+            )
         if rows and len(cells) != len(rows[0]):
             raise _refuse(field, f"row {len(rows) + 1} has {len(cells)} columns, row 1 has {len(rows[0])}")
         rows.append([_number(c, field) for c in cells])
@@ -98,21 +100,21 @@ def parse_m(data: bytes) -> dict[str, Any]:
             line_end = text.find("\n", start)
             line_end = end if line_end < 0 else line_end
         equals = text.find("=", start, line_end)
-        name = text[start + 4:equals].strip() if equals >= 0 else ""
+        name = text[start + 4 : equals].strip() if equals >= 0 else ""
         if not name.isidentifier() or len(name) > 64:  # `mpc.x` used, not assigned: skip the line
             pos = line_end + 1
             continue
         value_start = equals + 1
         while value_start < line_end and text[value_start] in " \t":
             value_start += 1
-        opener = text[value_start:value_start + 1]
+        opener = text[value_start : value_start + 1]
         field = f"mpc.{name}"
         if opener in ("[", "{"):
             closer = "]" if opener == "[" else "}"
             stop = text.find(closer, value_start + 1)
             if stop < 0:
                 raise _refuse(field, f"{opener} without its {closer}")
-            body = text[value_start + 1:stop]
+            body = text[value_start + 1 : stop]
             if opener == "[":
                 if "[" in body:
                     raise _refuse(field, "a matrix inside a matrix")
@@ -124,7 +126,7 @@ def parse_m(data: bytes) -> dict[str, Any]:
             stop = text.find("'", value_start + 1)
             if stop < 0 or stop > line_end:
                 raise _refuse(field, "a string without its closing quote")
-            fields[name] = text[value_start + 1:stop]
+            fields[name] = text[value_start + 1 : stop]
             pos = stop + 1
         else:
             stop = text.find(";", value_start, line_end)

@@ -11,12 +11,13 @@ numbers 1..33 for 'ieee33'); features are P then Q of every bus carrying a load 
 (`load_buses`), outputs the voltage of every non-slack bus (`output_buses`). On IEEE 33 every
 non-slack bus has a load, so the two coincide.
 """
+
 from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
@@ -171,7 +172,9 @@ class Network:
         """
         z_line = torch.as_tensor((self.r_ohm + 1j * self.x_ohm) / self._z_base(self.from_bus), dtype=torch.complex128)
         charging = self._charging(self.line_g_pu, self.line_b_pu, self.n_lines) if self._has_charging else None
-        return self._reduced(self.from_bus, self.to_bus, 1.0 / (z_line * self._scale(line_scale, self.n_lines)), charging)
+        return self._reduced(
+            self.from_bus, self.to_bus, 1.0 / (z_line * self._scale(line_scale, self.n_lines)), charging
+        )
 
     def zbus_switched(self, closed, line_scale=None) -> tuple[torch.Tensor, torch.Tensor]:
         """`zbus` of reconfigured feeders: `closed` (..., n_lines + n_ties) says which of the lines
@@ -183,13 +186,19 @@ class Network:
         r = np.concatenate([self.r_ohm, self.tie_r_ohm])
         x = np.concatenate([self.x_ohm, self.tie_x_ohm])
         from_bus = np.concatenate([self.from_bus, self.tie_from_bus])
-        z_line = torch.as_tensor((r + 1j * x) / self._z_base(from_bus), dtype=torch.complex128) * self._scale(line_scale, n_all)
+        z_line = torch.as_tensor((r + 1j * x) / self._z_base(from_bus), dtype=torch.complex128) * self._scale(
+            line_scale, n_all
+        )
         zero = torch.zeros((), dtype=torch.complex128)
         y_line = torch.where(closed, 1.0 / z_line, zero)
         charging = None
         if self._has_charging:
-            y_sh = torch.cat([self._charging(self.line_g_pu, self.line_b_pu, self.n_lines),
-                              self._charging(self.tie_g_pu, self.tie_b_pu, len(self.tie_r_ohm))])
+            y_sh = torch.cat(
+                [
+                    self._charging(self.line_g_pu, self.line_b_pu, self.n_lines),
+                    self._charging(self.tie_g_pu, self.tie_b_pu, len(self.tie_r_ohm)),
+                ]
+            )
             charging = torch.where(closed, y_sh, zero)
         return self._reduced(from_bus, np.concatenate([self.to_bus, self.tie_to_bus]), y_line, charging)
 
@@ -197,8 +206,12 @@ class Network:
         """(batch, n_lines + n_ties) closed masks of radial feeders, each `exchanges` branch exchanges
         away from the normal one: close an open tie, open a random line of the loop it makes."""
         n_all = self.n_lines + len(self.tie_r_ohm)
-        ends = list(zip(np.concatenate([self.from_bus, self.tie_from_bus]).tolist(),
-                        np.concatenate([self.to_bus, self.tie_to_bus]).tolist()))
+        ends = list(
+            zip(
+                np.concatenate([self.from_bus, self.tie_from_bus]).tolist(),
+                np.concatenate([self.to_bus, self.tie_to_bus]).tolist(),
+            )
+        )
         out = np.zeros((batch, n_all), dtype=bool)
         for b in range(batch):
             closed = np.arange(n_all) < self.n_lines
@@ -264,8 +277,9 @@ class Network:
             y[index[int(bus)], index[int(bus)]] += y_sh
         return torch.as_tensor(y)
 
-    def _reduced(self, from_bus, to_bus, y_line: torch.Tensor,
-                 charging: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _reduced(
+        self, from_bus, to_bus, y_line: torch.Tensor, charging: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Reduced Z-bus and no-load voltages from line ends, (..., lines) series admittances and
         (..., lines) total line charging (None: none), plus transformers and bus shunts."""
         index = {bus: i for i, bus in enumerate(self.bus_numbers)}
@@ -329,7 +343,7 @@ def _tree_path(ends: list[tuple[int, int]], closed: np.ndarray, start: int, goal
     return path
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _pandapower_net_cached(name: str):
     """The built-in net with its switch states applied (what the snapshot describes)."""
     from gridsim.feeders import normalise
@@ -355,7 +369,7 @@ def _builder(name: str) -> tuple[Callable, int]:
     return (lambda: random_feeder(buses, seed)), 0
 
 
-def pandapower_net(name: "str | Network" = "ieee33"):
+def pandapower_net(name: str | Network = "ieee33"):
     """A fresh (deep-copied) pandapower model of the named feeder, or of a `Network` snapshot
     (a built-in's constructor, or the pandapower JSON a user network was built from)."""
     if isinstance(name, Network):
@@ -367,7 +381,7 @@ def pandapower_net(name: "str | Network" = "ieee33"):
     return copy.deepcopy(_pandapower_net_cached(_check_name(name)))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _build(name: str) -> Network:
     from gridsim.feeders import snapshot
 
@@ -375,7 +389,7 @@ def _build(name: str) -> Network:
     return snapshot(_pandapower_net_cached(name), name=name, number_offset=offset, keep_source=False)
 
 
-def network(name: "str | Network" = "ieee33") -> Network:
+def network(name: str | Network = "ieee33") -> Network:
     """The named built-in feeder (cached; see KNOWN_NETWORKS), or `name` itself when it is a Network."""
     if isinstance(name, Network):
         return name

@@ -11,10 +11,12 @@ short strings or null. Element tables the solver cannot represent are read only 
 refuse in-service rows; result tables (`res_*`) and bookkeeping are ignored; anything else with
 rows is refused by name. The net is then rebuilt from those values on `pandapower.create_empty_network`.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import orjson
@@ -23,11 +25,11 @@ from gridsim.errors import NetworkError
 
 __all__ = ["TABLES", "MAX_ROWS", "read_pandapower_json"]
 
-MAX_ROWS = 5_000          # rows in any one table (a 500-bus feeder has well under this)
-MAX_COLUMNS = 256         # columns of one table (pandapower's widest have about 60)
-MAX_ENTRIES = 512         # entries of the net (pandapower 3 writes about 90 tables and values)
-MAX_TEXT = 256            # characters in a name or other label
-MAX_GEO_TEXT = 4_096      # characters in one bus's GeoJSON point
+MAX_ROWS = 5_000  # rows in any one table (a 500-bus feeder has well under this)
+MAX_COLUMNS = 256  # columns of one table (pandapower's widest have about 60)
+MAX_ENTRIES = 512  # entries of the net (pandapower 3 writes about 90 tables and values)
+MAX_TEXT = 256  # characters in a name or other label
+MAX_GEO_TEXT = 4_096  # characters in one bus's GeoJSON point
 EXPECTED = "pandapower JSON (pandapower.to_json output) of element tables"
 
 # Value kinds. Each check returns the Python value pandas will hold, or raises ValueError.
@@ -92,6 +94,7 @@ def _text(limit: int) -> Callable[[Any], Any]:
         if len(value) > limit:
             raise ValueError(f"longer than {limit} characters")
         return value
+
     return check
 
 
@@ -100,6 +103,7 @@ def _choice(*allowed: str) -> Callable[[Any], Any]:
         if value is None or value in allowed:
             return value
         raise ValueError(f"not one of {list(allowed)}")
+
     return check
 
 
@@ -107,65 +111,176 @@ _name = _text(MAX_TEXT)
 # column -> (check, dtype of the rebuilt column); required columns are the snapshot's `_COLUMNS`
 _Column = tuple[Callable[[Any], Any], str]
 TABLES: dict[str, dict[str, _Column]] = {
-    "bus": {"name": (_name, "object"), "vn_kv": (_positive, "float64"), "type": (_name, "object"),
-            "zone": (_name, "object"), "in_service": (_flag, "bool"), "max_vm_pu": (_optional_number, "float64"),
-            "min_vm_pu": (_optional_number, "float64"), "geo": (_text(MAX_GEO_TEXT), "object")},
-    "ext_grid": {"name": (_name, "object"), "bus": (_index, "int64"), "vm_pu": (_number, "float64"),
-                 "va_degree": (_number, "float64"), "slack_weight": (_optional_number, "float64"),
-                 "in_service": (_flag, "bool"), "controllable": (_flag, "bool")},
-    "line": {"name": (_name, "object"), "std_type": (_name, "object"), "from_bus": (_index, "int64"),
-             "to_bus": (_index, "int64"), "length_km": (_number, "float64"), "r_ohm_per_km": (_number, "float64"),
-             "x_ohm_per_km": (_number, "float64"), "c_nf_per_km": (_number, "float64"),
-             "g_us_per_km": (_optional_number, "float64"), "max_i_ka": (_optional_number, "float64"),
-             "df": (_optional_number, "float64"), "parallel": (_index, "int64"), "type": (_name, "object"),
-             "in_service": (_flag, "bool"), "geo": (_text(MAX_GEO_TEXT), "object")},
-    "trafo": {"name": (_name, "object"), "std_type": (_name, "object"), "hv_bus": (_index, "int64"),
-              "lv_bus": (_index, "int64"), "sn_mva": (_positive, "float64"), "vn_hv_kv": (_positive, "float64"),
-              "vn_lv_kv": (_positive, "float64"), "vk_percent": (_number, "float64"),
-              "vkr_percent": (_number, "float64"), "pfe_kw": (_number, "float64"),
-              "i0_percent": (_number, "float64"), "shift_degree": (_optional_number, "float64"),
-              "tap_side": (_choice("hv", "lv"), "object"), "tap_neutral": (_optional_number, "float64"),
-              "tap_min": (_optional_number, "float64"), "tap_max": (_optional_number, "float64"),
-              "tap_step_percent": (_optional_number, "float64"), "tap_step_degree": (_optional_number, "float64"),
-              "tap_pos": (_optional_number, "float64"), "tap_phase_shifter": (_false, "bool"),
-              "tap_changer_type": (_choice("Ratio", "Symmetrical", "Ideal"), "object"),
-              "tap_dependent_impedance": (_false, "bool"), "tap_dependency_table": (_false, "bool"),
-              "id_characteristic_table": (_absent, "float64"), "vk_percent_characteristic": (_absent, "float64"),
-              "vkr_percent_characteristic": (_absent, "float64"), "parallel": (_index, "int64"),
-              "df": (_optional_number, "float64"), "in_service": (_flag, "bool")},
-    "load": {"name": (_name, "object"), "bus": (_index, "int64"), "p_mw": (_number, "float64"),
-             "q_mvar": (_number, "float64"), "const_z_percent": (_optional_number, "float64"),
-             "const_i_percent": (_optional_number, "float64"), "const_z_p_percent": (_optional_number, "float64"),
-             "const_i_p_percent": (_optional_number, "float64"), "const_z_q_percent": (_optional_number, "float64"),
-             "const_i_q_percent": (_optional_number, "float64"), "sn_mva": (_optional_number, "float64"),
-             "scaling": (_number, "float64"), "in_service": (_flag, "bool"), "type": (_name, "object"),
-             "controllable": (_flag, "bool")},
-    "sgen": {"name": (_name, "object"), "bus": (_index, "int64"), "p_mw": (_number, "float64"),
-             "q_mvar": (_number, "float64"), "min_q_mvar": (_optional_number, "float64"),
-             "max_q_mvar": (_optional_number, "float64"), "sn_mva": (_optional_number, "float64"),
-             "scaling": (_number, "float64"), "controllable": (_flag, "bool"),
-             "id_q_capability_characteristic": (_absent, "float64"), "reactive_capability_curve": (_false, "bool"),
-             "curve_style": (_name, "object"), "in_service": (_flag, "bool"), "type": (_name, "object"),
-             "current_source": (_flag, "bool"), "k": (_optional_number, "float64"),
-             "rx": (_optional_number, "float64"), "generator_type": (_name, "object"),
-             "lrc_pu": (_optional_number, "float64"), "max_ik_ka": (_optional_number, "float64"),
-             "kappa": (_optional_number, "float64")},
-    "shunt": {"bus": (_index, "int64"), "name": (_name, "object"), "q_mvar": (_number, "float64"),
-              "p_mw": (_number, "float64"), "vn_kv": (_number, "float64"), "step": (_number, "float64"),
-              "max_step": (_index, "int64"), "id_characteristic_table": (_absent, "float64"),
-              "step_dependency_table": (_false, "bool"), "in_service": (_flag, "bool")},
-    "switch": {"bus": (_index, "int64"), "element": (_index, "int64"), "et": (_choice("l", "t", "t3", "b"), "object"),
-               "type": (_name, "object"), "closed": (_flag, "bool"), "name": (_name, "object"),
-               "z_ohm": (_optional_number, "float64"), "in_ka": (_optional_number, "float64")},
+    "bus": {
+        "name": (_name, "object"),
+        "vn_kv": (_positive, "float64"),
+        "type": (_name, "object"),
+        "zone": (_name, "object"),
+        "in_service": (_flag, "bool"),
+        "max_vm_pu": (_optional_number, "float64"),
+        "min_vm_pu": (_optional_number, "float64"),
+        "geo": (_text(MAX_GEO_TEXT), "object"),
+    },
+    "ext_grid": {
+        "name": (_name, "object"),
+        "bus": (_index, "int64"),
+        "vm_pu": (_number, "float64"),
+        "va_degree": (_number, "float64"),
+        "slack_weight": (_optional_number, "float64"),
+        "in_service": (_flag, "bool"),
+        "controllable": (_flag, "bool"),
+    },
+    "line": {
+        "name": (_name, "object"),
+        "std_type": (_name, "object"),
+        "from_bus": (_index, "int64"),
+        "to_bus": (_index, "int64"),
+        "length_km": (_number, "float64"),
+        "r_ohm_per_km": (_number, "float64"),
+        "x_ohm_per_km": (_number, "float64"),
+        "c_nf_per_km": (_number, "float64"),
+        "g_us_per_km": (_optional_number, "float64"),
+        "max_i_ka": (_optional_number, "float64"),
+        "df": (_optional_number, "float64"),
+        "parallel": (_index, "int64"),
+        "type": (_name, "object"),
+        "in_service": (_flag, "bool"),
+        "geo": (_text(MAX_GEO_TEXT), "object"),
+    },
+    "trafo": {
+        "name": (_name, "object"),
+        "std_type": (_name, "object"),
+        "hv_bus": (_index, "int64"),
+        "lv_bus": (_index, "int64"),
+        "sn_mva": (_positive, "float64"),
+        "vn_hv_kv": (_positive, "float64"),
+        "vn_lv_kv": (_positive, "float64"),
+        "vk_percent": (_number, "float64"),
+        "vkr_percent": (_number, "float64"),
+        "pfe_kw": (_number, "float64"),
+        "i0_percent": (_number, "float64"),
+        "shift_degree": (_optional_number, "float64"),
+        "tap_side": (_choice("hv", "lv"), "object"),
+        "tap_neutral": (_optional_number, "float64"),
+        "tap_min": (_optional_number, "float64"),
+        "tap_max": (_optional_number, "float64"),
+        "tap_step_percent": (_optional_number, "float64"),
+        "tap_step_degree": (_optional_number, "float64"),
+        "tap_pos": (_optional_number, "float64"),
+        "tap_phase_shifter": (_false, "bool"),
+        "tap_changer_type": (_choice("Ratio", "Symmetrical", "Ideal"), "object"),
+        "tap_dependent_impedance": (_false, "bool"),
+        "tap_dependency_table": (_false, "bool"),
+        "id_characteristic_table": (_absent, "float64"),
+        "vk_percent_characteristic": (_absent, "float64"),
+        "vkr_percent_characteristic": (_absent, "float64"),
+        "parallel": (_index, "int64"),
+        "df": (_optional_number, "float64"),
+        "in_service": (_flag, "bool"),
+    },
+    "load": {
+        "name": (_name, "object"),
+        "bus": (_index, "int64"),
+        "p_mw": (_number, "float64"),
+        "q_mvar": (_number, "float64"),
+        "const_z_percent": (_optional_number, "float64"),
+        "const_i_percent": (_optional_number, "float64"),
+        "const_z_p_percent": (_optional_number, "float64"),
+        "const_i_p_percent": (_optional_number, "float64"),
+        "const_z_q_percent": (_optional_number, "float64"),
+        "const_i_q_percent": (_optional_number, "float64"),
+        "sn_mva": (_optional_number, "float64"),
+        "scaling": (_number, "float64"),
+        "in_service": (_flag, "bool"),
+        "type": (_name, "object"),
+        "controllable": (_flag, "bool"),
+    },
+    "sgen": {
+        "name": (_name, "object"),
+        "bus": (_index, "int64"),
+        "p_mw": (_number, "float64"),
+        "q_mvar": (_number, "float64"),
+        "min_q_mvar": (_optional_number, "float64"),
+        "max_q_mvar": (_optional_number, "float64"),
+        "sn_mva": (_optional_number, "float64"),
+        "scaling": (_number, "float64"),
+        "controllable": (_flag, "bool"),
+        "id_q_capability_characteristic": (_absent, "float64"),
+        "reactive_capability_curve": (_false, "bool"),
+        "curve_style": (_name, "object"),
+        "in_service": (_flag, "bool"),
+        "type": (_name, "object"),
+        "current_source": (_flag, "bool"),
+        "k": (_optional_number, "float64"),
+        "rx": (_optional_number, "float64"),
+        "generator_type": (_name, "object"),
+        "lrc_pu": (_optional_number, "float64"),
+        "max_ik_ka": (_optional_number, "float64"),
+        "kappa": (_optional_number, "float64"),
+    },
+    "shunt": {
+        "bus": (_index, "int64"),
+        "name": (_name, "object"),
+        "q_mvar": (_number, "float64"),
+        "p_mw": (_number, "float64"),
+        "vn_kv": (_number, "float64"),
+        "step": (_number, "float64"),
+        "max_step": (_index, "int64"),
+        "id_characteristic_table": (_absent, "float64"),
+        "step_dependency_table": (_false, "bool"),
+        "in_service": (_flag, "bool"),
+    },
+    "switch": {
+        "bus": (_index, "int64"),
+        "element": (_index, "int64"),
+        "et": (_choice("l", "t", "t3", "b"), "object"),
+        "type": (_name, "object"),
+        "closed": (_flag, "bool"),
+        "name": (_name, "object"),
+        "z_ohm": (_optional_number, "float64"),
+        "in_ka": (_optional_number, "float64"),
+    },
 }
 # tables the snapshot refuses when they have in-service rows (gridsim.feeders._UNSUPPORTED): read only
 # far enough for that, so the refusal keeps its clear reason
-_REFUSED_IF_IN_SERVICE = ("gen", "trafo3w", "impedance", "ward", "xward", "dcline", "storage", "asymmetric_load",
-                          "asymmetric_sgen", "motor", "svc", "tcsc", "ssc", "vsc", "bus_dc", "line_dc", "source_dc",
-                          "load_dc", "vsc_stacked", "vsc_bipolar")
+_REFUSED_IF_IN_SERVICE = (
+    "gen",
+    "trafo3w",
+    "impedance",
+    "ward",
+    "xward",
+    "dcline",
+    "storage",
+    "asymmetric_load",
+    "asymmetric_sgen",
+    "motor",
+    "svc",
+    "tcsc",
+    "ssc",
+    "vsc",
+    "bus_dc",
+    "line_dc",
+    "source_dc",
+    "load_dc",
+    "vsc_stacked",
+    "vsc_bipolar",
+)
 # bookkeeping that does not change a power flow: ignored whatever it holds (never decoded)
-_IGNORED = ("measurement", "pwl_cost", "poly_cost", "group", "bus_geodata", "line_geodata", "std_types",
-            "user_pf_options", "version", "format_version", "converged", "OPF_converged", "_options")
+_IGNORED = (
+    "measurement",
+    "pwl_cost",
+    "poly_cost",
+    "group",
+    "bus_geodata",
+    "line_geodata",
+    "std_types",
+    "user_pf_options",
+    "version",
+    "format_version",
+    "converged",
+    "OPF_converged",
+    "_options",
+)
 _SCALARS = {"name": _name, "f_hz": _positive, "sn_mva": _positive}
 
 
@@ -190,12 +305,18 @@ def _rows(field: str, frame: Any) -> tuple[list[str], list[int], list[list[Any]]
     if not isinstance(inner, str):  # never a path, a URL or a nested object: the table's own JSON text
         raise _refuse(field, "the table's data is not a JSON document in a string")
     split = _loads(inner, field)
-    if not isinstance(split, dict) or not isinstance(split.get("columns"), list) or \
-            not isinstance(split.get("index"), list) or not isinstance(split.get("data"), list):
+    if (
+        not isinstance(split, dict)
+        or not isinstance(split.get("columns"), list)
+        or not isinstance(split.get("index"), list)
+        or not isinstance(split.get("data"), list)
+    ):
         raise _refuse(field, "the table's data has no columns/index/data lists")
     columns, index, data = split["columns"], split["index"], split["data"]
     if len(data) != len(index) or len(index) > MAX_ROWS:
-        raise _refuse(field, f"{len(index)} index entries for {len(data)} rows", f"matching lengths, at most {MAX_ROWS} rows")
+        raise _refuse(
+            field, f"{len(index)} index entries for {len(data)} rows", f"matching lengths, at most {MAX_ROWS} rows"
+        )
     if len(columns) > MAX_COLUMNS:
         raise _refuse(field, f"{len(columns)} columns is over the limit", f"at most {MAX_COLUMNS} columns")
     if not all(isinstance(c, str) for c in columns) or len(set(columns)) != len(columns):
@@ -227,29 +348,78 @@ def _table(name: str, frame: Any) -> Any:
             try:
                 cells.append(check(cells_of_row[position]))
             except ValueError as exc:
-                raise _refuse(f"{name}.{column}", f"row {row}: {exc} (got {_preview(cells_of_row[position])})",
-                              f"{dtype} values") from None
+                raise _refuse(
+                    f"{name}.{column}", f"row {row}: {exc} (got {_preview(cells_of_row[position])})", f"{dtype} values"
+                ) from None
         values[column] = pd.Series(cells, index=index, dtype=dtype)
     for position, column in enumerate(columns):  # others never read into the net; refused where they hold values
         if column in schema:
             continue
         if not _harmless(column) and any(row[position] not in (None, "", False) for row in data):
-            raise _refuse(f"{name}.{column}", f"column {column!r} is not modelled by this service",
-                          f"the {name} columns {sorted(schema)} (others empty)")
+            raise _refuse(
+                f"{name}.{column}",
+                f"column {column!r} is not modelled by this service",
+                f"the {name} columns {sorted(schema)} (others empty)",
+            )
     return pd.DataFrame(values, index=pd.Index(index, dtype="int64"))
 
 
 # short-circuit, OPF-limit and asymmetric (zero-sequence) data: no balanced power flow reads them
-_HARMLESS = {"s_sc_max_mva", "s_sc_min_mva", "rx_max", "rx_min", "r0x0_max", "x0x_max", "k", "rx", "kappa",
-             "lrc_pu", "max_ik_ka", "generator_type", "vector_group", "mag0_rx", "si0_hv_partial", "endtemp_degree",
-             "xn_ohm", "oltc", "power_station_trafo", "description", "subnet", "voltLvl", "profile", "phys_type",
-             "substation", "origin", "geo", "type", "dependency_table", "slack", "controllable"}
+_HARMLESS = {
+    "s_sc_max_mva",
+    "s_sc_min_mva",
+    "rx_max",
+    "rx_min",
+    "r0x0_max",
+    "x0x_max",
+    "k",
+    "rx",
+    "kappa",
+    "lrc_pu",
+    "max_ik_ka",
+    "generator_type",
+    "vector_group",
+    "mag0_rx",
+    "si0_hv_partial",
+    "endtemp_degree",
+    "xn_ohm",
+    "oltc",
+    "power_station_trafo",
+    "description",
+    "subnet",
+    "voltLvl",
+    "profile",
+    "phys_type",
+    "substation",
+    "origin",
+    "geo",
+    "type",
+    "dependency_table",
+    "slack",
+    "controllable",
+}
 
 
 def _harmless(column: str) -> bool:
     """Columns the service ignores by design (see `_HARMLESS`), whatever they hold: never read into the net."""
-    return column in _HARMLESS or column.startswith(("max_", "min_", "cost", "vk0", "vkr0", "mag0", "r0_", "x0_",
-                                                     "c0_", "g0_", "alpha", "temperature", "wind", "r_theta"))
+    return column in _HARMLESS or column.startswith(
+        (
+            "max_",
+            "min_",
+            "cost",
+            "vk0",
+            "vkr0",
+            "mag0",
+            "r0_",
+            "x0_",
+            "c0_",
+            "g0_",
+            "alpha",
+            "temperature",
+            "wind",
+            "r_theta",
+        )
+    )
 
 
 def _preview(value: Any) -> str:
@@ -274,8 +444,12 @@ def read_pandapower_json(text: str | bytes) -> Any:
     import pandas as pd
 
     document = _loads(text, "body")
-    if not isinstance(document, dict) or document.get("_module") != "pandapower.auxiliary" or \
-            document.get("_class") != "pandapowerNet" or not isinstance(document.get("_object"), dict):
+    if (
+        not isinstance(document, dict)
+        or document.get("_module") != "pandapower.auxiliary"
+        or document.get("_class") != "pandapowerNet"
+        or not isinstance(document.get("_object"), dict)
+    ):
         raise _refuse("body", "not a pandapower net (no pandapowerNet envelope)")
     entries: dict[str, Any] = document["_object"]
     if len(entries) > MAX_ENTRIES:
@@ -290,8 +464,9 @@ def read_pandapower_json(text: str | bytes) -> Any:
                 scalars[key] = check(entries[key])
             except ValueError as exc:
                 raise _refuse(key, str(exc), "a positive number (f_hz, sn_mva) or a string (name)") from None
-    net = pp.create_empty_network(name=str(scalars.get("name") or ""), f_hz=scalars.get("f_hz", 50.0),
-                                  sn_mva=scalars.get("sn_mva", 1.0))
+    net = pp.create_empty_network(
+        name=str(scalars.get("name") or ""), f_hz=scalars.get("f_hz", 50.0), sn_mva=scalars.get("sn_mva", 1.0)
+    )
     for key, value in entries.items():
         if key in _SCALARS or key in _IGNORED or key.startswith(("res_", "_empty_res", "_")):
             continue
@@ -302,8 +477,12 @@ def read_pandapower_json(text: str | bytes) -> Any:
             if any(flags.values()):
                 net[key] = pd.DataFrame({"in_service": pd.Series(flags, dtype=bool)})
         elif not _empty_table(value):
-            raise _refuse(key, "this table is not accepted in an uploaded net (controllers, characteristics and "
-                               "other objects are never decoded)", "element tables only")
+            raise _refuse(
+                key,
+                "this table is not accepted in an uploaded net (controllers, characteristics and "
+                "other objects are never decoded)",
+                "element tables only",
+            )
     return net
 
 

@@ -5,6 +5,7 @@ laterals, as real feeders have), lines of random length and standard type, a loa
 and the base loads scaled so that the deepest bus sits at `min_vm_pu` at base load. The same
 (size, seed) always gives the same feeder; as a network name it is `random-<buses>-<seed>`.
 """
+
 from __future__ import annotations
 
 import re
@@ -23,8 +24,9 @@ def parse_name(name: str) -> tuple[int, int] | None:
     return None if match is None else (int(match.group(1)), int(match.group(2)))
 
 
-def random_feeder(n_buses: int, seed: int, min_vm_pu: float = 0.94, vn_kv: float = 20.0,
-                  load_share: float = 0.8, branch_back: int = 4):
+def random_feeder(
+    n_buses: int, seed: int, min_vm_pu: float = 0.94, vn_kv: float = 20.0, load_share: float = 0.8, branch_back: int = 4
+):
     """A radial pandapower net with `n_buses` buses (bus 0 the slack) drawn from `seed`.
 
     Bus i > 0 hangs off bus i - 1 - r with r ~ geometric, capped at `branch_back` (mostly the
@@ -41,8 +43,13 @@ def random_feeder(n_buses: int, seed: int, min_vm_pu: float = 0.94, vn_kv: float
     pp.create_ext_grid(net, buses[0], vm_pu=1.0)
     for i in range(1, n_buses):
         parent = max(0, i - 1 - min(int(rng.geometric(0.6)) - 1, branch_back))
-        pp.create_line(net, buses[parent], buses[i], length_km=float(rng.uniform(0.1, 1.2)),
-                       std_type=LINE_TYPES[int(rng.integers(len(LINE_TYPES)))])
+        pp.create_line(
+            net,
+            buses[parent],
+            buses[i],
+            length_km=float(rng.uniform(0.1, 1.2)),
+            std_type=LINE_TYPES[int(rng.integers(len(LINE_TYPES)))],
+        )
     n_loads = max(1, int(round(load_share * (n_buses - 1))))
     for bus in sorted(rng.choice(np.arange(1, n_buses), size=n_loads, replace=False)):
         p = float(rng.uniform(0.05, 0.4)) * min(1.0, 30.0 / n_buses)  # a first guess; rescaled below

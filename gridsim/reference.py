@@ -5,6 +5,7 @@ Slow (~25 scenarios/s from scratch, up to ~200/s recycling pandapower's model, o
 results are checked against. Its tolerance is tight (runpp differs from runpp by ~1e-12 p.u.),
 so the comparison measures the batched solver's own error (~1e-10 p.u. at its default tol).
 """
+
 from __future__ import annotations
 
 import logging

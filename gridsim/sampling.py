@@ -13,6 +13,7 @@ Paper protocol (all options at their defaults): every P_i and Q_i independently 
 - dg_buses, dg_mw: distributed generation; dg_mw MW (one value for all, or one per bus) is
   subtracted from P at those IEEE buses after scaling, so net active load can be negative.
 """
+
 from __future__ import annotations
 
 import math
@@ -64,7 +65,7 @@ class ScenarioOptions:
         object.__setattr__(self, "dg_mw", tuple(float(v) for v in mw))
 
     @classmethod
-    def from_kwargs(cls, **options) -> "ScenarioOptions":
+    def from_kwargs(cls, **options) -> ScenarioOptions:
         """Build from simulate(**options), naming unknown options in the error."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(options) - known)
@@ -85,8 +86,9 @@ def check_n(n) -> int:
     return int(n)
 
 
-def sample_loads(network: Network, n: int, delta: float, rng: np.random.Generator,
-                 options: ScenarioOptions = ScenarioOptions()) -> np.ndarray:
+def sample_loads(
+    network: Network, n: int, delta: float, rng: np.random.Generator, options: ScenarioOptions = ScenarioOptions()
+) -> np.ndarray:
     """n load vectors (n, 2*n_load) in feature order [P (MW) ..., Q (MVAr) ...]."""
     n, delta = check_n(n), check_delta(delta)
     k = network.n_features
@@ -103,7 +105,9 @@ def sample_loads(network: Network, n: int, delta: float, rng: np.random.Generato
         position = {b: i for i, b in enumerate(network.load_buses)}
         for bus, mw in zip(options.dg_buses, options.dg_mw):
             if bus not in position:
-                raise ValueError(f"dg_buses: expected load buses of {network.name} "
-                                 f"({network.load_buses[0]}..{network.load_buses[-1]}), got {bus}")
+                raise ValueError(
+                    f"dg_buses: expected load buses of {network.name} "
+                    f"({network.load_buses[0]}..{network.load_buses[-1]}), got {bus}"
+                )
             x[:, position[bus]] -= mw
     return x

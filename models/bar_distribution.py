@@ -10,6 +10,7 @@ service depend on.
 
 Every method takes unnormalised logits (..., n_bars) and is vectorised over leading dims.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,7 +34,9 @@ class BarDistribution(nn.Module):
         if not borders.is_floating_point():
             borders = borders.to(torch.get_default_dtype())
         if borders.ndim != 1 or borders.numel() < 3:
-            raise ValueError(f"borders must be 1-D with at least 3 entries (n_bars >= 2), got shape {tuple(borders.shape)}")
+            raise ValueError(
+                f"borders must be 1-D with at least 3 entries (n_bars >= 2), got shape {tuple(borders.shape)}"
+            )
         if not torch.isfinite(borders).all():
             raise ValueError("borders must be finite")
         if not (borders[1:] > borders[:-1]).all():
@@ -42,7 +45,7 @@ class BarDistribution(nn.Module):
         self._casts: dict[tuple[torch.dtype, torch.device], BarDistribution] = {}
         self._derived: dict[tuple, tuple[Tensor, tuple[Tensor, ...]]] = {}
 
-    def cast(self, dtype: torch.dtype, device: torch.device | str) -> "BarDistribution":
+    def cast(self, dtype: torch.dtype, device: torch.device | str) -> BarDistribution:
         """This distribution with borders in another dtype / device, built once per pair: a
         predictive is made per micro-batch, and checking and copying borders each time cost ~0.3 ms."""
         key = (dtype, torch.device(device))
@@ -51,7 +54,7 @@ class BarDistribution(nn.Module):
         return self._casts[key]
 
     @classmethod
-    def from_samples(cls, samples: Tensor, n_bars: int) -> "BarDistribution":
+    def from_samples(cls, samples: Tensor, n_bars: int) -> BarDistribution:
         """Borders of equal prior mass: the 0, 1/n_bars, ..., 1 quantiles of `samples`.
 
         Ties (atoms in the prior) are spread apart by a tiny step so borders stay strictly
@@ -135,7 +138,9 @@ class BarDistribution(nn.Module):
         try:
             shape = torch.broadcast_shapes(logits.shape[:-1], y.shape)
         except RuntimeError as exc:
-            raise ValueError(f"y of shape {tuple(y.shape)} does not broadcast against logits {tuple(logits.shape)}") from exc
+            raise ValueError(
+                f"y of shape {tuple(y.shape)} does not broadcast against logits {tuple(logits.shape)}"
+            ) from exc
         return logits.expand(*shape, self.n_bars), y.expand(shape)
 
     def _bucket_index(self, y: Tensor, b: Tensor) -> Tensor:

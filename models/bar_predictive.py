@@ -5,11 +5,12 @@ dataset; the answer the service gives is y = loc + scale * z. This wrapper expos
 the common Predictive interface (float64 numpy, (m, k) per query and output), including the
 -log(scale) Jacobian in log_prob so NLLs compare with the GP and linear baselines.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -24,7 +25,9 @@ def _finite_array(name: str, value, allow_inf: bool = False) -> np.ndarray:
     arr = np.asarray(value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value, dtype=np.float64)
     bad = np.isnan(arr) if allow_inf else ~np.isfinite(arr)
     if bad.any():
-        raise ValueError(f"{name} must be {'free of NaN' if allow_inf else 'finite'}; found {int(bad.sum())} bad entries")
+        raise ValueError(
+            f"{name} must be {'free of NaN' if allow_inf else 'finite'}; found {int(bad.sum())} bad entries"
+        )
     return arr
 
 
@@ -166,7 +169,9 @@ class BarPredictive(Predictive):
         if band is not None:
             low, high = float(band[0]), float(band[1])
             if not (math.isfinite(low) and math.isfinite(high) and low < high):
-                raise InputValidationError("band", f"must be two finite numbers low < high, got {band!r}", "two finite numbers low < high")
+                raise InputValidationError(
+                    "band", f"must be two finite numbers low < high, got {band!r}", "two finite numbers low < high"
+                )
         m, k, n_bars = self.logits.shape
         bar, dtype, device = self._bar_native, self.logits.dtype, self.logits.device
         mean, std = np.empty((m, k)), np.empty((m, k))
@@ -189,7 +194,9 @@ class BarPredictive(Predictive):
                 z_half = None
                 if self.min_half is not None:
                     cum = bar.cumulative(p)
-                    z95 = bar.icdf_from_probs(p, cum, torch.tensor(_CENTRAL_95, dtype=dtype, device=device).expand(*p.shape[:-1], -1))
+                    z95 = bar.icdf_from_probs(
+                        p, cum, torch.tensor(_CENTRAL_95, dtype=dtype, device=device).expand(*p.shape[:-1], -1)
+                    )
                     z_half = as64(order(0.5 * (z95[..., 1] - z95[..., 0])))
                 factor = self._stretch(scale, z_half)
                 loc, scale = loc + scale * z_mean * (1.0 - factor), scale * factor
@@ -210,7 +217,9 @@ class BarPredictive(Predictive):
     def _levels(levels: Sequence[float]) -> torch.Tensor:
         lv = np.asarray(levels, dtype=np.float64)
         if lv.ndim != 1 or not np.all((lv > 0) & (lv < 1)):
-            raise InputValidationError("levels", f"must be a 1-D sequence inside (0, 1), got {lv!r}", "a 1-D sequence inside (0, 1)")
+            raise InputValidationError(
+                "levels", f"must be a 1-D sequence inside (0, 1), got {lv!r}", "a 1-D sequence inside (0, 1)"
+            )
         return torch.as_tensor(lv)
 
     def quantile(self, levels: Sequence[float]) -> np.ndarray:

@@ -7,6 +7,7 @@ input-only feature. `ModelConfig.base` picks the kind: "physics" (models/physics
 DistFlow-structured), "ridge" (`RidgeBase`: linear in the loads) or "none" (`MeanBase`: the plain
 PFN of the paper). All work in float64 on standardised loads.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -103,8 +104,11 @@ class RidgeFit:
         return self.leverage.n_context
 
     def select(self, pick: torch.Tensor) -> RidgeFit:
-        return replace(self, y_mean=torch.gather(self.y_mean, 1, pick),
-                       beta=torch.gather(self.beta, 2, pick[:, None, :].expand(-1, self.beta.shape[1], -1)))
+        return replace(
+            self,
+            y_mean=torch.gather(self.y_mean, 1, pick),
+            beta=torch.gather(self.beta, 2, pick[:, None, :].expand(-1, self.beta.shape[1], -1)),
+        )
 
 
 class RidgeBase:

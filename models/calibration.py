@@ -10,6 +10,7 @@ The answer is then y' = m + s * (y - m) around the predictive mean m: the mean i
 every interval and the std are scaled by s, and the central 95 % interval covers about 95 % of
 held-out points on every output.
 """
+
 from __future__ import annotations
 
 import math
@@ -70,8 +71,9 @@ def median_leverage(residuals: np.ndarray, loo_residuals: np.ndarray) -> float:
     return float(np.clip(np.median(h), 0.0, 1.0)) if h.size else 0.0
 
 
-def spread_from_heldout(pred: Predictive, y: np.ndarray, level: float = CALIBRATION_LEVEL,
-                        overstatement: float = 1.0) -> np.ndarray:
+def spread_from_heldout(
+    pred: Predictive, y: np.ndarray, level: float = CALIBRATION_LEVEL, overstatement: float = 1.0
+) -> np.ndarray:
     """Spread factor per output (k,) from held-out predictions (n, k) and their truth y (n, k).
 
     `overstatement`: how much wider the held-out errors are than new queries' (exp(slope * leverage),
@@ -86,8 +88,9 @@ def spread_from_heldout(pred: Predictive, y: np.ndarray, level: float = CALIBRAT
     return np.maximum(factors / overstatement, MIN_SPREAD)
 
 
-def half_width_floor(heldout_errors: np.ndarray, confidence: float = HALF_WIDTH_FLOOR_CONFIDENCE,
-                     level: float = CALIBRATION_LEVEL) -> np.ndarray:
+def half_width_floor(
+    heldout_errors: np.ndarray, confidence: float = HALF_WIDTH_FLOOR_CONFIDENCE, level: float = CALIBRATION_LEVEL
+) -> np.ndarray:
     """Per output (k,): the half-width of a central `level` Gaussian interval whose sigma is the upper
     `confidence` bound on the rms of held-out errors (n, k), rms * sqrt(n / chi2_{1 - confidence}(n))
     (1.42x the rms at n = 16, 1.20x at 50, 1.13x at 100)."""
@@ -96,8 +99,7 @@ def half_width_floor(heldout_errors: np.ndarray, confidence: float = HALF_WIDTH_
     return norm.ppf(0.5 + level / 2) * rms * math.sqrt(n / chi2.ppf(1.0 - confidence, n))
 
 
-def conformal_spread(mean: np.ndarray, low: np.ndarray, high: np.ndarray, y: np.ndarray,
-                     level: float) -> np.ndarray:
+def conformal_spread(mean: np.ndarray, low: np.ndarray, high: np.ndarray, y: np.ndarray, level: float) -> np.ndarray:
     """Spread factor per output from held-out predictions, all shaped (n, k); returns (k,).
 
     Each point's score is the factor its central interval (low, high) around `mean` must be

@@ -1,5 +1,6 @@
 """`gridpfn train`, `gridpfn export` and `gridpfn measure-bias`: train on a prior, publish a run into the
 registry, measure a checkpoint's held-out calibration bias (models.heldout_bias)."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,14 +19,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--max-minutes", type=float, help="stop (with a checkpoint) after this many minutes")
     train.add_argument("--steps", type=int, help="override the config's total steps (e.g. to extend a run)")
     train.add_argument("--lr", type=float, help="override the config's peak learning rate")
-    train.add_argument("--network", help="train for this feeder instead of the config's (a gridsim built-in "
-                                          "name): the prior's network, the model's inputs and load positions")
-    train.add_argument("--init-weights", type=Path,
-                       help="start a new run from these weights (e.g. a registry checkpoint's model.safetensors): "
-                            "fresh optimizer, the config's warmup and cosine schedule; recorded in the card")
-    train.add_argument("--init-partial", action="store_true",
-                       help="with --init-weights from a model of other widths: tensors whose name and shape match "
-                            "transfer, the rest start fresh (e.g. a narrow y stream beside a teacher's x stream)")
+    train.add_argument(
+        "--network",
+        help="train for this feeder instead of the config's (a gridsim built-in "
+        "name): the prior's network, the model's inputs and load positions",
+    )
+    train.add_argument(
+        "--init-weights",
+        type=Path,
+        help="start a new run from these weights (e.g. a registry checkpoint's model.safetensors): "
+        "fresh optimizer, the config's warmup and cosine schedule; recorded in the card",
+    )
+    train.add_argument(
+        "--init-partial",
+        action="store_true",
+        help="with --init-weights from a model of other widths: tensors whose name and shape match "
+        "transfer, the rest start fresh (e.g. a narrow y stream beside a teacher's x stream)",
+    )
     train.set_defaults(func=_train)
 
     export = subparsers.add_parser("export", help="publish a run's best weights as a registry checkpoint")
@@ -36,8 +46,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument("--card", type=Path, help="JSON with extra card fields (e.g. the accuracy summary)")
     export.set_defaults(func=_export)
 
-    bias = subparsers.add_parser("measure-bias", help="measure how far a checkpoint's held-out calibration pass "
-                                                      "overstates new queries' errors, on its prior (models.heldout_bias)")
+    bias = subparsers.add_parser(
+        "measure-bias",
+        help="measure how far a checkpoint's held-out calibration pass "
+        "overstates new queries' errors, on its prior (models.heldout_bias)",
+    )
     bias.add_argument("checkpoint", type=Path, help="a registry checkpoint directory (model.safetensors + card.json)")
     bias.add_argument("--datasets", type=int, default=64, help="prior datasets to measure on (default 64)")
     bias.add_argument("--seed", type=int, default=0)
@@ -61,9 +74,16 @@ def _train(args: argparse.Namespace) -> int:
     run_dir = args.run_dir or Path("runs") / (args.config.stem + (f"-{args.network}" if args.network else ""))
     if args.init_partial and not args.init_weights:
         raise SystemExit("--init-partial: needs --init-weights")
-    trainer = Trainer(config, run_dir, resume=args.resume, init_weights=args.init_weights, init_partial=args.init_partial)
+    trainer = Trainer(
+        config, run_dir, resume=args.resume, init_weights=args.init_weights, init_partial=args.init_partial
+    )
     progress = trainer.run(max_minutes=args.max_minutes)
-    log.info("stopped at step %d, best validation NLL %.4f at step %d", progress.step, progress.best_val_nll, progress.best_step)
+    log.info(
+        "stopped at step %d, best validation NLL %.4f at step %d",
+        progress.step,
+        progress.best_val_nll,
+        progress.best_step,
+    )
     return 0
 
 

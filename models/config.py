@@ -3,6 +3,7 @@
 Defaults of `ModelConfig` follow the paper's 64-D settings (Tables 12-13); the shipped
 checkpoints record the exact config they were trained with in their model card.
 """
+
 from __future__ import annotations
 
 import dataclasses

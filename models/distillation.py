@@ -10,6 +10,7 @@ the same standardised residual, only the borders differ. The teacher's bar proba
 onto the student's borders through the teacher's piecewise-linear CDF, and the student's loss adds
 the cross-entropy against them.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -54,8 +55,10 @@ class Teacher:
         """Refuse a student whose bars would describe another quantity than the teacher's."""
         mine, theirs = student.cfg, self.model.cfg
         if (mine.d_in, mine.base, mine.load_positions) != (theirs.d_in, theirs.base, theirs.load_positions):
-            raise ValueError(f"teacher: {self.checkpoint} has d_in/base/load_positions {theirs.d_in}/{theirs.base}/"
-                             f"{theirs.load_positions}, the student {mine.d_in}/{mine.base}/{mine.load_positions}")
+            raise ValueError(
+                f"teacher: {self.checkpoint} has d_in/base/load_positions {theirs.d_in}/{theirs.base}/"
+                f"{theirs.load_positions}, the student {mine.d_in}/{mine.base}/{mine.load_positions}"
+            )
 
     @torch.no_grad()
     def targets(self, cx, cy, qx, pick, onto: torch.Tensor) -> torch.Tensor:

@@ -4,6 +4,7 @@ Why a type of its own: the service answers this one as the caller's fault (a 422
 and any other exception, a ValueError from a bug included, as its own (a 500 with a logged id).
 It subclasses ValueError, so code that catches ValueError keeps working.
 """
+
 from __future__ import annotations
 
 

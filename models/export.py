@@ -1,4 +1,5 @@
 """Publish a training run's best weights as a registry checkpoint with its model card."""
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,9 @@ def _context_sizes(config: TrainConfig) -> dict[str, int]:
     return {"min": low, "max": high}
 
 
-def export_run(run_dir: str | Path, name: str, version: str, registry_root: str | Path, extra: dict[str, Any] | None = None) -> Path:
+def export_run(
+    run_dir: str | Path, name: str, version: str, registry_root: str | Path, extra: dict[str, Any] | None = None
+) -> Path:
     """Card = architecture, prior, feature/output order, context sizes, training record, extras."""
     run_dir = Path(run_dir)
     config = TrainConfig.load(run_dir / "config.json")
@@ -34,7 +37,11 @@ def export_run(run_dir: str | Path, name: str, version: str, registry_root: str 
     card = {
         "name": name,
         "version": version,
-        "architecture": {"backbone": config.model.backbone, "attention": config.model.attention, "base": config.model.base},
+        "architecture": {
+            "backbone": config.model.backbone,
+            "attention": config.model.attention,
+            "base": config.model.base,
+        },
         "network": net.name,
         "prior": prior.to_dict(),
         "features": list(net.feature_names),
@@ -48,12 +55,22 @@ def export_run(run_dir: str | Path, name: str, version: str, registry_root: str 
             "wall_hours": round(progress["train_seconds"] / 3600, 3),
             "device": progress["device"],
             "cpu_threads": threads if progress["device"] == "cpu" else None,
-            "cpu_hours_upper_bound": round(progress["train_seconds"] / 3600 * threads, 3) if progress["device"] == "cpu" else None,
+            "cpu_hours_upper_bound": round(progress["train_seconds"] / 3600 * threads, 3)
+            if progress["device"] == "cpu"
+            else None,
             "lr": config.lr,
             "seed": config.seed,
             **({"initialised_from": progress["init"]} if progress.get("init") else {}),
-            **({"distilled_from": {**init_record(Path(config.teacher) / "model.safetensors"),
-                                   "distill_weight": config.distill_weight}} if config.teacher else {}),
+            **(
+                {
+                    "distilled_from": {
+                        **init_record(Path(config.teacher) / "model.safetensors"),
+                        "distill_weight": config.distill_weight,
+                    }
+                }
+                if config.teacher
+                else {}
+            ),
         },
         "validation_nll": progress["best_val_nll"],
         "validation_nll_units": "standardised residual (z) of the prior's held-out points",

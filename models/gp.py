@@ -14,6 +14,7 @@ the time and memory of autograd through the Cholesky and the (k, n, n) kernel gr
 Contexts above opt_points are optimised on a random subset (cost ~ n^3 per step), optionally
 polished on all points; the posterior always conditions on every point.
 """
+
 from __future__ import annotations
 
 import logging
@@ -24,8 +25,8 @@ import numpy as np
 import torch
 from scipy import optimize
 
-from models.validation import check_context, check_queries
 from models.predictive import GaussianPredictive, Method
+from models.validation import check_context, check_queries
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,8 @@ def _robust_cholesky(k_mat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             return chol, jitter
     raise FloatingPointError(
         f"kernel matrix not positive definite even with jitter {_JITTERS[-1]:g} x mean diagonal "
-        f"for outputs {todo.nonzero().flatten().tolist()}; check the context for degenerate values")
+        f"for outputs {todo.nonzero().flatten().tolist()}; check the context for degenerate values"
+    )
 
 
 def _rbf(xa: torch.Tensor, xb: torch.Tensor, p: Params) -> torch.Tensor:
@@ -207,10 +209,19 @@ class ExactGP(Method):
 
     name = "exact_gp"
 
-    def __init__(self, linear_term: bool = False, device: str | torch.device | None = None,
-                 max_iter: int = 30, dtype: torch.dtype = torch.float64, min_noise: float = 1e-8,
-                 opt_points: int | None = 256, polish_iter: int = 0, query_chunk: int | None = None,
-                 chunk_elements: int = 2**22, seed: int = 0) -> None:
+    def __init__(
+        self,
+        linear_term: bool = False,
+        device: str | torch.device | None = None,
+        max_iter: int = 30,
+        dtype: torch.dtype = torch.float64,
+        min_noise: float = 1e-8,
+        opt_points: int | None = 256,
+        polish_iter: int = 0,
+        query_chunk: int | None = None,
+        chunk_elements: int = 2**22,
+        seed: int = 0,
+    ) -> None:
         if max_iter < 0 or polish_iter < 0:
             raise ValueError(f"max_iter, polish_iter: expected >= 0, got {max_iter}, {polish_iter}")
         if not 0.0 < min_noise < 1.0:
@@ -220,8 +231,9 @@ class ExactGP(Method):
         if query_chunk is not None and query_chunk < 1:
             raise ValueError(f"query_chunk: expected >= 1 or None, got {query_chunk}")
         self.linear_term = linear_term
-        self.device = torch.device(device) if device is not None else torch.device(
-            "cuda" if torch.cuda.is_available() else "cpu")
+        self.device = (
+            torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        )
         self.max_iter, self.polish_iter = max_iter, polish_iter
         self.dtype = dtype
         self.noise_bounds = (math.log(min_noise), math.log(10.0))
@@ -236,7 +248,7 @@ class ExactGP(Method):
     def _unpack(self, theta: torch.Tensor, k: int, d: int) -> Params:
         out, start = {}, 0
         for name, size in self._sizes(d).items():
-            chunk = theta[start:start + k * size].reshape(k, size)
+            chunk = theta[start : start + k * size].reshape(k, size)
             out[name] = chunk.squeeze(-1) if size == 1 else chunk
             start += k * size
         return out
@@ -255,9 +267,11 @@ class ExactGP(Method):
         best, best_nll = None, None
         for ell_mult, signal in _INIT_SCALES:
             for noise in _INIT_NOISE:
-                cand = {"lengthscale": torch.full((k, d), math.log(ell_mult * math.sqrt(d))),
-                        "signal": torch.full((k,), math.log(signal * (0.5 if self.linear_term else 1.0))),
-                        "noise": torch.full((k,), max(math.log(noise), self.noise_bounds[0]))}
+                cand = {
+                    "lengthscale": torch.full((k, d), math.log(ell_mult * math.sqrt(d))),
+                    "signal": torch.full((k,), math.log(signal * (0.5 if self.linear_term else 1.0))),
+                    "noise": torch.full((k,), max(math.log(noise), self.noise_bounds[0])),
+                }
                 if self.linear_term:
                     cand["linear"] = torch.full((k, d), math.log(0.5 / d))
                 cand = {name: v.to(x) for name, v in cand.items()}
@@ -289,8 +303,14 @@ class ExactGP(Method):
             return value, grad_np
 
         x0 = np.clip(_np(self._pack(start)), [b[0] for b in box], [b[1] for b in box])
-        res = optimize.minimize(objective, x0, jac=True, method="L-BFGS-B", bounds=box,
-                                options={"maxiter": max_iter, "ftol": 1e-12, "gtol": 1e-6})
+        res = optimize.minimize(
+            objective,
+            x0,
+            jac=True,
+            method="L-BFGS-B",
+            bounds=box,
+            options={"maxiter": max_iter, "ftol": 1e-12, "gtol": 1e-6},
+        )
         if not res.success:
             log.info("GP L-BFGS-B stopped after %d iterations (n=%d): %s", res.nit, x.shape[0], res.message)
         theta = torch.as_tensor(res.x, dtype=self.dtype, device=self.device)
@@ -329,9 +349,20 @@ class ExactGP(Method):
             chol_inv = torch.linalg.solve_triangular(chol, eye, upper=False)
         if not (torch.isfinite(alpha).all() and torch.isfinite(lml).all() and torch.isfinite(chol_inv).all()):
             raise FloatingPointError("GP fit produced non-finite weights or marginal likelihood")
-        return GPFit(x=x, x_mean=x_mean, x_scale=x_scale, y_mean=y_mean, y_scale=y_scale,
-                     params=params, jitter=jitter, chol_inv=chol_inv, alpha=alpha,
-                     log_marginal_likelihood_standardized=_np(lml), n_iter=iters, converged=ok)
+        return GPFit(
+            x=x,
+            x_mean=x_mean,
+            x_scale=x_scale,
+            y_mean=y_mean,
+            y_scale=y_scale,
+            params=params,
+            jitter=jitter,
+            chol_inv=chol_inv,
+            alpha=alpha,
+            log_marginal_likelihood_standardized=_np(lml),
+            n_iter=iters,
+            converged=ok,
+        )
 
     # --------------------------------------------------------------- predict
     def predict(self, fitted: GPFit, query_x: np.ndarray) -> GaussianPredictive:
@@ -345,7 +376,7 @@ class ExactGP(Method):
         means, stds = [], []
         with torch.no_grad():
             for start in range(0, qx.shape[0], chunk):
-                q = torch.as_tensor(qx[start:start + chunk], dtype=fitted.x.dtype, device=fitted.x.device)
+                q = torch.as_tensor(qx[start : start + chunk], dtype=fitted.x.dtype, device=fitted.x.device)
                 q = (q - fitted.x_mean) / fitted.x_scale
                 k_star = _cross_kernel(q, fitted.x, p)  # (k, c, n)
                 mean = (k_star @ fitted.alpha.unsqueeze(-1)).squeeze(-1)

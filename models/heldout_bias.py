@@ -21,6 +21,7 @@ transformer-dva's slope (a = -0.022, interval -0.049..0.003; b = 0.38, 0.30..0.4
 (b's interval -0.008..0.16: a flat 1.03) and cnn's (a = +0.036, 0.004..0.064: an offset, not the
 mechanism).
 """
+
 from __future__ import annotations
 
 import logging
@@ -113,8 +114,12 @@ def measure(checkpoint: str | Path, datasets: int = 64, seed: int = 0) -> dict[s
         "heldout_slope": round(slope, 4) if kept else 0.0,
         "measured_slope": round(slope, 4),
         "slope_interval95": rounded(interval),
-        "with_intercept": {"intercept": round(float(line[0]), 4), "intercept_interval95": rounded(line_intervals[:, 0]),
-                           "slope": round(float(line[1]), 4), "slope_interval95": rounded(line_intervals[:, 1])},
+        "with_intercept": {
+            "intercept": round(float(line[0]), 4),
+            "intercept_interval95": rounded(line_intervals[:, 0]),
+            "slope": round(float(line[1]), 4),
+            "slope_interval95": rounded(line_intervals[:, 1]),
+        },
         "median_ratio": round(float(np.median(ratio)), 4),
         "leverage_range": [round(float(h.min()), 4), round(float(h.max()), 4)],
         "datasets": datasets,
@@ -122,6 +127,6 @@ def measure(checkpoint: str | Path, datasets: int = 64, seed: int = 0) -> dict[s
         "queries": QUERIES,
         "seed": seed,
         "rule": "fits divide their spread factors by exp(heldout_slope * median base-fit leverage); the slope is "
-                "kept where, fitted with an intercept, the slope's bootstrap 95 % interval lies above 0 and the "
-                "intercept's holds 0 (models/heldout_bias.py)",
+        "kept where, fitted with an intercept, the slope's bootstrap 95 % interval lies above 0 and the "
+        "intercept's holds 0 (models/heldout_bias.py)",
     }

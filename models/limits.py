@@ -1,5 +1,6 @@
 """The context sizes the models serve, in a module without torch: the service's settings read the
 largest as their default limit (GRIDPFN_MAX_CONTEXT_ROWS) without importing the models."""
+
 from __future__ import annotations
 
 # Below this the physics base's leave-one-out choice between the linear and the physics fit is noise.

@@ -9,6 +9,7 @@ On the 33-bus feeder the load -> voltage map is nearly linear (least-squares err
 - RidgeLOO: ridge on standardised inputs, penalty per output by exact leave-one-out error.
 All share one SVD of the standardised design across the k outputs.
 """
+
 from __future__ import annotations
 
 import logging
@@ -80,8 +81,21 @@ def _standardised_svd(x: np.ndarray, y: np.ndarray):
     c = u.T @ ys  # (r, k)
     outside = ys - u @ c  # (n, k) part of y no linear fit can explain
     floor = _floor(y_mean, y_sd)
-    return dict(n=n, x_mean=x_mean, x_scale=x_scale, y_mean=y_mean, y_scale=y_scale, y_sd=y_sd,
-                u=u, s=s, vt=vt, c=c, outside=outside, resid=(outside**2).sum(0), floor=floor)
+    return dict(
+        n=n,
+        x_mean=x_mean,
+        x_scale=x_scale,
+        y_mean=y_mean,
+        y_scale=y_scale,
+        y_sd=y_sd,
+        u=u,
+        s=s,
+        vt=vt,
+        c=c,
+        outside=outside,
+        resid=(outside**2).sum(0),
+        floor=floor,
+    )
 
 
 @_one_blas_thread
@@ -109,9 +123,16 @@ class MeanPredictor(Method):
         k = y.shape[1]
         y_mean, y_sd = y.mean(0), y.std(0, ddof=1)
         return LinearFit(
-            x_mean=x.mean(0), x_scale=np.full(d, np.inf), y_mean=y_mean, y_scale=np.ones(k),
-            w=np.zeros((d, k)), vt=np.zeros((0, d)), param_prec=np.ones((0, k)), null_var=np.zeros(k),
-            noise_var=y_sd**2 * (1.0 + 1.0 / n), std_floor=_floor(y_mean, y_sd),
+            x_mean=x.mean(0),
+            x_scale=np.full(d, np.inf),
+            y_mean=y_mean,
+            y_scale=np.ones(k),
+            w=np.zeros((d, k)),
+            vt=np.zeros((0, d)),
+            param_prec=np.ones((0, k)),
+            null_var=np.zeros(k),
+            noise_var=y_sd**2 * (1.0 + 1.0 / n),
+            std_floor=_floor(y_mean, y_sd),
         )
 
     def predict(self, fitted: LinearFit, query_x) -> GaussianPredictive:
@@ -136,23 +157,34 @@ class LeastSquares(Method):
         if dof >= 1:
             sigma2 = g["resid"] / dof
         else:
-            log.warning("least squares: %d rows leave no residual degrees of freedom for rank %d; "
-                        "using the sample variance of y as noise", n, r)
+            log.warning(
+                "least squares: %d rows leave no residual degrees of freedom for rank %d; "
+                "using the sample variance of y as noise",
+                n,
+                r,
+            )
             sigma2 = (g["y_sd"] / g["y_scale"]) ** 2 * n / (n - 1)
         sigma2 = np.maximum(sigma2, (g["floor"] / g["y_scale"]) ** 2)
         return LinearFit(
-            x_mean=g["x_mean"], x_scale=g["x_scale"], y_mean=g["y_mean"], y_scale=g["y_scale"],
-            w=g["vt"].T @ (g["c"] / s[:, None]), vt=g["vt"],
-            param_prec=(s**2)[:, None] / sigma2[None, :], null_var=np.zeros(k),
-            noise_var=sigma2 * (1.0 + 1.0 / n), std_floor=g["floor"],
+            x_mean=g["x_mean"],
+            x_scale=g["x_scale"],
+            y_mean=g["y_mean"],
+            y_scale=g["y_scale"],
+            w=g["vt"].T @ (g["c"] / s[:, None]),
+            vt=g["vt"],
+            param_prec=(s**2)[:, None] / sigma2[None, :],
+            null_var=np.zeros(k),
+            noise_var=sigma2 * (1.0 + 1.0 / n),
+            std_floor=g["floor"],
         )
 
     def predict(self, fitted: LinearFit, query_x) -> GaussianPredictive:
         return _predict(fitted, query_x)
 
 
-def _log_evidence(log_gamma: np.ndarray, s2: np.ndarray, c2: np.ndarray, resid: np.ndarray,
-                  n_eff: int, e_floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _log_evidence(
+    log_gamma: np.ndarray, s2: np.ndarray, c2: np.ndarray, resid: np.ndarray, n_eff: int, e_floor: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Profile log evidence over gamma = prior / noise precision, the noise precision maximised out.
 
     log_gamma (G, k); s2 (r,); c2 (r, k). Returns (evidence (G, k), E(gamma) (G, k)) where
@@ -214,9 +246,18 @@ class BayesianLinearRegression(Method):
     @staticmethod
     def _fit_state(g: dict, w, param_prec, alpha, lam, n) -> LinearFit:
         return LinearFit(
-            x_mean=g["x_mean"], x_scale=g["x_scale"], y_mean=g["y_mean"], y_scale=g["y_scale"],
-            w=w, vt=g["vt"], param_prec=param_prec, null_var=1.0 / lam,
-            noise_var=(1.0 + 1.0 / n) / alpha, std_floor=g["floor"], alpha=alpha, lam=lam,
+            x_mean=g["x_mean"],
+            x_scale=g["x_scale"],
+            y_mean=g["y_mean"],
+            y_scale=g["y_scale"],
+            w=w,
+            vt=g["vt"],
+            param_prec=param_prec,
+            null_var=1.0 / lam,
+            noise_var=(1.0 + 1.0 / n) / alpha,
+            std_floor=g["floor"],
+            alpha=alpha,
+            lam=lam,
         )
 
     def predict(self, fitted: LinearFit, query_x) -> GaussianPredictive:
@@ -288,10 +329,17 @@ class RidgeLOO(Method):
         sigma2 = np.maximum((loo**2 * one_minus_h).mean(0), (g["floor"] / g["y_scale"]) ** 2)
         s2 = (s**2)[:, None]
         return LinearFit(
-            x_mean=g["x_mean"], x_scale=g["x_scale"], y_mean=g["y_mean"], y_scale=g["y_scale"],
-            w=g["vt"].T @ (s[:, None] * g["c"] / (s2 + lam[None, :])), vt=g["vt"],
-            param_prec=(s2 + lam[None, :]) / sigma2[None, :], null_var=sigma2 / lam,
-            noise_var=sigma2 * (1.0 + 1.0 / n), std_floor=g["floor"], lam=lam,
+            x_mean=g["x_mean"],
+            x_scale=g["x_scale"],
+            y_mean=g["y_mean"],
+            y_scale=g["y_scale"],
+            w=g["vt"].T @ (s[:, None] * g["c"] / (s2 + lam[None, :])),
+            vt=g["vt"],
+            param_prec=(s2 + lam[None, :]) / sigma2[None, :],
+            null_var=sigma2 / lam,
+            noise_var=sigma2 * (1.0 + 1.0 / n),
+            std_floor=g["floor"],
+            lam=lam,
         )
 
     def predict(self, fitted: LinearFit, query_x) -> GaussianPredictive:

@@ -11,6 +11,7 @@ since glibc's aligned allocations do not always fit a freed block of the same si
 (bench/memory_soak.py measures both settings on the same stream of mixed requests). Free space
 at the top of the heap above TRIM_BYTES still goes back to the OS.
 """
+
 from __future__ import annotations
 
 import ctypes

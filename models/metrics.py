@@ -1,4 +1,5 @@
 """Accuracy figures of a predictive distribution against ground truth, as the reports print them."""
+
 from __future__ import annotations
 
 import numpy as np

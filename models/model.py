@@ -20,6 +20,7 @@ Read top to bottom:
 `attention="va"` is the vanilla PFN for comparison: one joint x+y stream per output that
 makes queries, keys and values alike.
 """
+
 from __future__ import annotations
 
 import math
@@ -242,8 +243,9 @@ class Layer(nn.Module):
             values = values.permute(0, 2, 3, 1, 4).reshape(b, h, n, k * dv)
         return keys, values
 
-    def attention_weights(self, hx: torch.Tensor | None, hy: torch.Tensor, keys: torch.Tensor,
-                          self_from: int | None = None) -> torch.Tensor:
+    def attention_weights(
+        self, hx: torch.Tensor | None, hy: torch.Tensor, keys: torch.Tensor, self_from: int | None = None
+    ) -> torch.Tensor:
         """Softmax over context points: (B, H, N, n) for DVA, (B, k, H, N, n) for VA.
 
         `self_from`: the queries are context points self_from, self_from + 1, ...; each one's own
@@ -259,7 +261,9 @@ class Layer(nn.Module):
             scores = scores.masked_fill(own, -torch.inf)
         return scores.softmax(dim=-1)
 
-    def update_y(self, hx, hy, keys, values, attention_log: list | None = None, self_from: int | None = None) -> torch.Tensor:
+    def update_y(
+        self, hx, hy, keys, values, attention_log: list | None = None, self_from: int | None = None
+    ) -> torch.Tensor:
         """The y stream: attend to the context's values, then mix each token."""
         weights = self.attention_weights(hx, hy, keys, self_from)
         if attention_log is not None:
@@ -281,8 +285,9 @@ class Layer(nn.Module):
         return self.update_x(hx), self.update_y(hx, hy, keys, values, attention_log, self_from)
 
 
-def _in_blocks(fn, hx: torch.Tensor | None, hy: torch.Tensor, tokens: int, whole: bool = False,
-               out: torch.Tensor | None = None) -> torch.Tensor:
+def _in_blocks(
+    fn, hx: torch.Tensor | None, hy: torch.Tensor, tokens: int, whole: bool = False, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """`fn(hx, hy, batch, start) -> (B, k, N, D)`, run on blocks of one dataset and about `tokens` tokens.
 
     Exact: a point's result depends only on itself and its own dataset's context, which `batch`
@@ -349,8 +354,9 @@ class DVAPFN(nn.Module):
         return None, ex[:, None].expand(-1, k, -1, -1)
 
     # -- the two calls ----------------------------------------------------------------------
-    def encode_context(self, context_x: torch.Tensor, context_y: torch.Tensor,
-                       outputs: torch.Tensor | None = None) -> ContextCache:
+    def encode_context(
+        self, context_x: torch.Tensor, context_y: torch.Tensor, outputs: torch.Tensor | None = None
+    ) -> ContextCache:
         """Encode (B, n, d) inputs and (B, n, k) targets into per-layer keys and values.
 
         `outputs` (B, k') keeps only those outputs after the base fit (which sees every bus).
@@ -377,13 +383,25 @@ class DVAPFN(nn.Module):
             keys, vals = layer.keys_values(hx, hy)
             cache.keys.append(keys)
             cache.values.append(vals)
-            hy = _in_blocks(lambda x, y, batch, start: layer.update_y(x, y, keys[batch], vals[batch]), hx, hy,
-                            self.tokens_per_block)
+            hy = _in_blocks(
+                lambda x, y, batch, start, layer=layer, keys=keys, vals=vals: layer.update_y(
+                    x, y, keys[batch], vals[batch]
+                ),
+                hx,
+                hy,
+                self.tokens_per_block,
+            )
             hx = layer.update_x(hx)
         return cache
 
-    def predict(self, cache: ContextCache, query_x: torch.Tensor, attention_log: list | None = None,
-                held_out: bool = False, out: torch.Tensor | None = None):
+    def predict(
+        self,
+        cache: ContextCache,
+        query_x: torch.Tensor,
+        attention_log: list | None = None,
+        held_out: bool = False,
+        out: torch.Tensor | None = None,
+    ):
         """Logits (B, k, m, n_bars), location (B, k, m) and scale (B, k, 1), both float64.
 
         The predictive distribution of y is `loc + scale * z` with z ~ bars(logits). `held_out`:

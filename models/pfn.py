@@ -1,9 +1,10 @@
 """The DVA-PFN behind the common `Method` interface: encode a context once, answer queries in chunks."""
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -11,9 +12,14 @@ import torch
 from models import physics_base
 from models.bar_distribution import BarDistribution
 from models.bar_predictive import BarPredictive
-from models.calibration import (MIN_CALIBRATION_POINTS, check_heldout_slope, half_width_floor, median_leverage,
-                                spread_from_heldout)
-from models.model import ContextCache, DVAPFN
+from models.calibration import (
+    MIN_CALIBRATION_POINTS,
+    check_heldout_slope,
+    half_width_floor,
+    median_leverage,
+    spread_from_heldout,
+)
+from models.model import DVAPFN, ContextCache
 from models.predictive import Method, Summary
 from models.validation import check_context, check_queries
 
@@ -39,8 +45,14 @@ class PFNMethod(Method):
 
     name = "dva-pfn"
 
-    def __init__(self, model: DVAPFN, device: str | torch.device = "cpu", query_chunk: int = 2048,
-                 calibrate: bool = True, heldout_slope: float = 0.0):
+    def __init__(
+        self,
+        model: DVAPFN,
+        device: str | torch.device = "cpu",
+        query_chunk: int = 2048,
+        calibrate: bool = True,
+        heldout_slope: float = 0.0,
+    ):
         """`heldout_slope`: the checkpoint card's `calibration.heldout_slope` (models.heldout_bias)."""
         self.model = model.eval().to(device)
         self.device = torch.device(device)
@@ -68,19 +80,29 @@ class PFNMethod(Method):
         min_half = None if cv is None else half_width_floor(cv.cpu().numpy())
         return EncodedContext(cache, self.spread_factors(cache, x, y, cv), min_half)
 
-    def _small_context_errors(self, cache: ContextCache, context_x: torch.Tensor,
-                              context_y: torch.Tensor) -> torch.Tensor | None:
+    def _small_context_errors(
+        self, cache: ContextCache, context_x: torch.Tensor, context_y: torch.Tensor
+    ) -> torch.Tensor | None:
         """The physics base fit's K-fold residuals (n, k) on a context under CV_BELOW_POINTS rows, else None."""
         n = context_x.shape[0]
-        if (self.model.cfg.base != "physics" or cache.attended is not None
-                or not MIN_CALIBRATION_POINTS <= n < physics_base.CV_BELOW_POINTS):
+        if (
+            self.model.cfg.base != "physics"
+            or cache.attended is not None
+            or not MIN_CALIBRATION_POINTS <= n < physics_base.CV_BELOW_POINTS
+        ):
             return None
-        return physics_base.cross_validated_errors(context_x[None].double(), context_y[None].double(),
-                                                   self.model.cfg.load_positions)
+        return physics_base.cross_validated_errors(
+            context_x[None].double(), context_y[None].double(), self.model.cfg.load_positions
+        )
 
     @torch.inference_mode()
-    def spread_factors(self, cache: ContextCache, context_x: torch.Tensor,
-                       context_y: torch.Tensor | None = None, cv: torch.Tensor | None = None) -> np.ndarray | None:
+    def spread_factors(
+        self,
+        cache: ContextCache,
+        context_x: torch.Tensor,
+        context_y: torch.Tensor | None = None,
+        cv: torch.Tensor | None = None,
+    ) -> np.ndarray | None:
         """Per-output spread factors (k,) from the context itself, in one pass (None below
         MIN_CALIBRATION_POINTS): every point the attention sees is predicted with its own point
         masked, and its truth is the base fit's leave-one-out residual, so each point is held out
@@ -106,8 +128,9 @@ class PFNMethod(Method):
         pred = BarPredictive(self.bar, logits[0].transpose(0, 1).float().cpu(), np.zeros((n, k)), np.ones((1, k)))
         return spread_from_heldout(pred, targets, overstatement=overstatement)
 
-    def base_leverage(self, cache: ContextCache, points: torch.Tensor, context_y: torch.Tensor,
-                      loo_targets: np.ndarray) -> float:
+    def base_leverage(
+        self, cache: ContextCache, points: torch.Tensor, context_y: torch.Tensor, loo_targets: np.ndarray
+    ) -> float:
         """Median in-sample leverage of the base fit at the attended context points (models.calibration)."""
         loc, _ = self.model.predict_base(cache.stats, points[None])  # (1, k, n) float64
         y = context_y if cache.attended is None else context_y[cache.attended]
@@ -120,8 +143,14 @@ class PFNMethod(Method):
         query_x = check_queries(query_x, d=self.d_in)
         m = len(query_x)
         # every chunk writes its logits straight into one (k, m, bars) buffer: no per-chunk tensor, no concatenation
-        out = torch.empty(1, encoded.cache.n_outputs, m, self.model.cfg.n_bars, device=self.device,
-                          dtype=self.model.head[-1].weight.dtype)
+        out = torch.empty(
+            1,
+            encoded.cache.n_outputs,
+            m,
+            self.model.cfg.n_bars,
+            device=self.device,
+            dtype=self.model.head[-1].weight.dtype,
+        )
         locs = []
         for start in range(0, m, self.query_chunk):
             chunk = self._tensor(query_x[start : start + self.query_chunk])
@@ -135,10 +164,17 @@ class PFNMethod(Method):
         logits, loc, scale = self.raw_predict(encoded, query_x)
         return BarPredictive(self.bar, logits, loc, scale, spread=encoded.spread, min_half=encoded.min_half)
 
-    def summarize(self, encoded: EncodedContext, query_x: np.ndarray, levels: Sequence[float] = (),
-                  band: tuple[float, float] | None = None) -> Summary:
+    def summarize(
+        self,
+        encoded: EncodedContext,
+        query_x: np.ndarray,
+        levels: Sequence[float] = (),
+        band: tuple[float, float] | None = None,
+    ) -> Summary:
         """`predict(...).summary(...)` chunk by chunk: no m x k x n_bars logits for the whole request."""
         query_x = check_queries(query_x, d=self.d_in)
-        parts = [self.predict(encoded, query_x[start : start + SUMMARY_CHUNK]).summary(levels, band)
-                 for start in range(0, max(len(query_x), 1), SUMMARY_CHUNK)]
+        parts = [
+            self.predict(encoded, query_x[start : start + SUMMARY_CHUNK]).summary(levels, band)
+            for start in range(0, max(len(query_x), 1), SUMMARY_CHUNK)
+        ]
         return Summary.concat(parts)

@@ -25,6 +25,7 @@ the load buses; a bus without a load takes as downstream the loads that share it
 sensitivities that are measured. Works in float64: the second-order term is ~1e-3 of the voltage
 variation at small load perturbations.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -107,8 +108,9 @@ class BranchFlows:
         drop = xs @ self.drop_coef
         if self.outputs is not None:  # the state answers some outputs only (PhysicsFit.select)
             drop = torch.gather(drop, -1, self.outputs[:, None, :].expand(-1, drop.shape[-2], -1))
-        return torch.stack([ell @ weights.loss.transpose(-1, -2), ell @ weights.path.transpose(-1, -2), drop.square()],
-                           dim=-1)
+        return torch.stack(
+            [ell @ weights.loss.transpose(-1, -2), ell @ weights.path.transpose(-1, -2), drop.square()], dim=-1
+        )
 
 
 @dataclass(frozen=True)
@@ -138,15 +140,18 @@ class PhysicsFit:
         """Keep outputs `pick` (B, k') for the coefficients; features still describe every bus."""
         per_bus = pick[..., None].expand(-1, -1, 3)
         outputs = pick if self.flows.outputs is None else torch.gather(self.flows.outputs, 1, pick)
-        return replace(self, flows=replace(self.flows, outputs=outputs),
-                       beta=torch.gather(self.beta, 2, pick[:, None, :].expand(-1, self.beta.shape[1], -1)),
-                       y_mean=torch.gather(self.y_mean, 1, pick),
-                       physics_used=torch.gather(self.physics_used, 1, pick),
-                       compact=self.compact.select(pick),
-                       compact_mean=torch.gather(self.compact_mean, 1, per_bus),
-                       compact_std=torch.gather(self.compact_std, 1, per_bus),
-                       compact_gamma=torch.gather(self.compact_gamma, 2, pick[:, None, :].expand(-1, 3, -1)),
-                       compact_used=torch.gather(self.compact_used, 1, pick))
+        return replace(
+            self,
+            flows=replace(self.flows, outputs=outputs),
+            beta=torch.gather(self.beta, 2, pick[:, None, :].expand(-1, self.beta.shape[1], -1)),
+            y_mean=torch.gather(self.y_mean, 1, pick),
+            physics_used=torch.gather(self.physics_used, 1, pick),
+            compact=self.compact.select(pick),
+            compact_mean=torch.gather(self.compact_mean, 1, per_bus),
+            compact_std=torch.gather(self.compact_std, 1, per_bus),
+            compact_gamma=torch.gather(self.compact_gamma, 2, pick[:, None, :].expand(-1, 3, -1)),
+            compact_used=torch.gather(self.compact_used, 1, pick),
+        )
 
 
 def recover_tree(sens: torch.Tensor, varies: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -307,9 +312,13 @@ def _standardise(raw: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tenso
     return mean, torch.where(std > CONSTANT_RTOL * (mean.abs() + 1e-300), std, torch.ones_like(std))
 
 
-def fit(xs: torch.Tensor, y: torch.Tensor, x_std: torch.Tensor,
-        load_positions: torch.Tensor | Sequence[int] | None = None,
-        leverage_from: str = "design") -> ContextFit[PhysicsFit]:
+def fit(
+    xs: torch.Tensor,
+    y: torch.Tensor,
+    x_std: torch.Tensor,
+    load_positions: torch.Tensor | Sequence[int] | None = None,
+    leverage_from: str = "design",
+) -> ContextFit[PhysicsFit]:
     """Fit on standardised loads xs (B, n, d) and targets y (B, n, k), float64.
 
     `load_positions` (m,): the output index of each load bus, d = 2m; None when the outputs are the
@@ -360,10 +369,22 @@ def fit(xs: torch.Tensor, y: torch.Tensor, x_std: torch.Tensor,
     on_loads = leverage_from == "loads"
     source = lin if on_loads else full
     leverage, in_sample = FixedLeverage.of(source.u, source.s, source.vh)
-    result = PhysicsFit(flows=flows, feat_mean=feat_mean, feat_std=feat_std, beta=beta, y_mean=y_mean,
-                        leverage=leverage, parent=parent, physics_used=physics_used, compact=compact,
-                        compact_mean=g_mean, compact_std=g_std, compact_gamma=gamma, compact_used=compact_used,
-                        leverage_on_loads=on_loads)
+    result = PhysicsFit(
+        flows=flows,
+        feat_mean=feat_mean,
+        feat_std=feat_std,
+        beta=beta,
+        y_mean=y_mean,
+        leverage=leverage,
+        parent=parent,
+        physics_used=physics_used,
+        compact=compact,
+        compact_mean=g_mean,
+        compact_std=g_std,
+        compact_gamma=gamma,
+        compact_used=compact_used,
+        leverage_on_loads=on_loads,
+    )
     return ContextFit(result, loo, in_sample)
 
 
@@ -415,16 +436,18 @@ class RawLoadFit:
         return predict(self.state, (x - self.x_mean[:, None]) / self.x_std[:, None], leverage=False).loc
 
 
-def _fit_raw(x: torch.Tensor, y: torch.Tensor,
-             load_positions: torch.Tensor | Sequence[int] | None) -> tuple[RawLoadFit, torch.Tensor]:
+def _fit_raw(
+    x: torch.Tensor, y: torch.Tensor, load_positions: torch.Tensor | Sequence[int] | None
+) -> tuple[RawLoadFit, torch.Tensor]:
     """fit() on raw loads x (1, n, d) and voltages y (1, n, k): the fit and its LOO residuals (1, n, k)."""
     mean, std = load_scaling(x)
     result = fit((x - mean[:, None]) / std[:, None], y, std, load_positions)
     return RawLoadFit(result.fitted, mean, std), result.residuals
 
 
-def cross_validated_errors(x: torch.Tensor, y: torch.Tensor, load_positions: torch.Tensor | Sequence[int] | None,
-                           folds: int = CV_FOLDS) -> torch.Tensor:
+def cross_validated_errors(
+    x: torch.Tensor, y: torch.Tensor, load_positions: torch.Tensor | Sequence[int] | None, folds: int = CV_FOLDS
+) -> torch.Tensor:
     """Held-out residuals (n, k) of the whole fit, tree recovery and model choice included, by
     K-fold cross-validation on interleaved folds (rows i, i + K, ...). Leave-one-out residuals of
     the final fit miss those choices, which on a small context made its error look up to 2x smaller."""

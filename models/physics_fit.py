@@ -1,4 +1,4 @@
-""""physics-fit": the physics base fit alone, served as a model on every radial feeder.
+""" "physics-fit": the physics base fit alone, served as a model on every radial feeder.
 
 Why a model without weights: a feeder no checkpoint was trained for (any upload, and the built-ins
 until their checkpoints land) still gets calibrated-enough voltage distributions from the closed
@@ -6,6 +6,7 @@ form that every PFN here is built on (models.physics_base: linear in the loads p
 squares, its held-out error on the context as the spread). It needs only the feeder's load positions, so
 the registry builds one per network on demand instead of loading a checkpoint.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,8 +26,8 @@ def general_card(max_context: int) -> dict[str, Any]:
         "name": NAME,
         "version": VERSION,
         "description": "the physics base fit alone (no weights): per bus, linear in the loads plus DistFlow's "
-                       "second-order branch-flow terms, the feeder's tree recovered from the context; the spread "
-                       "is each bus's held-out error of the fit on the context (models.physics_base)",
+        "second-order branch-flow terms, the feeder's tree recovered from the context; the spread "
+        "is each bus's held-out error of the fit on the context (models.physics_base)",
         "architecture": {"kind": "closed form", "base": "physics"},
         "networks": ANY_NETWORK,
         "features": "the network's load inputs: P then Q of each load bus (GET /v1/networks/{id})",
@@ -37,8 +38,12 @@ def general_card(max_context: int) -> dict[str, Any]:
 
 def card_for(network: Any, max_context: int) -> dict[str, Any]:
     """The card on one network: its feature and output names."""
-    return {**general_card(max_context), "network": network.name,
-            "features": list(network.feature_names), "outputs": list(network.output_names)}
+    return {
+        **general_card(max_context),
+        "network": network.name,
+        "features": list(network.feature_names),
+        "outputs": list(network.output_names),
+    }
 
 
 def method_for(network: Any) -> PhysicsBaseMethod:

@@ -4,12 +4,14 @@ The service, the batch jobs and the benchmarks only use what is defined here, so
 the exact GP and Bayesian linear regression are interchangeable behind it.
 Arrays are numpy, shaped (m queries, k outputs); quantile() adds a leading levels axis.
 """
+
 from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import special
@@ -37,9 +39,14 @@ class Summary:
     p_outside: np.ndarray | None
     finite: bool | None = None  # all_finite()'s answer once known; rows of a finite summary are finite
 
-    def rows(self, start: int, stop: int) -> "Summary":
-        return Summary(self.mean[start:stop], self.std[start:stop], self.quantiles[:, start:stop],
-                       None if self.p_outside is None else self.p_outside[start:stop], self.finite or None)
+    def rows(self, start: int, stop: int) -> Summary:
+        return Summary(
+            self.mean[start:stop],
+            self.std[start:stop],
+            self.quantiles[:, start:stop],
+            None if self.p_outside is None else self.p_outside[start:stop],
+            self.finite or None,
+        )
 
     def all_finite(self) -> bool:
         """Computed once (the service checks a shared micro-batch answer in its worker thread)."""
@@ -49,13 +56,17 @@ class Summary:
         return self.finite
 
     @staticmethod
-    def concat(parts: "list[Summary]") -> "Summary":
+    def concat(parts: list[Summary]) -> Summary:
         """Summaries of consecutive query blocks, joined in order."""
         if len(parts) == 1:
             return parts[0]
         p_outside = None if parts[0].p_outside is None else np.concatenate([p.p_outside for p in parts])
-        return Summary(np.concatenate([p.mean for p in parts]), np.concatenate([p.std for p in parts]),
-                       np.concatenate([p.quantiles for p in parts], axis=1), p_outside)
+        return Summary(
+            np.concatenate([p.mean for p in parts]),
+            np.concatenate([p.std for p in parts]),
+            np.concatenate([p.quantiles for p in parts], axis=1),
+            p_outside,
+        )
 
 
 class Predictive(ABC):
@@ -170,8 +181,12 @@ class StudentTPredictive(_LocationScale):
 
     def _standard_log_pdf(self, z: np.ndarray) -> np.ndarray:
         nu = self.dof
-        return (special.gammaln((nu + 1) / 2) - special.gammaln(nu / 2) - 0.5 * np.log(nu * np.pi)
-                - (nu + 1) / 2 * np.log1p(z**2 / nu))
+        return (
+            special.gammaln((nu + 1) / 2)
+            - special.gammaln(nu / 2)
+            - 0.5 * np.log(nu * np.pi)
+            - (nu + 1) / 2 * np.log1p(z**2 / nu)
+        )
 
 
 class Method(ABC):
@@ -187,8 +202,9 @@ class Method(ABC):
     def predict(self, fitted: Any, query_x: np.ndarray) -> Predictive:
         """Predict (m, d) queries against a fitted state."""
 
-    def summarize(self, fitted: Any, query_x: np.ndarray, levels: Sequence[float] = (),
-                  band: tuple[float, float] | None = None) -> Summary:
+    def summarize(
+        self, fitted: Any, query_x: np.ndarray, levels: Sequence[float] = (), band: tuple[float, float] | None = None
+    ) -> Summary:
         """The statistics an answer carries for (m, d) queries; a method may stream this in chunks."""
         return self.predict(fitted, query_x).summary(levels, band)
 

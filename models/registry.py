@@ -13,6 +13,7 @@ start-up time and memory then grow with the models served, not with the releases
 are listed (`available`) from their cards and loaded on first use when a caller pins one
 (`get(name, network, version=...)`), a few at a time (PINNED_VERSIONS, least recently used dropped).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -89,8 +90,11 @@ class ModelNotServed(LookupError):
 
     def __init__(self, name: str, network: str, serves: list[str], models_for: list[str]) -> None:
         self.name, self.network, self.serves, self.models_for = name, network, serves, models_for
-        told = (f"model {name!r} does not serve network {network!r} (it serves {', '.join(serves)})" if serves
-                else f"there is no model {name!r}")
+        told = (
+            f"model {name!r} does not serve network {network!r} (it serves {', '.join(serves)})"
+            if serves
+            else f"there is no model {name!r}"
+        )
         super().__init__(f"{told}; models serving {network!r}: {', '.join(models_for) or 'none'}")
 
     @property
@@ -104,8 +108,11 @@ class VersionNotServed(LookupError):
 
     def __init__(self, name: str, network: str, version: str, versions: list[str], reason: str | None = None) -> None:
         self.name, self.network, self.version, self.versions, self.reason = name, network, version, versions, reason
-        told = (f"version {version!r} of model {name!r} for network {network!r} cannot be served: {reason}" if reason
-                else f"model {name!r} has no version {version!r} for network {network!r}")
+        told = (
+            f"version {version!r} of model {name!r} for network {network!r} cannot be served: {reason}"
+            if reason
+            else f"model {name!r} has no version {version!r} for network {network!r}"
+        )
         super().__init__(f"{told}; versions: {', '.join(versions) or 'none'}")
 
 
@@ -212,8 +219,9 @@ class Registry:
             self._built.move_to_end((name, network_id))
         return loaded
 
-    def _pinned_version(self, name: str, network: Any, network_id: str, version: str,
-                        served: LoadedModel[Method] | None) -> LoadedModel[Method]:
+    def _pinned_version(
+        self, name: str, network: Any, network_id: str, version: str, served: LoadedModel[Method] | None
+    ) -> LoadedModel[Method]:
         if served is not None and served.version == version:
             return served
         if name in self.width_free:
@@ -239,8 +247,9 @@ class Registry:
                 except CheckpointError as exc:
                     log.error("refusing pinned checkpoint %s: %s", _error_key(candidate.directory), exc)
                     self.errors[_error_key(candidate.directory)] = str(exc)
-                    raise VersionNotServed(name, network_id, version, _newest_first(found, served.version),
-                                           str(exc)) from None
+                    raise VersionNotServed(
+                        name, network_id, version, _newest_first(found, served.version), str(exc)
+                    ) from None
                 log.info("loaded pinned model %s version %s for %s on %s", name, version, network_id, loaded.device)
                 self._pinned[key] = loaded
                 while len(self._pinned) > max(self.pinned_versions, 1):
@@ -297,8 +306,9 @@ def _write_card(directory: Path, card: dict[str, Any]) -> Path:
     return directory / CARD
 
 
-def load_checkpoint(directory: str | Path, device: str | None = None, warmup: bool = True,
-                    calibrate: bool = True) -> LoadedModel[PFNMethod]:
+def load_checkpoint(
+    directory: str | Path, device: str | None = None, warmup: bool = True, calibrate: bool = True
+) -> LoadedModel[PFNMethod]:
     """Load and check one checkpoint directory; raises CheckpointError with the reason.
 
     calibrate: the in-context spread calibration of every fit (models.calibration) on or off.
@@ -323,8 +333,12 @@ def load_checkpoint(directory: str | Path, device: str | None = None, warmup: bo
     _check_tensors(directory, weights, model)
     model.load_state_dict(load_file(str(weights)))
     try:
-        method = PFNMethod(model, device=device, calibrate=calibrate,
-                           heldout_slope=(card.get("calibration") or {}).get("heldout_slope", 0.0))
+        method = PFNMethod(
+            model,
+            device=device,
+            calibrate=calibrate,
+            heldout_slope=(card.get("calibration") or {}).get("heldout_slope", 0.0),
+        )
     except ValueError as exc:  # the card's slope, checked by PFNMethod
         raise CheckpointError(f"{directory}: card calibration.{exc}") from exc
     if warmup:
@@ -356,8 +370,10 @@ def _check_network(directory: Path, card: dict[str, Any]) -> None:
     net = network(name)
     for what, names in (("features", net.feature_names), ("outputs", net.output_names)):
         if list(card[what]) != list(names):
-            raise CheckpointError(f"{directory}: card {what} ({len(card[what])}) are not network {name}'s "
-                                  f"{len(names)} {what} in its order")
+            raise CheckpointError(
+                f"{directory}: card {what} ({len(card[what])}) are not network {name}'s "
+                f"{len(names)} {what} in its order"
+            )
 
 
 def _check_tensors(directory: Path, weights: Path, model: DVAPFN) -> None:
@@ -394,16 +410,28 @@ def physics_fit_builder(max_context: int) -> Callable[[Any], LoadedModel[Method]
     from models import physics_fit
 
     def build(network: Any) -> LoadedModel[Method]:
-        return LoadedModel(physics_fit.NAME, physics_fit.VERSION, physics_fit.card_for(network, max_context),
-                           physics_fit.method_for(network), "cpu")
+        return LoadedModel(
+            physics_fit.NAME,
+            physics_fit.VERSION,
+            physics_fit.card_for(network, max_context),
+            physics_fit.method_for(network),
+            "cpu",
+        )
 
     return build
 
 
-def load_registry(root: str | Path = DEFAULT_ROOT, device: str | None = None, warmup: bool = True,
-                  calibrate: bool = True, network: str | None = None, width_free: bool = False,
-                  max_context: int = MAX_CONTEXT_ROWS, retain_memory: bool = True,
-                  pinned_versions: int = PINNED_VERSIONS) -> Registry:
+def load_registry(
+    root: str | Path = DEFAULT_ROOT,
+    device: str | None = None,
+    warmup: bool = True,
+    calibrate: bool = True,
+    network: str | None = None,
+    width_free: bool = False,
+    max_context: int = MAX_CONTEXT_ROWS,
+    retain_memory: bool = True,
+    pinned_versions: int = PINNED_VERSIONS,
+) -> Registry:
     """Every `<name>/<version>` under root; the newest version of each (name, network) is loaded and
     served (the next older one where it is refused), the others are `available` to pin.
 
@@ -414,8 +442,9 @@ def load_registry(root: str | Path = DEFAULT_ROOT, device: str | None = None, wa
     pinned_versions: older versions kept loaded at once for requests that pin them."""
     if retain_memory:
         retain_freed_memory()
-    registry = Registry(load_options={"device": device, "warmup": warmup, "calibrate": calibrate},
-                        pinned_versions=pinned_versions)
+    registry = Registry(
+        load_options={"device": device, "warmup": warmup, "calibrate": calibrate}, pinned_versions=pinned_versions
+    )
     if width_free:
         from models import physics_fit
 
@@ -435,8 +464,13 @@ def load_registry(root: str | Path = DEFAULT_ROOT, device: str | None = None, wa
                 registry.errors[_error_key(directory)] = str(exc)
                 continue
             registry.add(loaded)
-            log.info("loaded model %s version %s for %s on %s", loaded.name, loaded.version,
-                     card_network(loaded.card), loaded.device)
+            log.info(
+                "loaded model %s version %s for %s on %s",
+                loaded.name,
+                loaded.version,
+                card_network(loaded.card),
+                loaded.device,
+            )
             break  # older versions load when a request pins one
     return registry
 
@@ -457,8 +491,9 @@ def _scan(root: Path, network: str | None, errors: dict[str, str]) -> dict[tuple
         versions = found.setdefault((str(card["name"]), card_network(card)), {})
         other = versions.get(str(card["version"]))
         if other is not None:
-            errors[_error_key(directory)] = (f"{directory}: the same name, network and version as "
-                                             f"{_error_key(other.directory)}, which is used")
+            errors[_error_key(directory)] = (
+                f"{directory}: the same name, network and version as {_error_key(other.directory)}, which is used"
+            )
             continue
         versions[str(card["version"])] = Candidate(directory, card)
     return found

@@ -5,6 +5,7 @@ of models/physics_base.py), like a GP choosing its hyperparameters on the contex
 per held-out point, since a linear smoother's LOO residual is e_i / (1 - h_i). Also the leverage
 at a fixed penalty, the input-only feature the attention sees. Float64 throughout.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

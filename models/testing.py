@@ -1,4 +1,5 @@
 """Tiny checkpoints for tests: real files through the real registry, no training needed."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -39,16 +40,23 @@ def tiny_card(name: str, version: str = "0.0.1", feeder: str = "ieee33") -> dict
     }
 
 
-def build_tiny_registry(root: str | Path, names: tuple[str, ...] = ("tiny-dva",),
-                        config: ModelConfig = TINY_CONFIG, networks: tuple[str, ...] = ("ieee33",)) -> Path:
+def build_tiny_registry(
+    root: str | Path,
+    names: tuple[str, ...] = ("tiny-dva",),
+    config: ModelConfig = TINY_CONFIG,
+    networks: tuple[str, ...] = ("ieee33",),
+) -> Path:
     """Write one tiny checkpoint per name and network under `root` and return root. Versions are
     directories, so another network's checkpoint of a name lives under `0.0.1-<network>`."""
     root = Path(root)
     for i, name in enumerate(names):
         for feeder in networks:
             net = network(feeder)
-            fitted = replace(config, d_in=net.n_features,
-                             load_positions=None if feeder == "ieee33" else tuple(int(p) for p in net.load_positions))
+            fitted = replace(
+                config,
+                d_in=net.n_features,
+                load_positions=None if feeder == "ieee33" else tuple(int(p) for p in net.load_positions),
+            )
             card = tiny_card(name, feeder=feeder)
             if config.base == "physics":
                 card["context_size"] = {"min": 16, "max": 10_000}

@@ -6,6 +6,7 @@ a run killed at any moment resumes where its last checkpoint left off (`resume=T
 Each step's data comes from a generator seeded by (seed, step): a resumed run sees exactly
 the datasets an uninterrupted one would have.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -66,8 +67,9 @@ def init_record(weights: Path) -> dict:
     card_path = weights.parent / "card.json"
     if card_path.exists():
         card = json.loads(card_path.read_text())
-        record.update(name=card.get("name"), version=card.get("version"),
-                      steps=(card.get("training") or {}).get("steps"))
+        record.update(
+            name=card.get("name"), version=card.get("version"), steps=(card.get("training") or {}).get("steps")
+        )
     return record
 
 
@@ -81,7 +83,9 @@ def for_network(config: TrainConfig, name: str) -> TrainConfig:
     Sets the power-flow prior's network, the model's input width and which output each load sits
     at (the physics base fit needs it where buses carry no load)."""
     if config.prior.get("kind", "powerflow") != "powerflow":
-        raise ValueError(f"--network: only a power-flow prior has a network (this config's prior is {config.prior.get('kind')!r})")
+        raise ValueError(
+            f"--network: only a power-flow prior has a network (this config's prior is {config.prior.get('kind')!r})"
+        )
     net = network(name)
     positions = tuple(int(i) for i in net.load_positions)
     model = dataclasses.replace(config.model, d_in=net.n_features, load_positions=positions)
@@ -91,8 +95,14 @@ def for_network(config: TrainConfig, name: str) -> TrainConfig:
 class Trainer:
     """Owns one run directory: config, checkpoints, best weights."""
 
-    def __init__(self, config: TrainConfig, run_dir: str | Path, resume: bool = False,
-                 init_weights: str | Path | None = None, init_partial: bool = False):
+    def __init__(
+        self,
+        config: TrainConfig,
+        run_dir: str | Path,
+        resume: bool = False,
+        init_weights: str | Path | None = None,
+        init_partial: bool = False,
+    ):
         """`init_weights`: start a new run from these weights (borders included) instead of a fresh
         initialisation, with a fresh optimizer and the config's schedule (a warm restart).
         `init_partial`: the weights may come from a different width; every tensor whose name and
@@ -115,7 +125,9 @@ class Trainer:
             self._load_latest()
         else:
             if (self.run_dir / LATEST).exists():
-                raise ValueError(f"run_dir: {self.run_dir} already holds a run; pass resume=True or use a new directory")
+                raise ValueError(
+                    f"run_dir: {self.run_dir} already holds a run; pass resume=True or use a new directory"
+                )
             if init_weights is not None:
                 self._load_init_weights(Path(init_weights), partial=init_partial)
             else:
@@ -125,7 +137,9 @@ class Trainer:
         if self.teacher is not None:
             self.teacher.check_student(self.model)
         self.bar = BarDistribution(self.model.borders)  # built once: borders are fixed from here on
-        self.val_batch = self.prior.sample(config.val_datasets, max(config.n_context) + config.n_query, _generator(config.seed, -1))
+        self.val_batch = self.prior.sample(
+            config.val_datasets, max(config.n_context) + config.n_query, _generator(config.seed, -1)
+        )
 
     # -- data -----------------------------------------------------------------------------
     def _split(self, x, y, n_context: int, generator: torch.Generator):
@@ -227,8 +241,16 @@ class Trainer:
             if p.step % cfg.val_every == 0 or p.step == cfg.steps:
                 val = self.validate()
                 p.history.append([p.step, loss_ema, val])
-                bar.set_postfix(loss=f"{loss_ema:.3f}", val_nll=f"{val:.3f}", steps_s=f"{p.step / max(p.train_seconds, 1e-9):.2f}")
-                log.info("step %d train %.4f val %.4f (%.2f steps/s)", p.step, loss_ema, val, p.step / max(p.train_seconds, 1e-9))
+                bar.set_postfix(
+                    loss=f"{loss_ema:.3f}", val_nll=f"{val:.3f}", steps_s=f"{p.step / max(p.train_seconds, 1e-9):.2f}"
+                )
+                log.info(
+                    "step %d train %.4f val %.4f (%.2f steps/s)",
+                    p.step,
+                    loss_ema,
+                    val,
+                    p.step / max(p.train_seconds, 1e-9),
+                )
                 if val < p.best_val_nll:
                     p.best_val_nll, p.best_step = val, p.step
                     self._atomic_save_weights(self.run_dir / "best.safetensors")
@@ -258,7 +280,10 @@ class Trainer:
         tmp = self.run_dir / (name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        save_file({k: v.detach().contiguous().cpu() for k, v in self.model.state_dict().items()}, str(tmp / "model.safetensors"))
+        save_file(
+            {k: v.detach().contiguous().cpu() for k, v in self.model.state_dict().items()},
+            str(tmp / "model.safetensors"),
+        )
         torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
         (tmp / "progress.json").write_text(json.dumps(self.progress.__dict__, indent=1))
         shutil.rmtree(final, ignore_errors=True)
@@ -285,15 +310,24 @@ class Trainer:
         fresh = sorted(k for k in own if k in found and found[k].shape != own[k].shape)
         if partial:
             if set(found) != set(own) or len(fresh) == len(own):
-                raise ValueError(f"init_weights: {weights} shares no layout with this config's model (init_partial needs "
-                                 f"the same tensor names): missing {sorted(set(own) - set(found))[:5]}, unexpected "
-                                 f"{sorted(set(found) - set(own))[:5]}")
-            log.info("init_weights: %d of %d tensors transfer, %d keep their fresh initialisation: %s",
-                     len(own) - len(fresh), len(own), len(fresh), fresh)
+                raise ValueError(
+                    f"init_weights: {weights} shares no layout with this config's model (init_partial needs "
+                    f"the same tensor names): missing {sorted(set(own) - set(found))[:5]}, unexpected "
+                    f"{sorted(set(found) - set(own))[:5]}"
+                )
+            log.info(
+                "init_weights: %d of %d tensors transfer, %d keep their fresh initialisation: %s",
+                len(own) - len(fresh),
+                len(own),
+                len(fresh),
+                fresh,
+            )
         elif set(found) != set(own) or len(fresh) > 1 or any(not k.startswith("embed_x.") for k in fresh):
-            raise ValueError(f"init_weights: {weights} does not fit this config's model: tensors missing "
-                             f"{sorted(set(own) - set(found))[:5]}, unexpected {sorted(set(found) - set(own))[:5]}, "
-                             f"other shapes {fresh[:5]}")
+            raise ValueError(
+                f"init_weights: {weights} does not fit this config's model: tensors missing "
+                f"{sorted(set(own) - set(found))[:5]}, unexpected {sorted(set(found) - set(own))[:5]}, "
+                f"other shapes {fresh[:5]}"
+            )
         self.model.load_state_dict({k: own[k] if k in fresh else v for k, v in found.items()})
         if "borders" in fresh:  # another bar count: this model's borders come from the prior
             self._set_borders()
@@ -303,8 +337,10 @@ class Trainer:
         name = json.loads((self.run_dir / LATEST).read_text())["checkpoint"]
         ckpt = self.run_dir / name
         if not (ckpt / "optimizer.pt").exists():
-            raise ValueError(f"run_dir: {self.run_dir / LATEST} names {name}, which is missing or incomplete; start a new "
-                             f"run from the run's weights instead (gridpfn train --init-weights {self.run_dir / 'best.safetensors'})")
+            raise ValueError(
+                f"run_dir: {self.run_dir / LATEST} names {name}, which is missing or incomplete; start a new "
+                f"run from the run's weights instead (gridpfn train --init-weights {self.run_dir / 'best.safetensors'})"
+            )
         self.model.load_state_dict(load_file(str(ckpt / "model.safetensors"), device=str(self.device)))
         self.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location=self.device, weights_only=True))
         saved = json.loads((ckpt / "progress.json").read_text())

@@ -1,4 +1,5 @@
 """Input checks shared by every method: clear errors naming the field and the expected shape."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,18 +12,24 @@ def as_matrix(name: str, value, cols: int | None = None, min_rows: int = 1) -> n
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise InputValidationError(name, f"expected a numeric 2-D array, got {type(value).__name__}", "a numeric 2-D array") from exc
+        raise InputValidationError(
+            name, f"expected a numeric 2-D array, got {type(value).__name__}", "a numeric 2-D array"
+        ) from exc
     expected = f"(n, {cols})" if cols is not None else "(n, d)"
     if arr.ndim != 2:
         raise InputValidationError(name, f"expected shape {expected}, got {arr.shape}", f"shape {expected}")
     if (cols is not None and arr.shape[1] != cols) or arr.shape[1] < 1:
         raise InputValidationError(name, f"expected shape {expected}, got {arr.shape}", f"shape {expected}")
     if arr.shape[0] < min_rows:
-        raise InputValidationError(name, f"expected at least {min_rows} rows, got {arr.shape[0]}", f"at least {min_rows} rows")
+        raise InputValidationError(
+            name, f"expected at least {min_rows} rows, got {arr.shape[0]}", f"at least {min_rows} rows"
+        )
     bad = ~np.isfinite(arr)
     if bad.any():
         row, col = map(int, np.argwhere(bad)[0])
-        raise InputValidationError(name, f"expected finite numbers, found {arr[row, col]} at row {row}, column {col}", "finite numbers")
+        raise InputValidationError(
+            name, f"expected finite numbers, found {arr[row, col]} at row {row}, column {col}", "finite numbers"
+        )
     return arr
 
 
@@ -31,7 +38,11 @@ def check_context(context_x, context_y, d: int | None = None, min_rows: int = 2)
     cx = as_matrix("context_x", context_x, d, min_rows)
     cy = as_matrix("context_y", context_y, None, min_rows)
     if cy.shape[0] != cx.shape[0]:
-        raise InputValidationError("context_y", f"expected {cx.shape[0]} rows to match context_x, got {cy.shape[0]}", f"{cx.shape[0]} rows, one per context_x row")
+        raise InputValidationError(
+            "context_y",
+            f"expected {cx.shape[0]} rows to match context_x, got {cy.shape[0]}",
+            f"{cx.shape[0]} rows, one per context_x row",
+        )
     return cx, cy
 
 

@@ -17,6 +17,7 @@ simulations, content-addressed context uploads) are retried `retries` times on 5
 server's Retry-After says (at most `max_retry_wait_s`), and on connection errors with exponential
 backoff; a connection never made is retried for every call. `wait()` polls with growing intervals.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -73,7 +74,7 @@ class Call:
     parse: Callable[[httpx.Response], Any] = field(default=lambda r: r.json())
     idempotent: bool = True
     options: dict[str, Any] = field(default_factory=dict)  # json, content, data, files, params, headers
-    then: Callable[[Any], "Call"] | None = None  # given this call's answer, the call that is made next
+    then: Callable[[Any], Call] | None = None  # given this call's answer, the call that is made next
 
 
 class _Endpoints:
@@ -81,10 +82,18 @@ class _Endpoints:
 
     _http_class: type = httpx.Client  # the httpx client each kind makes for itself
 
-    def __init__(self, base_url: str = "http://127.0.0.1:8000", api_key: str | None = None, timeout_s: float = 300.0,
-                 *, http_client: httpx.Client | httpx.AsyncClient | None = None,
-                 transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
-                 retries: int = 3, backoff_s: float = 0.5, max_retry_wait_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        api_key: str | None = None,
+        timeout_s: float = 300.0,
+        *,
+        http_client: httpx.Client | httpx.AsyncClient | None = None,
+        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
+        retries: int = 3,
+        backoff_s: float = 0.5,
+        max_retry_wait_s: float = 30.0,
+    ) -> None:
         if retries < 0 or backoff_s < 0 or max_retry_wait_s < 0:
             raise ValueError("retries, backoff_s and max_retry_wait_s: must not be negative")
         self.base_url = base_url.rstrip("/")
@@ -99,8 +108,9 @@ class _Endpoints:
         options["headers"] = {**self.headers, **options.get("headers", {})}
         return {"method": call.method, "url": self.base_url + call.path, **options}
 
-    async def _send(self, call: Call, request: Callable[..., Awaitable[httpx.Response]],
-                    sleep: Callable[[float], Awaitable[Any]]) -> httpx.Response:
+    async def _send(
+        self, call: Call, request: Callable[..., Awaitable[httpx.Response]], sleep: Callable[[float], Awaitable[Any]]
+    ) -> httpx.Response:
         """The call's response after retries (see the module docstring), checked: GridPFNError for 4xx/5xx.
         The one retry loop of both clients: each passes its own request and sleep (the sync client's never
         suspend, so it runs this without an event loop: _run_now)."""
@@ -119,13 +129,16 @@ class _Endpoints:
             await sleep(delay)
             attempt += 1
 
-    def _retry_delay(self, call: Call, attempt: int, response: httpx.Response | None,
-                     error: Exception | None) -> float | None:
+    def _retry_delay(
+        self, call: Call, attempt: int, response: httpx.Response | None, error: Exception | None
+    ) -> float | None:
         """Seconds to wait before attempt `attempt + 1`, or None when the outcome is final."""
         if attempt >= self.retries:
             return None
         if error is not None:
-            if not (isinstance(error, httpx.ConnectError) or (call.idempotent and isinstance(error, _RETRYABLE_ERRORS))):
+            if not (
+                isinstance(error, httpx.ConnectError) or (call.idempotent and isinstance(error, _RETRYABLE_ERRORS))
+            ):
                 return None
         elif response is None or response.status_code not in (429, 503) or not call.idempotent:
             return None
@@ -133,7 +146,7 @@ class _Endpoints:
             after = response.headers.get("retry-after", "")
             if after.strip().isdigit():
                 return min(float(after), self.max_retry_wait_s)
-        return min(self.backoff_s * 2 ** attempt * (0.5 + random.random() / 2), self.max_retry_wait_s)
+        return min(self.backoff_s * 2**attempt * (0.5 + random.random() / 2), self.max_retry_wait_s)
 
     # --- service ---------------------------------------------------------------------------------
     def health(self) -> Call:
@@ -153,8 +166,9 @@ class _Endpoints:
         return Call("GET", f"/v1/models/{name}")
 
     # --- context sets ------------------------------------------------------------------------------
-    def create_context(self, x: Any = None, y: Any = None, simulate: dict | None = None,
-                       network: str | None = None) -> Call:
+    def create_context(
+        self, x: Any = None, y: Any = None, simulate: dict | None = None, network: str | None = None
+    ) -> Call:
         """Store a context set (arrays, or a gridsim simulate spec) on `network` (a built-in name or an
         uploaded network's id; default ieee33, or the simulate spec's); returns its id. Ids are content
         addresses, so a repeated upload stores the same set: retried like a read."""
@@ -166,16 +180,26 @@ class _Endpoints:
 
     def get_context(self, context_id: str, include_data: bool = False) -> Call:
         """GET /v1/context-sets/{id}: its description (rows, source, ttl), with x and y when include_data."""
-        return Call("GET", f"/v1/context-sets/{context_id}", options={"params": {"include_data": str(include_data).lower()}})
+        return Call(
+            "GET", f"/v1/context-sets/{context_id}", options={"params": {"include_data": str(include_data).lower()}}
+        )
 
     def delete_context(self, context_id: str) -> Call:
         """DELETE /v1/context-sets/{id}; returns None."""
         return Call("DELETE", f"/v1/context-sets/{context_id}", lambda r: None)
 
     # --- predictions ---------------------------------------------------------------------------------
-    def predict(self, queries: Any, model: str, context_id: str | None = None, context: tuple[Any, Any] | None = None,
-                quantiles: Sequence[float] = (), voltage_band: Sequence[float] | None = None,
-                compare_gp: bool = False, network: str | None = None) -> Call:
+    def predict(
+        self,
+        queries: Any,
+        model: str,
+        context_id: str | None = None,
+        context: tuple[Any, Any] | None = None,
+        quantiles: Sequence[float] = (),
+        voltage_band: Sequence[float] | None = None,
+        compare_gp: bool = False,
+        network: str | None = None,
+    ) -> Call:
         """POST /v1/predict with the queries sent as Arrow and answered as Arrow: a DataFrame with a row per
         query and a column per statistic and bus (`mean_vm_pu_bus2`, `q0.05_...`, ...); model, network,
         timing etc. in `frame.attrs`. The server picks the model's checkpoint for the context's network.
@@ -186,9 +210,15 @@ class _Endpoints:
         fields.update(model=model, compare_gp=compare_gp)
         return self._query_call("/v1/predict", queries, fields, network)
 
-    def gp_predict(self, queries: Any, context_id: str | None = None, context: tuple[Any, Any] | None = None,
-                   quantiles: Sequence[float] = (), voltage_band: Sequence[float] | None = None,
-                   network: str | None = None) -> Call:
+    def gp_predict(
+        self,
+        queries: Any,
+        context_id: str | None = None,
+        context: tuple[Any, Any] | None = None,
+        quantiles: Sequence[float] = (),
+        voltage_band: Sequence[float] | None = None,
+        network: str | None = None,
+    ) -> Call:
         """POST /v1/gp/predict: the exact GP fitted on the context (cached per context), as a DataFrame like
         predict's (`network` and `queries` as there)."""
         fields = _query_fields(context_id, context, quantiles, voltage_band, network)
@@ -237,11 +267,24 @@ class _Endpoints:
         return Call("POST", "/v1/simulate", options={"json": {"network": network, "loads": _rows(loads)}})
 
     # --- batch jobs ----------------------------------------------------------------------------------
-    def submit_simulated(self, simulate: dict, model: str, context_id: str, quantiles: Sequence[float] = (),
-                         voltage_band: Sequence[float] | None = None, with_ground_truth: bool = False) -> Call:
+    def submit_simulated(
+        self,
+        simulate: dict,
+        model: str,
+        context_id: str,
+        quantiles: Sequence[float] = (),
+        voltage_band: Sequence[float] | None = None,
+        with_ground_truth: bool = False,
+    ) -> Call:
         """A job over n load vectors sampled by gridsim on the server (no upload); never retried (a second job)."""
-        body = {"simulate": simulate, "model": model, "context_id": context_id, "quantiles": list(quantiles),
-                "voltage_band": list(voltage_band) if voltage_band else None, "with_ground_truth": with_ground_truth}
+        body = {
+            "simulate": simulate,
+            "model": model,
+            "context_id": context_id,
+            "quantiles": list(quantiles),
+            "voltage_band": list(voltage_band) if voltage_band else None,
+            "with_ground_truth": with_ground_truth,
+        }
         return Call("POST", "/v1/batch-jobs", idempotent=False, options={"json": body})
 
     def status(self, job_id: str) -> Call:
@@ -254,14 +297,20 @@ class _Endpoints:
 
     @staticmethod
     def _upload_call(handle: Any, name: str, fields: dict[str, str]) -> Call:
-        return Call("POST", "/v1/batch-jobs", idempotent=False,
-                    options={"data": fields, "files": {"file": (name, handle, "application/octet-stream")}})
+        return Call(
+            "POST",
+            "/v1/batch-jobs",
+            idempotent=False,
+            options={"data": fields, "files": {"file": (name, handle, "application/octet-stream")}},
+        )
 
 
 def _now(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     """`fn` as a coroutine function that never suspends: the sync client's I/O in the shared async loop."""
+
     async def now(*args: Any, **kwargs: Any) -> T:
         return fn(*args, **kwargs)
+
     return now
 
 
@@ -278,22 +327,40 @@ def _run_now(coroutine: Coroutine[Any, Any, T]) -> T:
 
 def _sync(endpoint: Callable[..., Call]) -> Callable[..., Any]:
     @functools.wraps(endpoint)
-    def method(self: "GridPFNClient", *args: Any, **kwargs: Any) -> Any:
+    def method(self: GridPFNClient, *args: Any, **kwargs: Any) -> Any:
         return self.call(endpoint(self, *args, **kwargs))
+
     method.__annotations__ = {**endpoint.__annotations__, "return": Any}
     return method
 
 
 def _async(endpoint: Callable[..., Call]) -> Callable[..., Any]:
     @functools.wraps(endpoint)
-    async def method(self: "AsyncGridPFNClient", *args: Any, **kwargs: Any) -> Any:
+    async def method(self: AsyncGridPFNClient, *args: Any, **kwargs: Any) -> Any:
         return await self.call(endpoint(self, *args, **kwargs))
+
     method.__annotations__ = {**endpoint.__annotations__, "return": Any}
     return method
 
 
-_ENDPOINTS = ("health", "ready", "models", "model", "create_context", "get_context", "delete_context", "predict",
-              "gp_predict", "networks", "network", "upload_network", "simulate", "submit_simulated", "status", "cancel")
+_ENDPOINTS = (
+    "health",
+    "ready",
+    "models",
+    "model",
+    "create_context",
+    "get_context",
+    "delete_context",
+    "predict",
+    "gp_predict",
+    "networks",
+    "network",
+    "upload_network",
+    "simulate",
+    "submit_simulated",
+    "status",
+    "cancel",
+)
 
 
 class GridPFNClient(_Endpoints):
@@ -306,7 +373,7 @@ class GridPFNClient(_Endpoints):
         if self._owns_http:
             self.http.close()
 
-    def __enter__(self) -> "GridPFNClient":
+    def __enter__(self) -> GridPFNClient:
         return self
 
     def __exit__(self, *_: Any) -> None:
@@ -324,16 +391,28 @@ class GridPFNClient(_Endpoints):
         locals()[_name] = _sync(getattr(_Endpoints, _name))
     del _name
 
-    def submit(self, data: str | os.PathLike | pd.DataFrame, model: str, context_id: str,
-               quantiles: Sequence[float] = (), voltage_band: Sequence[float] | None = None,
-               with_ground_truth: bool = False) -> dict[str, Any]:
+    def submit(
+        self,
+        data: str | os.PathLike | pd.DataFrame,
+        model: str,
+        context_id: str,
+        quantiles: Sequence[float] = (),
+        voltage_band: Sequence[float] | None = None,
+        with_ground_truth: bool = False,
+    ) -> dict[str, Any]:
         """Upload a CSV/Parquet file (or a DataFrame) of load vectors; returns the queued job's status."""
         fields = _fields(model, context_id, quantiles, voltage_band, with_ground_truth)
         with _upload_file(data) as path, open(path, "rb") as handle:
             return self.call(self._upload_call(handle, path.name, fields))
 
-    def wait(self, job_id: str, poll_s: float = 0.5, timeout_s: float | None = None,
-             on_progress: Callable[[dict], None] | None = None, max_poll_s: float = 5.0) -> dict[str, Any]:
+    def wait(
+        self,
+        job_id: str,
+        poll_s: float = 0.5,
+        timeout_s: float | None = None,
+        on_progress: Callable[[dict], None] | None = None,
+        max_poll_s: float = 5.0,
+    ) -> dict[str, Any]:
         """Poll until the job is done, failed or cancelled, every `poll_s` growing 1.5x up to `max_poll_s`."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for delay in _poll_delays(poll_s, max_poll_s):
@@ -373,7 +452,7 @@ class AsyncGridPFNClient(_Endpoints):
         if self._owns_http:
             await self.http.aclose()
 
-    async def __aenter__(self) -> "AsyncGridPFNClient":
+    async def __aenter__(self) -> AsyncGridPFNClient:
         return self
 
     async def __aexit__(self, *_: Any) -> None:
@@ -391,17 +470,29 @@ class AsyncGridPFNClient(_Endpoints):
         locals()[_name] = _async(getattr(_Endpoints, _name))
     del _name
 
-    async def submit(self, data: str | os.PathLike | pd.DataFrame, model: str, context_id: str,
-                     quantiles: Sequence[float] = (), voltage_band: Sequence[float] | None = None,
-                     with_ground_truth: bool = False) -> dict[str, Any]:
+    async def submit(
+        self,
+        data: str | os.PathLike | pd.DataFrame,
+        model: str,
+        context_id: str,
+        quantiles: Sequence[float] = (),
+        voltage_band: Sequence[float] | None = None,
+        with_ground_truth: bool = False,
+    ) -> dict[str, Any]:
         """As GridPFNClient.submit."""
         fields = _fields(model, context_id, quantiles, voltage_band, with_ground_truth)
         with _upload_file(data) as path:
             content = await asyncio.to_thread(path.read_bytes)
             return await self.call(self._upload_call(content, path.name, fields))
 
-    async def wait(self, job_id: str, poll_s: float = 0.5, timeout_s: float | None = None,
-                   on_progress: Callable[[dict], None] | None = None, max_poll_s: float = 5.0) -> dict[str, Any]:
+    async def wait(
+        self,
+        job_id: str,
+        poll_s: float = 0.5,
+        timeout_s: float | None = None,
+        on_progress: Callable[[dict], None] | None = None,
+        max_poll_s: float = 5.0,
+    ) -> dict[str, Any]:
         """As GridPFNClient.wait."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for delay in _poll_delays(poll_s, max_poll_s):
@@ -473,8 +564,13 @@ def _frame(data: bytes, fmt: str) -> pd.DataFrame:
     return pd.read_csv(io.BytesIO(data)) if fmt == "csv" else pd.read_parquet(io.BytesIO(data))
 
 
-def _query_fields(context_id: str | None, context: tuple[Any, Any] | None, quantiles: Sequence[float],
-                  voltage_band: Sequence[float] | None, network: str | None = None) -> dict[str, Any]:
+def _query_fields(
+    context_id: str | None,
+    context: tuple[Any, Any] | None,
+    quantiles: Sequence[float],
+    voltage_band: Sequence[float] | None,
+    network: str | None = None,
+) -> dict[str, Any]:
     fields: dict[str, Any] = {"quantiles": [float(q) for q in quantiles]}
     if context is not None:
         fields["context"] = {"x": _rows(context[0]), "y": _rows(context[1]), "network": network or "ieee33"}
@@ -487,8 +583,15 @@ def _query_fields(context_id: str | None, context: tuple[Any, Any] | None, quant
 
 def _arrow_call(path: str, queries: Any, fields: dict[str, Any], features: Sequence[str] | None = None) -> Call:
     """A query route called with an Arrow body and read as Arrow into a DataFrame (metadata in .attrs)."""
-    return Call("POST", path, _arrow_frame, options={"content": arrow_request_body(queries, fields, features),
-                                                     "headers": {"Content-Type": ARROW_STREAM, "Accept": ARROW_STREAM}})
+    return Call(
+        "POST",
+        path,
+        _arrow_frame,
+        options={
+            "content": arrow_request_body(queries, fields, features),
+            "headers": {"Content-Type": ARROW_STREAM, "Accept": ARROW_STREAM},
+        },
+    )
 
 
 def _arrow_frame(response: httpx.Response) -> pd.DataFrame:
@@ -526,8 +629,9 @@ def _rows(a: Any) -> list:
     return a.tolist() if hasattr(a, "tolist") else [list(map(float, row)) for row in a]
 
 
-def _fields(model: str, context_id: str, quantiles: Sequence[float], band: Sequence[float] | None,
-            truth: bool) -> dict[str, str]:
+def _fields(
+    model: str, context_id: str, quantiles: Sequence[float], band: Sequence[float] | None, truth: bool
+) -> dict[str, str]:
     fields = {"model": model, "context_id": context_id, "with_ground_truth": "true" if truth else "false"}
     if quantiles:
         fields["quantiles"] = ",".join(repr(float(q)) for q in quantiles)

@@ -3,6 +3,7 @@
 `gridpfn --log-level` configures the process it runs in; a multi-process server's processes are
 fresh interpreters, so the level travels to them in GRIDPFN_LOG_LEVEL and the app factory applies it.
 """
+
 from __future__ import annotations
 
 import logging

@@ -7,6 +7,7 @@ keeps every process's values in files in that directory, and /metrics answers th
 processes (MultiProcessCollector), dead ones included for counters and histograms, live ones only
 for gauges (`livesum`). service.commands.supervisor marks a process dead when it exits or is replaced.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,26 +26,50 @@ class Metrics:
         self.multiprocess_dir = os.environ.get(MULTIPROCESS_ENV) or None
         self.registry = r = CollectorRegistry()
         self.requests = Counter("gridpfn_http_requests", "HTTP requests", ["method", "route", "status"], registry=r)
-        self.latency = Histogram("gridpfn_http_request_seconds", "HTTP request latency",
-                                 ["method", "route", "status"], buckets=_LATENCY_BUCKETS, registry=r)
-        self.inference = Histogram("gridpfn_model_inference_seconds", "model time per call",
-                                   ["model", "stage"], buckets=_LATENCY_BUCKETS, registry=r)
-        self.gp = Histogram("gridpfn_gp_seconds", "exact GP time per call", ["stage"],
-                            buckets=_LATENCY_BUCKETS, registry=r)
+        self.latency = Histogram(
+            "gridpfn_http_request_seconds",
+            "HTTP request latency",
+            ["method", "route", "status"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.inference = Histogram(
+            "gridpfn_model_inference_seconds",
+            "model time per call",
+            ["model", "stage"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.gp = Histogram(
+            "gridpfn_gp_seconds", "exact GP time per call", ["stage"], buckets=_LATENCY_BUCKETS, registry=r
+        )
         self.encodes = Counter("gridpfn_context_encodes", "contexts encoded by a model", ["model"], registry=r)
         self.gp_fits = Counter("gridpfn_gp_fits", "exact GP fits", registry=r)
         self.cache = Counter("gridpfn_cache_lookups", "in-process cache lookups", ["cache", "result"], registry=r)
         # with several processes: the sum over the live ones
-        self.running = Gauge("gridpfn_pool_running", "jobs running in the worker pool", registry=r,
-                             multiprocess_mode="livesum")
+        self.running = Gauge(
+            "gridpfn_pool_running", "jobs running in the worker pool", registry=r, multiprocess_mode="livesum"
+        )
         self.queued = Gauge("gridpfn_queue_depth", "jobs waiting for a worker", registry=r, multiprocess_mode="livesum")
-        self.gp_running = Gauge("gridpfn_gp_running", "exact GP requests running in its worker processes",
-                                registry=r, multiprocess_mode="livesum")
-        self.gp_queued = Gauge("gridpfn_gp_queue_depth", "exact GP requests waiting for a GP worker", registry=r,
-                               multiprocess_mode="livesum")
+        self.gp_running = Gauge(
+            "gridpfn_gp_running",
+            "exact GP requests running in its worker processes",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.gp_queued = Gauge(
+            "gridpfn_gp_queue_depth",
+            "exact GP requests waiting for a GP worker",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         self.rejected = Counter("gridpfn_rejected", "requests refused for load", ["reason"], registry=r)
-        self.batch_rows = Histogram("gridpfn_microbatch_rows", "query rows per micro-batch",
-                                    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r)
+        self.batch_rows = Histogram(
+            "gridpfn_microbatch_rows",
+            "query rows per micro-batch",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=r,
+        )
         self.batch_requests = Counter("gridpfn_microbatch_requests", "requests served by micro-batches", registry=r)
 
     def depth(self, running: int, waiting: int) -> None:

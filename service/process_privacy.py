@@ -5,6 +5,7 @@ them, including one an attacker got code into, could read /proc/<server>/environ
 debugger. PR_SET_DUMPABLE 0 makes the kernel treat the process like a setuid one: its /proc files
 belong to root, same-user ptrace is refused, and it leaves no core dump. Root can still inspect it.
 """
+
 from __future__ import annotations
 
 import ctypes

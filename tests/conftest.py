@@ -3,6 +3,7 @@
 Uses the server at REDIS_URL when set; otherwise starts a throwaway `redis-server` on a
 free port and stops it afterwards. No redis-server binary is a failure, not a skip.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -8,6 +8,7 @@ runnable Python block with the project's interpreter, in a scratch directory hol
 to `.venv` (files the examples write land there). `GRIDPFN_URL` points them at the server. Also:
 the README stays short and every relative link in it points at a file of the repository.
 """
+
 from __future__ import annotations
 
 import logging
@@ -49,8 +50,13 @@ def live_server(tmp_path_factory):
     env["GRIDPFN_JOBS_DIR"] = str(tmp_path_factory.mktemp("jobs"))
     log_path = tmp_path_factory.mktemp("server") / "server.log"
     with open(log_path, "wb") as log_file:
-        process = subprocess.Popen([str(Path(sys.executable).with_name("gridpfn")), "serve", "--host", "127.0.0.1",
-                                    "--port", str(port)], stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        process = subprocess.Popen(
+            [str(Path(sys.executable).with_name("gridpfn")), "serve", "--host", "127.0.0.1", "--port", str(port)],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=ROOT,
+        )
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
@@ -72,8 +78,11 @@ def live_server(tmp_path_factory):
 def test_readme_is_short_and_its_links_resolve():
     text = README.read_text()
     assert len(text.splitlines()) < 400
-    missing = [link for link in LINK.findall(text)
-               if not link.startswith(("http://", "https://")) and not (ROOT / link).exists()]
+    missing = [
+        link
+        for link in LINK.findall(text)
+        if not link.startswith(("http://", "https://")) and not (ROOT / link).exists()
+    ]
     assert not missing, f"README links to files that do not exist: {missing}"
 
 
@@ -87,17 +96,29 @@ def test_readme_runnable_blocks_run_as_written(live_server, tmp_path):
     env["GRIDPFN_URL"] = live_server
     script = "set -euo pipefail\n" + "\n".join(shell)
     started = time.monotonic()
-    result = subprocess.run([shutil.which("bash") or "/bin/bash", "-c", script], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [shutil.which("bash") or "/bin/bash", "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     log.info("README shell blocks: %.1f s\n%s", time.monotonic() - started, result.stdout)
     assert result.returncode == 0, f"stdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-4000:]}"
     assert '"ready":true' in result.stdout and "transformer-dva" in result.stdout
-    assert "validation-error" not in result.stdout.split('"errors"')[0]   # only the example 422 shows errors
+    assert "validation-error" not in result.stdout.split('"errors"')[0]  # only the example 422 shows errors
     assert result.stdout.rstrip().endswith("204"), result.stdout[-500:]
     for body in python:
         started = time.monotonic()
-        result = subprocess.run([str(ROOT / ".venv/bin/python"), "-c", body], cwd=tmp_path, env=env,
-                                capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            [str(ROOT / ".venv/bin/python"), "-c", body],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         log.info("README Python block: %.1f s\n%s", time.monotonic() - started, result.stdout)
         assert result.returncode == 0, f"stdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-4000:]}"
         assert "done" in result.stdout

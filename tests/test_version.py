@@ -1,5 +1,6 @@
 """The package version follows CHANGELOG.md (CalVer: the date of its newest dated section, as its header
 says), so a release's number and its notes cannot drift apart."""
+
 from __future__ import annotations
 
 import re
@@ -22,8 +23,10 @@ def newest_section_date(changelog: str) -> date | None:
 
 
 def test_newest_section_date_reads_headings_only():
-    text = ("# Changelog\n\nsaid (2020-01-01) in prose\n## Unreleased\n"
-            "## Fixes (2026-11-24/25, night)\n## Old (2026-11-22)\n")
+    text = (
+        "# Changelog\n\nsaid (2020-01-01) in prose\n## Unreleased\n"
+        "## Fixes (2026-11-24/25, night)\n## Old (2026-11-22)\n"
+    )
     assert newest_section_date(text) == date(2026, 11, 24)
     assert newest_section_date("# Changelog\n## Unreleased\n") is None
 
@@ -35,4 +38,5 @@ def test_package_version_is_the_newest_changelog_date():
         pytest.fail("CHANGELOG.md has no dated section heading")
     assert version == f"{newest.year}.{newest.month}.{newest.day}", (
         f"pyproject.toml says {version}; CHANGELOG.md's newest section is dated {newest}: set "
-        f"version = \"{newest.year}.{newest.month}.{newest.day}\" (CalVer, the CHANGELOG's header)")
+        f'version = "{newest.year}.{newest.month}.{newest.day}" (CalVer, the CHANGELOG\'s header)'
+    )

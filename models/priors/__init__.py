@@ -1,4 +1,5 @@
 """Priors: batched, seedable generators of synthetic datasets (x, y) a PFN is trained on."""
+
 from __future__ import annotations
 
 from models.config import GPPriorConfig, PowerFlowPriorConfig

@@ -1,4 +1,5 @@
 """What every prior returns: a batch of datasets sharing one size."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

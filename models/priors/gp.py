@@ -1,4 +1,5 @@
 """The paper's GP prior (Table 11): x ~ U[0,1]^d, y ~ GP(shift, RBF) + noise."""
+
 from __future__ import annotations
 
 import torch
@@ -34,6 +35,8 @@ class GPPrior:
         cov = cfg.variance * torch.exp(-0.5 * sq / cfg.lengthscale**2) + (cfg.noise + 1e-9) * eye
         chol = torch.linalg.cholesky(cov)
         z = torch.randn(batch_size, n_points, 1, generator=generator, dtype=torch.float64)
-        shift = cfg.shift_low + (cfg.shift_high - cfg.shift_low) * torch.rand(batch_size, 1, 1, generator=generator, dtype=torch.float64)
+        shift = cfg.shift_low + (cfg.shift_high - cfg.shift_low) * torch.rand(
+            batch_size, 1, 1, generator=generator, dtype=torch.float64
+        )
         y = chol @ z + shift
         return PriorBatch(x.to(self.device), y.to(self.device))

@@ -7,6 +7,7 @@ feeders (tie switches closed, loop lines opened) and noisy voltage readings. Tar
 left in p.u.; the model scales them per dataset (a fixed output scale would make real voltage
 variation look like noise).
 """
+
 from __future__ import annotations
 
 import logging
@@ -15,8 +16,8 @@ import math
 import numpy as np
 import torch
 
-from gridsim.network import network
 from gridsim.batched import solve_batched
+from gridsim.network import network
 from models.config import PowerFlowPriorConfig
 from models.priors.base import PriorBatch
 
@@ -110,7 +111,8 @@ class PowerFlowPrior:
             vm = v[ok].abs()
             if self.config.noise > 0 or self.config.p_noisy > 0:
                 vm = vm + self._noise_std(vm.shape[0], generator)[:, None, None] * torch.randn(
-                    vm.shape, generator=generator, dtype=torch.float64)
+                    vm.shape, generator=generator, dtype=torch.float64
+                )
             xs.append(x[ok])
             ys.append(vm)
             missing -= int(ok.sum())

@@ -3,6 +3,7 @@
 The batch commands talk HTTP through service.client, so they work from any machine that can reach
 the server (GRIDPFN_URL, GRIDPFN_API_KEY); `worker` needs the shared Redis and jobs directory.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     batch = subparsers.add_parser("batch", help="submit, watch and fetch batch jobs over HTTP")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", default=os.environ.get("GRIDPFN_URL", "http://127.0.0.1:8000"),
-                        help="server URL (default $GRIDPFN_URL or http://127.0.0.1:8000)")
+    common.add_argument(
+        "--url",
+        default=os.environ.get("GRIDPFN_URL", "http://127.0.0.1:8000"),
+        help="server URL (default $GRIDPFN_URL or http://127.0.0.1:8000)",
+    )
     common.add_argument("--api-key", default=os.environ.get("GRIDPFN_API_KEY"), help="bearer key ($GRIDPFN_API_KEY)")
     commands = batch.add_subparsers(dest="batch_command", required=True)
 
@@ -67,9 +71,14 @@ def run_worker(args: argparse.Namespace) -> int:
     from models.registry import load_registry
 
     torch.set_num_threads(1)  # parallel blocks instead: intra-op threads contend badly on small shared CPUs
-    registry = load_registry(settings.model_dir, device=settings.device, calibrate=settings.calibration,
-                             width_free=True, max_context=settings.max_context_rows,
-                             retain_memory=settings.retain_freed_memory)
+    registry = load_registry(
+        settings.model_dir,
+        device=settings.device,
+        calibrate=settings.calibration,
+        width_free=True,
+        max_context=settings.max_context_rows,
+        retain_memory=settings.retain_freed_memory,
+    )
     if not registry.checkpoints:
         raise ValueError(f"worker: no usable model under {settings.model_dir}: {registry.errors}")
     worker = Worker(settings.redis_url, registry, job_settings, args.name)
@@ -105,8 +114,11 @@ def _call(fn):
 def batch_submit(args: argparse.Namespace) -> int:
     band = _levels(args.voltage_band, "--voltage-band") or None
     with _client(args) as client:
-        job = _call(lambda: client.submit(args.file, args.model, args.context, _levels(args.quantiles, "--quantiles"),
-                                          band, args.ground_truth))
+        job = _call(
+            lambda: client.submit(
+                args.file, args.model, args.context, _levels(args.quantiles, "--quantiles"), band, args.ground_truth
+            )
+        )
         print(job["id"])
         if not args.wait:
             return 0
@@ -124,6 +136,7 @@ def _watch(client, job: dict) -> dict:
     from tqdm import tqdm
 
     with tqdm(total=job["rows_total"], unit="rows", unit_scale=True, desc=job["id"][:8], file=sys.stderr) as bar:
+
         def update(status: dict) -> None:
             bar.update(status["rows_done"] - bar.n)
             bar.set_postfix_str(status["state"])

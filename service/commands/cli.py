@@ -4,6 +4,7 @@ Each package owns its commands in a module with a `register(subparsers)` functio
 models/cli.py, service/commands/serve.py and batch.py), so this file only wires them together and
 stays small.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -15,6 +15,7 @@ a fresh temporary one unless the operator set it; its old *.db files are removed
 them answers /metrics with the sum over all (service.metrics). A process that exits or is replaced is
 marked dead there: its counters stay in the sums, its gauges leave them.
 """
+
 from __future__ import annotations
 
 import logging
@@ -39,7 +40,9 @@ STARTUP_GRACE_S = 60.0  # a process that exits sooner failed to start: stop ever
 
 def reuseport_socket(host: str, port: int) -> socket.socket:
     """A bound TCP socket that other processes may bind to the same address too (SO_REUSEPORT)."""
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
+        0
+    ]
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)

@@ -1,4 +1,5 @@
 """What a request asks for besides mean and std, and the one call that answers it for any method."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,9 +12,12 @@ from models.predictive import Method, Summary
 
 # The voltage-band rule, the one validator of every band a request or batch job gives: finite, and
 # holding the nominal 1.0 p.u. (low < 1 <= high), so low < high is in the types (and the schema).
-BandLow = Annotated[float, Field(gt=0.0, lt=1.0, strict=True, allow_inf_nan=False, description="low limit, p.u., below 1")]
-BandHigh = Annotated[float, Field(ge=1.0, le=5.0, strict=True, allow_inf_nan=False,
-                                  description="high limit, p.u., at least 1")]
+BandLow = Annotated[
+    float, Field(gt=0.0, lt=1.0, strict=True, allow_inf_nan=False, description="low limit, p.u., below 1")
+]
+BandHigh = Annotated[
+    float, Field(ge=1.0, le=5.0, strict=True, allow_inf_nan=False, description="high limit, p.u., at least 1")
+]
 VoltageBand = tuple[BandLow, BandHigh]
 
 # Arrays shaped (m, k); quantiles (levels, m, k); p_outside None when no band was asked.

@@ -8,10 +8,11 @@ buffer larger than its rows of its column's type can fill is a 422, and only a s
 batch passed is decoded. Only fixed-width numeric columns are accepted (what a load table is),
 so a batch's size follows from its rows and its schema.
 """
+
 from __future__ import annotations
 
 import struct
-from typing import Sequence
+from collections.abc import Sequence
 
 import pyarrow as pa
 
@@ -51,7 +52,7 @@ class _Table:
         at = self._field(slot)
         return default if at is None else _unpack(fmt, self.buf, at)
 
-    def table(self, slot: int) -> "_Table | None":
+    def table(self, slot: int) -> _Table | None:
         at = self._field(slot)
         return None if at is None else _Table(self.buf, at + _unpack("<I", self.buf, at))
 
@@ -74,8 +75,11 @@ def _unpack(fmt: str, buf: memoryview, at: int) -> int:
 
 
 def _not_arrow(reason: str) -> InvalidInput:
-    return InvalidInput("body", f"is not a usable Arrow IPC stream ({reason})",
-                        "one Arrow IPC stream: a schema of numeric columns, then record batches")
+    return InvalidInput(
+        "body",
+        f"is not a usable Arrow IPC stream ({reason})",
+        "one Arrow IPC stream: a schema of numeric columns, then record batches",
+    )
 
 
 def _batch_header(message: pa.ipc.Message) -> tuple[int, list[tuple[int, int]], bool]:
@@ -88,8 +92,9 @@ def _batch_header(message: pa.ipc.Message) -> tuple[int, list[tuple[int, int]], 
     return batch.scalar(0, "<q"), batch.structs(2, 16), batch.table(3) is not None
 
 
-def _check_buffers(rows: int, buffers: list[tuple[int, int]], compressed: bool, body: pa.Buffer,
-                   widths: Sequence[int]) -> None:
+def _check_buffers(
+    rows: int, buffers: list[tuple[int, int]], compressed: bool, body: pa.Buffer, widths: Sequence[int]
+) -> None:
     """Every buffer (validity bitmap, values: two per column) no bigger than `rows` of its column need."""
     if len(buffers) != 2 * len(widths):
         raise ValueError(f"{len(buffers)} buffers for {len(widths)} numeric columns")
@@ -118,8 +123,11 @@ def read_stream(body: bytes, max_rows: int, field: str = "queries") -> pa.Table:
     if first.type != "schema":
         raise _not_arrow(f"it starts with a {first.type} message, not the schema")
     if first.metadata.size > SCHEMA_MAX_BYTES:
-        raise TooLarge("body", f"a schema header of {first.metadata.size} bytes",
-                       f"a schema header of at most {SCHEMA_MAX_BYTES} bytes (at most {MAX_COLUMNS} columns)")
+        raise TooLarge(
+            "body",
+            f"a schema header of {first.metadata.size} bytes",
+            f"a schema header of at most {SCHEMA_MAX_BYTES} bytes (at most {MAX_COLUMNS} columns)",
+        )
     try:
         schema = pa.ipc.read_schema(first)
     except (pa.ArrowException, OSError) as exc:
@@ -141,8 +149,11 @@ def read_stream(body: bytes, max_rows: int, field: str = "queries") -> pa.Table:
         if message.type != "record batch":
             raise _not_arrow(f"a {message.type} message: only record batches follow the schema")
         if len(messages) == MAX_BATCHES:
-            raise TooLarge(field, f"more than {MAX_BATCHES} record batches",
-                           f"at most {MAX_BATCHES} record batches: send the rows in fewer, larger batches")
+            raise TooLarge(
+                field,
+                f"more than {MAX_BATCHES} record batches",
+                f"at most {MAX_BATCHES} record batches: send the rows in fewer, larger batches",
+            )
         try:
             batch_rows, buffers, compressed = _batch_header(message)
             if batch_rows < 0:

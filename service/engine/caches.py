@@ -5,13 +5,15 @@ bounded LRU with single-flight async fill, keyed per (model, version, network, c
 Concurrent misses on one key share one computation, which one caller's cancellation does not stop.
 (Fitted exact GPs live in the GP's own worker processes: service.engine.gp_pool.)
 """
+
 from __future__ import annotations
 
 import asyncio
 import time
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Hashable
+from typing import Any
 
 from service.engine.context_sets import ContextSet
 from service.metrics import Metrics

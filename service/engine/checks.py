@@ -5,6 +5,7 @@ feeder the context set names), limits the GRIDPFN_* settings; every refusal is a
 naming the field, and a width that does not fit names both widths (InvalidInput, TooLarge,
 GPContextTooLarge).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -41,8 +42,11 @@ def _width_check(rows: Any, width: int, field: str, why: str, what: str) -> np.n
     """The whole matrix's width first (the common mistake: another network's rows), then each row's."""
     first = len(rows[0]) if len(rows) and not isinstance(rows, np.ndarray) else (rows.shape[1] if len(rows) else width)
     if first != width:
-        raise InvalidInput(field, f"{field.rpartition('.')[2]} has {first} columns; {why}",
-                           f"{width} {what} per row, in the network's order (GET /v1/networks/{{id}})")
+        raise InvalidInput(
+            field,
+            f"{field.rpartition('.')[2]} has {first} columns; {why}",
+            f"{width} {what} per row, in the network's order (GET /v1/networks/{{id}})",
+        )
     return as_matrix(rows, width, field, why)
 
 
@@ -71,13 +75,17 @@ class Checks:
             raise TooLarge(field, f"{len(queries)} rows is over the limit", f"at most {limit} rows")
         return load_rows(queries, net, field)
 
-    def context(self, x: Any, y: Any, net: Any, field: str = "context", source: dict | None = None,
-                owner: str | None = None) -> ContextSet:
+    def context(
+        self, x: Any, y: Any, net: Any, field: str = "context", source: dict | None = None, owner: str | None = None
+    ) -> ContextSet:
         """Validate an uploaded or inline context against its network and build its content-addressed set
         (addressed within its owner's tenant: `owner` is the tenant tag, None when keys are off)."""
         if len(x) > self.settings.max_context_rows:
-            raise TooLarge(f"{field}.x", f"{len(x)} context rows is over the limit",
-                           f"at most {self.settings.max_context_rows} rows (GRIDPFN_MAX_CONTEXT_ROWS)")
+            raise TooLarge(
+                f"{field}.x",
+                f"{len(x)} context rows is over the limit",
+                f"at most {self.settings.max_context_rows} rows (GRIDPFN_MAX_CONTEXT_ROWS)",
+            )
         if len(x) != len(y):
             raise InvalidInput(f"{field}.y", f"has {len(y)} rows but x has {len(x)}", f"{len(x)} rows, one per x row")
         xa = load_rows(x, net, f"{field}.x")
@@ -89,13 +97,19 @@ class Checks:
         sizes = loaded.card.get("context_size") or {}
         low, high = int(sizes.get("min", 1)), int(sizes.get("max", self.settings.max_context_rows))
         if not low <= ctx.rows <= high:
-            raise InvalidInput("context", f"{ctx.rows} context rows is outside what {loaded.name} supports",
-                               f"between {low} and {high} rows (model card context_size)")
+            raise InvalidInput(
+                "context",
+                f"{ctx.rows} context rows is outside what {loaded.name} supports",
+                f"between {low} and {high} rows (model card context_size)",
+            )
 
     def gp(self, ctx: ContextSet, queries: np.ndarray) -> None:
         """GP work within the configured sizes: the context (else a batch job's work), then the queries."""
         if ctx.rows > self.settings.gp_max_context:
             raise GPContextTooLarge(ctx.rows, self.settings.gp_max_context)
         if queries.shape[0] > self.settings.gp_max_queries:
-            raise TooLarge("queries", f"{queries.shape[0]} rows is over the exact-GP limit",
-                           f"at most {self.settings.gp_max_queries} rows (GRIDPFN_GP_MAX_QUERIES); more: POST /v1/batch-jobs")
+            raise TooLarge(
+                "queries",
+                f"{queries.shape[0]} rows is over the exact-GP limit",
+                f"at most {self.settings.gp_max_queries} rows (GRIDPFN_GP_MAX_QUERIES); more: POST /v1/batch-jobs",
+            )

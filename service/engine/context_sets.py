@@ -8,6 +8,7 @@ belongs to the tenant that stored it (service.engine.tenants): its id mixes in t
 (same data, same tenant -> same id; another tenant gets another id) and another tenant is told it
 does not exist.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -60,12 +61,24 @@ class ContextSet:
     owner: str | None = None
 
     @classmethod
-    def build(cls, x: Any, y: Any, source: dict[str, Any] | None = None,
-              network: str = DEFAULT_NETWORK, owner: str | None = None) -> "ContextSet":
+    def build(
+        cls,
+        x: Any,
+        y: Any,
+        source: dict[str, Any] | None = None,
+        network: str = DEFAULT_NETWORK,
+        owner: str | None = None,
+    ) -> ContextSet:
         x, y = canonical(x), canonical(y)
         source = {**(source or {"kind": "inline"}), "network": network}
-        return cls(x=x, y=y, id=scoped_id(context_id(x, y, network), owner, "context"), source=source,
-                   created_at=time.time(), owner=owner)
+        return cls(
+            x=x,
+            y=y,
+            id=scoped_id(context_id(x, y, network), owner, "context"),
+            source=source,
+            created_at=time.time(),
+            owner=owner,
+        )
 
     @property
     def network(self) -> str:
@@ -83,11 +96,11 @@ class ContextSet:
         return _MAGIC + struct.pack("<I", len(meta)) + meta + self.x.tobytes() + self.y.tobytes()
 
     @classmethod
-    def from_bytes(cls, cid: str, blob: bytes) -> "ContextSet":
+    def from_bytes(cls, cid: str, blob: bytes) -> ContextSet:
         if blob[:8] != _MAGIC:
             raise ValueError(f"context set {cid}: unknown storage format")
         (meta_len,) = struct.unpack_from("<I", blob, 8)
-        meta = orjson.loads(blob[12:12 + meta_len])
+        meta = orjson.loads(blob[12 : 12 + meta_len])
         start = 12 + meta_len
         nx = int(np.prod(meta["x"]))
         x = np.frombuffer(blob, dtype=_CANON, count=nx, offset=start).reshape(meta["x"]).copy()

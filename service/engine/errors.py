@@ -4,6 +4,7 @@ Each error names what was wrong (`field`, `expected`, `location` of the value in
 the HTTP layer can answer a problem that points at it; `service.http.problems.PROBLEMS` is the one
 table that gives each kind its status, type and title.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -14,13 +15,28 @@ from models.errors import InputValidationError
 class EngineError(Exception):
     """Base of the domain errors; `detail` is for people, `entries` point at the offending values."""
 
-    def __init__(self, detail: str, field: str | None = None, message: str | None = None,
-                 expected: str | None = None, location: str = "body") -> None:
+    def __init__(
+        self,
+        detail: str,
+        field: str | None = None,
+        message: str | None = None,
+        expected: str | None = None,
+        location: str = "body",
+    ) -> None:
         super().__init__(detail)
         self.detail = detail
-        self.entries: list[dict[str, Any]] = [] if field is None else [
-            {"location": location, "field": field, "message": detail if message is None else message,
-             "expected": expected}]
+        self.entries: list[dict[str, Any]] = (
+            []
+            if field is None
+            else [
+                {
+                    "location": location,
+                    "field": field,
+                    "message": detail if message is None else message,
+                    "expected": expected,
+                }
+            ]
+        )
 
 
 class InvalidInput(EngineError):
@@ -43,7 +59,7 @@ class NotFound(EngineError):
     ECHO_CHARS = 100  # a name is echoed back at most this long: a megabyte-long one is not sent back whole
 
     def __init__(self, what: str, key: str, field: str, location: str = "path") -> None:
-        shown = repr(key) if len(key) <= self.ECHO_CHARS else f"{key[:self.ECHO_CHARS]!r}... ({len(key)} characters)"
+        shown = repr(key) if len(key) <= self.ECHO_CHARS else f"{key[: self.ECHO_CHARS]!r}... ({len(key)} characters)"
         super().__init__(f"no {what} {shown}", field, f"unknown {what}", f"an existing {what}", location)
         self.what = what
 
@@ -55,7 +71,10 @@ class GPContextTooLarge(EngineError):
         super().__init__(
             f"the exact GP is limited to {limit} context rows here ({rows} given); "
             "submit the study as a batch job (POST /v1/batch-jobs) or use a smaller context",
-            "context", f"{rows} rows", f"at most {limit} rows (GRIDPFN_GP_MAX_CONTEXT); larger: POST /v1/batch-jobs")
+            "context",
+            f"{rows} rows",
+            f"at most {limit} rows (GRIDPFN_GP_MAX_CONTEXT); larger: POST /v1/batch-jobs",
+        )
 
 
 class InputRejected(EngineError):
@@ -86,8 +105,11 @@ class GPBusy(EngineError):
         super().__init__(
             f"the exact GP is busy: {running} GP requests running and {waiting} waiting (capacity {capacity}: "
             f"GRIDPFN_GP_WORKERS + GRIDPFN_GP_QUEUE_SIZE); retry after {retry_after_s} s. Model predictions "
-            "without the GP are answered meanwhile", field, "the exact GP is busy",
-            f"a retry after {retry_after_s} s (Retry-After), or the request without the exact GP")
+            "without the GP are answered meanwhile",
+            field,
+            "the exact GP is busy",
+            f"a retry after {retry_after_s} s (Retry-After), or the request without the exact GP",
+        )
 
 
 class GPTimeout(EngineError):
@@ -97,8 +119,10 @@ class GPTimeout(EngineError):
         super().__init__(
             f"the exact GP on {rows} context rows did not finish within {limit_s:g} s (GRIDPFN_GP_TIMEOUT_S) and "
             "was stopped; use a smaller context, or submit the study as a batch job (POST /v1/batch-jobs)",
-            field, f"the exact GP took longer than {limit_s:g} s", f"a context the exact GP fits within {limit_s:g} s "
-            f"here (fewer than {rows} rows), or POST /v1/batch-jobs")
+            field,
+            f"the exact GP took longer than {limit_s:g} s",
+            f"a context the exact GP fits within {limit_s:g} s here (fewer than {rows} rows), or POST /v1/batch-jobs",
+        )
 
 
 class GPWorkerLost(EngineError):
@@ -106,9 +130,13 @@ class GPWorkerLost(EngineError):
 
     def __init__(self, field: str, reason: str) -> None:
         self.reason = reason
-        super().__init__(f"the exact GP's worker process stopped while answering ({reason}); it is restarted on "
-                         "the next GP request: retry shortly", field, "the exact GP's worker process stopped",
-                         "a retry (Retry-After), or a smaller context")
+        super().__init__(
+            f"the exact GP's worker process stopped while answering ({reason}); it is restarted on "
+            "the next GP request: retry shortly",
+            field,
+            "the exact GP's worker process stopped",
+            "a retry (Retry-After), or a smaller context",
+        )
 
 
 class StoreUnavailable(EngineError):
@@ -121,7 +149,7 @@ class StoreUnavailable(EngineError):
         self.reason, self.what, self.hint = reason, what, hint
         self.args = (reason,)
 
-    def about(self, what: str | None = None, hint: str | None = None) -> "StoreUnavailable":
+    def about(self, what: str | None = None, hint: str | None = None) -> StoreUnavailable:
         """The same failure, told about another kind of data or with other advice."""
         return StoreUnavailable(self.reason, self.what if what is None else what, self.hint if hint is None else hint)
 

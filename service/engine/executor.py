@@ -10,14 +10,16 @@ one `method.summarize` call, and each caller gets its own rows back. While a for
 same key runs, the next batch keeps collecting until it finishes (or the batch fills up), so under
 load batches grow with the arrival rate instead of queueing many one-row passes.
 """
+
 from __future__ import annotations
 
 import asyncio
 import functools
 import time
+from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Hashable, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -102,8 +104,9 @@ def _compute(method: Any, encoded: Any, items: list[tuple[np.ndarray, AnswerSpec
 class MicroBatcher:
     """Collects small requests per key; see module docstring."""
 
-    def __init__(self, pool: WorkerPool, window_s: float, max_rows: int,
-                 on_batch: Callable[[int, int], None] | None = None) -> None:
+    def __init__(
+        self, pool: WorkerPool, window_s: float, max_rows: int, on_batch: Callable[[int, int], None] | None = None
+    ) -> None:
         self.pool, self.window_s, self.max_rows = pool, window_s, max_rows
         self._pending: dict[Hashable, _Batch] = {}
         self._on_batch = on_batch or (lambda rows, requests: None)
@@ -114,8 +117,9 @@ class MicroBatcher:
         # small CPU: bench/results/service-notes.md); other keys' and big requests still use every worker.
         self.max_running = 1
 
-    async def predict(self, key: Hashable, method: Any, encoded: Any, queries: np.ndarray,
-                      spec: AnswerSpec) -> BatchResult:
+    async def predict(
+        self, key: Hashable, method: Any, encoded: Any, queries: np.ndarray, spec: AnswerSpec
+    ) -> BatchResult:
         loop = asyncio.get_running_loop()
         batch = self._pending.get(key)
         if batch is None:
@@ -180,8 +184,9 @@ class Executor:
         """fn(*args) in a worker thread."""
         return await self._refusals(self.pool.run(fn, *args))
 
-    async def batched(self, key: Hashable, method: Any, encoded: Any, queries: np.ndarray,
-                      spec: AnswerSpec) -> BatchResult:
+    async def batched(
+        self, key: Hashable, method: Any, encoded: Any, queries: np.ndarray, spec: AnswerSpec
+    ) -> BatchResult:
         """A few query rows answered in a forward pass shared with other requests on the same key."""
         return await self._refusals(self.batcher.predict(key, method, encoded, queries, spec))
 

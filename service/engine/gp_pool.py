@@ -17,9 +17,11 @@ Routing: each worker keeps its own fits; a request goes to the worker that holds
 its context (waiting for it when busy: concurrent requests on one context share one fit), else to
 any idle worker. Workers start on first use, so a server that never fits a GP starts none.
 """
+
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import os
@@ -29,7 +31,6 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-import dataclasses
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -61,8 +62,17 @@ class _Worker:
 class GPPool:
     """See the module docstring; `answer` is the one call."""
 
-    def __init__(self, method: Any, workers: int, queue_size: int, timeout_s: float, cache_size: int,
-                 torch_threads: int | None, nice: int, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        method: Any,
+        workers: int,
+        queue_size: int,
+        timeout_s: float,
+        cache_size: int,
+        torch_threads: int | None,
+        nice: int,
+        metrics: Metrics,
+    ) -> None:
         self.timeout_s, self.metrics = timeout_s, metrics
         self.capacity = workers + queue_size
         self._config = {"method": method, "torch_threads": torch_threads, "cache_size": cache_size, "nice": nice}
@@ -75,8 +85,9 @@ class GPPool:
         self._started_at: dict[int, float] = {}  # worker index -> when its job started
 
     # ------------------------------------------------------------------ the one call
-    async def answer(self, context_id: str, x: np.ndarray, y: np.ndarray, queries: np.ndarray, spec: AnswerSpec,
-                     field: str) -> tuple[Answer, dict[str, Any]]:
+    async def answer(
+        self, context_id: str, x: np.ndarray, y: np.ndarray, queries: np.ndarray, spec: AnswerSpec, field: str
+    ) -> tuple[Answer, dict[str, Any]]:
         """The GP's answer for queries on the context (fitted once per worker); GPBusy when the pool is
         full. `field` names the part of the request that asked for the GP (for the problem's errors[]).
         Returns (answer, {"fit_s", "fit_cached", "predict_s"})."""
@@ -127,8 +138,9 @@ class GPPool:
         self.metrics.gp_depth(running, self.pending - running)
 
     def _choose(self, context_id: str) -> _Worker | None:
-        owner = next((w for w in self._workers if w.busy_with == context_id), None) or \
-            next((w for w in self._workers if context_id in w.held), None)
+        owner = next((w for w in self._workers if w.busy_with == context_id), None) or next(
+            (w for w in self._workers if context_id in w.held), None
+        )
         if owner is not None:
             return owner if owner.busy_with is None else None
         idle = [w for w in self._workers if w.busy_with is None]
@@ -156,8 +168,11 @@ class GPPool:
     async def _run(self, worker: _Worker, job: dict[str, Any], field: str) -> tuple[Answer, dict[str, Any]]:
         loop = asyncio.get_running_loop()
         if worker.proc is not None and worker.proc.poll() is not None:  # it died while idle (the OOM killer)
-            log.warning("GP worker %d had stopped while idle (%s); starting another",
-                        worker.index, await loop.run_in_executor(None, self._stop, worker))
+            log.warning(
+                "GP worker %d had stopped while idle (%s); starting another",
+                worker.index,
+                await loop.run_in_executor(None, self._stop, worker),
+            )
         if worker.conn is None:
             await loop.run_in_executor(self._io, self._start, worker, field)
         job["forget"], worker.forget = sorted(worker.forget), set()
@@ -165,10 +180,15 @@ class GPPool:
         exchange = loop.run_in_executor(self._io, _exchange, worker.conn, job)
         try:
             reply = await asyncio.wait_for(exchange, self.timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.metrics.rejected.labels("gp_timeout").inc()
-            log.warning("GP job on context %s (%d rows) passed %g s: stopping worker %d",
-                        job["context_id"], len(job["x"]), self.timeout_s, worker.index)
+            log.warning(
+                "GP job on context %s (%d rows) passed %g s: stopping worker %d",
+                job["context_id"],
+                len(job["x"]),
+                self.timeout_s,
+                worker.index,
+            )
             await loop.run_in_executor(None, self._stop, worker)
             raise GPTimeout(field, self.timeout_s, len(job["x"])) from None
         except (EOFError, OSError) as exc:
@@ -197,8 +217,13 @@ class GPPool:
         env = {k: v for k, v in os.environ.items() if k not in ("GRIDPFN_API_KEYS", "GRIDPFN_ADMIN_API_KEY")}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")]))
         try:
-            proc = subprocess.Popen([sys.executable, "-m", "service.engine.gp_worker", str(theirs.fileno())],
-                                    pass_fds=(theirs.fileno(),), env=env, cwd=_ROOT, stdin=subprocess.DEVNULL)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "service.engine.gp_worker", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                env=env,
+                cwd=_ROOT,
+                stdin=subprocess.DEVNULL,
+            )
         finally:
             theirs.close()
         conn = Connection(ours.detach())

@@ -9,6 +9,7 @@ Protocol: first message {"method", "torch_threads", "cache_size", "nice"}; answe
 Then per job {"context_id", "x", "y", "queries", "spec", "forget"}; answer ("ok", answer, timing,
 held ids) or ("error", exception, held ids).
 """
+
 from __future__ import annotations
 
 import hashlib

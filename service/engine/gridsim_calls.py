@@ -5,6 +5,7 @@ a ValueError included, is a fault of the service (a 500), never blamed on the re
 network's description (gridsim's `Network`) is the one source of the load-vector and
 voltage-vector names and sizes.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -5,6 +5,7 @@ the JSON answer whose arrays are numpy arrays in the dtype each kind travels in 
 spreads and probabilities float32: service.engine.answers.on_the_wire). The HTTP layer writes it as
 JSON (orjson straight from numpy) or Arrow; refusals are domain errors (service.engine.errors).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -13,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from service.engine.answers import Answer, AnswerSpec, answer as answer_of, on_the_wire
+from service.engine.answers import Answer, AnswerSpec, on_the_wire
+from service.engine.answers import answer as answer_of
 from service.engine.context_sets import ContextSet
 from service.engine.errors import NonFiniteAnswer
 from service.engine.runtime import Runtime
@@ -34,7 +36,9 @@ def _direct(method: Any, fitted: Any, queries: np.ndarray, spec: AnswerSpec) -> 
     return answer, time.perf_counter() - t0
 
 
-async def _direct_split(rt: Runtime, method: Any, fitted: Any, queries: np.ndarray, spec: AnswerSpec) -> tuple[Answer, float]:
+async def _direct_split(
+    rt: Runtime, method: Any, fitted: Any, queries: np.ndarray, spec: AnswerSpec
+) -> tuple[Answer, float]:
     """_direct over blocks in parallel pool workers; the time is the wall time of the whole answer."""
     parts = min(rt.settings.workers, max(1, len(queries) // (SPLIT_ROWS // 2)))
     if parts < 2 or len(queries) < SPLIT_ROWS:
@@ -51,7 +55,9 @@ def _arrays(answer: Answer, spec: AnswerSpec, what: str) -> dict[str, Any]:
     return {
         "mean": on_the_wire(answer.mean, voltage=True),
         "std": on_the_wire(answer.std, voltage=False),
-        "quantiles": {repr(float(q)): on_the_wire(answer.quantiles[i], voltage=True) for i, q in enumerate(spec.quantiles)},
+        "quantiles": {
+            repr(float(q)): on_the_wire(answer.quantiles[i], voltage=True) for i, q in enumerate(spec.quantiles)
+        },
         "p_outside_band": None if answer.p_outside is None else on_the_wire(answer.p_outside, voltage=False),
     }
 
@@ -75,7 +81,11 @@ async def context_of(rt: Runtime, request: Any, tenant: Tenant) -> tuple[Context
 async def _gp_answer(rt: Runtime, ctx: Any, queries: np.ndarray, spec: AnswerSpec, field: str) -> tuple[Answer, dict]:
     """The exact GP's answer from its own pool (service.engine.gp_pool; `field` asked for it)."""
     answer, t = await rt.gp.answer(ctx.id, ctx.x, ctx.y, queries, spec, field)
-    return answer, {"gp_fit_ms": t["fit_s"] * 1e3, "gp_predict_ms": t["predict_s"] * 1e3, "gp_fit_cached": t["fit_cached"]}
+    return answer, {
+        "gp_fit_ms": t["fit_s"] * 1e3,
+        "gp_predict_ms": t["predict_s"] * 1e3,
+        "gp_fit_cached": t["fit_cached"],
+    }
 
 
 async def predict(rt: Runtime, req: Any, tenant: Tenant) -> dict[str, Any]:
@@ -91,8 +101,9 @@ async def predict(rt: Runtime, req: Any, tenant: Tenant) -> dict[str, Any]:
         rt.checks.gp(ctx, queries)
     encoded, hit = await rt.fits.encoded(loaded, ctx)
     if queries.shape[0] <= BATCHABLE_ROWS:
-        result = await rt.executor.batched((loaded.name, loaded.version, net.name, ctx.id), loaded.method,
-                                           encoded.value, queries, spec)
+        result = await rt.executor.batched(
+            (loaded.name, loaded.version, net.name, ctx.id), loaded.method, encoded.value, queries, spec
+        )
         answer, predict_s, batch_rows = result.answer, result.predict_s, result.batch_rows
     else:
         answer, predict_s = await _direct_split(rt, loaded.method, encoded.value, queries, spec)
@@ -113,9 +124,15 @@ async def predict(rt: Runtime, req: Any, tenant: Tenant) -> dict[str, Any]:
         timing.update(gp_timing)
         pfn_total = timing["pfn_encode_ms"] + timing["pfn_predict_ms"]
         timing["speedup"] = (gp_timing["gp_fit_ms"] + gp_timing["gp_predict_ms"]) / max(pfn_total, MIN_DIVISOR_MS)
-    body = {"model": loaded.name, "version": loaded.version, "network": net.name, "context_id": ctx.id,
-            "outputs": list(net.output_names),
-            **_arrays(answer, spec, f"model {loaded.name}"), "gp": gp}
+    body = {
+        "model": loaded.name,
+        "version": loaded.version,
+        "network": net.name,
+        "context_id": ctx.id,
+        "outputs": list(net.output_names),
+        **_arrays(answer, spec, f"model {loaded.name}"),
+        "gp": gp,
+    }
     timing["total_ms"] = (time.perf_counter() - t0) * 1e3
     body["timing"] = timing
     return body
@@ -129,8 +146,13 @@ async def gp_predict(rt: Runtime, req: Any, tenant: Tenant) -> dict[str, Any]:
     rt.checks.gp(ctx, queries)
     spec = _spec(req)
     answer, timing = await _gp_answer(rt, ctx, queries, spec, "context_id" if req.context is None else "context")
-    body = {"model": "exact-gp", "network": net.name, "context_id": ctx.id, "outputs": list(net.output_names),
-            **_arrays(answer, spec, "exact GP")}
+    body = {
+        "model": "exact-gp",
+        "network": net.name,
+        "context_id": ctx.id,
+        "outputs": list(net.output_names),
+        **_arrays(answer, spec, "exact GP"),
+    }
     timing["total_ms"] = (time.perf_counter() - t0) * 1e3
     body["timing"] = timing
     return body

@@ -4,10 +4,11 @@ Both refuse the first bad column or cell with its row (1-based) and column named
 tool sees the same wording whichever way it sent the table, and both hold loads to the range JSON
 bodies get (LOAD_LIMIT), so a file cannot carry a value that a JSON request could not.
 """
+
 from __future__ import annotations
 
 from collections import Counter
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -36,8 +37,9 @@ class InputError(ValueError):
 
 
 def too_many_columns(count: int | str) -> InputError:
-    return InputError(f"{count} columns", f"at most {MAX_COLUMNS} columns (the widest network has "
-                      f"{2 * (MAX_BUSES - 1)} load columns)")
+    return InputError(
+        f"{count} columns", f"at most {MAX_COLUMNS} columns (the widest network has {2 * (MAX_BUSES - 1)} load columns)"
+    )
 
 
 def check_columns(names: Sequence[str], features: Sequence[str]) -> None:
@@ -52,25 +54,32 @@ def check_columns(names: Sequence[str], features: Sequence[str]) -> None:
     missing = [f for f in features if f not in counts]
     extra = [n for n in names if n not in wanted]
     if missing:
-        raise InputError(f"missing column(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}",
-                         f"the {len(features)} feature columns of the network", column=missing[0])
+        raise InputError(
+            f"missing column(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}",
+            f"the {len(features)} feature columns of the network",
+            column=missing[0],
+        )
     if extra:
-        raise InputError(f"unexpected column(s) {extra[:5]}{' ...' if len(extra) > 5 else ''}",
-                         f"only the {len(features)} feature columns of the network", column=extra[0])
+        raise InputError(
+            f"unexpected column(s) {extra[:5]}{' ...' if len(extra) > 5 else ''}",
+            f"only the {len(features)} feature columns of the network",
+            column=extra[0],
+        )
 
 
 def csv_header_names(head: bytes) -> list[str]:
     """The names in a CSV's header line, given the file's first HEADER_READ_BYTES (a BOM, the line and its
     CRLF fit): a line that does not end within them, or that names more than MAX_COLUMNS columns, is
     refused before any name is compared (quotes around a name are dropped)."""
-    head = head[len(UTF8_BOM):] if head.startswith(UTF8_BOM) else head
+    head = head[len(UTF8_BOM) :] if head.startswith(UTF8_BOM) else head
     line = head.partition(b"\n")[0]
     if line.count(b",") >= MAX_COLUMNS:
         raise too_many_columns(f"more than {MAX_COLUMNS}")
     if len(line) > MAX_HEADER_BYTES + 1:  # (+1: a CR before the newline)
-        raise InputError(f"the header line is longer than {MAX_HEADER_BYTES} bytes",
-                         f"a header line of at most {MAX_HEADER_BYTES} bytes ({MAX_COLUMNS} columns at most), "
-                         "ended by a newline")
+        raise InputError(
+            f"the header line is longer than {MAX_HEADER_BYTES} bytes",
+            f"a header line of at most {MAX_HEADER_BYTES} bytes ({MAX_COLUMNS} columns at most), ended by a newline",
+        )
     return [h.strip().strip('"') for h in line.decode("utf-8", "replace").split(",") if h.strip()]
 
 
@@ -108,8 +117,12 @@ def as_load(column: pa.ChunkedArray | pa.Array, name: str, offset: int) -> np.nd
     outside = np.abs(values) > LOAD_LIMIT
     if outside.any():
         row = int(np.argmax(outside))
-        raise InputError(f"value {values[row]:g} is outside [-{LOAD_LIMIT:g}, {LOAD_LIMIT:g}]",
-                         f"MW or Mvar within +-{LOAD_LIMIT:g}", offset + row + 1, name)
+        raise InputError(
+            f"value {values[row]:g} is outside [-{LOAD_LIMIT:g}, {LOAD_LIMIT:g}]",
+            f"MW or Mvar within +-{LOAD_LIMIT:g}",
+            offset + row + 1,
+            name,
+        )
     return values
 
 

@@ -11,13 +11,15 @@ Requests name their network by that id; `Networks.resolve` gives the gridsim `Ne
 (an upload rebuilt once per process from its stored JSON, then kept in a small LRU), which every
 width check, model pick and power flow uses.
 """
+
 from __future__ import annotations
 
 import functools
 import re
 import time
 from collections import OrderedDict
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import orjson
 
@@ -45,14 +47,25 @@ def detect_format(data: bytes, filename: str | None) -> str:
         return "pandapower-json"
     if data.startswith(b"MATLAB") or b"mpc" in data[:65536]:
         return "matpower"
-    raise InvalidInput("body", "neither pandapower JSON nor a MATPOWER case",
-                  "pandapower.to_json output, or a MATPOWER case (.m text with mpc.bus/mpc.branch/mpc.gen, or .mat)")
+    raise InvalidInput(
+        "body",
+        "neither pandapower JSON nor a MATPOWER case",
+        "pandapower.to_json output, or a MATPOWER case (.m text with mpc.bus/mpc.branch/mpc.gen, or .mat)",
+    )
 
 
 def summary(info: dict[str, Any], ttl: int | None) -> dict[str, Any]:
-    return {"id": info["id"], "kind": info["kind"], "n_buses": info["n_buses"], "n_loads": len(info["loads"]),
-            "n_features": len(info["features"]), "n_outputs": len(info["outputs"]), "layout": info["layout"],
-            "created_at": info.get("created_at"), "expires_in_s": ttl}
+    return {
+        "id": info["id"],
+        "kind": info["kind"],
+        "n_buses": info["n_buses"],
+        "n_loads": len(info["loads"]),
+        "n_features": len(info["features"]),
+        "n_outputs": len(info["outputs"]),
+        "layout": info["layout"],
+        "created_at": info.get("created_at"),
+        "expires_in_s": ttl,
+    }
 
 
 def snapshot_upload(data: bytes, filename: str | None) -> tuple[dict[str, Any], str]:
@@ -70,7 +83,7 @@ def snapshot_upload(data: bytes, filename: str | None) -> tuple[dict[str, Any], 
     return info, net.source_json
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def built_in(name: str) -> dict[str, Any]:
     """Description of a built-in network (its id is its name)."""
     import gridsim
@@ -92,8 +105,11 @@ def _rebuild(source_json: bytes, network_id: str) -> Any:
 
 
 def unknown_network(name: str, field: str) -> InvalidInput:
-    return InvalidInput(field, f"no network {name!r}",
-                        f"a built-in network ({', '.join(built_in_names())}) or the id of an uploaded one (POST /v1/networks)")
+    return InvalidInput(
+        field,
+        f"no network {name!r}",
+        f"a built-in network ({', '.join(built_in_names())}) or the id of an uploaded one (POST /v1/networks)",
+    )
 
 
 class Networks:
@@ -109,8 +125,7 @@ class Networks:
         self.store, self.ttl_s, self.run = store, ttl_s, run
         self.resolved: OrderedDict[str, tuple[Any, str | None]] = OrderedDict()  # id -> (Network, owner)
 
-    async def resolve(self, network_id: str, field: str = "network", location: str = "body", *,
-                      tenant: Tenant) -> Any:
+    async def resolve(self, network_id: str, field: str = "network", location: str = "body", *, tenant: Tenant) -> Any:
         """The gridsim Network named by a request: a built-in, or an upload `tenant` sees (NotFound when
         it is not stored or is another tenant's)."""
         import gridsim
@@ -175,4 +190,4 @@ class Networks:
         return await self.store.ttl(KEY_PREFIX + network_id)
 
     async def ids(self) -> list[str]:
-        return [key[len(KEY_PREFIX):] for key in await self.store.keys(KEY_PREFIX)]
+        return [key[len(KEY_PREFIX) :] for key in await self.store.keys(KEY_PREFIX)]

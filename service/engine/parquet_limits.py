@@ -18,12 +18,14 @@ count bounds what such a column decodes to (one list cell held 50e6 numbers; one
 A flat text column is read (so that the caller can name the row of its first non-number) with each
 value held to TEXT_WIDTH bytes by its pages' sizes.
 """
+
 from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from pathlib import Path
-from typing import BinaryIO, Sequence
+from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -37,8 +39,18 @@ PAGE_HEADER_MAX_BYTES = 1 << 16  # numeric columns' headers are tens of bytes (t
 CHUNK_SLACK_BYTES = 1 << 16  # per column chunk: level headers and page framing beyond rows x width
 _WIDTHS = {"INT32": 4, "FLOAT": 4, "INT64": 8, "DOUBLE": 8}  # numbers, of the width their type fixes
 _NUMBER_ANNOTATIONS = {"NONE", "INT", "DECIMAL"}  # logical types read as numbers (not DATE, TIME, TIMESTAMP...)
-_NUMBER_CONVERSIONS = {"NONE", "DECIMAL", "INT_8", "INT_16", "INT_32", "INT_64", "UINT_8", "UINT_16", "UINT_32",
-                       "UINT_64"}
+_NUMBER_CONVERSIONS = {
+    "NONE",
+    "DECIMAL",
+    "INT_8",
+    "INT_16",
+    "INT_32",
+    "INT_64",
+    "UINT_8",
+    "UINT_16",
+    "UINT_32",
+    "UINT_64",
+}
 _FIXED_NUMBERS = {"DECIMAL": 32, "FLOAT16": 2}  # fixed-width binary read as numbers: at most this many bytes
 FLAG_WIDTH = 1  # BOOLEAN, where a caller allows a flag column
 TEXT_WIDTH = 64  # bytes a value of a flat text column may take: a number written as text
@@ -145,8 +157,7 @@ def _page_header(handle: BinaryIO, at: int, end: int) -> tuple[int, int, int]:
             sizes = reader.fields(wanted=(2, 3))  # PageHeader: 2 uncompressed_page_size, 3 compressed_page_size
         except IndexError:
             if len(data) < window or window >= PAGE_HEADER_MAX_BYTES:
-                raise _bad("a page header is cut off or larger than "
-                           f"{PAGE_HEADER_MAX_BYTES} bytes") from None
+                raise _bad(f"a page header is cut off or larger than {PAGE_HEADER_MAX_BYTES} bytes") from None
             window *= 4
             continue
         except ValueError as exc:
@@ -156,8 +167,9 @@ def _page_header(handle: BinaryIO, at: int, end: int) -> tuple[int, int, int]:
         return sizes[2], sizes[3], reader.pos
 
 
-def _check_chunk(handle: BinaryIO, file_size: int, chunk: pq.ColumnChunkMetaData, rows: int, width: int,
-                 name: str) -> None:
+def _check_chunk(
+    handle: BinaryIO, file_size: int, chunk: pq.ColumnChunkMetaData, rows: int, width: int, name: str
+) -> None:
     """The pages of one column chunk decompress to at most what `rows` values of `width` bytes need."""
     start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
     end = start + chunk.total_compressed_size
@@ -170,8 +182,11 @@ def _check_chunk(handle: BinaryIO, file_size: int, chunk: pq.ColumnChunkMetaData
         uncompressed, compressed, header = _page_header(handle, at, end)
         total, pages, at = total + uncompressed, pages + 1, at + header + compressed
         if total > limit or pages > pages_limit:
-            raise InputError(f"its pages decompress to more than {rows} rows can hold ({total} bytes in {pages} "
-                             "pages so far)", f"at most {limit} bytes for {rows} rows", column=name)
+            raise InputError(
+                f"its pages decompress to more than {rows} rows can hold ({total} bytes in {pages} pages so far)",
+                f"at most {limit} bytes for {rows} rows",
+                column=name,
+            )
 
 
 def _footer_length(handle: BinaryIO, file_size: int) -> int:
@@ -227,8 +242,9 @@ def _selected_leaves(parquet: pq.ParquetFile) -> dict[str, list[int]]:
     return selected
 
 
-def open_file(source: Path | bytes, columns: Sequence[str], max_rows: int, limit_name: str,
-              flags: Sequence[str] = ()) -> pq.ParquetFile:
+def open_file(
+    source: Path | bytes, columns: Sequence[str], max_rows: int, limit_name: str, flags: Sequence[str] = ()
+) -> pq.ParquetFile:
     """The ParquetFile of `source`, after its footer and the page headers of `columns` (those it has)
     show at most `max_rows` rows (else TooLarge naming `limit_name`) of sizes those rows can fill.
 
@@ -239,12 +255,18 @@ def open_file(source: Path | bytes, columns: Sequence[str], max_rows: int, limit
         file_size = handle.seek(0, os.SEEK_END)
         footer = _footer_length(handle, file_size)
         if footer > FOOTER_MAX_BYTES:
-            raise TooLarge("file", f"a Parquet footer of {footer} bytes",
-                           f"a footer of at most {FOOTER_MAX_BYTES} bytes (fewer row groups or columns)")
+            raise TooLarge(
+                "file",
+                f"a Parquet footer of {footer} bytes",
+                f"a footer of at most {FOOTER_MAX_BYTES} bytes (fewer row groups or columns)",
+            )
         try:
-            parquet = pq.ParquetFile(source if isinstance(source, (str, os.PathLike)) else pa.BufferReader(source),
-                                     pre_buffer=False, thrift_string_size_limit=FOOTER_MAX_BYTES,
-                                     thrift_container_size_limit=FOOTER_MAX_BYTES)
+            parquet = pq.ParquetFile(
+                source if isinstance(source, (str, os.PathLike)) else pa.BufferReader(source),
+                pre_buffer=False,
+                thrift_string_size_limit=FOOTER_MAX_BYTES,
+                thrift_container_size_limit=FOOTER_MAX_BYTES,
+            )
         except (pa.ArrowException, OSError) as exc:
             raise _bad(str(exc)) from exc
         meta = parquet.metadata
@@ -264,8 +286,11 @@ def open_file(source: Path | bytes, columns: Sequence[str], max_rows: int, limit
                 leaf = schema.column(index)
                 width = _leaf_width(leaf, paths[index], name, name in flags)
                 if width is None:
-                    raise InputError(f"type {_describe(parquet, name, leaf)} is not numeric",
-                                     _NUMBERS + (" (or booleans)" if name in flags else ""), column=name)
+                    raise InputError(
+                        f"type {_describe(parquet, name, leaf)} is not numeric",
+                        _NUMBERS + (" (or booleans)" if name in flags else ""),
+                        column=name,
+                    )
                 widths[index] = (width, name)
         for index, (width, name) in widths.items():  # then every page pyarrow will decode for them
             for group in groups:

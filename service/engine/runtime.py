@@ -12,6 +12,7 @@
 Built once by the app's lifespan; the HTTP layer reaches it through `request.app.state.runtime`
 and hands its flows (service.engine.inference) plain request objects.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -63,8 +64,11 @@ class Models:
                 return self.registry.get(name, network)
             return self.registry.get(name, network, version=version)
         except ModelNotServed as exc:
-            raise InvalidInput(field, str(exc), f"a model serving network {exc.network}: "
-                                                f"{', '.join(exc.models_for) or 'none yet'} (GET /v1/models)") from None
+            raise InvalidInput(
+                field,
+                str(exc),
+                f"a model serving network {exc.network}: {', '.join(exc.models_for) or 'none yet'} (GET /v1/models)",
+            ) from None
         except VersionNotServed as exc:
             missing = NotFound("model version", f"{name} {version}", "version", "body")
             missing.detail = f"{exc} (GET /v1/models lists each model's versions under `available`)"
@@ -94,11 +98,21 @@ class Runtime:
         self.contexts = ContextSets(self.store, s.context_ttl_s, s.context_recheck_s, s.encoded_cache_size)
         self.executor = Executor(s.workers, s.queue_size, s.batch_window_ms / 1000.0, s.batch_max_queries, self.metrics)
         self.networks = Networks(self.store, s.context_ttl_s, self.executor.run)
-        self.uploads = UploadSandbox(SandboxLimits(s.upload_memory_mb * 2**20, s.upload_cpu_s, s.upload_timeout_s,
-                                                   s.max_network_bytes), s.upload_concurrency)
+        self.uploads = UploadSandbox(
+            SandboxLimits(s.upload_memory_mb * 2**20, s.upload_cpu_s, s.upload_timeout_s, s.max_network_bytes),
+            s.upload_concurrency,
+        )
         self.fits = Fits(self.executor.run, self.metrics, s.encoded_cache_size)
-        self.gp = GPPool(self.gp_method, s.gp_workers, s.gp_queue_size, s.gp_timeout_s, s.gp_cache_size,
-                         s.torch_threads, s.gp_nice, self.metrics)
+        self.gp = GPPool(
+            self.gp_method,
+            s.gp_workers,
+            s.gp_queue_size,
+            s.gp_timeout_s,
+            s.gp_cache_size,
+            s.torch_threads,
+            s.gp_nice,
+            self.metrics,
+        )
 
     async def close(self) -> None:
         self.executor.shutdown()

@@ -18,6 +18,7 @@ Frames: 4-byte little-endian length + payload. Request: a JSON header (`{"filena
 upload. Reply: JSON, `{"ok": true, "info", "source"}` or `{"ok": false, "status", "field",
 "problem", "expected"}`.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -115,9 +116,14 @@ def confine(limits: SandboxLimits) -> None:
     libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # a change of user clears it: set after
     cpu = int(time.process_time()) + 1 + limits.cpu_s
-    caps = {resource.RLIMIT_AS: (_vm_size() + limits.memory_bytes,) * 2, resource.RLIMIT_CPU: (cpu, cpu + 1),
-            resource.RLIMIT_FSIZE: (0, 0), resource.RLIMIT_NPROC: (0, 0), resource.RLIMIT_CORE: (0, 0),
-            resource.RLIMIT_NOFILE: (64, 64)}
+    caps = {
+        resource.RLIMIT_AS: (_vm_size() + limits.memory_bytes,) * 2,
+        resource.RLIMIT_CPU: (cpu, cpu + 1),
+        resource.RLIMIT_FSIZE: (0, 0),
+        resource.RLIMIT_NPROC: (0, 0),
+        resource.RLIMIT_CORE: (0, 0),
+        resource.RLIMIT_NOFILE: (64, 64),
+    }
     for which, value in caps.items():
         resource.setrlimit(which, value)
     if not syscall_filter.install():
@@ -139,13 +145,21 @@ def read_upload(data: bytes, filename: str | None, limits: SandboxLimits) -> dic
         entry = exc.entries[0] if exc.entries else {}
         return refusal(422, entry.get("field") or "body", entry.get("message") or exc.detail, entry.get("expected"))
     except (MemoryError, RecursionError) as exc:
-        return refusal(413, "body", f"reading the network needs more than the {limits.memory_bytes // 2**20} MiB an "
-                                    f"upload may use ({type(exc).__name__})",
-                       "a smaller or simpler network (GRIDPFN_UPLOAD_MEMORY_MB)")
+        return refusal(
+            413,
+            "body",
+            f"reading the network needs more than the {limits.memory_bytes // 2**20} MiB an "
+            f"upload may use ({type(exc).__name__})",
+            "a smaller or simpler network (GRIDPFN_UPLOAD_MEMORY_MB)",
+        )
     except Exception as exc:  # a reader or pandapower choked on this file: the file's problem, logged in full
         log.exception("upload could not be read")
-        return refusal(422, "body", f"cannot be read as a feeder ({type(exc).__name__}: {str(exc)[:200]})",
-                       "pandapower JSON (pandapower.to_json) or a MATPOWER case of a radial feeder")
+        return refusal(
+            422,
+            "body",
+            f"cannot be read as a feeder ({type(exc).__name__}: {str(exc)[:200]})",
+            "pandapower JSON (pandapower.to_json) or a MATPOWER case of a radial feeder",
+        )
 
 
 def _fork_reader(data: bytes, filename: str | None, limits: SandboxLimits) -> dict[str, Any]:
@@ -162,7 +176,7 @@ def _fork_reader(data: bytes, filename: str | None, limits: SandboxLimits) -> di
             reply = orjson.dumps(read_upload(data, filename, limits))
             view = memoryview(reply)
             while view:
-                view = view[os.write(write_end, view):]
+                view = view[os.write(write_end, view) :]
         except BaseException:
             code = 3
         finally:
@@ -191,8 +205,12 @@ def _fork_reader(data: bytes, filename: str | None, limits: SandboxLimits) -> di
             os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
     if timed_out:
-        return refusal(422, "body", f"reading the network took longer than {limits.wall_s:g} s and was stopped",
-                       "a network that reads and solves within the limit (GRIDPFN_UPLOAD_TIMEOUT_S)")
+        return refusal(
+            422,
+            "body",
+            f"reading the network took longer than {limits.wall_s:g} s and was stopped",
+            "a network that reads and solves within the limit (GRIDPFN_UPLOAD_TIMEOUT_S)",
+        )
     try:
         reply = orjson.loads(b"".join(chunks)) if size <= REPLY_CAP else None
     except orjson.JSONDecodeError:
@@ -200,11 +218,19 @@ def _fork_reader(data: bytes, filename: str | None, limits: SandboxLimits) -> di
     if isinstance(reply, dict) and isinstance(reply.get("ok"), bool):
         return reply
     if os.WIFSIGNALED(status) and os.WTERMSIG(status) in (signal.SIGXCPU, signal.SIGKILL):
-        return refusal(422, "body", f"reading the network used more than {limits.cpu_s} s of CPU and was stopped",
-                       "a network that reads and solves within the limit (GRIDPFN_UPLOAD_CPU_S)")
-    return refusal(413, "body", f"reading the network stopped without an answer (status {status}); it may need more "
-                                f"than the {limits.memory_bytes // 2**20} MiB an upload may use",
-                   "a smaller or simpler network (GRIDPFN_UPLOAD_MEMORY_MB)")
+        return refusal(
+            422,
+            "body",
+            f"reading the network used more than {limits.cpu_s} s of CPU and was stopped",
+            "a network that reads and solves within the limit (GRIDPFN_UPLOAD_CPU_S)",
+        )
+    return refusal(
+        413,
+        "body",
+        f"reading the network stopped without an answer (status {status}); it may need more "
+        f"than the {limits.memory_bytes // 2**20} MiB an upload may use",
+        "a smaller or simpler network (GRIDPFN_UPLOAD_MEMORY_MB)",
+    )
 
 
 def serve(limits: SandboxLimits) -> int:

@@ -4,6 +4,7 @@
 fallback when no Redis URL is configured. Both expire entries after a TTL and raise
 `StoreUnavailable` when the backend cannot be reached, so a request is refused at once instead of hanging.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -114,7 +115,7 @@ class RedisStore(Store):
     async def _call(self, name: str, *args):
         try:
             return await getattr(self.client, name)(*args)
-        except (RedisError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, RedisError, OSError) as exc:
             raise StoreUnavailable(f"redis {name} failed: {type(exc).__name__}") from exc
 
     async def get(self, key: str) -> bytes | None:
@@ -136,7 +137,7 @@ class RedisStore(Store):
     async def keys(self, prefix: str) -> list[str]:
         try:
             found = [k async for k in self.client.scan_iter(match=prefix + "*", count=1000)]
-        except (RedisError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, RedisError, OSError) as exc:
             raise StoreUnavailable(f"redis scan failed: {type(exc).__name__}") from exc
         return sorted(k.decode() if isinstance(k, bytes) else k for k in found)
 

@@ -7,6 +7,7 @@ fail with EPERM for the rest of the process's life. It is a classic-BPF program 
 prctl(PR_SET_SECCOMP) through ctypes (no extra package); it needs no-new-privileges, which the
 reader sets first. Only x86-64 and aarch64 are known; elsewhere `install` says so and does nothing.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -21,10 +22,30 @@ _X32_SYSCALL_BIT = 0x40000000
 # arch -> (AUDIT_ARCH value, denied system call numbers): socket, socketpair, execve, execveat, ptrace,
 # process_vm_readv, process_vm_writev
 ARCHES = {
-    "x86_64": (0xC000003E, {"socket": 41, "socketpair": 53, "execve": 59, "execveat": 322, "ptrace": 101,
-                            "process_vm_readv": 310, "process_vm_writev": 311}),
-    "aarch64": (0xC00000B7, {"socket": 198, "socketpair": 199, "execve": 221, "execveat": 281, "ptrace": 117,
-                             "process_vm_readv": 270, "process_vm_writev": 271}),
+    "x86_64": (
+        0xC000003E,
+        {
+            "socket": 41,
+            "socketpair": 53,
+            "execve": 59,
+            "execveat": 322,
+            "ptrace": 101,
+            "process_vm_readv": 310,
+            "process_vm_writev": 311,
+        },
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {
+            "socket": 198,
+            "socketpair": 199,
+            "execve": 221,
+            "execveat": 281,
+            "ptrace": 117,
+            "process_vm_readv": 270,
+            "process_vm_writev": 271,
+        },
+    ),
 }
 
 
@@ -34,12 +55,18 @@ class _Filter(ctypes.Structure):
 
 def _program(arch: int, denied: list[int]) -> bytes:
     """seccomp_data: nr at offset 0, arch at 4. Wrong arch: kill; a denied (or x32) call: EPERM; else allow."""
+
     def op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
         return struct.pack("=HBBI", code, jt, jf, k)
 
     errno_ret = _RET_ERRNO | errno.EPERM
-    parts = [op(_LD_W_ABS, 4), op(_JEQ_K, arch, 1, 0), op(_RET_K, _RET_KILL_PROCESS), op(_LD_W_ABS, 0),
-             op(_JGE_K, _X32_SYSCALL_BIT, len(denied) + 1, 0)]
+    parts = [
+        op(_LD_W_ABS, 4),
+        op(_JEQ_K, arch, 1, 0),
+        op(_RET_K, _RET_KILL_PROCESS),
+        op(_LD_W_ABS, 0),
+        op(_JGE_K, _X32_SYSCALL_BIT, len(denied) + 1, 0),
+    ]
     parts += [op(_JEQ_K, number, len(denied) - i, 0) for i, number in enumerate(denied)]
     parts += [op(_RET_K, _RET_ALLOW), op(_RET_K, errno_ret)]
     return b"".join(parts)

@@ -7,6 +7,7 @@ existed), and its owner-scoped ids mix the tag in, so no other key can compute t
 (GRIDPFN_ADMIN_API_KEY) is a tenant that also sees everyone's objects. Without keys there is one
 shared space (`KEYS_OFF`, tag None): the ids and what everyone sees are exactly as before tenants.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -11,6 +11,7 @@ the reply as JSON.
 Uploads are read one at a time; `concurrency` more may wait, later ones get 503 with Retry-After.
 The zygote is started on first use (or by `start()`), and again if it ever dies.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -43,8 +44,11 @@ class UploadSandbox:
     async def snapshot(self, data: bytes, filename: str | None) -> tuple[dict[str, Any], str]:
         """(description, normalised pandapower JSON) of an upload, or the refusal its reader reported."""
         if len(data) > self.limits.max_bytes:
-            raise TooLarge("body", f"the network file is {len(data)} bytes, over the limit",
-                           f"at most {self.limits.max_bytes} bytes (GRIDPFN_MAX_NETWORK_BYTES)")
+            raise TooLarge(
+                "body",
+                f"the network file is {len(data)} bytes, over the limit",
+                f"at most {self.limits.max_bytes} bytes (GRIDPFN_MAX_NETWORK_BYTES)",
+            )
         if self.pending > self.concurrency:
             raise QueueFull(self.pending, self.concurrency + 1)
         self.pending += 1
@@ -83,30 +87,50 @@ class UploadSandbox:
             await self.close()
             if isinstance(exc, (asyncio.TimeoutError, TimeoutError, ConnectionError, asyncio.IncompleteReadError)):
                 log.error("upload sandbox: no reply (%r); zygote restarted", exc)
-                raise InvalidInput("body", "the network could not be read (the reader stopped)",
-                                   "a network that reads within the limits") from None
+                raise InvalidInput(
+                    "body",
+                    "the network could not be read (the reader stopped)",
+                    "a network that reads within the limits",
+                ) from None
             raise
         log.info("upload sandbox: %d bytes read in %.2f s", len(data), time.perf_counter() - started)
         try:
             parsed = orjson.loads(reply)
         except orjson.JSONDecodeError:
             parsed = None
-        return parsed if isinstance(parsed, dict) else {"ok": False, "field": "body",
-                                                        "problem": "the reader's reply was not understood"}
+        return (
+            parsed
+            if isinstance(parsed, dict)
+            else {"ok": False, "field": "body", "problem": "the reader's reply was not understood"}
+        )
 
     async def _ready_zygote(self) -> asyncio.subprocess.Process:
         if self._zygote is not None and self._zygote.returncode is None:
             return self._zygote
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-               "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-               "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "LANG": "C.UTF-8",
+        }
         for name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # hosts where OpenBLAS needs them
             if name in os.environ:
                 env[name] = os.environ[name]
         started = time.perf_counter()
         zygote = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "service.engine.sandbox_zygote", self.limits.to_json(),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None, env=env, cwd="/")
+            sys.executable,
+            "-m",
+            "service.engine.sandbox_zygote",
+            self.limits.to_json(),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=None,
+            env=env,
+            cwd="/",
+        )
         try:
             ready = await asyncio.wait_for(self._read_frame(zygote), START_TIMEOUT_S)
         except BaseException:

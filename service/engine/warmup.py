@@ -2,6 +2,7 @@
 physics-fit for any network), and warm every served model (and the exact GP) so the first request pays
 no first-call costs. Older versions are not loaded here: a request that pins one (`version`) loads it,
 with the registry's own warm-up pass, so start-up time does not grow with the releases kept."""
+
 from __future__ import annotations
 
 import logging
@@ -22,9 +23,14 @@ def load_registry(settings: Settings) -> Any:
     from models.registry import load_registry as load
 
     try:
-        return load(settings.model_dir, device=settings.device, calibrate=settings.calibration,
-                    width_free=True, max_context=settings.max_context_rows,
-                    retain_memory=settings.retain_freed_memory)
+        return load(
+            settings.model_dir,
+            device=settings.device,
+            calibrate=settings.calibration,
+            width_free=True,
+            max_context=settings.max_context_rows,
+            retain_memory=settings.retain_freed_memory,
+        )
     except Exception as exc:  # an unusable model dir leaves the service alive but not ready
         log.error("could not load the model registry at %s: %s", settings.model_dir, exc)
         from models.registry import Registry

@@ -1,6 +1,7 @@
 """The FastAPI application: middleware, error handlers, routers, and a lifespan that loads the
 registry once, warms every model (and the exact GP) and opens the store before serving.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -53,8 +54,11 @@ async def lifespan(app: FastAPI):
 # FastAPI's own OpenTelemetry hooks (newer releases) look up the global providers on every request,
 # a measurable share of a single-query predict's event-loop time (bench/results/service-notes.md); the service's metrics
 # are its Prometheus ones.
-_NO_NATIVE_TELEMETRY = ({"telemetry": {"tracing": False, "metrics": False, "logs": False}}
-                        if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {})
+_NO_NATIVE_TELEMETRY = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -65,10 +69,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         title="GridPFN",
         version="0.1.0",
         description="Pretrained DVA-PFN power-flow surrogates for the IEEE 33-bus feeder: per-bus voltage "
-                    "distributions for load vectors, conditioned on a context set. Errors are RFC 9457 "
-                    "problem+json. With GRIDPFN_API_KEYS set, /v1 needs `Authorization: Bearer <key>`.",
+        "distributions for load vectors, conditioned on a context set. Errors are RFC 9457 "
+        "problem+json. With GRIDPFN_API_KEYS set, /v1 needs `Authorization: Bearer <key>`.",
         lifespan=lifespan,
-        docs_url=None, redoc_url=None,  # served by service.http.docs_pages with local assets (offline)
+        docs_url=None,
+        redoc_url=None,  # served by service.http.docs_pages with local assets (offline)
     )
     app.state.settings = settings
     app.state.metrics = Metrics()

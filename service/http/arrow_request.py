@@ -15,6 +15,7 @@ the JSON body's load range; the other fields by the same request schema as JSON 
 sized from its message headers before any batch is decompressed (service.engine.arrow_limits): rows
 past the limit are a 413 naming `queries` however well they compress.
 """
+
 from __future__ import annotations
 
 from typing import TypeVar
@@ -77,4 +78,3 @@ def parse(schema: type[Request], body: bytes, max_rows: int) -> Request:
     except ValidationError as exc:
         raise validation_problem(exc.errors(include_url=False), "body") from None
     return request.model_copy(update={"queries": queries})
-

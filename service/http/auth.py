@@ -6,6 +6,7 @@ caller's tenant (service.engine.tenants), which every route hands to the engine 
 objects it may read, list, use, cancel or delete are that tenant's (all of them for the admin key);
 with keys off the caller is `KEYS_OFF`, one shared space as before tenants.
 """
+
 from __future__ import annotations
 
 import functools
@@ -40,8 +41,9 @@ def _match(presented: str, ring: Keyring) -> Tenant | None:
     return found
 
 
-def check_bearer(scheme: str | None, presented: str | None, keys: tuple[str, ...],
-                 admin_key: str | None = None) -> Tenant:
+def check_bearer(
+    scheme: str | None, presented: str | None, keys: tuple[str, ...], admin_key: str | None = None
+) -> Tenant:
     """The caller's tenant: `KEYS_OFF` when no key is configured, else that of `Bearer <a configured key>`
     (401 for anything else)."""
     ring = keyring(keys, admin_key)
@@ -49,11 +51,21 @@ def check_bearer(scheme: str | None, presented: str | None, keys: tuple[str, ...
         return KEYS_OFF
     tenant = _match(presented, ring) if scheme and scheme.lower() == "bearer" and presented else None
     if tenant is None:
-        raise ProblemError(401, "unauthorized", "Unauthorized",
-                           "missing or invalid API key: send `Authorization: Bearer <key>`",
-                           [{"location": "header", "field": "Authorization", "message": "missing or invalid",
-                             "expected": "Bearer <one of the configured API keys>"}],
-                           headers={"WWW-Authenticate": 'Bearer realm="gridpfn"'})
+        raise ProblemError(
+            401,
+            "unauthorized",
+            "Unauthorized",
+            "missing or invalid API key: send `Authorization: Bearer <key>`",
+            [
+                {
+                    "location": "header",
+                    "field": "Authorization",
+                    "message": "missing or invalid",
+                    "expected": "Bearer <one of the configured API keys>",
+                }
+            ],
+            headers={"WWW-Authenticate": 'Bearer realm="gridpfn"'},
+        )
     return tenant
 
 
@@ -63,9 +75,14 @@ def check_authorization_header(value: str | None, keys: tuple[str, ...], admin_k
     return check_bearer(scheme, presented.strip(), keys, admin_key)
 
 
-async def require_api_key(request: Request,
-                          credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Tenant:
+async def require_api_key(
+    request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)
+) -> Tenant:
     """FastAPI dependency of every /v1 router; routes that touch owned objects take its Tenant as a parameter."""
     settings = request.app.state.runtime.settings
-    return check_bearer(credentials and credentials.scheme, credentials and credentials.credentials,
-                        settings.api_keys, settings.admin_api_key)
+    return check_bearer(
+        credentials and credentials.scheme,
+        credentials and credentials.credentials,
+        settings.api_keys,
+        settings.admin_api_key,
+    )

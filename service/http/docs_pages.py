@@ -6,9 +6,10 @@ wheel (Swagger UI's swagger-ui-bundle.js and swagger-ui.css, ReDoc's redoc.stand
 favicon) as package data; they are served here under /docs/assets/, read once and cached in
 memory. Swagger UI's validator badge (a call to an outside validator) is off.
 """
+
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from importlib.resources import files
 
 from fastapi import FastAPI, Request
@@ -18,11 +19,15 @@ from starlette.responses import HTMLResponse, Response
 from service.engine.errors import NotFound
 
 ASSETS_PATH = "/docs/assets"
-ASSETS = {"swagger-ui-bundle.js": "text/javascript; charset=utf-8", "swagger-ui.css": "text/css; charset=utf-8",
-          "redoc.standalone.js": "text/javascript; charset=utf-8", "favicon.png": "image/png"}
+ASSETS = {
+    "swagger-ui-bundle.js": "text/javascript; charset=utf-8",
+    "swagger-ui.css": "text/css; charset=utf-8",
+    "redoc.standalone.js": "text/javascript; charset=utf-8",
+    "favicon.png": "image/png",
+}
 
 
-@lru_cache(maxsize=None)
+@cache
 def asset_bytes(name: str) -> bytes:
     return (files("fastapi_offline") / "static" / name).read_bytes()
 
@@ -38,12 +43,14 @@ def install(app: FastAPI, docs_url: str = "/docs", redoc_url: str = "/redoc") ->
     async def swagger_ui(request: Request) -> HTMLResponse:
         root = prefix(request)
         return get_swagger_ui_html(
-            openapi_url=f"{root}{app.openapi_url}", title=f"{app.title} - Swagger UI",
+            openapi_url=f"{root}{app.openapi_url}",
+            title=f"{app.title} - Swagger UI",
             oauth2_redirect_url=f"{root}{oauth2_redirect}",
             swagger_js_url=f"{root}{ASSETS_PATH}/swagger-ui-bundle.js",
             swagger_css_url=f"{root}{ASSETS_PATH}/swagger-ui.css",
             swagger_favicon_url=f"{root}{ASSETS_PATH}/favicon.png",
-            swagger_ui_parameters={**(app.swagger_ui_parameters or {}), "validatorUrl": None})
+            swagger_ui_parameters={**(app.swagger_ui_parameters or {}), "validatorUrl": None},
+        )
 
     @app.get(oauth2_redirect, include_in_schema=False)
     async def swagger_ui_redirect() -> HTMLResponse:
@@ -52,9 +59,13 @@ def install(app: FastAPI, docs_url: str = "/docs", redoc_url: str = "/redoc") ->
     @app.get(redoc_url, include_in_schema=False)
     async def redoc(request: Request) -> HTMLResponse:
         root = prefix(request)
-        return get_redoc_html(openapi_url=f"{root}{app.openapi_url}", title=f"{app.title} - ReDoc",
-                              redoc_js_url=f"{root}{ASSETS_PATH}/redoc.standalone.js",
-                              redoc_favicon_url=f"{root}{ASSETS_PATH}/favicon.png", with_google_fonts=False)
+        return get_redoc_html(
+            openapi_url=f"{root}{app.openapi_url}",
+            title=f"{app.title} - ReDoc",
+            redoc_js_url=f"{root}{ASSETS_PATH}/redoc.standalone.js",
+            redoc_favicon_url=f"{root}{ASSETS_PATH}/favicon.png",
+            with_google_fonts=False,
+        )
 
     @app.get(ASSETS_PATH + "/{name}", include_in_schema=False)
     async def asset(name: str) -> Response:

@@ -6,6 +6,7 @@ carries, and every inline context is a set of converged power flows, so each exa
 They are built on the first schema request (service.http.openapi), when the server's warm-up has
 already built the feeder, never at import.
 """
+
 from __future__ import annotations
 
 import functools
@@ -53,10 +54,17 @@ def live(model: str, min_rows: int) -> dict[str, list[dict]]:
     return {
         "PredictRequest": [
             {"model": model, "context_id": simulated_context_id(), "queries": queries, **_ASKED},
-            {"model": model, "context": _simulated(max(min_rows, 8), seed=1), "queries": queries, **_ASKED,
-             "compare_gp": True}],
-        "GPPredictRequest": [{"context": small, "queries": queries, "quantiles": [0.05, 0.95],
-                              "voltage_band": _ASKED["voltage_band"]}],
+            {
+                "model": model,
+                "context": _simulated(max(min_rows, 8), seed=1),
+                "queries": queries,
+                **_ASKED,
+                "compare_gp": True,
+            },
+        ],
+        "GPPredictRequest": [
+            {"context": small, "queries": queries, "quantiles": [0.05, 0.95], "voltage_band": _ASKED["voltage_band"]}
+        ],
         "ContextSetCreate": [CONTEXT_SIMULATE, small],
         "SimulateRequest": [{"network": NETWORK, "loads": queries}],
     }

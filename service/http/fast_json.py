@@ -6,10 +6,12 @@ the parser's depth (100,000 brackets made Python's parser raise RecursionError, 
 naming `body` and MAX_JSON_DEPTH, on these routes as on the hot routes, whose pydantic parser stops
 at its own depth (service.http.problems words both alike).
 """
+
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 from fastapi import Request

@@ -11,13 +11,15 @@ they were given. A refusal sent before the body's end says `Connection: close` (
 would otherwise read, and drop, the rest of the body to keep the connection, so the client would
 still upload all of it.
 """
+
 from __future__ import annotations
 
 import asyncio
 import codecs
 from collections import deque
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 from fastapi.exceptions import RequestValidationError
 from python_multipart.exceptions import MultipartParseError
@@ -34,8 +36,13 @@ FRAMING_BYTES = 64 << 10  # part headers, boundaries, an epilogue
 
 
 def _malformed(reason: str) -> ProblemError:
-    return ProblemError(400, "http-error", "Malformed multipart body", f"body: {reason}",
-                        [field_error("body", reason, "multipart/form-data with text fields, then one `file` part")])
+    return ProblemError(
+        400,
+        "http-error",
+        "Malformed multipart body",
+        f"body: {reason}",
+        [field_error("body", reason, "multipart/form-data with text fields, then one `file` part")],
+    )
 
 
 class FormStream:
@@ -60,11 +67,18 @@ class FormStream:
         self.received, self.byte_limit, self.ended = 0, max_fields * (FIELD_MAX_BYTES + 1024) + FRAMING_BYTES, False
         self._header, self._value = b"", b""
         self._disposition, self._name, self._data, self._is_file = b"", "", bytearray(), False
-        self.parser = MultipartParser(boundary, {
-            "on_part_begin": self._part_begin, "on_header_field": self._header_field,
-            "on_header_value": self._header_value, "on_header_end": self._header_end,
-            "on_headers_finished": self._headers_finished, "on_part_data": self._part_data,
-            "on_part_end": self._part_end})
+        self.parser = MultipartParser(
+            boundary,
+            {
+                "on_part_begin": self._part_begin,
+                "on_header_field": self._header_field,
+                "on_header_value": self._header_value,
+                "on_header_end": self._header_end,
+                "on_headers_finished": self._headers_finished,
+                "on_part_data": self._part_data,
+                "on_part_end": self._part_end,
+            },
+        )
 
     # --- parser callbacks: they only queue events; the awaiting methods below act on them -------------
     def _part_begin(self) -> None:
@@ -103,7 +117,9 @@ class FormStream:
             raise MultipartParseError(f"form field {self._name!r} is longer than {FIELD_MAX_BYTES} bytes")
 
     def _part_end(self) -> None:
-        self.events.append(("end",) if self._is_file else ("field", self._name, self._data.decode(self.charset, "replace")))
+        self.events.append(
+            ("end",) if self._is_file else ("field", self._name, self._data.decode(self.charset, "replace"))
+        )
 
     # --- reading --------------------------------------------------------------------------------------
     async def _next(self) -> tuple[Any, ...] | None:
@@ -120,8 +136,11 @@ class FormStream:
             if self.received > self.byte_limit:
                 if self._file_too_large is not None:  # the file part's own refusal, when it is the file
                     raise self._file_too_large(self.received - self._file_start)
-                raise TooLarge("body", f"form fields of more than {self.byte_limit} bytes",
-                               f"at most {self.max_fields} form fields of at most {FIELD_MAX_BYTES} bytes each")
+                raise TooLarge(
+                    "body",
+                    f"form fields of more than {self.byte_limit} bytes",
+                    f"at most {self.max_fields} form fields of at most {FIELD_MAX_BYTES} bytes each",
+                )
             self._feed(chunk)
         return self.events.popleft()
 
@@ -183,7 +202,8 @@ class FormStream:
         """Read to the end: anything after the file part is refused (the options must precede the file)."""
         while (event := await self._next()) is not None:
             if event[0] == "field":
-                raise InvalidInput(event[1], "a form field after the file part",
-                                   "every form field before the file part")
+                raise InvalidInput(
+                    event[1], "a form field after the file part", "every form field before the file part"
+                )
             if event[0] == "file":
                 raise InvalidInput(FILE_FIELD, "a second file part", "one `file` part")

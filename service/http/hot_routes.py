@@ -12,10 +12,12 @@ layer is off (`GRIDPFN_HOT_ROUTES=false`); tests check both give the same answer
 Requests whose queries come as Arrow (service.http.arrow_request) are answered here either way:
 FastAPI has no parser for them.
 """
+
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from starlette.datastructures import Headers
@@ -80,8 +82,9 @@ class HotRoutes:
 
     async def _answer(self, key: tuple[str, str], http: Request, arrow: bool) -> Response:
         runtime = self.fastapi_app.state.runtime
-        tenant = check_authorization_header(http.headers.get("authorization"), runtime.settings.api_keys,
-                                            runtime.settings.admin_api_key)
+        tenant = check_authorization_header(
+            http.headers.get("authorization"), runtime.settings.api_keys, runtime.settings.admin_api_key
+        )
         schema, flow = ROUTES[key]
         if arrow:
             request = arrow_request.parse(schema, await http.body(), runtime.settings.max_queries)

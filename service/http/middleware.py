@@ -2,6 +2,7 @@
 what nothing else handled), then the body limit, which refuses request bodies over the configured
 size with 413 before any parsing happens.
 """
+
 from __future__ import annotations
 
 import logging
@@ -34,7 +35,10 @@ class HTTPMetricsMiddleware:
         """prometheus_client's .labels() takes a lock and builds a key on every call; look each pair up once."""
         children = self._children.get(labels)
         if children is None:
-            children = self._children[labels] = (self.metrics.requests.labels(*labels), self.metrics.latency.labels(*labels))
+            children = self._children[labels] = (
+                self.metrics.requests.labels(*labels),
+                self.metrics.latency.labels(*labels),
+            )
         children[0].inc()
         children[1].observe(seconds)
 
@@ -51,7 +55,9 @@ class HTTPMetricsMiddleware:
                 # Server-Timing (W3C): the whole request inside the server, from the first byte the app
                 # saw to the response start, so body parsing, validation and serialisation count too.
                 elapsed_ms = (time.perf_counter() - start) * 1e3
-                headers = list(message.get("headers") or []) + [(b"server-timing", f"app;dur={elapsed_ms:.2f}".encode())]
+                headers = list(message.get("headers") or []) + [
+                    (b"server-timing", f"app;dur={elapsed_ms:.2f}".encode())
+                ]
                 message = {**message, "headers": headers}
             await send(message)
 
@@ -69,7 +75,6 @@ class HTTPMetricsMiddleware:
             self._observe((scope["method"], route, str(status)), time.perf_counter() - start)
 
 
-
 class BodyLimitMiddleware:
     """Checks Content-Length up front, and counts streamed bytes for chunked bodies.
 
@@ -80,13 +85,21 @@ class BodyLimitMiddleware:
         self.app, self.max_bytes, self.exempt = app, max_bytes, exempt
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, size: str) -> None:
-        problem = problem_of(TooLarge("body", f"request body of {size} bytes is over the limit",
-                                      f"at most {self.max_bytes} bytes (GRIDPFN_MAX_BODY_BYTES)"))
+        problem = problem_of(
+            TooLarge(
+                "body",
+                f"request body of {size} bytes is over the limit",
+                f"at most {self.max_bytes} bytes (GRIDPFN_MAX_BODY_BYTES)",
+            )
+        )
         await problem_response(problem)(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "DELETE", "OPTIONS")
-                or scope["path"].startswith(self.exempt)):
+        if (
+            scope["type"] != "http"
+            or scope["method"] in ("GET", "HEAD", "DELETE", "OPTIONS")
+            or scope["path"].startswith(self.exempt)
+        ):
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])

@@ -7,6 +7,7 @@ request, context rows, simulated rows: each a 413 past it) are the schema's maxi
 app's Settings (so they hold before start-up too), and OpenAPI links chain the routes
 that create a resource to those that read or delete it (POST /v1/context-sets -> GET/DELETE,
 POST /v1/batch-jobs -> status/result/DELETE, POST /v1/networks -> GET, GET /v1/models -> GET one)."""
+
 from __future__ import annotations
 
 import copy
@@ -45,15 +46,19 @@ def _link(operation_id: str, parameter: str, expression: str) -> dict[str, Any]:
 LINKS: dict[tuple[str, str, str], dict[str, tuple[str, str, str]]] = {
     ("/v1/context-sets", "post", "201"): {
         "GetContextSet": ("read_v1_context_sets__context_id__get", "context_id", "$response.body#/id"),
-        "DeleteContextSet": ("delete_v1_context_sets__context_id__delete", "context_id", "$response.body#/id")},
+        "DeleteContextSet": ("delete_v1_context_sets__context_id__delete", "context_id", "$response.body#/id"),
+    },
     ("/v1/batch-jobs", "post", "202"): {
         "GetBatchJob": ("status_v1_batch_jobs__job_id__get", "job_id", "$response.body#/id"),
         "GetBatchJobResult": ("result_v1_batch_jobs__job_id__result_get", "job_id", "$response.body#/id"),
-        "DeleteBatchJob": ("cancel_v1_batch_jobs__job_id__delete", "job_id", "$response.body#/id")},
+        "DeleteBatchJob": ("cancel_v1_batch_jobs__job_id__delete", "job_id", "$response.body#/id"),
+    },
     ("/v1/networks", "post", "201"): {
-        "GetNetwork": ("read_v1_networks__network_id__get", "network_id", "$response.body#/id")},
+        "GetNetwork": ("read_v1_networks__network_id__get", "network_id", "$response.body#/id")
+    },
     ("/v1/models", "get", "200"): {
-        "GetModel": ("get_model_v1_models__name__get", "name", "$response.body#/models/0/name")},
+        "GetModel": ("get_model_v1_models__name__get", "name", "$response.body#/models/0/name")
+    },
 }
 
 
@@ -83,7 +88,9 @@ def _set_limits(app: FastAPI, schema: dict[str, Any]) -> None:
     if settings.gp_max_queries < settings.max_queries:  # compare_gp holds the queries to the GP's limit too
         components["PredictRequest"]["if"] = {"properties": {"compare_gp": {"const": True}}, "required": ["compare_gp"]}
         components["PredictRequest"]["then"] = {"properties": {"queries": {"maxItems": settings.gp_max_queries}}}
-    _max_items(components["GPPredictRequest"]["properties"]["queries"], min(settings.max_queries, settings.gp_max_queries))
+    _max_items(
+        components["GPPredictRequest"]["properties"]["queries"], min(settings.max_queries, settings.gp_max_queries)
+    )
     _max_items(components["SimulateRequest"]["properties"]["loads"], settings.max_simulate)
     for component in ("ContextData", "ContextSetCreate"):  # an inline context's rows, an uploaded context set's
         for field in ("x", "y"):
@@ -92,6 +99,7 @@ def _set_limits(app: FastAPI, schema: dict[str, Any]) -> None:
     components["SimulateSpec"]["properties"]["n"]["maximum"] = min(settings.max_simulate, settings.max_context_rows)
     # a batch job simulates up to its own (larger) row limit: its own copy of SimulateSpec
     from service.jobs.settings import JobSettings
+
     job_settings = getattr(app.state, "job_settings", None) or JobSettings()
     batch_spec = copy.deepcopy(components["SimulateSpec"])
     batch_spec["properties"]["n"]["maximum"] = job_settings.job_max_rows
@@ -104,17 +112,22 @@ def _set_limits(app: FastAPI, schema: dict[str, Any]) -> None:
             body["properties"]["model"]["enum"] = names
     # files, whose content JSON Schema cannot bound: their limits in words
     batch_form["properties"]["file"]["description"] += (
-        f" At most {job_settings.job_max_rows} rows (GRIDPFN_JOB_MAX_ROWS); more, or a larger file, is a 413.")
+        f" At most {job_settings.job_max_rows} rows (GRIDPFN_JOB_MAX_ROWS); more, or a larger file, is a 413."
+    )
     bodies["/v1/networks"]["description"] += (
-        f"; at most {settings.max_network_bytes} bytes (GRIDPFN_MAX_NETWORK_BYTES), more is a 413")
+        f"; at most {settings.max_network_bytes} bytes (GRIDPFN_MAX_NETWORK_BYTES), more is a 413"
+    )
     # the GP fits inline contexts up to its own (smaller) limit: its own copy of ContextData
     gp_context = copy.deepcopy(components["ContextData"])
     for field in ("x", "y"):
         _max_items(gp_context["properties"][field], min(settings.max_context_rows, settings.gp_max_context))
     components["GPContextData"] = gp_context
     gp_request = components["GPPredictRequest"]["properties"]
-    gp_request["context"] = json.loads(json.dumps(gp_request["context"]).replace(
-        "#/components/schemas/ContextData", "#/components/schemas/GPContextData"))
+    gp_request["context"] = json.loads(
+        json.dumps(gp_request["context"]).replace(
+            "#/components/schemas/ContextData", "#/components/schemas/GPContextData"
+        )
+    )
 
 
 def install(app: FastAPI) -> None:

@@ -5,12 +5,14 @@ FastAPI's validation errors, Starlette's HTTP errors and any unexpected exceptio
 {type, title, status, detail, errors: [{location, field, message, expected}]} so clients parse one
 format whatever went wrong.
 """
+
 from __future__ import annotations
 
 import logging
 import re
 import secrets
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
@@ -18,8 +20,20 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from service.engine.errors import (EngineError, GPBusy, GPContextTooLarge, GPTimeout, GPWorkerLost, InputRejected,
-                                   InvalidInput, NonFiniteAnswer, NotFound, QueueFull, StoreUnavailable, TooLarge)
+from service.engine.errors import (
+    EngineError,
+    GPBusy,
+    GPContextTooLarge,
+    GPTimeout,
+    GPWorkerLost,
+    InputRejected,
+    InvalidInput,
+    NonFiniteAnswer,
+    NotFound,
+    QueueFull,
+    StoreUnavailable,
+    TooLarge,
+)
 from service.http import fast_json
 
 log = logging.getLogger(__name__)
@@ -91,13 +105,20 @@ def problem_of(exc: EngineError) -> ProblemError:
     status, slug, title, retry_after_s = PROBLEMS[kind]
     retry_after_s = getattr(exc, "retry_after_s", retry_after_s)  # an error may know better (GPBusy)
     what = getattr(exc, "what", "")
-    return ProblemError(status, slug, title.format(what=what, What=what.capitalize()), exc.detail, exc.entries,
-                        headers=None if retry_after_s is None else {"Retry-After": str(retry_after_s)})
+    return ProblemError(
+        status,
+        slug,
+        title.format(what=what, What=what.capitalize()),
+        exc.detail,
+        exc.entries,
+        headers=None if retry_after_s is None else {"Retry-After": str(retry_after_s)},
+    )
 
 
 def problem_response(problem: ProblemError) -> Response:
-    return Response(orjson.dumps(problem.body()), status_code=problem.status,
-                    media_type=PROBLEM_MEDIA_TYPE, headers=problem.headers)
+    return Response(
+        orjson.dumps(problem.body()), status_code=problem.status, media_type=PROBLEM_MEDIA_TYPE, headers=problem.headers
+    )
 
 
 def _expected_from(err: dict[str, Any]) -> str | None:
@@ -107,8 +128,9 @@ def _expected_from(err: dict[str, Any]) -> str | None:
         return str(ctx["expected"])
     if err.get("type") == "json_invalid" and fast_json.too_deep(str(ctx.get("error", ""))):
         return f"JSON nested at most {fast_json.MAX_JSON_DEPTH} levels deep"
-    bounds = [f"{name} {ctx[key]}" for key, name in
-              (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if key in ctx]
+    bounds = [
+        f"{name} {ctx[key]}" for key, name in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if key in ctx
+    ]
     if bounds:
         return "a number " + " and ".join(bounds)
     if "pattern" in ctx:
@@ -188,8 +210,9 @@ def allowed_methods(app: FastAPI, path: str, fallback: str) -> str:
     the schema does not document, Starlette's own value."""
     methods: set[str] = set()
     for template, operations in app.openapi()["paths"].items():
-        pattern = "".join("[^/]+" if part.startswith("{") else re.escape(part)
-                          for part in re.split(r"(\{[^/}]+\})", template))
+        pattern = "".join(
+            "[^/]+" if part.startswith("{") else re.escape(part) for part in re.split(r"(\{[^/}]+\})", template)
+        )
         if re.fullmatch(pattern, path):
             methods |= {method.upper() for method in operations}
     if "GET" in methods:
@@ -202,6 +225,12 @@ def unexpected_response(method: str, path: str, exc: Exception) -> Response:
     the details go to the log only, under an id the answer gives so an operator finds the traceback."""
     error_id = secrets.token_hex(8)
     log.error("unhandled error %s on %s %s", error_id, method, path, exc_info=exc)
-    return problem_response(ProblemError(500, "internal-error", "Internal server error",
-                                         f"unexpected {type(exc).__name__}; see the server log, error id {error_id}",
-                                         extensions={"error_id": error_id}))
+    return problem_response(
+        ProblemError(
+            500,
+            "internal-error",
+            "Internal server error",
+            f"unexpected {type(exc).__name__}; see the server log, error id {error_id}",
+            extensions={"error_id": error_id},
+        )
+    )

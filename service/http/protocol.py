@@ -14,6 +14,7 @@ those two sends were a large share of the event loop's samples (py-spy; bench/re
 writes made during one pass of the event loop are joined and sent when it ends (one call_soon);
 a big write (a long answer) first sends what is pending, then goes out on its own, uncopied.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -112,11 +113,18 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             super().send_400_response(msg)
 
     def _refuse_head(self) -> None:
-        body = (b'{"type":"urn:gridpfn:problem:header-too-large","title":"Request header fields too large",'
-                b'"status":431,"detail":"the request head is over ' + str(self.max_head_bytes).encode() +
-                b' bytes or ' + str(self.max_headers).encode() + b' header fields","errors":[]}')
-        self.transport.write(b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/problem+json"
-                             b"\r\nconnection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        body = (
+            b'{"type":"urn:gridpfn:problem:header-too-large","title":"Request header fields too large",'
+            b'"status":431,"detail":"the request head is over '
+            + str(self.max_head_bytes).encode()
+            + b" bytes or "
+            + str(self.max_headers).encode()
+            + b' header fields","errors":[]}'
+        )
+        self.transport.write(
+            b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/problem+json"
+            b"\r\nconnection: close\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
         self.transport.close()
 
     def on_message_begin(self) -> None:

@@ -13,6 +13,7 @@ answer), named as in batch-job results (`mean_vm_pu_bus2`, `std_...`,
 of the JSON answer (model, context_id, outputs, timing) is JSON in the schema metadata under
 `gridpfn`.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -54,11 +55,13 @@ def arrow_response(body: dict[str, Any]) -> Response:
         more_names, more_arrays = _columns(prefix, matrix, outputs)
         names += more_names
         arrays += more_arrays
-    rest = {key: value for key, value in body.items()
-            if key not in ("mean", "std", "quantiles", "p_outside_band", "gp")}
+    rest = {
+        key: value for key, value in body.items() if key not in ("mean", "std", "quantiles", "p_outside_band", "gp")
+    }
     rest["quantiles"] = list(body["quantiles"])
-    schema = pa.schema([pa.field(name, array.type) for name, array in zip(names, arrays)],
-                       metadata={METADATA_KEY: orjson.dumps(rest)})
+    schema = pa.schema(
+        [pa.field(name, array.type) for name, array in zip(names, arrays)], metadata={METADATA_KEY: orjson.dumps(rest)}
+    )
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, schema) as writer:
         writer.write_batch(pa.record_batch(arrays, schema=schema))
@@ -66,8 +69,9 @@ def arrow_response(body: dict[str, Any]) -> Response:
 
 
 def json_response(body: dict[str, Any], status: int = 200) -> Response:
-    return Response(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), status_code=status,
-                    media_type="application/json")
+    return Response(
+        orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), status_code=status, media_type="application/json"
+    )
 
 
 def answer_response(body: dict[str, Any], accept: str | None) -> Response:

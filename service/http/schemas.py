@@ -9,18 +9,19 @@ One policy for every JSON request body: fields the schema does not declare are r
 the field; `additionalProperties: false` in the OpenAPI schema), and values are not coerced from
 other JSON types (a seed of "1" or true is a 422, as the schema's `integer` says).
 """
+
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from gridsim.feeders import MAX_BUSES
 from service.constants import SHA256_HEX, SHA256_ID
+from service.engine import load_table
 from service.engine.answers import VoltageBand
 from service.engine.gridsim_calls import BUILT_IN_NETWORKS, DEFAULT_NETWORK
-from service.engine import load_table
 
 
 class Strict(BaseModel):
@@ -30,20 +31,36 @@ class Strict(BaseModel):
 
 
 NETWORK_PATTERN = "^(" + "|".join(BUILT_IN_NETWORKS) + "|" + SHA256_HEX + ")$"
-NetworkName = Annotated[str, Field(pattern=NETWORK_PATTERN, description="a built-in network (" + ", ".join(BUILT_IN_NETWORKS)
-                                   + ") or the id of an uploaded one (POST /v1/networks)")]
+NetworkName = Annotated[
+    str,
+    Field(
+        pattern=NETWORK_PATTERN,
+        description="a built-in network ("
+        + ", ".join(BUILT_IN_NETWORKS)
+        + ") or the id of an uploaded one (POST /v1/networks)",
+    ),
+]
 StrictInt = Annotated[int, Field(strict=True)]
 StrictBool = Annotated[bool, Field(strict=True)]
 VERSION_PATTERN = r"^[0-9A-Za-z][0-9A-Za-z._+-]{0,63}$"
 # Pinning a release: operators compare or hold back a version while the newest serves everyone else.
-ModelVersion = Annotated[str, Field(pattern=VERSION_PATTERN, description=(
-    "a version of the model for the context's network, from `available` in GET /v1/models (default: the "
-    "served, newest one); an older one is loaded on first use"))]
+ModelVersion = Annotated[
+    str,
+    Field(
+        pattern=VERSION_PATTERN,
+        description=(
+            "a version of the model for the context's network, from `available` in GET /v1/models (default: the "
+            "served, newest one); an older one is loaded on first use"
+        ),
+    ),
+]
 
 # Physical ranges, generous: IEEE 33-bus loads are < 1 MW per bus, voltages ~0.9-1.05 p.u. Outside
 # them the models' arithmetic is not meaningful (1e30 MW overflows the PFN), so they are a 422.
 LOAD_LIMIT = load_table.LOAD_LIMIT  # one bound for JSON bodies, Arrow bodies and batch files
-Load = Annotated[float, Field(allow_inf_nan=False, strict=True, ge=-LOAD_LIMIT, le=LOAD_LIMIT, description="MW or Mvar")]
+Load = Annotated[
+    float, Field(allow_inf_nan=False, strict=True, ge=-LOAD_LIMIT, le=LOAD_LIMIT, description="MW or Mvar")
+]
 Voltage = Annotated[float, Field(allow_inf_nan=False, strict=True, ge=0.0, le=5.0, description="|V| in p.u.")]
 
 
@@ -53,18 +70,27 @@ def _within(low: int, high: int, what: str):
 
     def check(row: list[float]) -> list[float]:
         if not low <= len(row) <= high:
-            raise PydanticCustomError("row_length", "has {got} values",
-                                      {"got": len(row), "expected": f"{low} to {high} {what}, as many as the network has"})
+            raise PydanticCustomError(
+                "row_length",
+                "has {got} values",
+                {"got": len(row), "expected": f"{low} to {high} {what}, as many as the network has"},
+            )
         return row
 
     return AfterValidator(check)
 
 
 # a feeder has at most MAX_BUSES buses: at most 2 (MAX_BUSES - 1) loads and MAX_BUSES - 1 voltages
-LoadRow = Annotated[list[Load], _within(1, 2 * (MAX_BUSES - 1), "loads (P then Q of each load bus)"),
-                    Field(json_schema_extra={"minItems": 1, "maxItems": 2 * (MAX_BUSES - 1)})]
-VoltageRow = Annotated[list[Voltage], _within(1, MAX_BUSES - 1, "voltages (|V| of each non-slack bus)"),
-                       Field(json_schema_extra={"minItems": 1, "maxItems": MAX_BUSES - 1})]
+LoadRow = Annotated[
+    list[Load],
+    _within(1, 2 * (MAX_BUSES - 1), "loads (P then Q of each load bus)"),
+    Field(json_schema_extra={"minItems": 1, "maxItems": 2 * (MAX_BUSES - 1)}),
+]
+VoltageRow = Annotated[
+    list[Voltage],
+    _within(1, MAX_BUSES - 1, "voltages (|V| of each non-slack bus)"),
+    Field(json_schema_extra={"minItems": 1, "maxItems": MAX_BUSES - 1}),
+]
 Matrix = Annotated[list[LoadRow], Field(min_length=1)]
 VoltageMatrix = Annotated[list[VoltageRow], Field(min_length=1)]
 ContextId = Annotated[str, Field(pattern=SHA256_ID, description="sha256 id from POST /v1/context-sets")]
@@ -82,11 +108,15 @@ def _absent(*fields: str) -> dict[str, Any]:
 
 
 # exactly one of context / context_id, given and not null (what QueryOptions._check enforces)
-ONE_CONTEXT = [{"allOf": [_given("context", "object"), _absent("context_id")]},
-               {"allOf": [_given("context_id", "string"), _absent("context")]}]
+ONE_CONTEXT = [
+    {"allOf": [_given("context", "object"), _absent("context_id")]},
+    {"allOf": [_given("context_id", "string"), _absent("context")]},
+]
 # either x and y, or simulate (what ContextSetCreate._one_source enforces)
-ONE_SOURCE = [{"allOf": [_given("x", "array"), _given("y", "array"), _absent("simulate")]},
-              {"allOf": [_given("simulate", "object"), _absent("x", "y")]}]
+ONE_SOURCE = [
+    {"allOf": [_given("x", "array"), _given("y", "array"), _absent("simulate")]},
+    {"allOf": [_given("simulate", "object"), _absent("x", "y")]},
+]
 
 
 class ContextData(Strict):
@@ -111,22 +141,25 @@ class ContextSetCreate(Strict):
 
     model_config = ConfigDict(json_schema_extra={"oneOf": ONE_SOURCE})
 
-    x: Optional[Matrix] = None
-    y: Optional[VoltageMatrix] = None
-    network: Optional[NetworkName] = Field(None, description="the network of x and y (default ieee33); "
-                                           "with simulate, simulate.network names it")
-    simulate: Optional[SimulateSpec] = None
+    x: Matrix | None = None
+    y: VoltageMatrix | None = None
+    network: NetworkName | None = Field(
+        None, description="the network of x and y (default ieee33); with simulate, simulate.network names it"
+    )
+    simulate: SimulateSpec | None = None
 
     @model_validator(mode="after")
-    def _one_source(self) -> "ContextSetCreate":
+    def _one_source(self) -> ContextSetCreate:
         uploaded = self.x is not None or self.y is not None
         if uploaded == (self.simulate is not None):
             raise ValueError("give either x and y, or simulate (exactly one)")
         if uploaded and (self.x is None or self.y is None):
             raise ValueError("an uploaded context needs both x and y")
         if self.simulate is not None and self.network not in (None, self.simulate.network):
-            raise ValueError(f"network {self.network} differs from simulate.network {self.simulate.network} "
-                             "(give the network once, in simulate)")
+            raise ValueError(
+                f"network {self.network} differs from simulate.network {self.simulate.network} "
+                "(give the network once, in simulate)"
+            )
         return self
 
     @property
@@ -137,16 +170,16 @@ class ContextSetCreate(Strict):
 class QueryOptions(Strict):
     """Context, queries and the statistics wanted; shared by the PFN and the GP endpoints."""
 
-    context: Optional[ContextData] = None
-    context_id: Optional[ContextId] = None
+    context: ContextData | None = None
+    context_id: ContextId | None = None
     queries: Matrix
     quantiles: Annotated[list[Level], Field(max_length=99)] = []
-    voltage_band: Optional[VoltageBand] = Field(None, description="[low, high] p.u., low < 1 <= high; adds p_outside_band")
+    voltage_band: VoltageBand | None = Field(None, description="[low, high] p.u., low < 1 <= high; adds p_outside_band")
 
     model_config = ConfigDict(json_schema_extra={"oneOf": ONE_CONTEXT})
 
     @model_validator(mode="after")
-    def _check(self) -> "QueryOptions":
+    def _check(self) -> QueryOptions:
         if (self.context is None) == (self.context_id is None):
             raise ValueError("give either context or context_id (exactly one)")
         return self
@@ -154,7 +187,7 @@ class QueryOptions(Strict):
 
 class PredictRequest(QueryOptions):
     model: str = Field(description="a name from GET /v1/models")
-    version: Optional[ModelVersion] = None
+    version: ModelVersion | None = None
     compare_gp: StrictBool = Field(False, description="also fit the exact GP on the same context and time both")
 
 
@@ -168,15 +201,15 @@ class SimulateRequest(Strict):
 
 
 class Timing(BaseModel):
-    pfn_ms: Optional[float] = Field(None, description="model time spent in this request (encode if done now + predict)")
-    pfn_encode_ms: Optional[float] = Field(None, description="time the context encoding took (even if cached)")
-    pfn_predict_ms: Optional[float] = Field(None, description="forward pass + statistics (shared if micro-batched)")
-    context_cached: Optional[bool] = None
-    batch_rows: Optional[int] = Field(None, description="rows in the forward pass that answered this request")
-    gp_fit_ms: Optional[float] = Field(None, description="time the GP fit took (even if cached)")
-    gp_predict_ms: Optional[float] = None
-    gp_fit_cached: Optional[bool] = None
-    speedup: Optional[float] = Field(None, description="(gp_fit+gp_predict) / (pfn_encode+pfn_predict)")
+    pfn_ms: float | None = Field(None, description="model time spent in this request (encode if done now + predict)")
+    pfn_encode_ms: float | None = Field(None, description="time the context encoding took (even if cached)")
+    pfn_predict_ms: float | None = Field(None, description="forward pass + statistics (shared if micro-batched)")
+    context_cached: bool | None = None
+    batch_rows: int | None = Field(None, description="rows in the forward pass that answered this request")
+    gp_fit_ms: float | None = Field(None, description="time the GP fit took (even if cached)")
+    gp_predict_ms: float | None = None
+    gp_fit_cached: bool | None = None
+    speedup: float | None = Field(None, description="(gp_fit+gp_predict) / (pfn_encode+pfn_predict)")
     total_ms: float = Field(description="server time from request parsed to response built")
 
 
@@ -187,17 +220,20 @@ class GPAnswer(BaseModel):
 
 class PredictResponse(BaseModel):
     model: str
-    version: Optional[str] = Field(None, description="the model version that answered (the pinned one, else the "
-                                   "served one); absent from the exact GP's answer")
+    version: str | None = Field(
+        None,
+        description="the model version that answered (the pinned one, else the "
+        "served one); absent from the exact GP's answer",
+    )
     network: str = Field(description="the context's network, whose outputs these are")
     context_id: str
     outputs: list[str]
     mean: list[list[float]]
     std: list[list[float]]
     quantiles: dict[str, list[list[float]]]
-    p_outside_band: Optional[list[list[float]]]
+    p_outside_band: list[list[float]] | None
     timing: Timing
-    gp: Optional[GPAnswer] = None
+    gp: GPAnswer | None = None
 
 
 class ContextSetInfo(BaseModel):
@@ -208,15 +244,15 @@ class ContextSetInfo(BaseModel):
     outputs: int
     source: dict[str, Any]
     created_at: float
-    expires_in_s: Optional[int]
-    x: Optional[list[list[float]]] = None
-    y: Optional[list[list[float]]] = None
+    expires_in_s: int | None
+    x: list[list[float]] | None = None
+    y: list[list[float]] | None = None
 
 
 class SimulateResponse(BaseModel):
     network: str
     outputs: list[str]
-    vm_pu: list[Optional[list[float]]] = Field(description="null for a load vector whose power flow did not converge")
+    vm_pu: list[list[float] | None] = Field(description="null for a load vector whose power flow did not converge")
     converged: list[bool]
 
 
@@ -228,4 +264,4 @@ class Problem(BaseModel):
     status: int
     detail: str
     errors: list[dict[str, Any]] = []
-    error_id: Optional[str] = Field(None, description="a 500's id, also in the server's log line with the traceback")
+    error_id: str | None = Field(None, description="a 500's id, also in the server's log line with the traceback")

@@ -9,11 +9,12 @@ written. A UTF-8 byte-order mark before a CSV header is allowed (spreadsheet exp
 model's feature columns in card order as float64, written so that row group i is chunk i, which is
 what lets a resumed worker read exactly the chunk it needs.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -88,8 +89,11 @@ def _parquet_batches(path: Path, features: Sequence[str], batch_rows: int, max_r
     """Checked at once (footer, page headers, columns); the batches then come a row group at a time."""
     source = parquet_limits.open_file(path, features, max_rows, MAX_ROWS_SETTING)  # no pre-buffering: no read-ahead
     check_columns(source.schema_arrow.names, features)
-    return (batch for group in range(source.num_row_groups)
-            for batch in source.iter_batches(batch_size=batch_rows, row_groups=[group], columns=list(features)))
+    return (
+        batch
+        for group in range(source.num_row_groups)
+        for batch in source.iter_batches(batch_size=batch_rows, row_groups=[group], columns=list(features))
+    )
 
 
 def _csv_header(path: Path, features: Sequence[str]) -> None:
@@ -102,9 +106,11 @@ def _csv_header(path: Path, features: Sequence[str]) -> None:
 
 def _open_csv(path: Path, features: Sequence[str], as_text: bool = False):
     kind = pa.string() if as_text else pa.float64()
-    return pcsv.open_csv(path, read_options=pcsv.ReadOptions(block_size=CSV_BLOCK_BYTES),
-                         convert_options=pcsv.ConvertOptions(column_types={f: kind for f in features},
-                                                             strings_can_be_null=True))
+    return pcsv.open_csv(
+        path,
+        read_options=pcsv.ReadOptions(block_size=CSV_BLOCK_BYTES),
+        convert_options=pcsv.ConvertOptions(column_types={f: kind for f in features}, strings_can_be_null=True),
+    )
 
 
 def _locate_csv_type_error(path: Path, features: Sequence[str], exc: Exception) -> InputError:
@@ -150,8 +156,9 @@ def _csv_rows(path: Path, features: Sequence[str]) -> Iterator[pa.RecordBatch]:
 
 def ingest(path: Path, fmt: str, features: Sequence[str], dest: Path, chunk_rows: int, max_rows: int) -> int:
     """Validate `path` (csv/parquet) and write the canonical input to `dest`; returns the row count."""
-    batches = (_parquet_batches(path, features, chunk_rows, max_rows) if fmt == "parquet"
-               else _csv_batches(path, features))  # a footer or header refused here writes nothing
+    batches = (
+        _parquet_batches(path, features, chunk_rows, max_rows) if fmt == "parquet" else _csv_batches(path, features)
+    )  # a footer or header refused here writes nothing
     writer: ChunkWriter | None = None
     try:
         offset = 0

@@ -4,6 +4,7 @@ Job records expire after `job_ttl_s`; their files would otherwise stay on the sh
 A directory is only removed when it has no record *and* has not changed for `max_age_s`, so a job
 still being uploaded (files first, record last) is never touched.
 """
+
 from __future__ import annotations
 
 import logging

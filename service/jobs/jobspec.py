@@ -1,14 +1,14 @@
 """What a job is: its immutable spec, its lifecycle states, and the columns of its result."""
+
 from __future__ import annotations
 
 import math
 from enum import Enum
-from typing import Optional
 
 from pydantic import BaseModel, ConfigDict
 
 
-class JobState(str, Enum):
+class JobState(str, Enum):  # noqa: UP042 (StrEnum would change str(state) where states are formatted)
     QUEUED = "queued"
     RUNNING = "running"
     DONE = "done"
@@ -33,13 +33,13 @@ class JobSpec(BaseModel):
     features: tuple[str, ...]
     outputs: tuple[str, ...]
     quantiles: tuple[float, ...] = ()
-    voltage_band: Optional[tuple[float, float]] = None
+    voltage_band: tuple[float, float] | None = None
     with_ground_truth: bool = False
     rows: int
     chunk_rows: int
     source: str  # "csv", "parquet" or "simulate"
     created_at: float
-    owner: Optional[str] = None  # the submitting tenant's tag (service.engine.tenants); None: keys off
+    owner: str | None = None  # the submitting tenant's tag (service.engine.tenants); None: keys off
 
     @property
     def chunks(self) -> int:

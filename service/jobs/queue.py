@@ -9,6 +9,7 @@ only when the job has reached a final state. A job whose worker died stops being
 `job_claim_idle_s` another worker takes it over with XAUTOCLAIM and resumes from the last chunk
 recorded in the job's record. No extra library, and the pending list shows who holds what.
 """
+
 from __future__ import annotations
 
 import logging

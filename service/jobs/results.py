@@ -6,13 +6,14 @@ rewriting a part after a crash gives the same bytes. Assembly copies part by par
 memory), checks each part's row count against the spec, and is itself atomic, so the result holds
 every input row exactly once, in input order.
 """
+
 from __future__ import annotations
 
 import io
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -48,10 +49,13 @@ class JobFiles:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def chunk_table(spec: JobSpec, inputs: pa.Table, answer: Answer,
-                truth: tuple[np.ndarray, np.ndarray] | None = None) -> pa.Table:
+def chunk_table(
+    spec: JobSpec, inputs: pa.Table, answer: Answer, truth: tuple[np.ndarray, np.ndarray] | None = None
+) -> pa.Table:
     """Input columns then the statistics in `result_columns` order (voltages float64, the rest float32)."""
-    blocks = [(answer.mean, True), (answer.std, False)] + [(answer.quantiles[i], True) for i in range(len(spec.quantiles))]
+    blocks = [(answer.mean, True), (answer.std, False)] + [
+        (answer.quantiles[i], True) for i in range(len(spec.quantiles))
+    ]
     if spec.voltage_band is not None:
         blocks.append((answer.p_outside, False))
     arrays = list(inputs.columns)
@@ -143,6 +147,5 @@ def csv_stream(path: Path) -> Iterator[bytes]:
     source = pq.ParquetFile(path)
     for index in range(source.num_row_groups):
         buffer = io.BytesIO()
-        pcsv.write_csv(source.read_row_group(index), buffer,
-                       write_options=pcsv.WriteOptions(include_header=index == 0))
+        pcsv.write_csv(source.read_row_group(index), buffer, write_options=pcsv.WriteOptions(include_header=index == 0))
         yield buffer.getvalue()

@@ -9,18 +9,21 @@ for that network and is what the ground truth is solved on.
 Recording fails when the job was cancelled or taken over; the runner then stops without touching
 the job again. Memory is bounded by two chunks whatever the file size.
 """
+
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
 
-from service.engine.answers import Answer, AnswerSpec, answer as answer_of
+from service.engine.answers import Answer, AnswerSpec
+from service.engine.answers import answer as answer_of
 from service.engine.context_sets import ContextSet
 from service.jobs import results
 from service.jobs.jobspec import JobSpec, JobState
@@ -76,8 +79,9 @@ def run_job(ctx: RunContext, job_id: str) -> JobState | None:
         return None
     spec: JobSpec = ctx.states.get(job_id)["spec"]
     files = JobFiles(ctx.jobs_dir, job_id)
-    log.info("job %s: %s rows in %d chunks, starting at chunk %d (owner %s)", job_id, spec.rows, spec.chunks, done,
-             ctx.owner)
+    log.info(
+        "job %s: %s rows in %d chunks, starting at chunk %d (owner %s)", job_id, spec.rows, spec.chunks, done, ctx.owner
+    )
     streamed = results.StreamedResult(files) if done == 0 else None
     try:
         finished = _run_chunks(ctx, spec, files, done, streamed)
@@ -105,8 +109,9 @@ def run_job(ctx: RunContext, job_id: str) -> JobState | None:
     return JobState.DONE
 
 
-def _run_chunks(ctx: RunContext, spec: JobSpec, files: JobFiles, start: int,
-                streamed: results.StreamedResult | None = None) -> bool:
+def _run_chunks(
+    ctx: RunContext, spec: JobSpec, files: JobFiles, start: int, streamed: results.StreamedResult | None = None
+) -> bool:
     """False when the job was cancelled or taken over meanwhile."""
     times = ctx.times
     if start >= spec.chunks:
@@ -118,11 +123,17 @@ def _run_chunks(ctx: RunContext, spec: JobSpec, files: JobFiles, start: int,
         try:
             loaded = ctx.models(spec.model, net)
         except LookupError as exc:
-            raise RuntimeError(f"model {spec.model!r} for network {spec.network} is not loaded in this worker: "
-                               f"{exc}") from None
+            raise RuntimeError(
+                f"model {spec.model!r} for network {spec.network} is not loaded in this worker: {exc}"
+            ) from None
     if str(loaded.version) != spec.model_version:
-        log.warning("job %s was submitted for %s %s, this worker serves %s", spec.id, spec.model,
-                    spec.model_version, loaded.version)
+        log.warning(
+            "job %s was submitted for %s %s, this worker serves %s",
+            spec.id,
+            spec.model,
+            spec.model_version,
+            loaded.version,
+        )
     t0 = time.perf_counter()
     context = ContextSet.from_bytes(spec.context_id, files.context.read_bytes())
     encoded = loaded.method.fit(context.x, context.y)  # once per job (per process), reused by every chunk
@@ -141,8 +152,10 @@ def _run_chunks(ctx: RunContext, spec: JobSpec, files: JobFiles, start: int,
         times.write += time.perf_counter() - t0
         return ctx.states.record_chunk(spec.id, ctx.owner, index + 1, min(spec.rows, (index + 1) * spec.chunk_rows))
 
-    with ThreadPoolExecutor(max(1, ctx.parallel), thread_name_prefix="gridpfn-chunk") as pool, \
-            ThreadPoolExecutor(1, thread_name_prefix="gridpfn-write") as writer:
+    with (
+        ThreadPoolExecutor(max(1, ctx.parallel), thread_name_prefix="gridpfn-chunk") as pool,
+        ThreadPoolExecutor(1, thread_name_prefix="gridpfn-write") as writer,
+    ):
         pending = None  # the previous chunk's write + record: at most one chunk is in flight
         for index in range(start, spec.chunks):
             if pending is not None and ctx.should_stop():  # shutdown: leave at a chunk boundary
@@ -153,12 +166,15 @@ def _run_chunks(ctx: RunContext, spec: JobSpec, files: JobFiles, start: int,
             x = np.column_stack([inputs.column(j).to_numpy() for j in range(inputs.num_columns)])
             t1 = time.perf_counter()
             blocks = np.array_split(x, min(ctx.parallel, max(1, len(x) // 256)))
-            answer = Answer.concat(list(pool.map(lambda block: answer_of(loaded.method, encoded, block, answer_spec),
-                                                 blocks)))
+            answer = Answer.concat(
+                list(pool.map(lambda block: answer_of(loaded.method, encoded, block, answer_spec), blocks))
+            )
             t2 = time.perf_counter()
             if not answer.all_finite():
-                raise RuntimeError(f"model produced NaN or infinity in chunk {index} "
-                                   f"(rows {index * spec.chunk_rows + 1}..{index * spec.chunk_rows + len(x)})")
+                raise RuntimeError(
+                    f"model produced NaN or infinity in chunk {index} "
+                    f"(rows {index * spec.chunk_rows + 1}..{index * spec.chunk_rows + len(x)})"
+                )
             truth = _ground_truth(x, net) if spec.with_ground_truth else None
             times.read += t1 - t0
             times.predict += t2 - t1

@@ -7,14 +7,16 @@ Inputs, parts and results live on the shared filesystem (`GRIDPFN_JOBS_DIR`), no
 a million-row job is ~0.5 GB in and ~1 GB out, which would crowd the memory that Redis needs for
 context sets, while Redis keeps only what must be atomic and shared (state, chunk progress, owner).
 """
+
 from __future__ import annotations
 
 import logging
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import redis
@@ -39,8 +41,7 @@ def new_job_id() -> str:
 class JobService:
     """Job bookkeeping for one server process."""
 
-    def __init__(self, job_settings: JobSettings, redis_url: str | None, registry: Any,
-                 timeout_s: float = 2.0) -> None:
+    def __init__(self, job_settings: JobSettings, redis_url: str | None, registry: Any, timeout_s: float = 2.0) -> None:
         self.settings = job_settings
         self.root = Path(job_settings.jobs_dir)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -67,8 +68,9 @@ class JobService:
         fmt = inputs.detect_format(upload, filename)
         files = self.files(job_id)
         files.dir.mkdir(parents=True, exist_ok=True)
-        rows = inputs.ingest(upload, fmt, features, files.input, self.settings.job_chunk_rows,
-                             self.settings.job_max_rows)
+        rows = inputs.ingest(
+            upload, fmt, features, files.input, self.settings.job_chunk_rows, self.settings.job_max_rows
+        )
         return rows, fmt
 
     def prepare_simulated(self, job_id: str, sim: Any, net: Any) -> int:
@@ -98,26 +100,52 @@ class JobService:
             self.executor.submit(self._run_embedded, spec.id)
 
     def _run_embedded(self, job_id: str) -> None:
-        ctx = RunContext(self.states, self.root, self.registry.get, owner="embedded",
-                         max_attempts=self.settings.job_max_attempts, chunk_pause_s=self.settings.job_chunk_pause_s)
+        ctx = RunContext(
+            self.states,
+            self.root,
+            self.registry.get,
+            owner="embedded",
+            max_attempts=self.settings.job_max_attempts,
+            chunk_pause_s=self.settings.job_chunk_pause_s,
+        )
         try:
             run_job(ctx, job_id)
         except Exception:  # the executor would swallow it silently
             log.exception("embedded job %s crashed", job_id)
 
-    def spec_for(self, job_id: str, loaded: Any, context_id: str, net: Any, options: Any, rows: int,
-                 source: str, *, tenant: Tenant) -> JobSpec:
+    def spec_for(
+        self,
+        job_id: str,
+        loaded: Any,
+        context_id: str,
+        net: Any,
+        options: Any,
+        rows: int,
+        source: str,
+        *,
+        tenant: Tenant,
+    ) -> JobSpec:
         """The job's spec, owned by `tenant`; an uploaded network's JSON goes into the job's directory (workers
         rebuild it from there)."""
         if net.source_json:
             self.files(job_id).network.write_text(net.source_json)
-        return JobSpec(id=job_id, model=loaded.name, model_version=str(loaded.version), context_id=context_id,
-                       network=net.name, features=tuple(net.feature_names),
-                       outputs=tuple(net.output_names), quantiles=tuple(float(q) for q in options.quantiles),
-                       voltage_band=tuple(options.voltage_band) if options.voltage_band else None,
-                       with_ground_truth=bool(options.with_ground_truth), rows=rows,
-                       chunk_rows=self.settings.job_chunk_rows, source=source, created_at=time.time(),
-                       owner=tenant.tag)
+        return JobSpec(
+            id=job_id,
+            model=loaded.name,
+            model_version=str(loaded.version),
+            context_id=context_id,
+            network=net.name,
+            features=tuple(net.feature_names),
+            outputs=tuple(net.output_names),
+            quantiles=tuple(float(q) for q in options.quantiles),
+            voltage_band=tuple(options.voltage_band) if options.voltage_band else None,
+            with_ground_truth=bool(options.with_ground_truth),
+            rows=rows,
+            chunk_rows=self.settings.job_chunk_rows,
+            source=source,
+            created_at=time.time(),
+            owner=tenant.tag,
+        )
 
     # --- inspect / cancel ---------------------------------------------------------------------------
     def status(self, job_id: str, *, tenant: Tenant) -> dict[str, Any] | None:
@@ -131,16 +159,32 @@ class JobService:
         if job["started_at"] is not None:
             elapsed = (job["finished_at"] or time.time()) - job["started_at"]
             rate = job["rows_done"] / elapsed if elapsed > 0 else None
-        errors = [] if not job["error"] else [{"location": "job", "field": "job", "message": job["error"],
-                                               "expected": None}]
-        return {"id": spec.id, "state": state.value, "model": spec.model, "model_version": spec.model_version,
-                "network": spec.network, "context_id": spec.context_id, "source": spec.source, "rows_total": spec.rows,
-                "rows_done": job["rows_done"], "chunks_total": spec.chunks, "chunks_done": job["chunks_done"],
-                "rows_per_s": rate, "attempts": job["attempts"], "quantiles": list(spec.quantiles),
-                "voltage_band": list(spec.voltage_band) if spec.voltage_band else None,
-                "with_ground_truth": spec.with_ground_truth, "created_at": spec.created_at,
-                "started_at": job["started_at"], "finished_at": job["finished_at"], "errors": errors,
-                "result": f"/v1/batch-jobs/{spec.id}/result" if state == JobState.DONE else None}
+        errors = (
+            [] if not job["error"] else [{"location": "job", "field": "job", "message": job["error"], "expected": None}]
+        )
+        return {
+            "id": spec.id,
+            "state": state.value,
+            "model": spec.model,
+            "model_version": spec.model_version,
+            "network": spec.network,
+            "context_id": spec.context_id,
+            "source": spec.source,
+            "rows_total": spec.rows,
+            "rows_done": job["rows_done"],
+            "chunks_total": spec.chunks,
+            "chunks_done": job["chunks_done"],
+            "rows_per_s": rate,
+            "attempts": job["attempts"],
+            "quantiles": list(spec.quantiles),
+            "voltage_band": list(spec.voltage_band) if spec.voltage_band else None,
+            "with_ground_truth": spec.with_ground_truth,
+            "created_at": spec.created_at,
+            "started_at": job["started_at"],
+            "finished_at": job["finished_at"],
+            "errors": errors,
+            "result": f"/v1/batch-jobs/{spec.id}/result" if state == JobState.DONE else None,
+        }
 
     def cancel(self, job_id: str) -> bool:
         return self.states.cancel(job_id)

@@ -5,6 +5,7 @@ atomic step: a Lua script in Redis, a lock in memory. Recording chunk i+1 only s
 caller still owns a running job, so a cancelled job, or one taken over from a worker presumed dead,
 stops its old worker at the next chunk boundary instead of letting two writers race.
 """
+
 from __future__ import annotations
 
 import threading
@@ -85,10 +86,16 @@ def _decode(raw: dict) -> dict[str, Any] | None:
         return None
     get = lambda k, default=None: raw.get(k, default)  # noqa: E731
     num = lambda k: float(get(k)) if get(k) not in (None, "") else None  # noqa: E731
-    return {"spec": JobSpec.model_validate_json(get("spec")), "state": JobState(get("state")),
-            "chunks_done": int(get("chunks_done", 0)), "rows_done": int(get("rows_done", 0)),
-            "attempts": int(get("attempts", 0)), "started_at": num("started_at"),
-            "finished_at": num("finished_at"), "error": get("error") or None}
+    return {
+        "spec": JobSpec.model_validate_json(get("spec")),
+        "state": JobState(get("state")),
+        "chunks_done": int(get("chunks_done", 0)),
+        "rows_done": int(get("rows_done", 0)),
+        "attempts": int(get("attempts", 0)),
+        "started_at": num("started_at"),
+        "finished_at": num("finished_at"),
+        "error": get("error") or None,
+    }
 
 
 class RedisJobStates(JobStates):
@@ -104,8 +111,16 @@ class RedisJobStates(JobStates):
 
     def create(self, spec: JobSpec) -> None:
         pipe = self.client.pipeline()
-        pipe.hset(self.key(spec.id), mapping={"spec": spec.model_dump_json(), "state": JobState.QUEUED.value,
-                                              "chunks_done": 0, "rows_done": 0, "attempts": 0})
+        pipe.hset(
+            self.key(spec.id),
+            mapping={
+                "spec": spec.model_dump_json(),
+                "state": JobState.QUEUED.value,
+                "chunks_done": 0,
+                "rows_done": 0,
+                "attempts": 0,
+            },
+        )
         pipe.expire(self.key(spec.id), self.ttl_s)
         pipe.execute()
 
@@ -141,9 +156,17 @@ class MemoryJobStates(JobStates):
 
     def create(self, spec: JobSpec) -> None:
         with self._lock:
-            self._jobs[spec.id] = {"spec": spec, "state": JobState.QUEUED, "chunks_done": 0, "rows_done": 0,
-                                   "attempts": 0, "started_at": None, "finished_at": None, "error": None,
-                                   "owner": None}
+            self._jobs[spec.id] = {
+                "spec": spec,
+                "state": JobState.QUEUED,
+                "chunks_done": 0,
+                "rows_done": 0,
+                "attempts": 0,
+                "started_at": None,
+                "finished_at": None,
+                "error": None,
+                "owner": None,
+            }
 
     def get(self, job_id: str) -> dict[str, Any] | None:
         with self._lock:
@@ -157,8 +180,9 @@ class MemoryJobStates(JobStates):
                 return None
             job["attempts"] += 1
             if job["attempts"] > max_attempts:
-                job.update(state=JobState.FAILED, finished_at=time.time(),
-                           error=f"gave up after {max_attempts} attempts")
+                job.update(
+                    state=JobState.FAILED, finished_at=time.time(), error=f"gave up after {max_attempts} attempts"
+                )
                 return None
             job.update(state=JobState.RUNNING, owner=owner)
             job["started_at"] = job["started_at"] or time.time()

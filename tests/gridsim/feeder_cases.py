@@ -1,4 +1,5 @@
 """Small user feeders for the network tests (gridsim and service)."""
+
 import pandapower as pp
 
 # a 3-bus radial MATPOWER case (version 2), as a user would upload it

@@ -1,4 +1,5 @@
 """simulate/solve validation (ValueError naming the field) and the result object."""
+
 import numpy as np
 import pytest
 

@@ -1,4 +1,5 @@
 """`gridpfn simulate` through the real entry point: Parquet and CSV written, read back."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -16,15 +17,36 @@ def test_simulate_writes_file_matching_the_api(tmp_path, suffix, reader, capsys)
     expected = gridsim.simulate(300, 0.1, 0).to_frame()
     assert list(frame.columns) == list(expected.columns)
     assert frame["converged"].all()
-    assert np.allclose(frame.drop(columns="converged").to_numpy(), expected.drop(columns="converged").to_numpy(),
-                       rtol=0, atol=1e-15)
+    assert np.allclose(
+        frame.drop(columns="converged").to_numpy(), expected.drop(columns="converged").to_numpy(), rtol=0, atol=1e-15
+    )
     assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temp file left behind
 
 
 def test_simulate_options_and_failures_are_written_not_dropped(tmp_path):
     out = tmp_path / "s.parquet"
-    args = ["simulate", "-n", "40", "--delta", "0.2", "--seed", "1", "-o", str(out), "--angles",
-            "--load-level", "6", "--dg-bus", "18", "--dg-mw", "0.1", "--correlation", "0.3", "--pf-spread", "0.1"]
+    args = [
+        "simulate",
+        "-n",
+        "40",
+        "--delta",
+        "0.2",
+        "--seed",
+        "1",
+        "-o",
+        str(out),
+        "--angles",
+        "--load-level",
+        "6",
+        "--dg-bus",
+        "18",
+        "--dg-mw",
+        "0.1",
+        "--correlation",
+        "0.3",
+        "--pf-spread",
+        "0.1",
+    ]
     assert main(args) == 0
     frame = pd.read_parquet(out)
     assert len(frame) == 40 and not frame["converged"].any()
@@ -53,7 +75,9 @@ def test_simulate_bad_arguments_exit_2_with_message(tmp_path, capsys, args, mess
 
 def test_simulate_with_pandapower_solver_matches_batched(tmp_path):
     out_pp, out_b = tmp_path / "pp.csv", tmp_path / "b.csv"
-    assert main(["simulate", "-n", "3", "--delta", "0.5", "--seed", "4", "--solver", "pandapower", "-o", str(out_pp)]) == 0
+    assert (
+        main(["simulate", "-n", "3", "--delta", "0.5", "--seed", "4", "--solver", "pandapower", "-o", str(out_pp)]) == 0
+    )
     assert main(["simulate", "-n", "3", "--delta", "0.5", "--seed", "4", "-o", str(out_b)]) == 0
     vm_pp, vm_b = pd.read_csv(out_pp).filter(like="vm_pu_"), pd.read_csv(out_b).filter(like="vm_pu_")
     assert vm_pp.shape == (3, 32) and np.abs(vm_pp.to_numpy() - vm_b.to_numpy()).max() <= 1e-9

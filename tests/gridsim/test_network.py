@@ -1,4 +1,5 @@
 """The IEEE 33-bus description: numbering, base loads, names, Z-bus."""
+
 import numpy as np
 import pytest
 import torch
@@ -34,8 +35,11 @@ def test_network_arrays_are_read_only():
 
 
 def test_unknown_network_names_field_and_choices():
-    with pytest.raises(ValueError, match=r"network: expected one of \['ieee33', 'kerber_landnetz_kabel_1', "
-                                         r"'mv_oberrhein_sub0'\] or random-<buses>-<seed>, got 'ieee34'"):
+    with pytest.raises(
+        ValueError,
+        match=r"network: expected one of \['ieee33', 'kerber_landnetz_kabel_1', "
+        r"'mv_oberrhein_sub0'\] or random-<buses>-<seed>, got 'ieee34'",
+    ):
         gridsim.network("ieee34")
 
 

@@ -1,4 +1,5 @@
 """Networks beyond IEEE 33: built-ins, user networks (pandapower JSON, MATPOWER), bad-network errors."""
+
 import copy
 
 import numpy as np
@@ -129,17 +130,27 @@ def _bad(mutate):
     return net
 
 
-@pytest.mark.parametrize("mutate, field, message", [
-    (lambda n: n.switch.drop(n.switch.index[n.switch.et == "l"], inplace=True), "line",
-     r"not radial when operated: closed loop through buses"),
-    (lambda n: n.ext_grid.drop(n.ext_grid.index, inplace=True), "ext_grid", "no slack"),
-    (lambda n: pp.create_ext_grid(n, 3), "ext_grid", r"2 slacks \(ext_grids at buses \[0, 3\]\)"),
-    (lambda n: n.load.loc.__setitem__((0, "bus"), 99), "load.bus", "load 0 is on bus 99, which the net does not have"),
-    (lambda n: n.load.__setitem__("scaling", 400.0), "load", "does not converge at the net's base load"),
-    (lambda n: pp.create_buses(n, 500, 20.0), "bus", "507 in-service buses is over the limit"),
-    (lambda n: pp.create_load(n, 5, p_mw=0.1), "bus", r"buses \[5\] carry loads but no closed line"),
-    (lambda n: pp.create_gen(n, 3, p_mw=0.1), "gen", "PV generators"),
-])
+@pytest.mark.parametrize(
+    "mutate, field, message",
+    [
+        (
+            lambda n: n.switch.drop(n.switch.index[n.switch.et == "l"], inplace=True),
+            "line",
+            r"not radial when operated: closed loop through buses",
+        ),
+        (lambda n: n.ext_grid.drop(n.ext_grid.index, inplace=True), "ext_grid", "no slack"),
+        (lambda n: pp.create_ext_grid(n, 3), "ext_grid", r"2 slacks \(ext_grids at buses \[0, 3\]\)"),
+        (
+            lambda n: n.load.loc.__setitem__((0, "bus"), 99),
+            "load.bus",
+            "load 0 is on bus 99, which the net does not have",
+        ),
+        (lambda n: n.load.__setitem__("scaling", 400.0), "load", "does not converge at the net's base load"),
+        (lambda n: pp.create_buses(n, 500, 20.0), "bus", "507 in-service buses is over the limit"),
+        (lambda n: pp.create_load(n, 5, p_mw=0.1), "bus", r"buses \[5\] carry loads but no closed line"),
+        (lambda n: pp.create_gen(n, 3, p_mw=0.1), "gen", "PV generators"),
+    ],
+)
 def test_bad_networks_name_the_problem(mutate, field, message):
     with pytest.raises(NetworkError, match=message) as info:
         feeders.snapshot(_bad(mutate))
@@ -151,12 +162,14 @@ def test_bad_json_names_the_problem():
         feeders.from_pandapower_json("not JSON at all")
     assert info.value.field == "body"
     with pytest.raises(NetworkError, match="body: not a pandapower net"):
-        feeders.from_pandapower_json('[1, 2]')
+        feeders.from_pandapower_json("[1, 2]")
     # a table that is an object envelope, not a DataFrame: refused unread (tests/gridsim/test_pandapower_json.py
     # holds the hostile corpus)
     with pytest.raises(NetworkError, match="bus: not a DataFrame table"):
-        feeders.from_pandapower_json('{"_module": "pandapower.auxiliary", "_class": "pandapowerNet", "_object": '
-                                     '{"bus": {"_module": "subprocess", "_class": "Popen", "_object": "id"}}}')
+        feeders.from_pandapower_json(
+            '{"_module": "pandapower.auxiliary", "_class": "pandapowerNet", "_object": '
+            '{"bus": {"_module": "subprocess", "_class": "Popen", "_object": "id"}}}'
+        )
     with pytest.raises(NetworkError, match="body: not a pandapower net"):
         feeders.from_pandapower_json('{"bus": [1, 2]}')
 

@@ -1,4 +1,5 @@
 """gridsim.random_feeder: seeded radial feeders, usable by name like the built-ins."""
+
 import numpy as np
 import pandapower as pp
 import pytest

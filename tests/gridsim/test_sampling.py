@@ -1,4 +1,5 @@
 """Scenario sampling: the paper's protocol, the documented options, seeds, and bad input."""
+
 import numpy as np
 import pytest
 

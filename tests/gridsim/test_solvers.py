@@ -1,4 +1,5 @@
 """Batched solver against pandapower, broadcasting, and non-convergence flagged not dropped."""
+
 import numpy as np
 import pandapower as pp
 import pytest

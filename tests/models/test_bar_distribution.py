@@ -1,4 +1,5 @@
 """BarDistribution against cases with known answers (uniform buckets, half-normal tails)."""
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,12 @@ def one_hot_logits(bucket: int, dtype=torch.float64, big: float = 1e4) -> torch.
 # ----- construction ---------------------------------------------------------------------
 @pytest.mark.parametrize(
     "borders, field",
-    [([0.0, 1.0], "at least 3"), ([0.0, 1.0, 1.0, 2.0], "strictly increasing"),
-     ([0.0, float("nan"), 2.0], "finite"), ([[0.0, 1.0, 2.0]], "1-D")],
+    [
+        ([0.0, 1.0], "at least 3"),
+        ([0.0, 1.0, 1.0, 2.0], "strictly increasing"),
+        ([0.0, float("nan"), 2.0], "finite"),
+        ([[0.0, 1.0, 2.0]], "1-D"),
+    ],
 )
 def test_bad_borders_raise(borders, field):
     with pytest.raises(ValueError, match=field):
@@ -126,11 +131,13 @@ def test_quantile_inverts_cdf_over_whole_line_including_tails():
     logits = random_logits((3, 2))
     s_left, s_right = 1.0 / Z75, 1.5 / Z75
     # from 12 left-tail scales beyond borders[1] to 5 right-tail scales beyond borders[-2]
-    y = torch.cat([
-        torch.linspace(BORDERS[1] - 12 * s_left, BORDERS[1], 200, dtype=torch.float64),
-        torch.linspace(BORDERS[1], BORDERS[-2], 200, dtype=torch.float64),
-        torch.linspace(BORDERS[-2], BORDERS[-2] + 5 * s_right, 200, dtype=torch.float64),
-    ])
+    y = torch.cat(
+        [
+            torch.linspace(BORDERS[1] - 12 * s_left, BORDERS[1], 200, dtype=torch.float64),
+            torch.linspace(BORDERS[1], BORDERS[-2], 200, dtype=torch.float64),
+            torch.linspace(BORDERS[-2], BORDERS[-2] + 5 * s_right, 200, dtype=torch.float64),
+        ]
+    )
     for i in range(3):
         for j in range(2):
             levels = bar.cdf(logits[i, j], y)
@@ -205,11 +212,13 @@ def test_sample_is_reproducible_with_generator():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_far_tails_and_extreme_logits_stay_finite(dtype):
     bar = make(dtype)
-    logits = torch.stack([
-        torch.tensor([-1e4, 1e4, -1e4, -1e4, -1e4]),
-        torch.tensor([0.0, -float("inf"), 0.0, -float("inf"), 0.0]),
-        torch.tensor([50.0, -50.0, 80.0, -80.0, 30.0]),
-    ]).to(dtype)
+    logits = torch.stack(
+        [
+            torch.tensor([-1e4, 1e4, -1e4, -1e4, -1e4]),
+            torch.tensor([0.0, -float("inf"), 0.0, -float("inf"), 0.0]),
+            torch.tensor([50.0, -50.0, 80.0, -80.0, 30.0]),
+        ]
+    ).to(dtype)
     y = torch.tensor([-1e30, -1e6, -3.0, 0.25, 10.0, 1e6, 1e30], dtype=dtype)
     lp = bar.log_prob(logits[:, None, :], y[None, :])
     assert lp.shape == (3, 7) and torch.isfinite(lp).all()
@@ -269,8 +278,13 @@ def test_gradients_of_all_differentiable_methods_match_finite_differences():
     bar = make()
     logits = random_logits((3,), seed=11).requires_grad_(True)
     y = torch.tensor([-4.0, 0.2, 3.7], dtype=torch.float64)
-    for fn in (bar.mean, bar.variance, lambda lg: bar.log_prob(lg, y), lambda lg: bar.cdf(lg, y),
-               lambda lg: bar.quantile(lg, torch.tensor([0.01, 0.5, 0.99]))):
+    for fn in (
+        bar.mean,
+        bar.variance,
+        lambda lg: bar.log_prob(lg, y),
+        lambda lg: bar.cdf(lg, y),
+        lambda lg: bar.quantile(lg, torch.tensor([0.01, 0.5, 0.99])),
+    ):
         assert torch.autograd.gradcheck(fn, (logits,))
 
 

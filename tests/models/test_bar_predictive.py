@@ -1,4 +1,5 @@
 """BarPredictive: the bar distribution in physical units behind the common Predictive interface."""
+
 from __future__ import annotations
 
 import math
@@ -77,8 +78,9 @@ def test_log_prob_includes_jacobian_and_integrates_to_one():
     tail_l, tail_r = (b[1] - b[0]) / 0.6744897501960817, (b[-1] - b[-2]) / 0.6744897501960817
     for i, j in [(0, 0), (2, 1), (3, 2)]:
         loc, scale = pred.loc[i, j], pred.scale[i, j]
-        z_edges = np.concatenate([b[1] - tail_l * np.array([14.0, 8, 4, 2, 1]), b[1:-1],
-                                  b[-2] + tail_r * np.array([1.0, 2, 4, 8, 14])])
+        z_edges = np.concatenate(
+            [b[1] - tail_l * np.array([14.0, 8, 4, 2, 1]), b[1:-1], b[-2] + tail_r * np.array([1.0, 2, 4, 8, 14])]
+        )
         y, w = gauss_legendre_grid(loc + scale * np.unique(z_edges))
         # one call: the same cell's distribution repeated once per quadrature node
         cell = BarPredictive(pred.bar, pred.logits[i, j].expand(len(y), 1, 5), np.full((len(y), 1), loc), scale)

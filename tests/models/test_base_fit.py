@@ -1,4 +1,5 @@
 """The base fits behind ModelConfig.base: one per kind, each answering the BaseFit protocol alike."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,5 @@
 """In-context spread calibration: held-out predictions, conformal factors and the calibrated PFN answer."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -8,8 +9,16 @@ import pytest
 import torch
 
 from models.bar_predictive import BarPredictive
-from models.calibration import (MIN_CALIBRATION_POINTS, MIN_NARROWING_POINTS, MIN_SPREAD, check_heldout_slope,
-                                conformal_spread, half_width_floor, median_leverage, spread_from_heldout)
+from models.calibration import (
+    MIN_CALIBRATION_POINTS,
+    MIN_NARROWING_POINTS,
+    MIN_SPREAD,
+    check_heldout_slope,
+    conformal_spread,
+    half_width_floor,
+    median_leverage,
+    spread_from_heldout,
+)
 from models.pfn import PFNMethod
 from models.predictive import GaussianPredictive
 from models.testing import TINY_CONFIG, tiny_model
@@ -57,6 +66,7 @@ def test_spread_stretches_the_bar_predictive_around_its_mean():
     logits = torch.randn(5, 2, 8, generator=gen)
     borders = torch.linspace(-2, 2, 9)
     from models.bar_distribution import BarDistribution
+
     bar = BarDistribution(borders)
     loc, scale = np.full((5, 2), 1.0), np.array([1e-3, 2e-3])
     plain = BarPredictive(bar, logits, loc, scale)
@@ -120,8 +130,9 @@ def test_held_out_prediction_is_the_prediction_without_the_point(monkeypatch):
         held, _, _ = model.predict(cache, cx[None], held_out=True)
         for i in (0, 17, 39):
             keep = torch.arange(40) != i
-            smaller = dataclasses.replace(cache, keys=[k[:, :, keep] for k in cache.keys],
-                                          values=[v[:, :, keep] for v in cache.values])
+            smaller = dataclasses.replace(
+                cache, keys=[k[:, :, keep] for k in cache.keys], values=[v[:, :, keep] for v in cache.values]
+            )
             own = cache.leverage[:, i : i + 1]
             monkeypatch.setattr(model, "_base_at", lambda stats, xs, own=own: (base_at(stats, xs)[0], own))
             alone, _, _ = model.predict(smaller, cx[None, i : i + 1])
@@ -159,8 +170,9 @@ def test_overstatement_is_divided_out_only_where_a_factor_may_narrow():
     plain = spread_from_heldout(wide, y)
     np.testing.assert_allclose(spread_from_heldout(wide, y, overstatement=1.25), np.maximum(plain / 1.25, MIN_SPREAD))
     narrow, y_narrow = _gaussian_heldout(2.0, n=40)
-    np.testing.assert_array_equal(spread_from_heldout(narrow, y_narrow, overstatement=1.25),
-                                  spread_from_heldout(narrow, y_narrow))
+    np.testing.assert_array_equal(
+        spread_from_heldout(narrow, y_narrow, overstatement=1.25), spread_from_heldout(narrow, y_narrow)
+    )
 
 
 def test_median_leverage_is_the_hat_diagonal_of_a_linear_fit():

@@ -1,4 +1,5 @@
 """Distillation: rebinning a teacher's bars onto other borders, and a student that learns them."""
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,9 @@ def test_rebin_spreads_mass_uniformly_and_keeps_the_total():
     onto = torch.tensor([-5.0, 0.5, 1.5, 1.75, 9.0])  # splits both bars, reaches beyond both ends
     out = rebin(probs, borders, onto)
     torch.testing.assert_close(out, torch.tensor([0.2, 0.2 + 0.3, 0.15, 0.15]))
-    coarse = rebin(torch.tensor([0.1, 0.2, 0.3, 0.4]), torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0]), torch.tensor([0.0, 2.0, 4.0]))
+    coarse = rebin(
+        torch.tensor([0.1, 0.2, 0.3, 0.4]), torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0]), torch.tensor([0.0, 2.0, 4.0])
+    )
     torch.testing.assert_close(coarse, torch.tensor([0.3, 0.7]))
 
 
@@ -41,9 +44,22 @@ PHYSICS_TINY = replace(TINY_CONFIG, base="physics", leverage="loads", n_layers=1
 
 
 def _config(teacher, **overrides) -> TrainConfig:
-    base = dict(model=replace(PHYSICS_TINY, n_bars=24), prior={"kind": "powerflow"}, steps=12, batch_size=2, lr=3e-3,
-                warmup_steps=2, n_context=(40, 60), n_query=10, val_every=6, val_datasets=2, border_samples=4,
-                checkpoint_minutes=100.0, teacher=str(teacher), distill_weight=1.0)
+    base = dict(
+        model=replace(PHYSICS_TINY, n_bars=24),
+        prior={"kind": "powerflow"},
+        steps=12,
+        batch_size=2,
+        lr=3e-3,
+        warmup_steps=2,
+        n_context=(40, 60),
+        n_query=10,
+        val_every=6,
+        val_datasets=2,
+        border_samples=4,
+        checkpoint_minutes=100.0,
+        teacher=str(teacher),
+        distill_weight=1.0,
+    )
     return TrainConfig(**{**base, **overrides})
 
 

@@ -1,4 +1,5 @@
 """Exact GP: agreement with scikit-learn, batching, linear term, calibration, validation, chunking."""
+
 from __future__ import annotations
 
 import math
@@ -44,7 +45,8 @@ def test_marginal_likelihood_and_error_at_least_as_good_as_sklearn(seed, d):
     assert fitted.log_marginal_likelihood_standardized[0] >= sk_lml - 1e-3 * abs(sk_lml) - 1e-2
     # Original-units convention: the Jacobian of the standardisation is -n log std(y).
     assert fitted.log_marginal_likelihood[0] == pytest.approx(
-        fitted.log_marginal_likelihood_standardized[0] - 100 * math.log(cy.std()), abs=1e-9)
+        fitted.log_marginal_likelihood_standardized[0] - 100 * math.log(cy.std()), abs=1e-9
+    )
     sk_mu, sk_sd = sk.predict(qx, return_std=True)  # WhiteKernel: sk's std includes the noise too
     ours_mse, sk_mse = np.mean((ours.mean[:, 0] - qy[:, 0]) ** 2), np.mean((sk_mu - qy[:, 0]) ** 2)
     assert ours_mse <= sk_mse * 1.02
@@ -84,7 +86,7 @@ def test_k_outputs_in_one_call_equal_k_single_calls():
     joint_fit = gp.fit(x, y)
     joint = gp.predict(joint_fit, q)
     for j in range(3):
-        single_fit = gp.fit(x, y[:, j:j + 1])
+        single_fit = gp.fit(x, y[:, j : j + 1])
         single = gp.predict(single_fit, q)
         scale = y[:, j].std()
         assert np.max(np.abs(joint.mean[:, j] - single.mean[:, 0])) < 1e-3 * scale
@@ -125,17 +127,20 @@ def test_predictive_intervals_cover_a_gp_sampled_function():
     assert isinstance(pred, GaussianPredictive) and pred.timing.fit_s > 0 and pred.timing.predict_s > 0
 
 
-@pytest.mark.parametrize("args,field", [
-    ((np.zeros(10), np.zeros((10, 1)), np.zeros((2, 1))), "context_x"),
-    ((np.zeros((10, 2)), np.zeros(10), np.zeros((2, 2))), "context_y"),
-    ((np.zeros((10, 2)), np.zeros((9, 1)), np.zeros((2, 2))), "context_y"),
-    ((np.zeros((1, 2)), np.zeros((1, 1)), np.zeros((2, 2))), "context_x"),
-    ((np.full((10, 2), np.nan), np.zeros((10, 1)), np.zeros((2, 2))), "context_x"),
-    ((np.zeros((10, 2)), np.full((10, 1), np.inf), np.zeros((2, 2))), "context_y"),
-    ((np.zeros((10, 2)), np.zeros((10, 1)), np.zeros((2, 3))), "query_x"),
-    ((np.zeros((10, 2)), np.zeros((10, 1)), np.array([[0.0, np.nan]])), "query_x"),
-    ((np.zeros((10, 0)), np.zeros((10, 1)), np.zeros((2, 0))), "context_x"),
-])
+@pytest.mark.parametrize(
+    "args,field",
+    [
+        ((np.zeros(10), np.zeros((10, 1)), np.zeros((2, 1))), "context_x"),
+        ((np.zeros((10, 2)), np.zeros(10), np.zeros((2, 2))), "context_y"),
+        ((np.zeros((10, 2)), np.zeros((9, 1)), np.zeros((2, 2))), "context_y"),
+        ((np.zeros((1, 2)), np.zeros((1, 1)), np.zeros((2, 2))), "context_x"),
+        ((np.full((10, 2), np.nan), np.zeros((10, 1)), np.zeros((2, 2))), "context_x"),
+        ((np.zeros((10, 2)), np.full((10, 1), np.inf), np.zeros((2, 2))), "context_y"),
+        ((np.zeros((10, 2)), np.zeros((10, 1)), np.zeros((2, 3))), "query_x"),
+        ((np.zeros((10, 2)), np.zeros((10, 1)), np.array([[0.0, np.nan]])), "query_x"),
+        ((np.zeros((10, 0)), np.zeros((10, 1)), np.zeros((2, 0))), "context_x"),
+    ],
+)
 def test_bad_inputs_raise_value_error_naming_the_field(args, field):
     rng = np.random.default_rng(6)
     cx, cy, q = (a if np.isnan(a).any() or np.isinf(a).any() else a + rng.standard_normal(a.shape) for a in args)
@@ -167,8 +172,9 @@ def test_standardisation_conventions_and_original_unit_hyperparameters():
     scaled = ExactGP(device="cpu", max_iter=100).fit(x * 10.0, y * 100.0)
     np.testing.assert_allclose(scaled.lengthscale, base.lengthscale * 10.0, rtol=1e-6)
     np.testing.assert_allclose(scaled.noise_variance, base.noise_variance * 1e4, rtol=1e-6)
-    np.testing.assert_allclose(scaled.log_marginal_likelihood, base.log_marginal_likelihood - 60 * math.log(100.0),
-                               rtol=1e-9)
+    np.testing.assert_allclose(
+        scaled.log_marginal_likelihood, base.log_marginal_likelihood - 60 * math.log(100.0), rtol=1e-9
+    )
     assert base.linear_variance is None and base.signal_variance.shape == (1,)
 
 

@@ -1,4 +1,5 @@
 """The held-out calibration bias: measured on a checkpoint's prior, stored in its card, applied by its fits."""
+
 from __future__ import annotations
 
 import json
@@ -51,8 +52,9 @@ def test_measured_on_the_prior_stored_in_the_card_and_applied_by_fits(checkpoint
     encoded = sloped.fit(sim.x, sim.vm_pu)
     plain = type(sloped)(sloped.model).fit(sim.x, sim.vm_pu)
     cache = encoded.cache
-    h = sloped.base_leverage(cache, sloped._tensor(sim.x), sloped._tensor(sim.vm_pu),
-                             cache.targets[0].transpose(0, 1).numpy())
+    h = sloped.base_leverage(
+        cache, sloped._tensor(sim.x), sloped._tensor(sim.vm_pu), cache.targets[0].transpose(0, 1).numpy()
+    )
     assert 0.05 < h < 0.95  # a 400-row IEEE 33 context: the physics fit has ~100-200 effective parameters
     np.testing.assert_allclose(encoded.spread, np.maximum(plain.spread / math.exp(0.5 * h), 0.2), rtol=1e-12)
 
@@ -62,8 +64,9 @@ def test_no_slope_under_the_k_fold_regime(checkpoint):
     update_card(checkpoint, "calibration", {"heldout_slope": 0.5})
     sloped = load_checkpoint(checkpoint, device="cpu", warmup=False).method
     sim = gridsim.simulate(120, 0.3, seed=12, solver="batched")
-    np.testing.assert_array_equal(sloped.fit(sim.x, sim.vm_pu).spread,
-                                  type(sloped)(sloped.model).fit(sim.x, sim.vm_pu).spread)
+    np.testing.assert_array_equal(
+        sloped.fit(sim.x, sim.vm_pu).spread, type(sloped)(sloped.model).fit(sim.x, sim.vm_pu).spread
+    )
 
 
 def test_a_card_without_calibration_serves_with_no_slope(checkpoint):

@@ -1,5 +1,6 @@
 """Linear baselines: known linear functions, scikit-learn's BayesianRidge, ridge LOO vs explicit refits,
 multi-output, bad inputs."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -184,8 +185,9 @@ def test_ridge_loo_residuals_equal_explicit_refits():
         keep = np.arange(len(x)) != i
         for j in range(y.shape[1]):
             penalty = np.diag(np.r_[0.0, np.full(x.shape[1], lam[j])])  # intercept unpenalised
-            coef = np.linalg.solve(a[keep].T @ a[keep] + penalty,
-                                   a[keep].T @ (y[keep, j] - fit.y_mean[j]) / fit.y_scale[j])
+            coef = np.linalg.solve(
+                a[keep].T @ a[keep] + penalty, a[keep].T @ (y[keep, j] - fit.y_mean[j]) / fit.y_scale[j]
+            )
             explicit = (y[i, j] - fit.y_mean[j]) / fit.y_scale[j] - a[i] @ coef
             assert np.isclose(loo[i, j] / fit.y_scale[j], explicit, rtol=1e-8, atol=1e-12)
 

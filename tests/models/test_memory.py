@@ -1,4 +1,5 @@
 """models.memory: memory the models free stays in the process for the next request."""
+
 import platform
 import subprocess
 import sys

@@ -1,4 +1,5 @@
 """DVA-PFN properties; each would fail for a model that broke the DVA structure."""
+
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,5 @@
 """PFNMethod.summarize streams chunks of queries and equals one predictive's summary."""
+
 from __future__ import annotations
 
 import numpy as np

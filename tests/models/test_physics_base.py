@@ -1,4 +1,5 @@
 """The physics-structured base fit: tree recovery, accuracy against least squares, fallbacks."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,8 +15,12 @@ from models import physics_base
 def _bus_parents(net: gridsim.Network, closed: np.ndarray | None = None) -> dict:
     """Parent bus of every bus (None at the slack) of the radial feeder the closed branches form:
     lines (and ties where `closed` says so) and transformers."""
-    ends = list(zip(net.from_bus.tolist() + net.tie_from_bus.tolist() + net.trafo_hv_bus.tolist(),
-                    net.to_bus.tolist() + net.tie_to_bus.tolist() + net.trafo_lv_bus.tolist()))
+    ends = list(
+        zip(
+            net.from_bus.tolist() + net.tie_from_bus.tolist() + net.trafo_hv_bus.tolist(),
+            net.to_bus.tolist() + net.tie_to_bus.tolist() + net.trafo_lv_bus.tolist(),
+        )
+    )
     lines = np.arange(len(net.from_bus) + len(net.tie_from_bus)) < net.n_lines if closed is None else closed
     closed = np.r_[lines, np.ones(len(net.trafo_hv_bus), dtype=bool)]
     links: dict[int, list[int]] = {}
@@ -129,8 +134,9 @@ def test_inputs_must_be_p_and_q_per_output():
         physics_base.fit(torch.zeros(1, 20, 6), torch.zeros(1, 20, 4), torch.ones(1, 6), torch.tensor([0, 1]))
 
 
-@pytest.mark.parametrize("name, ceiling, agreement", [("kerber_landnetz_kabel_1", 0.03, None),
-                                                      ("mv_oberrhein_sub0", 0.05, 0.95)])
+@pytest.mark.parametrize(
+    "name, ceiling, agreement", [("kerber_landnetz_kabel_1", 0.03, None), ("mv_oberrhein_sub0", 0.05, 0.95)]
+)
 def test_other_feeders_outputs_without_loads_and_constant_loads(name, ceiling, agreement):
     """Kerber: 17 outputs, 8 loads (junction buses without a load). MV Oberrhein: 69 outputs, 64
     loads, 3 of them constant (zero P and Q), which once made every bus hang off them (0.18x least
@@ -179,7 +185,8 @@ def test_the_base_fit_alone_is_a_method():
     pred = method(sim.x[:500], sim.vm_pu[:500], sim.x[500:])
     assert pred.mean.shape == (1000, 32) and pred.timing.fit_s > 0
     assert np.abs(pred.mean - sim.vm_pu[500:]).mean(0).max() < 0.05 * _least_squares_mae(
-        sim.x[:500], sim.vm_pu[:500], sim.x[500:], sim.vm_pu[500:])
+        sim.x[:500], sim.vm_pu[:500], sim.x[500:], sim.vm_pu[500:]
+    )
     low, high = pred.interval(0.95)
     inside = ((sim.vm_pu[500:] >= low) & (sim.vm_pu[500:] <= high)).mean(0)
     assert 0.85 < inside.mean() < 0.995
@@ -247,7 +254,9 @@ def test_loads_leverage_ignores_the_last_digits_of_the_voltages():
     y = torch.as_tensor(sim.vm_pu, dtype=torch.float64)[None]
     mean, std = physics_base.load_scaling(x[:, :16])
     xs = (x - mean[:, None]) / std[:, None]
-    noisy = y[:, :16] * (1 + 1e-13 * torch.randn(y[:, :16].shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
+    noisy = y[:, :16] * (
+        1 + 1e-13 * torch.randn(y[:, :16].shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    )
     moved = {}
     for source in ("design", "loads"):
         fits = [physics_base.fit(xs[:, :16], yy, std, leverage_from=source).fitted for yy in (y[:, :16], noisy)]
@@ -255,4 +264,3 @@ def test_loads_leverage_ignores_the_last_digits_of_the_voltages():
         moved[source] = float((lev[0] - lev[1]).abs().max())
     assert moved["loads"] < 1e-9, moved
     assert moved["design"] > 1e-3, moved  # the premise: the tree-dependent design does move
-

@@ -1,4 +1,5 @@
 """models.predictive: the distributions every method answers with."""
+
 import numpy as np
 from scipy import stats
 

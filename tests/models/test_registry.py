@@ -1,4 +1,5 @@
 """The registry loads good checkpoints and refuses bad ones with a reason, the rest still loading."""
+
 from __future__ import annotations
 
 import json
@@ -173,7 +174,10 @@ def test_checkpoints_per_network_newest_version_of_each(tmp_path):
     card = json.loads((newer / "card.json").read_text())
     (newer / "card.json").write_text(json.dumps({**card, "version": "0.0.2"}))
     registry = load_registry(root, device="cpu", warmup=False)
-    assert registry.errors == {} and registry.versions("tiny") == {"ieee33": "0.0.1", "kerber_landnetz_kabel_1": "0.0.2"}
+    assert registry.errors == {} and registry.versions("tiny") == {
+        "ieee33": "0.0.1",
+        "kerber_landnetz_kabel_1": "0.0.2",
+    }
     assert registry.get("tiny", "kerber_landnetz_kabel_1").version == "0.0.2"
     assert registry.get("tiny").card["network"] == "ieee33" and registry.models["tiny"].card["network"] == "ieee33"
     with pytest.raises(ModelNotServed) as refused:

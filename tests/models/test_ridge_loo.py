@@ -1,4 +1,5 @@
 """The ridge / leave-one-out kernel every base fit shares: exact LOO residuals, the guard, the leverage."""
+
 from __future__ import annotations
 
 import pytest
@@ -28,8 +29,9 @@ def test_leave_one_out_residuals_match_refits_without_the_point(grid):
         for out in range(2):
             x, y = design[0, keep], yc[0, keep, out]
             x_mean, y_mean = x.mean(0), y.mean()  # the fit centres on its own rows, as the 1/n leverage term assumes
-            b = torch.linalg.solve((x - x_mean).T @ (x - x_mean) + lam[out] * torch.eye(6, dtype=x.dtype),
-                                   (x - x_mean).T @ (y - y_mean))
+            b = torch.linalg.solve(
+                (x - x_mean).T @ (x - x_mean) + lam[out] * torch.eye(6, dtype=x.dtype), (x - x_mean).T @ (y - y_mean)
+            )
             held = yc[0, i, out] - (y_mean + (design[0, i] - x_mean) @ b)
             assert torch.isclose(fit.loo[0, i, out], held, rtol=1e-6, atol=1e-12)
 

@@ -4,6 +4,7 @@ watchdog that proves the server stays responsive and bounded while a hostile req
 The server runs as its own process (not a thread of the test) so that its resident memory can be
 read from /proc and a payload that kills or freezes it shows as exactly that.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,10 +13,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import httpx
 import pytest
@@ -25,10 +26,16 @@ from tests.service.conftest import MODEL, PROBLEM, assert_problem, free_port, mo
 REPO = Path(__file__).resolve().parents[2]
 KEY_A, KEY_B, ADMIN_KEY = "tenant-a-key-0123456789", "tenant-b-key-9876543210", "admin-key-5555555555"
 # Small limits so every bound is hit cheaply (the same spirit as tests/service/conftest.LIMITS).
-SECURITY_ENV = dict(GRIDPFN_MAX_QUERIES="200", GRIDPFN_MAX_BODY_BYTES="4000000", GRIDPFN_MAX_CONTEXT_ROWS="600",
-                    GRIDPFN_HEADER_TIMEOUT_S="2",
-                    GRIDPFN_MAX_SIMULATE="500", GRIDPFN_GP_MAX_CONTEXT="60", GRIDPFN_GP_MAX_ITER="5")
-HEALTHZ_BUDGET_S = 0.100   # the issue's bound on /healthz while a hostile request runs
+SECURITY_ENV = dict(
+    GRIDPFN_MAX_QUERIES="200",
+    GRIDPFN_MAX_BODY_BYTES="4000000",
+    GRIDPFN_MAX_CONTEXT_ROWS="600",
+    GRIDPFN_HEADER_TIMEOUT_S="2",
+    GRIDPFN_MAX_SIMULATE="500",
+    GRIDPFN_GP_MAX_CONTEXT="60",
+    GRIDPFN_GP_MAX_ITER="5",
+)
+HEALTHZ_BUDGET_S = 0.100  # the issue's bound on /healthz while a hostile request runs
 RSS_BUDGET_BYTES = 200 * 1024 * 1024
 
 
@@ -67,16 +74,31 @@ def _wait_ready(proc: subprocess.Popen, url: str) -> None:
 
 
 @contextmanager
-def serve_process(model_dir: Path, workdir: Path, **env_extra: str):
+def serve_process(model_dir: Path, workdir: Path, **env_extra: str):  # noqa: F811 (a parameter, not the fixture)
     """`gridpfn serve` in its own process, cwd = workdir (so a file a payload writes lands where we look)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "GRIDPFN_REDIS_URL"}  # the embedded store unless given
     env.update({"GRIDPFN_API_KEYS": f"{KEY_A},{KEY_B}", "GRIDPFN_ADMIN_API_KEY": ADMIN_KEY, **SECURITY_ENV})
     env.update(env_extra)  # a test's own settings win over the defaults above
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.Popen([sys.executable, "-m", "service.commands.cli", "--log-level", "WARNING", "serve",
-                             "--port", str(port), "--model-dir", str(model_dir)], cwd=workdir, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "service.commands.cli",
+            "--log-level",
+            "WARNING",
+            "serve",
+            "--port",
+            str(port),
+            "--model-dir",
+            str(model_dir),
+        ],
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(proc, url)
@@ -90,7 +112,7 @@ def serve_process(model_dir: Path, workdir: Path, **env_extra: str):
 
 
 @pytest.fixture(scope="session")
-def hostile_server(model_dir, tmp_path_factory):
+def hostile_server(model_dir, tmp_path_factory):  # noqa: F811 (the imported fixture, requested)
     """One server process for the whole hostile corpus (keys A and B, an admin key, small limits)."""
     with serve_process(model_dir, tmp_path_factory.mktemp("server-cwd")) as server:
         yield server
@@ -138,6 +160,7 @@ def watched(server: ServerProcess, interval_s: float = 0.02):
     watch = Watch(rss_before=rss_bytes(server.proc.pid))
     watch.rss_peak = watch.rss_before
     with httpx.Client(base_url=server.url, timeout=5) as probe:
+
         def check() -> bool:
             t0 = time.perf_counter()
             try:

@@ -7,6 +7,7 @@ compress so well that the old code decoded 0.8 to 1.5 GB of them (or wrote it to
 counted a row. Batch uploads go to a server of our own whose jobs directory we watch: no file
 under it ever grows past what the row limit allows.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -31,8 +32,15 @@ from service.engine.arrow_limits import MAX_BATCHES
 from service.engine.load_table import LOAD_LIMIT, MAX_COLUMNS, MAX_HEADER_BYTES
 from service.http.fast_json import MAX_JSON_DEPTH
 from service.jobs.settings import JobSettings
-from tests.security.conftest import (KEY_A, SECURITY_ENV, assert_refused, assert_stayed_healthy, background,
-                                     serve_process, watched)
+from tests.security.conftest import (
+    KEY_A,
+    SECURITY_ENV,
+    assert_refused,
+    assert_stayed_healthy,
+    background,
+    serve_process,
+    watched,
+)
 from tests.service.conftest import MODEL
 
 NET = gridsim.network("ieee33")
@@ -46,8 +54,9 @@ JOB_LIMITS = JobSettings(job_max_rows=JOB_MAX_ROWS)
 
 def _context(server) -> str:
     with server.client() as client:
-        answer = client.post("/v1/context-sets", json={"simulate": {"network": "ieee33", "delta": 0.2, "n": 60,
-                                                                    "seed": 5}})
+        answer = client.post(
+            "/v1/context-sets", json={"simulate": {"network": "ieee33", "delta": 0.2, "n": 60, "seed": 5}}
+        )
     assert answer.status_code == 201, answer.text
     return answer.json()["id"]
 
@@ -62,8 +71,9 @@ def batch_server(model_dir, tmp_path_factory):
     """A server of our own whose jobs directory the tests watch, with a small job row limit."""
     workdir = tmp_path_factory.mktemp("bodies")
     jobs_dir = workdir / "jobs"
-    with serve_process(model_dir, workdir, GRIDPFN_JOBS_DIR=str(jobs_dir),
-                       GRIDPFN_JOB_MAX_ROWS=str(JOB_MAX_ROWS)) as server:
+    with serve_process(
+        model_dir, workdir, GRIDPFN_JOBS_DIR=str(jobs_dir), GRIDPFN_JOB_MAX_ROWS=str(JOB_MAX_ROWS)
+    ) as server:
         server.jobs_dir, server.cid = jobs_dir, _context(server)
         yield server
 
@@ -80,8 +90,9 @@ def arrow_body(rows_per_batch: int, batches: int, compression: str | None, cid: 
     fields = orjson.dumps({"model": MODEL, "context_id": cid})
     batch = pa.record_batch([column] * len(FEATURES), names=FEATURES)
     sink = io.BytesIO()
-    with pa.ipc.new_stream(sink, batch.schema.with_metadata({"gridpfn": fields}),
-                           options=pa.ipc.IpcWriteOptions(compression=compression)) as writer:
+    with pa.ipc.new_stream(
+        sink, batch.schema.with_metadata({"gridpfn": fields}), options=pa.ipc.IpcWriteOptions(compression=compression)
+    ) as writer:
         for _ in range(batches):
             writer.write_batch(batch)
     return sink.getvalue()
@@ -99,16 +110,21 @@ def understated_arrow_body(cid: str) -> bytes:
 def parquet_bomb(compression: str, row_group_rows: int, columns: list[str], rows: int = BOMB_ROWS) -> bytes:
     """A file of zeros in `columns` declaring `rows` rows."""
     sink = io.BytesIO()
-    pq.write_table(pa.table([_zeros(rows)] * len(columns), names=columns), sink, compression=compression,
-                   row_group_size=row_group_rows)
+    pq.write_table(
+        pa.table([_zeros(rows)] * len(columns), names=columns),
+        sink,
+        compression=compression,
+        row_group_size=row_group_rows,
+    )
     return sink.getvalue()
 
 
 def long_value_parquet() -> bytes:
     """One row whose first load is 256 MB of text: its page decompresses to far more than one row holds."""
     size = 256 << 20
-    text = pa.Array.from_buffers(pa.string(), 1, [None, pa.py_buffer(np.array([0, size], np.int32)),
-                                                  pa.py_buffer(b"0" * size)])
+    text = pa.Array.from_buffers(
+        pa.string(), 1, [None, pa.py_buffer(np.array([0, size], np.int32)), pa.py_buffer(b"0" * size)]
+    )
     table = pa.table([text] + [pa.array([0.0])] * (len(FEATURES) + len(OUTPUTS) - 1), names=FEATURES + OUTPUTS)
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="zstd", use_dictionary=False, write_statistics=False)
@@ -191,8 +207,9 @@ def test_compressed_arrow_bombs_are_refused_from_their_headers(hostile_server, h
 
         # many empty batches cost objects per column whatever their rows
         with watched(hostile_server) as watch:
-            problem = assert_refused(client.post(path, content=arrow_body(0, MAX_BATCHES + 1, "zstd", hostile_cid),
-                                                 headers=arrow))
+            problem = assert_refused(
+                client.post(path, content=arrow_body(0, MAX_BATCHES + 1, "zstd", hostile_cid), headers=arrow)
+            )
         assert_stayed_healthy(watch, hostile_server)
         assert problem["status"] == 413 and f"at most {MAX_BATCHES} record batches" in problem["errors"][0]["expected"]
 
@@ -203,15 +220,21 @@ def test_parquet_bombs_on_the_context_upload(hostile_server, parquet_bombs, long
         for name, data in parquet_bombs.items():
             assert len(data) < int(SECURITY_ENV["GRIDPFN_MAX_BODY_BYTES"]), name  # reaches the route
             with watched(hostile_server) as watch:
-                problem = assert_refused(client.post("/ui/api/context-sets", data={"network": "ieee33"},
-                                                     files={"file": ("context.parquet", data)}))
+                problem = assert_refused(
+                    client.post(
+                        "/ui/api/context-sets", data={"network": "ieee33"}, files={"file": ("context.parquet", data)}
+                    )
+                )
             assert_stayed_healthy(watch, hostile_server)
             assert problem["status"] == 413 and problem["errors"][0]["field"] == "file", (name, problem)
             assert f"at most {MAX_CONTEXT_ROWS} rows" in problem["errors"][0]["expected"], (name, problem)
 
         with watched(hostile_server) as watch:
-            problem = assert_refused(client.post("/ui/api/context-sets", data={"network": "ieee33"},
-                                                 files={"file": ("context.parquet", long_value)}))
+            problem = assert_refused(
+                client.post(
+                    "/ui/api/context-sets", data={"network": "ieee33"}, files={"file": ("context.parquet", long_value)}
+                )
+            )
         assert_stayed_healthy(watch, hostile_server)
         assert problem["status"] == 422 and problem["errors"][0]["column"] == FEATURES[0], problem
 
@@ -219,8 +242,9 @@ def test_parquet_bombs_on_the_context_upload(hostile_server, parquet_bombs, long
         line = ",".join(["0"] * (len(FEATURES) + len(OUTPUTS))).encode() + b"\n"
         csv = ",".join(FEATURES + OUTPUTS).encode() + b"\n" + line * (3_500_000 // len(line))
         with watched(hostile_server) as watch:
-            problem = assert_refused(client.post("/ui/api/context-sets", data={"network": "ieee33"},
-                                                 files={"file": ("context.csv", csv)}))
+            problem = assert_refused(
+                client.post("/ui/api/context-sets", data={"network": "ieee33"}, files={"file": ("context.csv", csv)})
+            )
         assert_stayed_healthy(watch, hostile_server)
         assert problem["status"] == 413 and f"at most {MAX_CONTEXT_ROWS} rows" in problem["errors"][0]["expected"]
 
@@ -240,8 +264,10 @@ def test_deeply_nested_json_is_a_422_naming_body_and_the_depth(hostile_server, k
             assert problem["status"] == 422 and problem["errors"][0]["field"] == "body", (path, problem)
             if kind != "NaN first" or path not in ("/v1/predict", "/v1/gp/predict", "/v1/batch-jobs"):
                 # (pydantic's parser, on those routes, stops at the NaN before it meets the nesting)
-                assert problem["errors"][0]["expected"] == f"JSON nested at most {MAX_JSON_DEPTH} levels deep", \
-                    (path, problem)
+                assert problem["errors"][0]["expected"] == f"JSON nested at most {MAX_JSON_DEPTH} levels deep", (
+                    path,
+                    problem,
+                )
 
 
 def test_a_compressed_body_is_never_decompressed(hostile_server):
@@ -249,8 +275,11 @@ def test_a_compressed_body_is_never_decompressed(hostile_server):
     bomb = gzip.compress(b"[" * (100 << 20), compresslevel=9)
     with hostile_server.client() as client, watched(hostile_server) as watch:
         for path in JSON_ROUTES:
-            assert_refused(client.post(path, content=bomb, headers={"content-type": "application/json",
-                                                                    "content-encoding": "gzip"}))
+            assert_refused(
+                client.post(
+                    path, content=bomb, headers={"content-type": "application/json", "content-encoding": "gzip"}
+                )
+            )
     assert_stayed_healthy(watch, hostile_server)
 
 
@@ -277,8 +306,12 @@ def disk_watched(jobs_dir: Path):
 
 def submit(server, file: tuple[str, bytes], context_id: str | None = None, **headers) -> httpx.Response:
     with server.client() as client:
-        return client.post("/v1/batch-jobs", data={"model": MODEL, "context_id": context_id or server.cid},
-                           files={"file": file}, headers=headers)
+        return client.post(
+            "/v1/batch-jobs",
+            data={"model": MODEL, "context_id": context_id or server.cid},
+            files={"file": file},
+            headers=headers,
+        )
 
 
 def _job_dirs(server) -> set[str]:
@@ -307,8 +340,10 @@ def test_batch_bombs_write_nothing_past_the_row_limit(batch_server, load_bombs, 
 
 def _multipart(fields: dict[str, str], file_blocks, file_bytes: int, boundary: str = "b0undary"):
     """A hand-built multipart body: the fields, then the file streamed in blocks. (headers, body, length)."""
-    head = b"".join(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
-                    for name, value in fields.items())
+    head = b"".join(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+        for name, value in fields.items()
+    )
     head += f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="loads.csv"\r\n\r\n'.encode()
     tail = f"\r\n--{boundary}--\r\n".encode()
 
@@ -316,6 +351,7 @@ def _multipart(fields: dict[str, str], file_blocks, file_bytes: int, boundary: s
         yield head
         yield from file_blocks
         yield tail
+
     return {"content-type": f"multipart/form-data; boundary={boundary}"}, body(), len(head) + file_bytes + len(tail)
 
 
@@ -353,8 +389,9 @@ def test_the_context_is_looked_up_before_the_upload_is_read(batch_server):
     # a Content-Length over the limit: refused once the fields are known, before the file
     limit = JOB_LIMITS.upload_limit(len(FEATURES))
     sent["bytes"] = 0
-    headers, body, length = _multipart({"model": MODEL, "context_id": batch_server.cid},
-                                       _counted(block, total, sent), total)
+    headers, body, length = _multipart(
+        {"model": MODEL, "context_id": batch_server.cid}, _counted(block, total, sent), total
+    )
     with batch_server.client() as client:
         answer = client.post("/v1/batch-jobs", content=body, headers={**headers, "content-length": str(length)})
     assert answer.status_code == 413 and str(limit) in answer.json()["errors"][0]["expected"], answer.text
@@ -363,13 +400,17 @@ def test_the_context_is_looked_up_before_the_upload_is_read(batch_server):
 
 def test_fields_after_the_file_are_refused_naming_the_field(batch_server):
     boundary = "b0undary"
-    body = (f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="x.csv"\r\n\r\n'.encode()
-            + csv_rows(3) + f'\r\n--{boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\n{MODEL}\r\n'
-            f'--{boundary}\r\nContent-Disposition: form-data; name="context_id"\r\n\r\n{batch_server.cid}\r\n'
-            f"--{boundary}--\r\n".encode())
+    body = (
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="x.csv"\r\n\r\n'.encode()
+        + csv_rows(3)
+        + f'\r\n--{boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\n{MODEL}\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="context_id"\r\n\r\n{batch_server.cid}\r\n'
+        f"--{boundary}--\r\n".encode()
+    )
     with batch_server.client() as client:
-        answer = client.post("/v1/batch-jobs", content=body,
-                             headers={"content-type": f"multipart/form-data; boundary={boundary}"})
+        answer = client.post(
+            "/v1/batch-jobs", content=body, headers={"content-type": f"multipart/form-data; boundary={boundary}"}
+        )
     problem = assert_refused(answer)
     assert problem["status"] == 422 and problem["errors"][0]["field"] == "model", problem
     assert "before the file part" in problem["errors"][0]["expected"]
@@ -403,8 +444,10 @@ def test_batch_files_get_the_json_load_bounds_at_submit(batch_server, value, fmt
 def test_the_load_bound_itself_is_accepted_and_a_bom_csv_runs(batch_server):
     frame = _loads(20, seed=4)
     frame.loc[0, "p_mw_bus2"], frame.loc[1, "q_mvar_bus3"] = LOAD_LIMIT, -LOAD_LIMIT
-    for name, data in {"bom.csv": b"\xef\xbb\xbf" + frame.to_csv(index=False).encode(),
-                       "plain.parquet": _parquet(frame)}.items():
+    for name, data in {
+        "bom.csv": b"\xef\xbb\xbf" + frame.to_csv(index=False).encode(),
+        "plain.parquet": _parquet(frame),
+    }.items():
         answer = submit(batch_server, (name, data))
         assert answer.status_code == 202, (name, answer.text)
         assert answer.json()["rows_total"] == len(frame), answer.text
@@ -443,10 +486,14 @@ def list_bomb(names: list[str]) -> bytes:
 def fixed_width_bomb(names: list[str]) -> bytes:
     """FEATURES[0] a fixed-width binary column of 100 MB values (zeros: the buffer is never touched here)."""
     width, rows = FLBA_BOMB_WIDTH, FLBA_BOMB_ROWS
-    values = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), rows,
-                                                  [None, pa.py_buffer(np.zeros(width * rows, np.uint8))])
-    return _parquet_of({name: values if name == FEATURES[0] else pa.array([0.1] * rows) for name in names},
-                       use_dictionary=False, write_statistics=False)
+    values = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(width), rows, [None, pa.py_buffer(np.zeros(width * rows, np.uint8))]
+    )
+    return _parquet_of(
+        {name: values if name == FEATURES[0] else pa.array([0.1] * rows) for name in names},
+        use_dictionary=False,
+        write_statistics=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -473,8 +520,11 @@ def test_nested_and_fixed_width_parquet_columns_are_refused_from_the_footer(batc
         assert _job_dirs(batch_server) == before, name  # refused from its footer: no job, no input file
 
         with watched(batch_server) as watch, batch_server.client() as client:
-            problem = assert_refused(client.post("/ui/api/context-sets", data={"network": "ieee33"},
-                                                 files={"file": ("context.parquet", context)}))
+            problem = assert_refused(
+                client.post(
+                    "/ui/api/context-sets", data={"network": "ieee33"}, files={"file": ("context.parquet", context)}
+                )
+            )
         assert_stayed_healthy(watch, batch_server)
         _not_numeric(problem, name)
     assert _job_dirs(batch_server) == before
@@ -486,24 +536,31 @@ def test_a_wide_header_is_refused_at_once_naming_the_column_limit(batch_server, 
     names = [f"c{i}" for i in range(40_000)]
     sink = io.BytesIO()
     pq.write_table(pa.table({name: pa.array([0.0]) for name in names[:10_000]}), sink, compression="none")
-    files = {"header of 40,000 columns.csv": (batch_server, ",".join(names).encode() + b"\n" + b"0," * 39_999 + b"0\n"),
-             "header of 40,000 repeated names.csv": (batch_server, b",".join([b"p_mw_bus2"] * 40_000) + b"\n"),
-             "10,000 columns.parquet": (roomy_server, sink.getvalue())}  # (2.8 MB: over the small server's limit)
+    files = {
+        "header of 40,000 columns.csv": (batch_server, ",".join(names).encode() + b"\n" + b"0," * 39_999 + b"0\n"),
+        "header of 40,000 repeated names.csv": (batch_server, b",".join([b"p_mw_bus2"] * 40_000) + b"\n"),
+        "10,000 columns.parquet": (roomy_server, sink.getvalue()),
+    }  # (2.8 MB: over the small server's limit)
     for name, (server, data) in files.items():
         started = time.perf_counter()
         with watched(server) as watch:
             problem = assert_refused(submit(server, (name, data)))
         elapsed = time.perf_counter() - started
         assert_stayed_healthy(watch, server)
-        assert problem["status"] == 422 and f"at most {MAX_COLUMNS} columns" in problem["errors"][0]["expected"], \
-            (name, problem)
+        assert problem["status"] == 422 and f"at most {MAX_COLUMNS} columns" in problem["errors"][0]["expected"], (
+            name,
+            problem,
+        )
         assert elapsed < 2, (name, elapsed)
 
     # the page's context upload reads the same headers
     context_csv = ",".join(names).encode() + b"\n" + b"0," * 39_999 + b"0\n"
     with watched(batch_server) as watch, batch_server.client() as client:
-        problem = assert_refused(client.post("/ui/api/context-sets", data={"network": "ieee33"},
-                                             files={"file": ("context.csv", context_csv)}))
+        problem = assert_refused(
+            client.post(
+                "/ui/api/context-sets", data={"network": "ieee33"}, files={"file": ("context.csv", context_csv)}
+            )
+        )
     assert_stayed_healthy(watch, batch_server)
     assert problem["status"] == 422 and f"at most {MAX_COLUMNS} columns" in problem["errors"][0]["expected"], problem
 
@@ -532,14 +589,21 @@ def test_context_upload_names_the_row_and_column_of_a_load_out_of_bounds(hostile
     frame = _loads(20, seed=5)
     for name in OUTPUTS:
         frame[name] = 1.0
-    for column, value, expected in (("q_mvar_bus12", 1e308, f"{LOAD_LIMIT:g}"), ("p_mw_bus3", -LOAD_LIMIT - 1,
-                                                                                 f"{LOAD_LIMIT:g}"),
-                                    (OUTPUTS[4], 1e308, "5")):
+    for column, value, expected in (
+        ("q_mvar_bus12", 1e308, f"{LOAD_LIMIT:g}"),
+        ("p_mw_bus3", -LOAD_LIMIT - 1, f"{LOAD_LIMIT:g}"),
+        (OUTPUTS[4], 1e308, "5"),
+    ):
         bad = frame.copy()
         bad.loc[6, column] = value  # data row 7
         with hostile_server.client() as client:
-            problem = assert_refused(client.post("/ui/api/context-sets", data={"network": "ieee33"},
-                                                 files={"file": ("context.csv", bad.to_csv(index=False).encode())}))
+            problem = assert_refused(
+                client.post(
+                    "/ui/api/context-sets",
+                    data={"network": "ieee33"},
+                    files={"file": ("context.csv", bad.to_csv(index=False).encode())},
+                )
+            )
         error = problem["errors"][0]
         assert problem["status"] == 422 and (error["row"], error["column"]) == (7, column), problem
         assert expected in error["expected"], problem
@@ -561,8 +625,12 @@ def _server_errors(server, route: str) -> float:
         text = client.get("/metrics").text
     total = 0.0
     for line in text.splitlines():
-        if line.startswith("gridpfn_http_requests_total{") and f'route="{route}"' in line and 'method="POST"' in line \
-                and 'status="5' in line:
+        if (
+            line.startswith("gridpfn_http_requests_total{")
+            and f'route="{route}"' in line
+            and 'method="POST"' in line
+            and 'status="5' in line
+        ):
             total += float(line.rsplit(" ", 1)[1])
     return total
 
@@ -578,9 +646,13 @@ def test_a_client_that_disconnects_mid_upload_is_no_server_error(batch_server, p
     address = urlsplit(batch_server.url)
     for _ in range(2):
         with socket.create_connection((address.hostname, address.port), timeout=10) as sock:
-            sock.sendall((f"POST {path} HTTP/1.1\r\nHost: {address.netloc}\r\n"
-                          f"Authorization: Bearer {KEY_A}\r\nContent-Type: {headers['content-type']}\r\n"
-                          f"Content-Length: {length}\r\n\r\n").encode())
+            sock.sendall(
+                (
+                    f"POST {path} HTTP/1.1\r\nHost: {address.netloc}\r\n"
+                    f"Authorization: Bearer {KEY_A}\r\nContent-Type: {headers['content-type']}\r\n"
+                    f"Content-Length: {length}\r\n\r\n"
+                ).encode()
+            )
             sock.sendall(b"".join(list(body)[:-1]))  # no closing boundary: the server waits for the rest
             time.sleep(0.5)
         time.sleep(0.5)

@@ -6,6 +6,7 @@ a one-row model predict is answered while that fit is still running, the GP's an
 models.gp run in this process, and a fit past GRIDPFN_GP_TIMEOUT_S is stopped (its process gone)
 and answered 504, after which the GP answers again.
 """
+
 from __future__ import annotations
 
 import threading
@@ -22,8 +23,9 @@ from tests.security.conftest import assert_stayed_healthy, serve_process, watche
 from tests.service.conftest import MODEL, assert_problem, metric, rows
 
 GP_ITER = 10  # L-BFGS iterations of the servers' GP: a 300-row fit takes seconds, a 60-row one well under
-POOL_ENV = dict(GRIDPFN_GP_WORKERS="1", GRIDPFN_GP_QUEUE_SIZE="0", GRIDPFN_GP_MAX_CONTEXT="600",
-                GRIDPFN_GP_MAX_ITER=str(GP_ITER))
+POOL_ENV = dict(
+    GRIDPFN_GP_WORKERS="1", GRIDPFN_GP_QUEUE_SIZE="0", GRIDPFN_GP_MAX_CONTEXT="600", GRIDPFN_GP_MAX_ITER=str(GP_ITER)
+)
 SLOW_ROWS = 300  # the fit that keeps the pool busy (its hyperparameters are optimised on 256 of them)
 
 
@@ -34,7 +36,9 @@ def gp_server(model_dir, tmp_path_factory):
 
 
 def _simulated(api, n: int, seed: int) -> str:
-    response = api.post("/v1/context-sets", json={"simulate": {"network": "ieee33", "delta": 0.1, "n": n, "seed": seed}})
+    response = api.post(
+        "/v1/context-sets", json={"simulate": {"network": "ieee33", "delta": 0.1, "n": n, "seed": seed}}
+    )
     assert response.status_code == 201, response.text
     return response.json()["id"]
 
@@ -108,10 +112,13 @@ def test_gp_answers_are_those_of_models_gp_in_process(gp_server, scenarios):
     context_x, context_y, queries = x[120:180], y[120:180], x[:5]
     with gp_server.client() as api:
         cid = _uploaded(api, context_x, context_y)
-        gp_only = api.post("/v1/gp/predict", json={"context_id": cid, "queries": rows(queries),
-                                                   "quantiles": [0.05, 0.95], "voltage_band": [0.95, 1.05]})
-        compared = api.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows(queries),
-                                                 "compare_gp": True})
+        gp_only = api.post(
+            "/v1/gp/predict",
+            json={"context_id": cid, "queries": rows(queries), "quantiles": [0.05, 0.95], "voltage_band": [0.95, 1.05]},
+        )
+        compared = api.post(
+            "/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows(queries), "compare_gp": True}
+        )
     assert gp_only.status_code == 200 and compared.status_code == 200, (gp_only.text, compared.text)
 
     method = warmup.gp_method(Settings(gp_max_iter=GP_ITER))  # what the server builds from the same setting
@@ -125,8 +132,9 @@ def test_gp_answers_are_those_of_models_gp_in_process(gp_server, scenarios):
     np.testing.assert_array_equal(np.asarray(answer["mean"]), expected.mean)
     np.testing.assert_array_equal(np.asarray(answer["std"], dtype=np.float32), expected.std.astype(np.float32))
     np.testing.assert_array_equal(np.asarray(answer["quantiles"]["0.05"]), expected.quantiles[0])
-    np.testing.assert_array_equal(np.asarray(answer["p_outside_band"], dtype=np.float32),
-                                  expected.p_outside.astype(np.float32))
+    np.testing.assert_array_equal(
+        np.asarray(answer["p_outside_band"], dtype=np.float32), expected.p_outside.astype(np.float32)
+    )
     np.testing.assert_array_equal(np.asarray(compared.json()["gp"]["mean"]), expected.mean)
     assert compared.json()["timing"]["gp_fit_cached"] is True  # the same worker kept the fit
 
@@ -134,8 +142,10 @@ def test_gp_answers_are_those_of_models_gp_in_process(gp_server, scenarios):
 def test_a_fit_past_the_time_limit_is_stopped_and_answered_504(model_dir, tmp_path, scenarios):
     x, y = scenarios
     limit_s = 1.0  # the slow fit takes several times this; the small one a fraction of it
-    with serve_process(model_dir, tmp_path, GRIDPFN_GP_TIMEOUT_S=str(limit_s), **POOL_ENV) as server, \
-            server.client() as api:
+    with (
+        serve_process(model_dir, tmp_path, GRIDPFN_GP_TIMEOUT_S=str(limit_s), **POOL_ENV) as server,
+        server.client() as api,
+    ):
         slow = _simulated(api, SLOW_ROWS, seed=12)
         small = _uploaded(api, x[:12], y[:12])
         assert _gp_workers(server.proc.pid) == []  # started on first use

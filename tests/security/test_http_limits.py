@@ -4,6 +4,7 @@ Found after issue 28's fixes: one 300 MB header grew the server by 870 MB for go
 connections that sent half a head stayed open for minutes. The hostile server runs with
 GRIDPFN_HEADER_TIMEOUT_S=2 (tests/security/conftest.py).
 """
+
 from __future__ import annotations
 
 import socket
@@ -58,7 +59,9 @@ def test_a_header_over_the_limit_is_a_431_problem(hostile_server):
 
 def test_too_many_header_fields_is_a_431(hostile_server):
     with _connect(hostile_server) as sock:
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(500)) + b"\r\n")
+        sock.sendall(
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(500)) + b"\r\n"
+        )
         answer = _read_all(sock)
     assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
 
@@ -94,7 +97,9 @@ def test_a_normal_request_after_the_limits_still_works(hostile_server):
 def test_a_megabyte_long_name_is_not_echoed_back_whole(hostile_server):
     """Refusals name what was wrong without sending a client's megabyte back (found: a 1 MB `model` came back)."""
     with hostile_server.client() as client:
-        for path, body in (("/v1/predict", {"model": "m" * 1_000_000, "context_id": "c" * 64, "queries": [[0.0]]}),
-                           ("/v1/models/" + "m" * 20_000, None)):
+        for path, body in (
+            ("/v1/predict", {"model": "m" * 1_000_000, "context_id": "c" * 64, "queries": [[0.0]]}),
+            ("/v1/models/" + "m" * 20_000, None),
+        ):
             response = client.post(path, json=body) if body else client.get(path)
             assert 400 <= response.status_code < 500 and len(response.content) < 10_000, (path, len(response.content))

@@ -7,6 +7,7 @@ never existed gets (the same body, the id aside) and no trace of them in lists; 
 objects are as they were. The admin key sees everything. Ids of owned objects cannot be computed
 from their content; with keys off they are the content ids they always were.
 """
+
 from __future__ import annotations
 
 import io
@@ -49,8 +50,11 @@ def stack(request, model_dir, tmp_path_factory):
     (GRIDPFN_HOT_ROUTES=false), the embedded run in the lean hot-route layer: both paths are covered."""
     workdir = tmp_path_factory.mktemp(f"isolation-{request.param}")
     jobs_dir = workdir / "jobs"
-    job_env = {"GRIDPFN_JOBS_DIR": str(jobs_dir), "GRIDPFN_JOB_CHUNK_ROWS": str(CHUNK_ROWS),
-               "GRIDPFN_JOB_CHUNK_PAUSE_S": CHUNK_PAUSE_S}
+    job_env = {
+        "GRIDPFN_JOBS_DIR": str(jobs_dir),
+        "GRIDPFN_JOB_CHUNK_ROWS": str(CHUNK_ROWS),
+        "GRIDPFN_JOB_CHUNK_PAUSE_S": CHUNK_PAUSE_S,
+    }
     with ExitStack() as stack:
         store = None
         if request.param == "redis":
@@ -71,10 +75,10 @@ def stack(request, model_dir, tmp_path_factory):
 class Owned:
     """Key A's objects."""
 
-    context: dict       # a simulated context set on ieee33 (with its data)
-    network: dict       # an uploaded network
-    net_context: dict   # a simulated context set on that network
-    job: str            # a batch job, still active when made
+    context: dict  # a simulated context set on ieee33 (with its data)
+    network: dict  # an uploaded network
+    net_context: dict  # a simulated context set on that network
+    job: str  # a batch job, still active when made
 
 
 def _created(response: httpx.Response, status: int = 201) -> dict:
@@ -83,14 +87,21 @@ def _created(response: httpx.Response, status: int = 201) -> dict:
 
 
 def _context(client: httpx.Client, network: str, n: int, seed: int) -> dict:
-    return _created(client.post("/v1/context-sets", json={"simulate": {"network": network, "delta": 0.1, "n": n,
-                                                                         "seed": seed}}))
+    return _created(
+        client.post("/v1/context-sets", json={"simulate": {"network": network, "delta": 0.1, "n": n, "seed": seed}})
+    )
 
 
 def _submit_job(client: httpx.Client, cid: str) -> httpx.Response:
-    return client.post("/v1/batch-jobs", json={"model": MODEL, "context_id": cid, "voltage_band": [0.95, 1.05],
-                                               "simulate": {"network": "ieee33", "delta": 0.1, "n": JOB_ROWS,
-                                                            "seed": 3}})
+    return client.post(
+        "/v1/batch-jobs",
+        json={
+            "model": MODEL,
+            "context_id": cid,
+            "voltage_band": [0.95, 1.05],
+            "simulate": {"network": "ieee33", "delta": 0.1, "n": JOB_ROWS, "seed": 3},
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -128,30 +139,75 @@ CONTEXT_ROUTES = [
     ("read", lambda c, i: c.get(f"/v1/context-sets/{i}")),
     ("read with data", lambda c, i: c.get(f"/v1/context-sets/{i}", params={"include_data": True})),
     ("predict", lambda c, i: c.post("/v1/predict", json={"model": MODEL, "context_id": i, "queries": _queries()})),
-    ("predict, Arrow body", lambda c, i: c.post("/v1/predict", content=_arrow_body({"model": MODEL, "context_id": i}),
-                                               headers={"content-type": "application/vnd.apache.arrow.stream"})),
-    ("predict with GP", lambda c, i: c.post("/v1/predict", json={"model": MODEL, "context_id": i,
-                                                                "queries": _queries(), "compare_gp": True})),
+    (
+        "predict, Arrow body",
+        lambda c, i: c.post(
+            "/v1/predict",
+            content=_arrow_body({"model": MODEL, "context_id": i}),
+            headers={"content-type": "application/vnd.apache.arrow.stream"},
+        ),
+    ),
+    (
+        "predict with GP",
+        lambda c, i: c.post(
+            "/v1/predict", json={"model": MODEL, "context_id": i, "queries": _queries(), "compare_gp": True}
+        ),
+    ),
     ("GP predict", lambda c, i: c.post("/v1/gp/predict", json={"context_id": i, "queries": _queries()})),
     ("batch job, simulate", lambda c, i: _submit_job(c, i)),
-    ("batch job, file", lambda c, i: c.post("/v1/batch-jobs", data={"model": MODEL, "context_id": i}, files={
-        "file": ("loads.csv", (",".join(NET.feature_names) + "\n" + ",".join(["0.01"] * 64) + "\n").encode())})),
+    (
+        "batch job, file",
+        lambda c, i: c.post(
+            "/v1/batch-jobs",
+            data={"model": MODEL, "context_id": i},
+            files={
+                "file": ("loads.csv", (",".join(NET.feature_names) + "\n" + ",".join(["0.01"] * 64) + "\n").encode())
+            },
+        ),
+    ),
     ("delete", lambda c, i: c.delete(f"/v1/context-sets/{i}")),
 ]
 NETWORK_ROUTES = [
     ("read", lambda c, n: c.get(f"/v1/networks/{n['id']}")),
-    ("simulated context set", lambda c, n: c.post("/v1/context-sets", json={
-        "simulate": {"network": n["id"], "delta": 0.1, "n": 20, "seed": 1}})),
-    ("uploaded context set", lambda c, n: c.post("/v1/context-sets", json={
-        "network": n["id"], "x": [[0.01] * len(n["features"])] * 2, "y": [[1.0] * len(n["outputs"])] * 2})),
-    ("predict, inline context", lambda c, n: c.post("/v1/predict", json={
-        "model": "physics-fit", "queries": [[0.01] * len(n["features"])],
-        "context": {"network": n["id"], "x": [[0.01] * len(n["features"])] * 20,
-                    "y": [[1.0] * len(n["outputs"])] * 20}})),
-    ("simulate", lambda c, n: c.post("/v1/simulate", json={"network": n["id"], "loads": [[0.01] * len(n["features"])]})),
+    (
+        "simulated context set",
+        lambda c, n: c.post(
+            "/v1/context-sets", json={"simulate": {"network": n["id"], "delta": 0.1, "n": 20, "seed": 1}}
+        ),
+    ),
+    (
+        "uploaded context set",
+        lambda c, n: c.post(
+            "/v1/context-sets",
+            json={"network": n["id"], "x": [[0.01] * len(n["features"])] * 2, "y": [[1.0] * len(n["outputs"])] * 2},
+        ),
+    ),
+    (
+        "predict, inline context",
+        lambda c, n: c.post(
+            "/v1/predict",
+            json={
+                "model": "physics-fit",
+                "queries": [[0.01] * len(n["features"])],
+                "context": {
+                    "network": n["id"],
+                    "x": [[0.01] * len(n["features"])] * 20,
+                    "y": [[1.0] * len(n["outputs"])] * 20,
+                },
+            },
+        ),
+    ),
+    (
+        "simulate",
+        lambda c, n: c.post("/v1/simulate", json={"network": n["id"], "loads": [[0.01] * len(n["features"])]}),
+    ),
     ("model card", lambda c, n: c.get("/v1/models/physics-fit", params={"network": n["id"]})),
-    ("UI context upload", lambda c, n: c.post("/ui/api/context-sets", data={"network": n["id"]},
-                                              files={"file": ("context.csv", _context_file(n))})),
+    (
+        "UI context upload",
+        lambda c, n: c.post(
+            "/ui/api/context-sets", data={"network": n["id"]}, files={"file": ("context.csv", _context_file(n))}
+        ),
+    ),
 ]
 JOB_ROUTES = [
     ("status", lambda c, j: c.get(f"/v1/batch-jobs/{j}")),
@@ -162,8 +218,9 @@ JOB_ROUTES = [
 ]
 
 
-def assert_never_existed(what: str, real: httpx.Response, unknown: httpx.Response, real_id: str,
-                         unknown_id: str) -> None:
+def assert_never_existed(
+    what: str, real: httpx.Response, unknown: httpx.Response, real_id: str, unknown_id: str
+) -> None:
     """B's answer for A's object: the problem+json 404 of an id that never existed, byte for byte but the id."""
     try:
         assert_refused(real)
@@ -188,8 +245,13 @@ def test_another_key_finds_nothing_of_the_owners(stack, owned):
                 unknown = secrets.token_hex(32)
                 assert_never_existed(f"context set, {name}", request(b, cid), request(b, unknown), cid, unknown)
         for name, request in NETWORK_ROUTES:
-            assert_never_existed(f"network, {name}", request(b, owned.network), request(b, unknown_network),
-                                 owned.network["id"], unknown_network["id"])
+            assert_never_existed(
+                f"network, {name}",
+                request(b, owned.network),
+                request(b, unknown_network),
+                owned.network["id"],
+                unknown_network["id"],
+            )
         assert owned.network["id"] in _listed(a) and owned.network["id"] not in _listed(b)
         # and none of it touched A's objects
         again = _created(a.get(f"/v1/context-sets/{owned.context['id']}", params={"include_data": True}), 200)
@@ -231,8 +293,12 @@ def test_the_admin_key_sees_everything(stack, owned):
         assert owned.network["id"] in _listed(admin)
         assert _created(admin.get(f"/v1/networks/{owned.network['id']}"), 200)["id"] == owned.network["id"]
         assert _created(admin.get(f"/v1/context-sets/{owned.net_context['id']}"), 200)["rows"] > 0
-        assert admin.post("/v1/predict", json={"model": MODEL, "context_id": owned.context["id"],
-                                               "queries": _queries()}).status_code == 200
+        assert (
+            admin.post(
+                "/v1/predict", json={"model": MODEL, "context_id": owned.context["id"], "queries": _queries()}
+            ).status_code
+            == 200
+        )
         assert _created(admin.get(f"/v1/batch-jobs/{owned.job}"), 200)["id"] == owned.job
     with server.client(KEY_B) as b:  # what the admin makes is the admin's
         with server.client(ADMIN_KEY) as admin:
@@ -275,7 +341,7 @@ def test_keys_are_never_stored(stack, owned):
     assert not [b for b in blobs if any(s in b for s in secrets_)]
 
 
-def test_without_keys_ids_are_the_content_ids(memory_server, feeder_json):
+def test_without_keys_ids_are_the_content_ids(memory_server, feeder_json):  # noqa: F811 (the imported fixture)
     """Keys off (the local default): one shared space, ids as before tenants."""
     from service.engine.networks import snapshot_upload
 
@@ -283,7 +349,8 @@ def test_without_keys_ids_are_the_content_ids(memory_server, feeder_json):
     with httpx.Client(base_url=memory_server.url, timeout=60) as client:
         made = _created(client.post("/v1/context-sets", json={"simulate": SPEC}))
         assert made["id"] == context_id(result.x[result.converged], result.vm_pu[result.converged])
-        network = _created(client.post("/v1/networks", content=feeder_json,
-                                       headers={"content-type": "application/json"}))
+        network = _created(
+            client.post("/v1/networks", content=feeder_json, headers={"content-type": "application/json"})
+        )
         assert network["id"] == snapshot_upload(feeder_json.encode(), None)[0]["id"]
         assert network["id"] in _listed(client)

@@ -5,6 +5,7 @@ JSON readers (object hooks, file paths), eval/exec, yaml.load and torch.load wit
 The one pickle in the service is the exact GP's pipe to its own worker processes (numbers the
 server parsed itself; nothing a client sent reaches it as bytes), named here so a new one fails.
 """
+
 from __future__ import annotations
 
 import re
@@ -49,10 +50,14 @@ def test_no_object_decoder_in_the_service():
 
 def test_the_guard_catches_what_it_names(tmp_path):
     """The patterns match the calls they exist for (the guard can fail)."""
-    samples = {"pandapower's object decoder": "net = pp.from_json_string(text)",
-               "pandas' JSON reader (reads paths and URLs)": "pd.read_json(body)",
-               "eval/exec": "value = eval(text)", "yaml.load": "yaml.load(f)", "pickle": "pickle.loads(blob)",
-               "torch.load without weights_only": "torch.load(path, map_location='cpu')"}
+    samples = {
+        "pandapower's object decoder": "net = pp.from_json_string(text)",
+        "pandas' JSON reader (reads paths and URLs)": "pd.read_json(body)",
+        "eval/exec": "value = eval(text)",
+        "yaml.load": "yaml.load(f)",
+        "pickle": "pickle.loads(blob)",
+        "torch.load without weights_only": "torch.load(path, map_location='cpu')",
+    }
     for what, code in samples.items():
         assert FORBIDDEN[what].search(code), what
     assert not FORBIDDEN["torch.load without weights_only"].search("torch.load(p, weights_only=True)")

@@ -1,4 +1,5 @@
 """Helpers for the batch-job tests: servers with job settings, worker processes, expected answers."""
+
 from __future__ import annotations
 
 import os
@@ -44,15 +45,21 @@ def job_server(model_dir: Path, jobs_dir: Path, redis_url: str | None, **job_opt
 
 
 def context_id(client: httpx.Client, n: int = 60, seed: int = 5) -> str:
-    response = client.post("/v1/context-sets", json={"simulate": {"network": "ieee33", "delta": 0.2, "n": n,
-                                                                  "seed": seed}})
+    response = client.post(
+        "/v1/context-sets", json={"simulate": {"network": "ieee33", "delta": 0.2, "n": n, "seed": seed}}
+    )
     assert response.status_code == 201, response.text
     return response.json()["id"]
 
 
 def submit_file(client: httpx.Client, path: Path, cid: str, **fields) -> httpx.Response:
-    data = {"model": MODEL, "context_id": cid, "quantiles": ",".join(map(str, QUANTILES)),
-            "voltage_band": ",".join(map(str, BAND)), **fields}
+    data = {
+        "model": MODEL,
+        "context_id": cid,
+        "quantiles": ",".join(map(str, QUANTILES)),
+        "voltage_band": ",".join(map(str, BAND)),
+        **fields,
+    }
     with open(path, "rb") as handle:
         return client.post("/v1/batch-jobs", data=data, files={"file": (path.name, handle)})
 
@@ -90,9 +97,12 @@ def expected_stats(model_dir: Path, client: httpx.Client, cid: str, x: np.ndarra
     method = load_registry(model_dir, warmup=False).get(MODEL).method
     encoded = method.fit(np.array(info["x"]), np.array(info["y"]))
     spec = AnswerSpec(tuple(QUANTILES), tuple(BAND))
-    parts = [answer(method, encoded, x[i:i + chunk_rows], spec) for i in range(0, len(x), chunk_rows)]
-    out = {"mean": np.concatenate([p.mean for p in parts]), "std": np.concatenate([p.std for p in parts]),
-           "p_outside": np.concatenate([p.p_outside for p in parts])}
+    parts = [answer(method, encoded, x[i : i + chunk_rows], spec) for i in range(0, len(x), chunk_rows)]
+    out = {
+        "mean": np.concatenate([p.mean for p in parts]),
+        "std": np.concatenate([p.std for p in parts]),
+        "p_outside": np.concatenate([p.p_outside for p in parts]),
+    }
     for j, q in enumerate(QUANTILES):
         out[f"q{q!r}"] = np.concatenate([p.quantiles[j] for p in parts])
     return out
@@ -109,8 +119,13 @@ class WorkerProcess:
         self.log_path = log_path
         self.log = open(log_path, "wb")
         full_env = {**os.environ, "GRIDPFN_WORKER_THREADS": "1", **env}
-        self.proc = subprocess.Popen([sys.executable, "-m", "service.commands.cli", "worker"], cwd=ROOT, env=full_env,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "service.commands.cli", "worker"],
+            cwd=ROOT,
+            env=full_env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
 
     def text(self) -> str:
         return self.log_path.read_text()
@@ -138,5 +153,10 @@ class WorkerProcess:
 
 
 def worker_env(redis_url: str, model_dir: Path, jobs_dir: Path, queue: str, **extra: str) -> dict[str, str]:
-    return {"GRIDPFN_REDIS_URL": redis_url, "GRIDPFN_MODEL_DIR": str(model_dir), "GRIDPFN_JOBS_DIR": str(jobs_dir),
-            "GRIDPFN_JOB_QUEUE": queue, **{k: str(v) for k, v in extra.items()}}
+    return {
+        "GRIDPFN_REDIS_URL": redis_url,
+        "GRIDPFN_MODEL_DIR": str(model_dir),
+        "GRIDPFN_JOBS_DIR": str(jobs_dir),
+        "GRIDPFN_JOB_QUEUE": queue,
+        **{k: str(v) for k, v in extra.items()},
+    }

@@ -1,4 +1,5 @@
 """Service fixtures: real uvicorn servers on free loopback ports, a tiny real checkpoint, real Redis."""
+
 from __future__ import annotations
 
 import socket
@@ -21,8 +22,15 @@ MODEL = "tiny-dva"
 PROBLEM = "application/problem+json"
 
 # Small limits so every limit can be hit cheaply; the same for both stores.
-LIMITS = dict(max_queries=200, max_body_bytes=2_000_000, max_context_rows=600, max_simulate=500,
-              gp_max_context=60, gp_max_iter=5, batch_window_ms=1.0)
+LIMITS = dict(
+    max_queries=200,
+    max_body_bytes=2_000_000,
+    max_context_rows=600,
+    max_simulate=500,
+    gp_max_context=60,
+    gp_max_iter=5,
+    batch_window_ms=1.0,
+)
 
 
 def free_port() -> int:
@@ -38,12 +46,18 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.app = create_app(settings)
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on",
-                                http=CoalescingHttpToolsProtocol)  # what `gridpfn serve` runs
+        config = uvicorn.Config(
+            self.app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="on",
+            http=CoalescingHttpToolsProtocol,
+        )  # what `gridpfn serve` runs
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
-    def start(self) -> "Server":
+    def start(self) -> Server:
         self.thread.start()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

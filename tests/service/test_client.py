@@ -1,5 +1,6 @@
 """service.client: every endpoint, sync and async, against the real service; retries against a real
 HTTP server that answers 503 with Retry-After or drops connections; a caller's own httpx client."""
+
 from __future__ import annotations
 
 import asyncio
@@ -33,8 +34,11 @@ class Flaky(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
-        status, headers, body = (int(step[0]), {"Retry-After": str(step[1])}, {"status": int(step[0]), "detail": "busy"}) \
-            if step[0] in ("503", "429") else (200, {}, step[1])
+        status, headers, body = (
+            (int(step[0]), {"Retry-After": str(step[1])}, {"status": int(step[0]), "detail": "busy"})
+            if step[0] in ("503", "429")
+            else (200, {}, step[1])
+        )
         data = json.dumps(body).encode()
         self.send_response(status)
         for name, value in {**headers, "Content-Type": "application/json", "Content-Length": str(len(data))}.items():
@@ -214,6 +218,9 @@ def test_every_endpoint_async_matches_the_sync_client(memory_server, scenarios):
 
     cid, answer, gp, simulated, info = asyncio.run(scenario())
     with GridPFNClient(memory_server.url) as client:
-        np.testing.assert_allclose(answer.to_numpy(), client.predict(
-            x[50:53], MODEL, context=(x[:40], y[:40]), quantiles=[0.5]).to_numpy(), rtol=1e-6)
+        np.testing.assert_allclose(
+            answer.to_numpy(),
+            client.predict(x[50:53], MODEL, context=(x[:40], y[:40]), quantiles=[0.5]).to_numpy(),
+            rtol=1e-6,
+        )
     assert info["id"] == cid and len(gp) == 2 and len(simulated["vm_pu"]) == 1

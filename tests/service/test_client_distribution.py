@@ -1,4 +1,5 @@
 """The client ships alone (clients/python, distribution gridpfn-client): no torch, no server code."""
+
 from __future__ import annotations
 
 import subprocess
@@ -25,9 +26,23 @@ print(type(client).__name__, c.AsyncGridPFNClient.__name__, len(body) > 0)
 
 
 def test_the_client_wheel_holds_service_client_and_imports_without_torch(tmp_path):
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                            str(REPO / "clients" / "python"), "-w", str(tmp_path)], capture_output=True, text=True,
-                           timeout=180)
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            str(REPO / "clients" / "python"),
+            "-w",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert built.returncode == 0, built.stderr
     wheel = next(tmp_path.glob("gridpfn_client-*.whl"))
     with zipfile.ZipFile(wheel) as zf:
@@ -36,7 +51,12 @@ def test_the_client_wheel_holds_service_client_and_imports_without_torch(tmp_pat
         zf.extractall(tmp_path / "unpacked")
     requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     assert requires and not [r for r in requires if "torch" in r or "fastapi" in r], requires
-    done = subprocess.run([sys.executable, "-c", BLOCKED_IMPORT, str(tmp_path / "unpacked")], capture_output=True,
-                          text=True, timeout=60, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKED_IMPORT, str(tmp_path / "unpacked")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["GridPFNClient", "AsyncGridPFNClient", "True"]

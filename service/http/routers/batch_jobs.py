@@ -9,16 +9,18 @@ row and column and leaves no job behind; rows past the limit are a 413 and are n
 job runs on the context set's network: the file's columns are that network's features, a `simulate`
 spec must name the same network, and the model is its checkpoint for that network (or physics-fit).
 """
+
 from __future__ import annotations
 
 import asyncio
 import functools
 import json
 import logging
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import redis
-from fastapi import APIRouter, Depends, Path as PathParam, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from pydantic import Field, ValidationError
 from starlette.responses import FileResponse, Response, StreamingResponse
@@ -41,8 +43,9 @@ from service.jobs.settings import JobSettings
 
 log = logging.getLogger(__name__)
 
-router = APIRouter(prefix="/v1/batch-jobs", tags=["batch jobs"], dependencies=[Depends(require_api_key)],
-                   responses=problems(401, 503))
+router = APIRouter(
+    prefix="/v1/batch-jobs", tags=["batch jobs"], dependencies=[Depends(require_api_key)], responses=problems(401, 503)
+)
 JobId = PathParam(pattern=r"^[0-9a-f]{32}$", description="id returned by POST /v1/batch-jobs")
 PARQUET = "application/vnd.apache.parquet"
 JSON_BODY_LIMIT = 1 << 20
@@ -52,10 +55,10 @@ class BatchOptions(Strict):
     """Fields shared by both ways of submitting."""
 
     model: str = Field(description="a name from GET /v1/models")
-    version: Optional[ModelVersion] = None
+    version: ModelVersion | None = None
     context_id: ContextId
     quantiles: Annotated[list[Level], Field(max_length=99)] = []
-    voltage_band: Optional[VoltageBand] = Field(None, description="[low, high] p.u., low < 1 <= high; adds p_outside_*")
+    voltage_band: VoltageBand | None = Field(None, description="[low, high] p.u., low < 1 <= high; adds p_outside_*")
     with_ground_truth: StrictBool = Field(False, description="also solve the AC power flow per row; adds true_*, err_*")
 
 
@@ -148,9 +151,12 @@ def _file_problem(exc: InputError) -> ProblemError:
 
 
 def _upload_too_large(what: str, limit: int, columns: int) -> TooLarge:
-    return TooLarge("file", what,
-                    f"at most {limit} bytes for a network of {columns} load columns (GRIDPFN_JOB_MAX_ROWS rows of "
-                    "GRIDPFN_JOB_UPLOAD_CELL_BYTES per cell, or GRIDPFN_JOB_MAX_UPLOAD_BYTES when lower)")
+    return TooLarge(
+        "file",
+        what,
+        f"at most {limit} bytes for a network of {columns} load columns (GRIDPFN_JOB_MAX_ROWS rows of "
+        "GRIDPFN_JOB_UPLOAD_CELL_BYTES per cell, or GRIDPFN_JOB_MAX_UPLOAD_BYTES when lower)",
+    )
 
 
 async def _submit_upload(request: Request, rt: Runtime, jobs: JobService, tenant: Tenant) -> tuple[Any, Any, str]:
@@ -163,15 +169,19 @@ async def _submit_upload(request: Request, rt: Runtime, jobs: JobService, tenant
         raise form.closing(exc) from exc  # refused before the end of the body: the rest is not read
 
 
-async def _receive_upload(form: FormStream, request: Request, rt: Runtime, jobs: JobService,
-                          tenant: Tenant) -> tuple[Any, Any, str]:
+async def _receive_upload(
+    form: FormStream, request: Request, rt: Runtime, jobs: JobService, tenant: Tenant
+) -> tuple[Any, Any, str]:
     """The form's fields come first: the model and context set are looked up (404, 422) and the upload
     limit set before a byte of the file is read; the file then streams to disk under that limit."""
     fields, has_file = await form.fields_before_file()
     missing = [name for name in ("model", "context_id") if name not in fields]
     if has_file and missing and set(fields) <= set(FORM_FIELDS):
-        raise InvalidInput(missing[0], "not among the form fields before the file part",
-                           "the form fields model and context_id (and any options) before the file part")
+        raise InvalidInput(
+            missing[0],
+            "not among the form fields before the file part",
+            "the form fields model and context_id (and any options) before the file part",
+        )
     options = _form_options(fields)
     if not has_file:
         raise InvalidInput("file", "no file part in the form", "a multipart `file` field with CSV or Parquet")
@@ -186,10 +196,11 @@ async def _receive_upload(form: FormStream, request: Request, rt: Runtime, jobs:
     files.dir.mkdir(parents=True, exist_ok=True)
     staged = files.dir / "upload"
     try:
-        await form.save_file(staged, limit, lambda _: _upload_too_large(f"an upload of more than {limit} bytes", limit, columns))
+        await form.save_file(
+            staged, limit, lambda _: _upload_too_large(f"an upload of more than {limit} bytes", limit, columns)
+        )
         await form.finish()
-        rows, fmt = await asyncio.to_thread(jobs.prepare_upload, job_id, staged, form.filename,
-                                            list(net.feature_names))
+        rows, fmt = await asyncio.to_thread(jobs.prepare_upload, job_id, staged, form.filename, list(net.feature_names))
     except InputError as exc:
         files.remove()
         raise _file_problem(exc) from exc
@@ -206,8 +217,11 @@ async def _submit_simulated(request: Request, rt: Runtime, jobs: JobService, ten
     async for block in request.stream():  # capped while reading: this path skips the app's body limit
         body += block
         if len(body) > JSON_BODY_LIMIT:
-            raise TooLarge("body", f"a JSON body over {JSON_BODY_LIMIT} bytes",
-                            f"at most {JSON_BODY_LIMIT} bytes; send load vectors as a file upload")
+            raise TooLarge(
+                "body",
+                f"a JSON body over {JSON_BODY_LIMIT} bytes",
+                f"at most {JSON_BODY_LIMIT} bytes; send load vectors as a file upload",
+            )
     try:
         options = BatchSimulate.model_validate_json(body)
     except ValidationError as exc:
@@ -216,8 +230,11 @@ async def _submit_simulated(request: Request, rt: Runtime, jobs: JobService, ten
         raise TooLarge("simulate.n", f"{options.simulate.n} rows", f"at most {jobs.settings.job_max_rows} rows")
     loaded, ctx, net = await _resolve(rt, options, tenant)
     if options.simulate.network != net.name:
-        raise InvalidInput("simulate.network", f"{options.simulate.network} is not the context set's network {net.name}",
-                           f"{net.name}: the job's loads are for the network its context set was made on")
+        raise InvalidInput(
+            "simulate.network",
+            f"{options.simulate.network} is not the context set's network {net.name}",
+            f"{net.name}: the job's loads are for the network its context set was made on",
+        )
     job_id = new_job_id()
     try:  # the spec passed BatchSimulate's checks: a failure here is the service's (a 500), not the request's
         rows = await asyncio.to_thread(jobs.prepare_simulated, job_id, options.simulate, net)
@@ -227,27 +244,59 @@ async def _submit_simulated(request: Request, rt: Runtime, jobs: JobService, ten
     return jobs.spec_for(job_id, loaded, ctx.id, net, options, rows, "simulate", tenant=tenant), ctx, job_id
 
 
-_REQUEST_DOC = {"requestBody": {"required": True, "content": {
-    "multipart/form-data": {"schema": {"type": "object", "required": ["model", "context_id", "file"],
-                                       "additionalProperties": False, "properties": {
-        "model": {"type": "string"}, "context_id": {"type": "string", "pattern": SHA256_ID},
-        "version": {"type": "string", "pattern": VERSION_PATTERN},
-        "quantiles": {"type": "string", "example": "0.05,0.5,0.95"},
-        "voltage_band": {"type": "string", "example": "0.95,1.05"},
-        "with_ground_truth": {"type": "boolean"},
-        "file": {"type": "string", "format": "binary",
-                 "description": "CSV (header row) or Parquet; the feature columns of the context set's network. "
-                                "The last part: every other field comes before it"}}}},
-    "application/json": {"schema": BatchSimulate.model_json_schema(ref_template="#/components/schemas/{model}"),
-                         "example": {"simulate": {"network": "ieee33", "delta": 0.1, "n": 10000, "seed": 0},
-                                     "model": "ieee33-transformer-dva", "context_id": "0" * 64,
-                                     "quantiles": [0.05, 0.5, 0.95], "voltage_band": [0.95, 1.05]}}}}}
+_REQUEST_DOC = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["model", "context_id", "file"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "model": {"type": "string"},
+                        "context_id": {"type": "string", "pattern": SHA256_ID},
+                        "version": {"type": "string", "pattern": VERSION_PATTERN},
+                        "quantiles": {"type": "string", "example": "0.05,0.5,0.95"},
+                        "voltage_band": {"type": "string", "example": "0.95,1.05"},
+                        "with_ground_truth": {"type": "boolean"},
+                        "file": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "CSV (header row) or Parquet; the feature columns of the context set's network. "
+                            "The last part: every other field comes before it",
+                        },
+                    },
+                }
+            },
+            "application/json": {
+                "schema": BatchSimulate.model_json_schema(ref_template="#/components/schemas/{model}"),
+                "example": {
+                    "simulate": {"network": "ieee33", "delta": 0.1, "n": 10000, "seed": 0},
+                    "model": "ieee33-transformer-dva",
+                    "context_id": "0" * 64,
+                    "quantiles": [0.05, 0.5, 0.95],
+                    "voltage_band": [0.95, 1.05],
+                },
+            },
+        },
+    }
+}
 
 
-@router.post("", status_code=202, summary="Submit a batch job (file upload or simulate spec)",
-             responses=problems(400, 404, 413, 415, 422), openapi_extra=_REQUEST_DOC)
-async def submit(request: Request, rt: Runtime = Depends(get_runtime),
-                 jobs: JobService = Depends(get_jobs), tenant: Tenant = Depends(require_api_key)) -> Response:
+@router.post(
+    "",
+    status_code=202,
+    summary="Submit a batch job (file upload or simulate spec)",
+    responses=problems(400, 404, 413, 415, 422),
+    openapi_extra=_REQUEST_DOC,
+)
+async def submit(
+    request: Request,
+    rt: Runtime = Depends(get_runtime),
+    jobs: JobService = Depends(get_jobs),
+    tenant: Tenant = Depends(require_api_key),
+) -> Response:
     """Answers 202 with the job's status and `Location: /v1/batch-jobs/{id}`."""
     kind = request.headers.get("content-type", "")
     if kind.startswith("multipart/form-data"):
@@ -255,10 +304,13 @@ async def submit(request: Request, rt: Runtime = Depends(get_runtime),
     elif kind.startswith("application/json"):
         spec, ctx, job_id = await _submit_simulated(request, rt, jobs, tenant)
     else:
-        raise ProblemError(415, "unsupported-media-type", "Unsupported media type",
-                           f"content-type {kind or 'none'} is not accepted",
-                           [field_error("Content-Type", "unsupported", "multipart/form-data or application/json",
-                                        "header")])
+        raise ProblemError(
+            415,
+            "unsupported-media-type",
+            "Unsupported media type",
+            f"content-type {kind or 'none'} is not accepted",
+            [field_error("Content-Type", "unsupported", "multipart/form-data or application/json", "header")],
+        )
     try:
         await _call(jobs.enqueue, spec, ctx.to_bytes())
     except BaseException:
@@ -279,8 +331,9 @@ async def _status(jobs: JobService, job_id: str, tenant: Tenant) -> dict:
 
 
 @router.get("/{job_id}", summary="State, progress (rows done / total, rows/s) and errors", responses=problems(404, 422))
-async def status(job_id: str = JobId, jobs: JobService = Depends(get_jobs),
-                 tenant: Tenant = Depends(require_api_key)) -> Response:
+async def status(
+    job_id: str = JobId, jobs: JobService = Depends(get_jobs), tenant: Tenant = Depends(require_api_key)
+) -> Response:
     return json_response(await _status(jobs, job_id, tenant))
 
 
@@ -291,30 +344,51 @@ def _wanted_format(request: Request, fmt: str | None) -> str:
     return "csv" if "text/csv" in accept and "parquet" not in accept else "parquet"
 
 
-@router.get("/{job_id}/result", summary="The result file: Parquet (default) or CSV by Accept or ?format=",
-            responses={**problems(404, 409, 422), 200: {"content": {PARQUET: {}, "text/csv": {}}}})
-async def result(request: Request, job_id: str = JobId,
-                 format: Optional[str] = Query(None, pattern="^(parquet|csv)$", description="overrides Accept"),
-                 jobs: JobService = Depends(get_jobs), tenant: Tenant = Depends(require_api_key)) -> Response:
+@router.get(
+    "/{job_id}/result",
+    summary="The result file: Parquet (default) or CSV by Accept or ?format=",
+    responses={**problems(404, 409, 422), 200: {"content": {PARQUET: {}, "text/csv": {}}}},
+)
+async def result(
+    request: Request,
+    job_id: str = JobId,
+    format: str | None = Query(None, pattern="^(parquet|csv)$", description="overrides Accept"),
+    jobs: JobService = Depends(get_jobs),
+    tenant: Tenant = Depends(require_api_key),
+) -> Response:
     job = await _status(jobs, job_id, tenant)
     if job["state"] != JobState.DONE.value:
-        raise ProblemError(409, "job-not-done", "Result not available",
-                           f"job {job_id} is {job['state']}; the result exists once it is done",
-                           [field_error("job_id", f"state {job['state']}", "a job in state done", "path")])
+        raise ProblemError(
+            409,
+            "job-not-done",
+            "Result not available",
+            f"job {job_id} is {job['state']}; the result exists once it is done",
+            [field_error("job_id", f"state {job['state']}", "a job in state done", "path")],
+        )
     path = jobs.files(job_id).result
     if _wanted_format(request, format) == "csv":
         from service.jobs.results import csv_stream
 
-        return StreamingResponse(csv_stream(path), media_type="text/csv",
-                                 headers={"Content-Disposition": f'attachment; filename="{job_id}.csv"'})
+        return StreamingResponse(
+            csv_stream(path),
+            media_type="text/csv",
+            headers={"Content-Disposition": f'attachment; filename="{job_id}.csv"'},
+        )
     return FileResponse(path, media_type=PARQUET, filename=f"{job_id}.parquet")
 
 
-@router.delete("/{job_id}", summary="Cancel a queued or running job; delete a finished one",
-               responses={**problems(404, 422), 202: {"description": "cancelled; body is the job's status"},
-                          204: {"description": "finished job and its files deleted"}})
-async def cancel(job_id: str = JobId, jobs: JobService = Depends(get_jobs),
-                 tenant: Tenant = Depends(require_api_key)) -> Response:
+@router.delete(
+    "/{job_id}",
+    summary="Cancel a queued or running job; delete a finished one",
+    responses={
+        **problems(404, 422),
+        202: {"description": "cancelled; body is the job's status"},
+        204: {"description": "finished job and its files deleted"},
+    },
+)
+async def cancel(
+    job_id: str = JobId, jobs: JobService = Depends(get_jobs), tenant: Tenant = Depends(require_api_key)
+) -> Response:
     job = await _status(jobs, job_id, tenant)
     if not JobState(job["state"]).terminal and await _call(jobs.cancel, job_id):
         return json_response(await _status(jobs, job_id, tenant), status=202)

@@ -6,6 +6,7 @@ another key reading, using or deleting it gets the 404 of an id that never exist
 A set names its network (a built-in or an upload): its widths are checked against it here, and
 every later predict, GP or batch job on the set takes the network from it.
 """
+
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Path, Query
@@ -23,23 +24,42 @@ from service.http.fast_json import OrjsonRoute
 from service.http.responses import json_response
 from service.http.schemas import ContextSetCreate, ContextSetInfo
 
-router = APIRouter(prefix="/v1/context-sets", tags=["context sets"], route_class=OrjsonRoute, dependencies=[Depends(require_api_key)],
-                   responses=problems(401, 503))
+router = APIRouter(
+    prefix="/v1/context-sets",
+    tags=["context sets"],
+    route_class=OrjsonRoute,
+    dependencies=[Depends(require_api_key)],
+    responses=problems(401, 503),
+)
 IdPath = Path(pattern=SHA256_ID, description="sha256 id returned by POST /v1/context-sets")
 
 
 def _info(ctx: ContextSet, ttl: int | None, with_data: bool = False) -> dict:
-    info = {"id": ctx.id, "network": ctx.network, "rows": ctx.rows, "features": int(ctx.x.shape[1]), "outputs": int(ctx.y.shape[1]),
-            "source": ctx.source, "created_at": ctx.created_at, "expires_in_s": ttl}
+    info = {
+        "id": ctx.id,
+        "network": ctx.network,
+        "rows": ctx.rows,
+        "features": int(ctx.x.shape[1]),
+        "outputs": int(ctx.y.shape[1]),
+        "source": ctx.source,
+        "created_at": ctx.created_at,
+        "expires_in_s": ttl,
+    }
     if with_data:
         info.update(x=ctx.x, y=ctx.y)
     return info
 
 
-@router.post("", status_code=201, response_model=ContextSetInfo, summary="Store an uploaded or simulated context set",
-             responses=problems(404, 413, 422))
-async def create(body: ContextSetCreate, rt: Runtime = Depends(get_runtime),
-                 tenant: Tenant = Depends(require_api_key)) -> Response:
+@router.post(
+    "",
+    status_code=201,
+    response_model=ContextSetInfo,
+    summary="Store an uploaded or simulated context set",
+    responses=problems(404, 413, 422),
+)
+async def create(
+    body: ContextSetCreate, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
+) -> Response:
     limit = min(rt.settings.max_simulate, rt.settings.max_context_rows)
     if body.simulate is not None:
         if body.simulate.n > limit:
@@ -60,18 +80,27 @@ async def create(body: ContextSetCreate, rt: Runtime = Depends(get_runtime),
     return response
 
 
-@router.get("/{context_id}", response_model=ContextSetInfo, summary="A stored context set (arrays with include_data)",
-            responses=problems(404, 422))
-async def read(context_id: str = IdPath, include_data: bool = Query(False, description="also return x and y"),
-               rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)) -> Response:
+@router.get(
+    "/{context_id}",
+    response_model=ContextSetInfo,
+    summary="A stored context set (arrays with include_data)",
+    responses=problems(404, 422),
+)
+async def read(
+    context_id: str = IdPath,
+    include_data: bool = Query(False, description="also return x and y"),
+    rt: Runtime = Depends(get_runtime),
+    tenant: Tenant = Depends(require_api_key),
+) -> Response:
     ctx = await rt.contexts.stored(context_id, location="path", tenant=tenant)
     ttl = await rt.contexts.ttl(context_id)
     return json_response(_info(ctx, ttl, include_data))
 
 
 @router.delete("/{context_id}", status_code=204, summary="Delete a context set", responses=problems(404, 422))
-async def delete(context_id: str = IdPath, rt: Runtime = Depends(get_runtime),
-                 tenant: Tenant = Depends(require_api_key)) -> Response:
+async def delete(
+    context_id: str = IdPath, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
+) -> Response:
     if not await rt.contexts.delete(context_id, tenant=tenant):
         raise NotFound("context set", context_id, "context_id")
     rt.fits.forget(context_id)

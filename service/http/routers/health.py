@@ -1,4 +1,5 @@
 """Liveness, readiness (models warmed and store reachable) and Prometheus metrics."""
+
 from __future__ import annotations
 
 import os

@@ -7,6 +7,7 @@ every version a request may pin with `version`, newest first); one model's entry
 network's card, or, with `?network=`, is that network's card; `?version=` gives an older version's
 card (read from the registry, not loaded: operators look before they pin).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -21,8 +22,13 @@ from service.http.deps import get_runtime, problems
 from service.http.fast_json import OrjsonRoute
 from service.http.schemas import NETWORK_PATTERN, VERSION_PATTERN
 
-router = APIRouter(prefix="/v1/models", tags=["models"], route_class=OrjsonRoute, dependencies=[Depends(require_api_key)],
-                   responses=problems(401))
+router = APIRouter(
+    prefix="/v1/models",
+    tags=["models"],
+    route_class=OrjsonRoute,
+    dependencies=[Depends(require_api_key)],
+    responses=problems(401),
+)
 
 
 def _card(loaded: Any) -> dict[str, Any]:
@@ -33,11 +39,18 @@ def model_entry(registry: Any, name: str) -> dict[str, Any]:
     """One model: the card of its default network's checkpoint (or its general card), the networks it
     serves and the version on each."""
     if name in registry.width_free:
-        return {**registry.width_free_cards[name], "versions": {"*": registry.width_free_cards[name]["version"]},
-                "available": registry.available_versions(name)}
+        return {
+            **registry.width_free_cards[name],
+            "versions": {"*": registry.width_free_cards[name]["version"]},
+            "available": registry.available_versions(name),
+        }
     versions = registry.versions(name)
-    return {**_card(registry.models[name]), "networks": list(versions), "versions": versions,
-            "available": registry.available_versions(name)}
+    return {
+        **_card(registry.models[name]),
+        "networks": list(versions),
+        "versions": versions,
+        "available": registry.available_versions(name),
+    }
 
 
 def _version_card(registry: Any, name: str, network: str | None, version: str) -> dict[str, Any]:
@@ -61,8 +74,9 @@ def _version_card(registry: Any, name: str, network: str | None, version: str) -
             return dict(candidate.card, name=name, version=version, served=False)
     missing = NotFound("model version", f"{name} {version}", "version", "query")
     where = f" for network {network!r}" if network is not None else ""
-    missing.detail = (f"model {name!r} has no version {version!r}{where}; versions: "
-                      + "; ".join(f"{net}: {', '.join(v)}" for net, v in available.items()))
+    missing.detail = f"model {name!r} has no version {version!r}{where}; versions: " + "; ".join(
+        f"{net}: {', '.join(v)}" for net, v in available.items()
+    )
     raise missing
 
 
@@ -73,17 +87,30 @@ def _default_network(registry: Any, name: str) -> str:
 
 @router.get("", summary="Every served model with the networks it serves, and checkpoints refused with the reason")
 async def list_models(rt: Runtime = Depends(get_runtime)) -> dict:
-    return {"models": [model_entry(rt.registry, name) for name in rt.registry.names()], "refused": dict(rt.registry.errors)}
+    return {
+        "models": [model_entry(rt.registry, name) for name in rt.registry.names()],
+        "refused": dict(rt.registry.errors),
+    }
 
 
-@router.get("/{name}", summary="One model: its networks and each network's card (or one network's card)",
-            responses=problems(404, 422))
-async def get_model(name: str, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key),
-                    network: str | None = Query(None, pattern=NETWORK_PATTERN,
-                                                   description="a network's name or id: that network's card"),
-                    version: str | None = Query(None, pattern=VERSION_PATTERN,
-                                                   description="a version from `available`: its card (`served` "
-                                                               "says whether it is the one served by default)")) -> dict:
+@router.get(
+    "/{name}",
+    summary="One model: its networks and each network's card (or one network's card)",
+    responses=problems(404, 422),
+)
+async def get_model(
+    name: str,
+    rt: Runtime = Depends(get_runtime),
+    tenant: Tenant = Depends(require_api_key),
+    network: str | None = Query(
+        None, pattern=NETWORK_PATTERN, description="a network's name or id: that network's card"
+    ),
+    version: str | None = Query(
+        None,
+        pattern=VERSION_PATTERN,
+        description="a version from `available`: its card (`served` says whether it is the one served by default)",
+    ),
+) -> dict:
     """A network the model does not serve has no card: 404 naming what the model serves."""
     rt.models.known(name, field="name")
     if version is not None:

@@ -4,9 +4,10 @@ Context sets, predict, the GP, /v1/simulate and batch jobs name a network by the
 give (a built-in's name or an upload's sha256); each entry says which models serve it (`models`:
 physics-fit serves every network, a checkpoint the network it was trained on).
 """
+
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, ConfigDict
@@ -20,18 +21,30 @@ from service.http.auth import require_api_key
 from service.http.deps import get_runtime, problems
 from service.http.responses import json_response
 
-router = APIRouter(prefix="/v1/networks", tags=["networks"], dependencies=[Depends(require_api_key)],
-                   responses=problems(401, 503))
+router = APIRouter(
+    prefix="/v1/networks", tags=["networks"], dependencies=[Depends(require_api_key)], responses=problems(401, 503)
+)
 IdPath = Path(pattern=r"^[a-z0-9_]{1,64}$", description="a built-in name (e.g. ieee33) or the sha256 id of an upload")
 
-UPLOAD_BODY = {"requestBody": {"required": True, "description":
-               "the feeder: pandapower JSON (`pandapower.to_json(net)`), a MATPOWER case (.m text or .mat), "
-               "or either as the multipart field `file` (its suffix .json/.m/.mat names the format)", "content": {
-                   "application/json": {"schema": {"type": "object"}},
-                   "text/plain": {"schema": {"type": "string"}},
-                   "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
-                   "multipart/form-data": {"schema": {"type": "object", "required": ["file"], "properties": {
-                       "file": {"type": "string", "format": "binary"}}}}}}}
+UPLOAD_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "the feeder: pandapower JSON (`pandapower.to_json(net)`), a MATPOWER case (.m text or .mat), "
+        "or either as the multipart field `file` (its suffix .json/.m/.mat names the format)",
+        "content": {
+            "application/json": {"schema": {"type": "object"}},
+            "text/plain": {"schema": {"type": "string"}},
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {"file": {"type": "string", "format": "binary"}},
+                }
+            },
+        },
+    }
+}
 
 
 class NetworkSummary(BaseModel):
@@ -45,8 +58,8 @@ class NetworkSummary(BaseModel):
     n_outputs: int
     layout: str
     models: list[str]
-    created_at: Optional[float] = None
-    expires_in_s: Optional[int] = None
+    created_at: float | None = None
+    expires_in_s: int | None = None
 
 
 class NetworkList(BaseModel):
@@ -70,14 +83,14 @@ class NetworkInfo(BaseModel):
     outputs: list[str]
     layout: str
     models: list[str]
-    expires_in_s: Optional[int] = None
+    expires_in_s: int | None = None
 
 
 def _store_down(exc: StoreUnavailable) -> StoreUnavailable:
     return exc.about(what="network")
 
 
-async def _upload(request: Request) -> tuple[bytes, Optional[str]]:
+async def _upload(request: Request) -> tuple[bytes, str | None]:
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
         form = await request.form()
         upload = form.get("file")
@@ -87,10 +100,17 @@ async def _upload(request: Request) -> tuple[bytes, Optional[str]]:
     return await request.body(), None
 
 
-@router.post("", status_code=201, response_model=NetworkInfo, summary="Upload a feeder (pandapower JSON or MATPOWER)",
-             responses=problems(400, 413, 422), openapi_extra=UPLOAD_BODY)
-async def create(request: Request, rt: Runtime = Depends(get_runtime),
-                 tenant: Tenant = Depends(require_api_key)) -> Response:
+@router.post(
+    "",
+    status_code=201,
+    response_model=NetworkInfo,
+    summary="Upload a feeder (pandapower JSON or MATPOWER)",
+    responses=problems(400, 413, 422),
+    openapi_extra=UPLOAD_BODY,
+)
+async def create(
+    request: Request, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
+) -> Response:
     data, filename = await _upload(request)
     if not data.strip():
         raise InvalidInput("body", "empty upload", "pandapower JSON or a MATPOWER case")
@@ -99,8 +119,9 @@ async def create(request: Request, rt: Runtime = Depends(get_runtime),
         info = await rt.networks.put(info, source, tenant=tenant)  # its id: the content's, scoped to the tenant
     except StoreUnavailable as exc:
         raise _store_down(exc) from exc
-    response = json_response({**info, "models": rt.registry.models_for(info["id"]),
-                              "expires_in_s": rt.settings.context_ttl_s}, status=201)
+    response = json_response(
+        {**info, "models": rt.registry.models_for(info["id"]), "expires_in_s": rt.settings.context_ttl_s}, status=201
+    )
     response.headers["Location"] = f"/v1/networks/{info['id']}"
     return response
 
@@ -119,10 +140,15 @@ async def list_networks(rt: Runtime = Depends(get_runtime), tenant: Tenant = Dep
     return json_response({"networks": [{**entry, "models": rt.registry.models_for(entry["id"])} for entry in found]})
 
 
-@router.get("/{network_id}", response_model=NetworkInfo, summary="A network: buses, loads, lines, names, layout",
-            responses=problems(404, 422))
-async def read(network_id: str = IdPath, rt: Runtime = Depends(get_runtime),
-               tenant: Tenant = Depends(require_api_key)) -> Response:
+@router.get(
+    "/{network_id}",
+    response_model=NetworkInfo,
+    summary="A network: buses, loads, lines, names, layout",
+    responses=problems(404, 422),
+)
+async def read(
+    network_id: str = IdPath, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
+) -> Response:
     models = rt.registry.models_for(network_id)
     if network_id in built_in_names():
         return json_response({**await rt.executor.run(built_in, network_id), "models": models, "expires_in_s": None})

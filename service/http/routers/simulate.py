@@ -1,5 +1,6 @@
 """POST /v1/simulate: ground-truth AC power flow for given load vectors on a built-in or uploaded
 network, to check any answer."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,18 +21,29 @@ from service.http.schemas import SimulateRequest, SimulateResponse
 router = APIRouter(prefix="/v1", tags=["simulate"], route_class=OrjsonRoute, dependencies=[Depends(require_api_key)])
 
 
-@router.post("/simulate", response_model=SimulateResponse, responses=problems(401, 404, 413, 422, 503),
-             summary="AC power flow |V| p.u. per bus for each load vector")
-async def simulate(body: SimulateRequest, rt: Runtime = Depends(get_runtime),
-                   tenant: Tenant = Depends(require_api_key)) -> Response:
+@router.post(
+    "/simulate",
+    response_model=SimulateResponse,
+    responses=problems(401, 404, 413, 422, 503),
+    summary="AC power flow |V| p.u. per bus for each load vector",
+)
+async def simulate(
+    body: SimulateRequest, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
+) -> Response:
     limit = rt.settings.max_simulate
     if len(body.loads) > limit:
-        raise TooLarge("loads", f"{len(body.loads)} load vectors is over the limit",
-                       f"at most {limit} (GRIDPFN_MAX_SIMULATE); more: POST /v1/batch-jobs")
+        raise TooLarge(
+            "loads",
+            f"{len(body.loads)} load vectors is over the limit",
+            f"at most {limit} (GRIDPFN_MAX_SIMULATE); more: POST /v1/batch-jobs",
+        )
     net = await rt.networks.resolve(body.network, tenant=tenant)
     loads = load_rows(body.loads, net, "loads")
     names, vm_pu, converged = await rt.executor.run(solve, loads, net)
-    rows = [row if ok and np.isfinite(row).all() else None
-            for row, ok in zip(np.asarray(vm_pu, dtype=np.float64).tolist(), converged.tolist())]
-    return json_response({"network": net.name, "outputs": names, "vm_pu": rows,
-                          "converged": [row is not None for row in rows]})
+    rows = [
+        row if ok and np.isfinite(row).all() else None
+        for row, ok in zip(np.asarray(vm_pu, dtype=np.float64).tolist(), converged.tolist())
+    ]
+    return json_response(
+        {"network": net.name, "outputs": names, "vm_pu": rows, "converged": [row is not None for row in rows]}
+    )

@@ -10,6 +10,7 @@ the page needs beyond the /v1 API (which gives it models, networks, context sets
 
 None of them is in the OpenAPI document: they serve the page, not API clients.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -44,8 +45,12 @@ from service.jobs.service import JobService
 
 STATIC_DIR = Path(__file__).resolve().parents[2] / "ui"
 # The page's files, by the name the page asks for; nothing else under /ui/static is served.
-STATIC_FILES = {"app.js": "text/javascript", "charts.js": "text/javascript", "app.css": "text/css",
-                "favicon.svg": "image/svg+xml"}
+STATIC_FILES = {
+    "app.js": "text/javascript",
+    "charts.js": "text/javascript",
+    "app.css": "text/css",
+    "favicon.svg": "image/svg+xml",
+}
 # The page changes with the package; a browser re-checks it (ETag) instead of keeping a stale copy.
 NO_STALE = {"Cache-Control": "no-cache"}
 
@@ -97,24 +102,30 @@ def _read_table(data: bytes, filename: str | None, columns: list[str], max_rows:
         for batch in batches:
             rows += batch.num_rows
             if rows > max_rows:  # counted as decoded: a footer may understate its rows
-                raise TooLarge("file", f"more than {max_rows} rows", f"at most {max_rows} rows (GRIDPFN_MAX_CONTEXT_ROWS)")
+                raise TooLarge(
+                    "file", f"more than {max_rows} rows", f"at most {max_rows} rows (GRIDPFN_MAX_CONTEXT_ROWS)"
+                )
             kept.append(batch)
     except pa.ArrowException as exc:
         raise InputError(f"unreadable file: {exc}", _UNREADABLE) from exc
     return names, pa.Table.from_batches(kept) if kept else pa.table({})
 
 
-def context_arrays(data: bytes, filename: str | None, features: list[str], outputs: list[str],
-                   max_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def context_arrays(
+    data: bytes, filename: str | None, features: list[str], outputs: list[str], max_rows: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(x, y, rows) of an uploaded context file of at most `max_rows` rows; rows whose `converged` column
     is false are left out, and `rows` are the file's data rows (1-based) that x and y hold. Loads are
     held to +-LOAD_LIMIT as batch files are: a bad cell is named by its row in the file and its column."""
     names, table = _read_table(data, filename, [*features, *outputs, CONVERGED], max_rows)
     missing = [c for c in (*features, *outputs) if c not in names]
     if missing:
-        raise InputError(f"missing column(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}",
-                         f"the {len(features)} load columns and the {len(outputs)} voltage columns "
-                         f"({features[0]} ... {outputs[-1]})", column=missing[0])
+        raise InputError(
+            f"missing column(s) {missing[:5]}{' ...' if len(missing) > 5 else ''}",
+            f"the {len(features)} load columns and the {len(outputs)} voltage columns "
+            f"({features[0]} ... {outputs[-1]})",
+            column=missing[0],
+        )
     rows = np.arange(1, table.num_rows + 1)
     if table.num_rows and CONVERGED in table.column_names:
         kept = pc.cast(table[CONVERGED], pa.bool_())
@@ -141,14 +152,17 @@ def _cell_problem(exc: ValidationError, rows: np.ndarray, features: list[str], o
         if 0 <= loc[1] < len(rows) and 0 <= loc[2] < len(names):
             row, column = int(rows[loc[1]]), names[loc[2]]
     ctx = error.get("ctx") or {}
-    bounds = [f"{word} {ctx[key]}" for key, word in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if key in ctx]
+    bounds = [
+        f"{word} {ctx[key]}" for key, word in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if key in ctx
+    ]
     expected = ("a number " + " and ".join(bounds)) if bounds else "loads and voltages the API accepts"
     return batch_jobs._file_problem(InputError(error["msg"], expected, row, column))
 
 
 @api.post("/context-sets", status_code=201)
-async def upload_context(request: Request, rt: Runtime = Depends(get_runtime),
-                         tenant: Tenant = Depends(require_api_key)) -> Response:
+async def upload_context(
+    request: Request, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
+) -> Response:
     """Stores an uploaded CSV/Parquet context; answers like POST /v1/context-sets (201, Location)."""
     async with request.form(max_files=1, max_fields=4) as form:
         upload = form.get("file")
@@ -159,8 +173,9 @@ async def upload_context(request: Request, rt: Runtime = Depends(get_runtime),
     net = await rt.networks.resolve(network, "network", tenant=tenant)
     features, outputs = list(net.feature_names), list(net.output_names)
     try:
-        x, y, rows = await asyncio.to_thread(context_arrays, data, filename, features, outputs,
-                                             rt.settings.max_context_rows)
+        x, y, rows = await asyncio.to_thread(
+            context_arrays, data, filename, features, outputs, rt.settings.max_context_rows
+        )
     except InputError as exc:
         raise batch_jobs._file_problem(exc) from exc
     try:
@@ -168,8 +183,6 @@ async def upload_context(request: Request, rt: Runtime = Depends(get_runtime),
     except ValidationError as exc:  # e.g. a voltage the API refuses: named by its row and column
         raise _cell_problem(exc, rows, features, outputs) from exc
     return await context_sets.create(body, rt, tenant)
-
-
 
 
 def worst_bus_histogram(path: Path, bins: int) -> dict[str, Any]:
@@ -181,29 +194,48 @@ def worst_bus_histogram(path: Path, bins: int) -> dict[str, Any]:
     rows, total, at_worst = 0, 0.0, 0.0
     if columns:
         for batch in source.iter_batches(columns=columns, batch_size=65536):
-            worst = np.max(np.column_stack([batch.column(i).to_numpy(zero_copy_only=False)
-                                            for i in range(batch.num_columns)]), axis=1).astype(np.float64)
+            worst = np.max(
+                np.column_stack([batch.column(i).to_numpy(zero_copy_only=False) for i in range(batch.num_columns)]),
+                axis=1,
+            ).astype(np.float64)
             counts += np.histogram(np.clip(worst, 0.0, 1.0), bins=edges)[0]
             rows += len(worst)
             total += float(worst.sum())
             at_worst = max(at_worst, float(worst.max(initial=0.0)))
-    return {"rows": rows, "columns": len(columns), "edges": edges.tolist(), "counts": counts.tolist(),
-            "mean": total / rows if rows else None, "max": at_worst if rows else None}
+    return {
+        "rows": rows,
+        "columns": len(columns),
+        "edges": edges.tolist(),
+        "counts": counts.tolist(),
+        "mean": total / rows if rows else None,
+        "max": at_worst if rows else None,
+    }
 
 
 @api.get("/batch-jobs/{job_id}/risk-histogram")
-async def risk_histogram(job_id: str = batch_jobs.JobId, bins: int = Query(20, ge=1, le=200),
-                         jobs: JobService = Depends(batch_jobs.get_jobs),
-                         tenant: Tenant = Depends(require_api_key)) -> Response:
+async def risk_histogram(
+    job_id: str = batch_jobs.JobId,
+    bins: int = Query(20, ge=1, le=200),
+    jobs: JobService = Depends(batch_jobs.get_jobs),
+    tenant: Tenant = Depends(require_api_key),
+) -> Response:
     job = await batch_jobs._status(jobs, job_id, tenant)
     if job["state"] != JobState.DONE.value:
-        raise ProblemError(409, "job-not-done", "Result not available",
-                           f"job {job_id} is {job['state']}; the histogram exists once it is done",
-                           [field_error("job_id", f"state {job['state']}", "a job in state done", "path")])
+        raise ProblemError(
+            409,
+            "job-not-done",
+            "Result not available",
+            f"job {job_id} is {job['state']}; the histogram exists once it is done",
+            [field_error("job_id", f"state {job['state']}", "a job in state done", "path")],
+        )
     answer = await asyncio.to_thread(worst_bus_histogram, jobs.files(job_id).result, bins)
     if not answer["columns"]:
-        raise InvalidInput("job_id", "the job was run without a voltage band, so its result has no p_outside_* columns",
-                      "a job submitted with voltage_band", "path")
+        raise InvalidInput(
+            "job_id",
+            "the job was run without a voltage band, so its result has no p_outside_* columns",
+            "a job submitted with voltage_band",
+            "path",
+        )
     return json_response(answer)
 
 

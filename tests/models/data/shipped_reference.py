@@ -15,6 +15,7 @@ so a change in gridsim reads as such and not as a change of the model.
 tests/models/test_shipped_reference.py compares.
 Re-running this script overwrites the file: do that only when a change of the answers is intended.
 """
+
 from __future__ import annotations
 
 import json
@@ -72,9 +73,14 @@ def answers(method, network: str, n: int) -> dict[str, list]:
     loc = np.asarray(pred.mu if hasattr(pred, "mu") else pred.loc)  # StudentTPredictive / BarPredictive
     low, high = pred.quantile(LEVELS)
     fields = {"loc": loc, "mean-loc": pred.mean - loc, "q025-loc": low - loc, "q975-loc": high - loc}
-    return {"x_sum": float(cx.sum()), "y_sum": float(cy.sum()),
-            **{key: [[float(f"{v:.{SIGNIFICANT}g}") for v in row[::OUTPUT_STEP]] for row in value]
-               for key, value in fields.items()}}
+    return {
+        "x_sum": float(cx.sum()),
+        "y_sum": float(cy.sum()),
+        **{
+            key: [[float(f"{v:.{SIGNIFICANT}g}") for v in row[::OUTPUT_STEP]] for row in value]
+            for key, value in fields.items()
+        },
+    }
 
 
 def main() -> None:

@@ -1,4 +1,5 @@
 """`gridpfn serve --processes N`: several server processes on one port sharing Redis."""
+
 from __future__ import annotations
 
 import os
@@ -39,9 +40,14 @@ def test_more_processes_than_one_need_redis():
     with pytest.raises(ValidationError, match="GRIDPFN_REDIS_URL"):
         Settings(processes=2)
     assert Settings(processes=2, redis_url="redis://127.0.0.1:6379/0").processes == 2
-    done = subprocess.run([sys.executable, "-m", "service.commands.cli", "serve", "--processes", "2"], cwd=REPO,
-                          env={k: v for k, v in os.environ.items() if k != "GRIDPFN_REDIS_URL"},
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "service.commands.cli", "serve", "--processes", "2"],
+        cwd=REPO,
+        env={k: v for k, v in os.environ.items() if k != "GRIDPFN_REDIS_URL"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "GRIDPFN_REDIS_URL" in done.stderr
 
 
@@ -51,9 +57,26 @@ def two_processes(model_dir, redis_url, **env_extra: str):
     port = free_port()
     env = dict(os.environ, GRIDPFN_REDIS_URL=redis_url, GRIDPFN_GP_MAX_ITER="1", **env_extra)
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    proc = subprocess.Popen([sys.executable, "-m", "service.commands.cli", "--log-level", "WARNING", "serve", "--port", str(port),
-                             "--processes", "2", "--model-dir", str(model_dir)], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "service.commands.cli",
+            "--log-level",
+            "WARNING",
+            "serve",
+            "--port",
+            str(port),
+            "--processes",
+            "2",
+            "--model-dir",
+            str(model_dir),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(proc, url)
@@ -102,8 +125,11 @@ def _healthz_total(url: str) -> tuple[float, int]:
         scrape = one_connection.get("/metrics")
         pid = one_connection.get("/healthz").json()["process"]  # same kept-alive connection, same process; counted too
     assert scrape.status_code == 200
-    found = [float(line.rpartition(" ")[2]) for line in scrape.text.splitlines()
-             if line.startswith("gridpfn_http_requests_total{") and 'route="/healthz"' in line and 'status="200"' in line]
+    found = [
+        float(line.rpartition(" ")[2])
+        for line in scrape.text.splitlines()
+        if line.startswith("gridpfn_http_requests_total{") and 'route="/healthz"' in line and 'status="200"' in line
+    ]
     assert len(found) == 1, scrape.text[:2000]
     return found[0], pid
 
@@ -145,8 +171,26 @@ def test_a_port_in_use_stops_the_server_with_an_error(model_dir, redis_url):
         taken.listen()
         port = taken.getsockname()[1]
         env = dict(os.environ, GRIDPFN_REDIS_URL=redis_url)
-        done = subprocess.run([sys.executable, "-m", "service.commands.cli", "--log-level", "WARNING", "serve", "--port", str(port),
-                               "--processes", "2", "--model-dir", str(model_dir)], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "service.commands.cli",
+                "--log-level",
+                "WARNING",
+                "serve",
+                "--port",
+                str(port),
+                "--processes",
+                "2",
+                "--model-dir",
+                str(model_dir),
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert done.returncode != 0
     assert "Address already in use" in done.stderr and "while starting" in done.stderr, done.stderr[-2000:]

@@ -1,4 +1,5 @@
 """service.engine.arrow_limits: a stream is sized from its message headers, and decoded only when it fits."""
+
 from __future__ import annotations
 
 import io
@@ -20,9 +21,14 @@ def stream(table: pa.Table, compression: str | None = None, chunk: int | None = 
 
 def numeric_table(rows: int) -> pa.Table:
     rng = np.random.default_rng(0)
-    return pa.table({"f64": rng.random(rows), "f32": rng.random(rows).astype(np.float32),
-                     "i32": pa.array(rng.integers(-5, 5, rows).astype(np.int32), mask=np.arange(rows) % 7 == 0),
-                     "dec": pa.array(list(range(rows))).cast(pa.decimal128(30, 2))}).replace_schema_metadata({"k": "v"})
+    return pa.table(
+        {
+            "f64": rng.random(rows),
+            "f32": rng.random(rows).astype(np.float32),
+            "i32": pa.array(rng.integers(-5, 5, rows).astype(np.int32), mask=np.arange(rows) % 7 == 0),
+            "dec": pa.array(list(range(rows))).cast(pa.decimal128(30, 2)),
+        }
+    ).replace_schema_metadata({"k": "v"})
 
 
 @pytest.mark.parametrize("compression", [None, "zstd", "lz4"])

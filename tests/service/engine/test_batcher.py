@@ -1,4 +1,5 @@
 """service.engine.executor.MicroBatcher on its own, with a real method (least squares) and a real pool."""
+
 from __future__ import annotations
 
 import asyncio
@@ -9,8 +10,7 @@ import pytest
 
 from models.linear import LeastSquares
 from service.engine.answers import AnswerSpec, answer
-from service.engine.executor import MicroBatcher
-from service.engine.executor import QueueFull, WorkerPool
+from service.engine.executor import MicroBatcher, QueueFull, WorkerPool
 
 
 class RecordingLeastSquares(LeastSquares):
@@ -38,6 +38,7 @@ def data():
 
 def run(scenario):
     """Run an async scenario with a 2-worker pool, shut down after."""
+
     async def main():
         pool = WorkerPool(workers=2, queue_size=8)
         try:
@@ -59,18 +60,23 @@ def test_concurrent_requests_share_one_pass_and_each_gets_its_own_rows(data):
         batcher = MicroBatcher(pool, window_s=0.02, max_rows=64, on_batch=lambda r, n: reported.append((r, n)))
         sizes = [1, 2, 1, 3]
         starts = np.cumsum([0] + sizes[:-1])
-        return await asyncio.gather(*(batcher.predict("key", method, fitted, q[s:s + m], spec)
-                                      for s, m in zip(starts, sizes))), starts, sizes
+        return (
+            await asyncio.gather(
+                *(batcher.predict("key", method, fitted, q[s : s + m], spec) for s, m in zip(starts, sizes))
+            ),
+            starts,
+            sizes,
+        )
 
     results, starts, sizes = run(scenario)
     assert method.passes == [7] and reported == [(7, 4)]
     expected = answer(LeastSquares(), fitted, q[:7], spec)
     for result, s, m in zip(results, starts, sizes):
         assert result.batch_rows == 7 and result.batch_requests == 4 and result.predict_s > 0
-        np.testing.assert_allclose(result.answer.mean, expected.mean[s:s + m])
-        np.testing.assert_allclose(result.answer.std, expected.std[s:s + m])
-        np.testing.assert_allclose(result.answer.quantiles, expected.quantiles[:, s:s + m])
-        np.testing.assert_allclose(result.answer.p_outside, expected.p_outside[s:s + m])
+        np.testing.assert_allclose(result.answer.mean, expected.mean[s : s + m])
+        np.testing.assert_allclose(result.answer.std, expected.std[s : s + m])
+        np.testing.assert_allclose(result.answer.quantiles, expected.quantiles[:, s : s + m])
+        np.testing.assert_allclose(result.answer.p_outside, expected.p_outside[s : s + m])
 
 
 def test_the_row_limit_closes_a_batch_before_the_window(data):
@@ -80,8 +86,12 @@ def test_the_row_limit_closes_a_batch_before_the_window(data):
 
     async def scenario(pool):
         batcher = MicroBatcher(pool, window_s=30.0, max_rows=4, on_batch=None)  # the window would never pass
-        return await asyncio.wait_for(asyncio.gather(*(batcher.predict("key", method, fitted, q[i:i + 2], AnswerSpec())
-                                                       for i in range(0, 8, 2))), timeout=10)
+        return await asyncio.wait_for(
+            asyncio.gather(
+                *(batcher.predict("key", method, fitted, q[i : i + 2], AnswerSpec()) for i in range(0, 8, 2))
+            ),
+            timeout=10,
+        )
 
     results = run(scenario)
     assert method.passes == [4, 4]
@@ -118,8 +128,9 @@ def test_while_a_pass_runs_the_next_batch_keeps_collecting(data):
         method.hold.clear()  # the first pass blocks in its worker
         first = asyncio.create_task(batcher.predict("key", method, fitted, q[:1], AnswerSpec()))
         await asyncio.sleep(0.05)  # window passed: the first pass is running
-        later = [asyncio.create_task(batcher.predict("key", method, fitted, q[i:i + 1], AnswerSpec()))
-                 for i in range(1, 6)]
+        later = [
+            asyncio.create_task(batcher.predict("key", method, fitted, q[i : i + 1], AnswerSpec())) for i in range(1, 6)
+        ]
         await asyncio.sleep(0.05)  # their window passed too, but the key's pass still runs
         method.hold.set()
         return await first, await asyncio.gather(*later)
@@ -141,8 +152,10 @@ def test_a_full_pool_and_a_model_error_reach_every_caller_of_the_batch(data):
             blocker = asyncio.create_task(pool.run(gate.wait, 5))
             await asyncio.sleep(0.02)
             batcher = MicroBatcher(pool, window_s=0.001, max_rows=64)
-            outcomes = await asyncio.gather(*(batcher.predict("key", method, fitted, q[i:i + 1], AnswerSpec())
-                                              for i in range(3)), return_exceptions=True)
+            outcomes = await asyncio.gather(
+                *(batcher.predict("key", method, fitted, q[i : i + 1], AnswerSpec()) for i in range(3)),
+                return_exceptions=True,
+            )
             gate.set()
             await blocker
             return outcomes
@@ -155,9 +168,11 @@ def test_a_full_pool_and_a_model_error_reach_every_caller_of_the_batch(data):
 
     async def wrong_width(pool):
         batcher = MicroBatcher(pool, window_s=0.001, max_rows=64)
-        return await asyncio.gather(batcher.predict("key", method, fitted, q[:1, :10], AnswerSpec()),
-                                    batcher.predict("key", method, fitted, q[:1, :10], AnswerSpec()),
-                                    return_exceptions=True)
+        return await asyncio.gather(
+            batcher.predict("key", method, fitted, q[:1, :10], AnswerSpec()),
+            batcher.predict("key", method, fitted, q[:1, :10], AnswerSpec()),
+            return_exceptions=True,
+        )
 
     errors = run(wrong_width)
     assert len(errors) == 2 and all(isinstance(e, Exception) for e in errors) and errors[0] is errors[1]

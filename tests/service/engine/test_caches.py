@@ -1,4 +1,5 @@
 """service.engine.caches.AsyncLRU: single-flight fill, eviction, failures, and cancellation of one caller."""
+
 from __future__ import annotations
 
 import asyncio

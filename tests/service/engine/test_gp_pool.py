@@ -3,6 +3,7 @@
 (Admission, the time limit and the HTTP answers are tested through a real server in
 tests/security/test_gp_pool.py.)
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -19,8 +20,16 @@ from service.metrics import Metrics
 
 
 def pool(workers: int, max_iter: int = 5) -> GPPool:
-    return GPPool(ExactGP(max_iter=max_iter), workers=workers, queue_size=4, timeout_s=120, cache_size=4,
-                  torch_threads=1, nice=0, metrics=Metrics())
+    return GPPool(
+        ExactGP(max_iter=max_iter),
+        workers=workers,
+        queue_size=4,
+        timeout_s=120,
+        cache_size=4,
+        torch_threads=1,
+        nice=0,
+        metrics=Metrics(),
+    )
 
 
 def run(scenario, gp: GPPool) -> None:
@@ -38,8 +47,9 @@ def test_concurrent_requests_on_one_context_share_one_fit_and_forget_drops_it(sc
     gp = pool(workers=2)
 
     async def scenario():
-        both = await asyncio.gather(*(gp.answer("ctx", x[:40], y[:40], x[:2], AnswerSpec(), "context_id")
-                                      for _ in range(2)))
+        both = await asyncio.gather(
+            *(gp.answer("ctx", x[:40], y[:40], x[:2], AnswerSpec(), "context_id") for _ in range(2))
+        )
         assert sorted(timing["fit_cached"] for _, timing in both) == [False, True]  # one fit, in one worker
         assert both[0][0].mean.tolist() == both[1][0].mean.tolist()
         _, again = await gp.answer("ctx", x[:40], y[:40], x[:2], AnswerSpec(), "context_id")

@@ -1,4 +1,5 @@
 """Behaviour under load: micro-batching of concurrent single queries, and 503 when the pool is full."""
+
 from __future__ import annotations
 
 import asyncio
@@ -18,14 +19,25 @@ def test_concurrent_single_queries_share_forward_passes(model_dir, scenarios):
     with running(settings) as server:
         with httpx.Client(base_url=server.url, timeout=30) as c:
             cid = c.post("/v1/context-sets", json={"x": rows(x[:30]), "y": rows(y[:30])}).json()["id"]
-            together = c.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows(x[50:58]),
-                                                   "quantiles": [0.1, 0.9]}).json()
+            together = c.post(
+                "/v1/predict",
+                json={"model": MODEL, "context_id": cid, "queries": rows(x[50:58]), "quantiles": [0.1, 0.9]},
+            ).json()
 
         async def fire():
             async with httpx.AsyncClient(base_url=server.url, timeout=30) as ac:
-                requests = [ac.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": [rows(x[50 + i])],
-                                                         "quantiles": [0.1, 0.9] if i % 2 else [0.5]})
-                            for i in range(8)]
+                requests = [
+                    ac.post(
+                        "/v1/predict",
+                        json={
+                            "model": MODEL,
+                            "context_id": cid,
+                            "queries": [rows(x[50 + i])],
+                            "quantiles": [0.1, 0.9] if i % 2 else [0.5],
+                        },
+                    )
+                    for i in range(8)
+                ]
                 return [r.json() for r in await asyncio.gather(*requests)]
 
         answers = asyncio.run(fire())
@@ -44,12 +56,15 @@ def test_full_queue_answers_503_with_retry_after(model_dir, scenarios):
     settings = Settings(model_dir=model_dir, workers=1, queue_size=0, max_simulate=1000)
     with running(settings) as server, httpx.Client(base_url=server.url, timeout=120) as c:
         cid = c.post("/v1/context-sets", json={"x": rows(x[:30]), "y": rows(y[:30])}).json()["id"]
-        assert c.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows(x[:1])}).status_code == 200
+        assert (
+            c.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows(x[:1])}).status_code == 200
+        )
         slow: dict = {}
         # 1,000 power flows in the one model worker (the exact GP has its own pool: service.engine.gp_pool)
         simulated = {"simulate": {"network": "ieee33", "delta": 0.1, "n": 1000, "seed": 5}}
-        worker = threading.Thread(target=lambda: slow.update(r=httpx.post(f"{server.url}/v1/context-sets",
-                                                                          json=simulated, timeout=300)))
+        worker = threading.Thread(
+            target=lambda: slow.update(r=httpx.post(f"{server.url}/v1/context-sets", json=simulated, timeout=300))
+        )
         worker.start()
         deadline = time.monotonic() + 30
         while metric(c, "gridpfn_pool_running") < 1 and time.monotonic() < deadline:
@@ -60,4 +75,6 @@ def test_full_queue_answers_503_with_retry_after(model_dir, scenarios):
         assert metric(c, "gridpfn_rejected_total", reason="queue_full") >= 1
         worker.join(timeout=300)
         assert slow["r"].status_code == 201  # the admitted job still finished
-        assert c.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows(x[:1])}).status_code == 200
+        assert (
+            c.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows(x[:1])}).status_code == 200
+        )

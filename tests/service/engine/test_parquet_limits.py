@@ -1,4 +1,5 @@
 """service.engine.parquet_limits: a file is sized from its footer and page headers before a page is decoded."""
+
 from __future__ import annotations
 
 import datetime
@@ -22,13 +23,22 @@ FLAGS = ("flag",)  # BOOLEAN where the caller allows it (a context file's `conve
 
 def table() -> pa.Table:
     rng = np.random.default_rng(1)
-    return pa.table({"f64": rng.random(ROWS), "f32": rng.random(ROWS).astype(np.float32),
-                     "i64": np.arange(ROWS), "i32": pa.array(np.arange(ROWS, dtype=np.int32), mask=np.arange(ROWS) % 5 == 0),
-                     "i8": pa.array(np.arange(ROWS) % 100, pa.int8()), "u64": pa.array(np.arange(ROWS), pa.uint64()),
-                     "dec": pa.array(list(range(ROWS))).cast(pa.decimal128(30, 2)),
-                     "dec9": pa.array([decimal.Decimal(i).scaleb(-2) for i in range(ROWS)], pa.decimal128(9, 2)),
-                     "f16": rng.random(ROWS).astype(np.float16), "flag": np.arange(ROWS) % 2 == 0,
-                     "text": [f"{x:.6f}" for x in rng.random(ROWS)], "unread": ["x" * 100] * ROWS})
+    return pa.table(
+        {
+            "f64": rng.random(ROWS),
+            "f32": rng.random(ROWS).astype(np.float32),
+            "i64": np.arange(ROWS),
+            "i32": pa.array(np.arange(ROWS, dtype=np.int32), mask=np.arange(ROWS) % 5 == 0),
+            "i8": pa.array(np.arange(ROWS) % 100, pa.int8()),
+            "u64": pa.array(np.arange(ROWS), pa.uint64()),
+            "dec": pa.array(list(range(ROWS))).cast(pa.decimal128(30, 2)),
+            "dec9": pa.array([decimal.Decimal(i).scaleb(-2) for i in range(ROWS)], pa.decimal128(9, 2)),
+            "f16": rng.random(ROWS).astype(np.float16),
+            "flag": np.arange(ROWS) % 2 == 0,
+            "text": [f"{x:.6f}" for x in rng.random(ROWS)],
+            "unread": ["x" * 100] * ROWS,
+        }
+    )
 
 
 def parquet(data: pa.Table, **options) -> bytes:
@@ -42,8 +52,11 @@ WRITERS = {
     "zstd, small row groups": dict(compression="zstd", row_group_size=100),
     "gzip, plain, small pages": dict(compression="gzip", use_dictionary=False, data_page_size=512),
     "lz4, data page v2": dict(compression="lz4", data_page_version="2.0"),
-    "brotli, byte stream split": dict(compression="brotli", use_dictionary=False,
-                                      column_encoding={"f64": "BYTE_STREAM_SPLIT", "i64": "DELTA_BINARY_PACKED"}),
+    "brotli, byte stream split": dict(
+        compression="brotli",
+        use_dictionary=False,
+        column_encoding={"f64": "BYTE_STREAM_SPLIT", "i64": "DELTA_BINARY_PACKED"},
+    ),
     "uncompressed": dict(compression="none"),
 }
 
@@ -88,8 +101,13 @@ def understated(data: bytes, rows: int, claimed: int) -> bytes:
 
 def test_a_page_larger_than_its_rows_is_refused_naming_the_column():
     rows, claimed = 1_000_000, 100_000
-    plain = parquet(pa.table({"a": np.zeros(rows), "b": np.zeros(rows)}), compression="zstd", use_dictionary=False,
-                    write_statistics=False, row_group_size=rows)
+    plain = parquet(
+        pa.table({"a": np.zeros(rows), "b": np.zeros(rows)}),
+        compression="zstd",
+        use_dictionary=False,
+        write_statistics=False,
+        row_group_size=rows,
+    )
     data = understated(plain, rows, claimed)
     assert pq.ParquetFile(io.BytesIO(data)).metadata.num_rows == claimed
     assert len(data) < 8 * rows // 100  # the bomb: a few KB that decompress to 8 MB a column
@@ -104,10 +122,12 @@ def test_a_page_larger_than_its_rows_is_refused_naming_the_column():
 
 def test_a_text_value_longer_than_its_rows_allow_is_refused_naming_the_column():
     size = 8 << 20
-    text = pa.Array.from_buffers(pa.string(), 1, [None, pa.py_buffer(np.array([0, size], np.int32)),
-                                                  pa.py_buffer(b"0" * size)])
-    data = parquet(pa.table({"a": [1.0], "text": text}), compression="zstd", use_dictionary=False,
-                   write_statistics=False)
+    text = pa.Array.from_buffers(
+        pa.string(), 1, [None, pa.py_buffer(np.array([0, size], np.int32)), pa.py_buffer(b"0" * size)]
+    )
+    data = parquet(
+        pa.table({"a": [1.0], "text": text}), compression="zstd", use_dictionary=False, write_statistics=False
+    )
     assert len(data) < size // 100  # the bomb: a few KB that decompress to 8 MB
     with pytest.raises(InputError) as refused:
         open_file(data, ["a", "text"], 10, "THE_LIMIT")
@@ -115,13 +135,19 @@ def test_a_text_value_longer_than_its_rows_allow_is_refused_naming_the_column():
 
 
 NOT_NUMBERS = {  # one value each: what makes them bombs is that no row count bounds what they decode to
-    "binary": pa.array([b"1.5"]), "fixed-width binary": pa.array([b"x" * 8], pa.binary(8)),
-    "list<double>": pa.array([[1.0, 2.0]]), "large_list<double>": pa.array([[1.0]], pa.large_list(pa.float64())),
+    "binary": pa.array([b"1.5"]),
+    "fixed-width binary": pa.array([b"x" * 8], pa.binary(8)),
+    "list<double>": pa.array([[1.0, 2.0]]),
+    "large_list<double>": pa.array([[1.0]], pa.large_list(pa.float64())),
     "fixed-size list": pa.array([[1.0, 2.0]], pa.list_(pa.float64(), 2)),
-    "struct<double>": pa.array([{"x": 1.0}]), "struct named like the column": pa.array([{"col": 1.0}]),
+    "struct<double>": pa.array([{"x": 1.0}]),
+    "struct named like the column": pa.array([{"col": 1.0}]),
     "map": pa.array([[("k", 1.0)]], pa.map_(pa.string(), pa.float64())),
-    "date": pa.array([datetime.date(2020, 1, 1)]), "timestamp": pa.array([1], pa.timestamp("ms")),
-    "time": pa.array([1], pa.time32("ms")), "null": pa.array([None], pa.null()), "boolean": pa.array([True]),
+    "date": pa.array([datetime.date(2020, 1, 1)]),
+    "timestamp": pa.array([1], pa.timestamp("ms")),
+    "time": pa.array([1], pa.time32("ms")),
+    "null": pa.array([None], pa.null()),
+    "boolean": pa.array([True]),
     "list<string>": pa.array([["1.5"]]),
 }
 
@@ -130,7 +156,7 @@ NOT_NUMBERS = {  # one value each: what makes them bombs is that no row count bo
 def test_columns_that_are_not_flat_numbers_are_refused_from_the_footer(kind):
     data = parquet(pa.table({"ok": [1.0], "col": NOT_NUMBERS[kind]}), compression="zstd")
     length = struct.unpack("<I", data[-8:-4])[0]
-    no_pages = b"PAR1" + bytes(len(data) - 12 - length) + data[-8 - length:]  # every page zeroed: only the footer
+    no_pages = b"PAR1" + bytes(len(data) - 12 - length) + data[-8 - length :]  # every page zeroed: only the footer
     with pytest.raises(InputError) as refused:
         open_file(no_pages, ["ok", "col"], 10, "THE_LIMIT")
     assert refused.value.column == "col" and refused.value.message.endswith("is not numeric"), refused.value
@@ -156,7 +182,11 @@ def test_more_leaf_columns_than_any_network_has_are_refused_from_the_footer():
 
 def test_broken_files_are_input_errors():
     data = parquet(table())
-    for broken in (b"PAR1", data[:len(data) // 2], data[:-12] + (10**9).to_bytes(4, "little") + b"PAR1",
-                   data[:100] + bytes(len(data) - 100)):
+    for broken in (
+        b"PAR1",
+        data[: len(data) // 2],
+        data[:-12] + (10**9).to_bytes(4, "little") + b"PAR1",
+        data[:100] + bytes(len(data) - 100),
+    ):
         with pytest.raises(InputError, match="unreadable Parquet file"):
             open_file(broken, COLUMNS, ROWS, "THE_LIMIT")

@@ -1,4 +1,5 @@
 """service.engine.executor.WorkerPool on its own: admission control, depth reports, errors, threads."""
+
 from __future__ import annotations
 
 import asyncio

@@ -1,6 +1,7 @@
 """What the user receives: a physics-base model's coverage through HTTP equals its coverage in
 process, also at delta 5 % where the spread (~1e-9 p.u.) is far below float32's resolution near
 1.0 p.u.; contexts from 16 to thousands of rows are served."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +14,7 @@ import gridsim
 from models.registry import load_checkpoint
 from models.testing import TINY_CONFIG, build_tiny_registry
 from service.settings import Settings
-from tests.service.conftest import running, rows
+from tests.service.conftest import rows, running
 
 MODEL = "tiny-physics"
 LEVELS = [0.025, 0.975]
@@ -21,10 +22,18 @@ LEVELS = [0.025, 0.975]
 
 @pytest.fixture(scope="module")
 def physics_server(tmp_path_factory):
-    root = build_tiny_registry(tmp_path_factory.mktemp("physics"), (MODEL,),
-                               dataclasses.replace(TINY_CONFIG, base="physics"))
-    settings = Settings(model_dir=root, redis_url=None, max_queries=2000, max_body_bytes=8_000_000,
-                        max_context_rows=3000, gp_max_context=60, gp_max_iter=5)
+    root = build_tiny_registry(
+        tmp_path_factory.mktemp("physics"), (MODEL,), dataclasses.replace(TINY_CONFIG, base="physics")
+    )
+    settings = Settings(
+        model_dir=root,
+        redis_url=None,
+        max_queries=2000,
+        max_body_bytes=8_000_000,
+        max_context_rows=3000,
+        gp_max_context=60,
+        gp_max_iter=5,
+    )
     with running(settings) as server:
         yield server, root
 
@@ -40,8 +49,10 @@ def test_http_coverage_equals_in_process_coverage_at_delta_5_percent(physics_ser
     method = load_checkpoint(root / MODEL / "0.0.1", warmup=False).method
     local = method.summarize(method.fit(cx, cy), qx, LEVELS)
     with httpx.Client(base_url=server.url, timeout=120) as client:
-        response = client.post("/v1/predict", json={"model": MODEL, "context": {"x": rows(cx), "y": rows(cy)},
-                                                    "queries": rows(qx), "quantiles": LEVELS})
+        response = client.post(
+            "/v1/predict",
+            json={"model": MODEL, "context": {"x": rows(cx), "y": rows(cy)}, "queries": rows(qx), "quantiles": LEVELS},
+        )
     assert response.status_code == 200, response.text
     body = response.json()
     mean = np.asarray(body["mean"])
@@ -60,8 +71,13 @@ def test_http_coverage_equals_in_process_coverage_at_delta_5_percent(physics_ser
 def test_small_and_large_contexts_are_served(physics_server, n):
     server, _ = physics_server
     sim = gridsim.simulate(n + 20, 0.3, seed=n)
-    body = {"model": MODEL, "context": {"x": rows(sim.x[:n]), "y": rows(sim.vm_pu[:n])},
-            "queries": rows(sim.x[n:]), "quantiles": LEVELS, "voltage_band": [0.95, 1.05]}
+    body = {
+        "model": MODEL,
+        "context": {"x": rows(sim.x[:n]), "y": rows(sim.vm_pu[:n])},
+        "queries": rows(sim.x[n:]),
+        "quantiles": LEVELS,
+        "voltage_band": [0.95, 1.05],
+    }
     with httpx.Client(base_url=server.url, timeout=120) as client:
         response = client.post("/v1/predict", json=body)
         assert response.status_code == 200, response.text
@@ -86,8 +102,10 @@ def test_small_context_floor_reaches_the_http_answer(physics_server):
     unfloored = method.summarize(dataclasses.replace(encoded, min_half=None), qx, LEVELS)
     assert (0.5 * (unfloored.quantiles[1] - unfloored.quantiles[0]) < encoded.min_half).any()  # it binds here
     with httpx.Client(base_url=server.url, timeout=120) as client:
-        response = client.post("/v1/predict", json={"model": MODEL, "context": {"x": rows(cx), "y": rows(cy)},
-                                                    "queries": rows(qx), "quantiles": LEVELS})
+        response = client.post(
+            "/v1/predict",
+            json={"model": MODEL, "context": {"x": rows(cx), "y": rows(cy)}, "queries": rows(qx), "quantiles": LEVELS},
+        )
     assert response.status_code == 200, response.text
     low, high = (np.asarray(response.json()["quantiles"][repr(q)]) for q in LEVELS)
     np.testing.assert_array_equal(low, local.quantiles[0])

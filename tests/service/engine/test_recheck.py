@@ -1,4 +1,5 @@
 """A hot stored context is rechecked in the store by one request per period, not by every request in flight."""
+
 from __future__ import annotations
 
 import asyncio

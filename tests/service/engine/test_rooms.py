@@ -1,4 +1,5 @@
 """The rooms of service/: the engine speaks no HTTP, and each room imports only what it may."""
+
 from __future__ import annotations
 
 import ast

@@ -1,4 +1,5 @@
 """Both store backends honour one contract; context sets round-trip through their byte format."""
+
 from __future__ import annotations
 
 import asyncio
@@ -88,8 +89,9 @@ def test_context_id_is_canonical():
 def test_context_set_round_trip(make_store):
     async def scenario():
         rng = np.random.default_rng(1)
-        ctx = ContextSet.build(rng.normal(size=(7, 16)), rng.normal(size=(7, 17)), {"kind": "uploaded"},
-                               network="kerber_landnetz_kabel_1")
+        ctx = ContextSet.build(
+            rng.normal(size=(7, 16)), rng.normal(size=(7, 17)), {"kind": "uploaded"}, network="kerber_landnetz_kabel_1"
+        )
         sets = ContextSets(make_store(), ttl_s=60)
         await sets.put(ctx)
         back = await sets.get(ctx.id)

@@ -1,6 +1,6 @@
 """The store going away mid-run: context-id requests -> 503, inline-context requests keep working."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import httpx
 import pytest

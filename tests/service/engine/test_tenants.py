@@ -1,5 +1,6 @@
 """Tenants in the engine: tags that never hold the key, owner-scoped ids, and stores that hide another
 tenant's context sets and networks (real MemoryStore; the HTTP isolation is tests/security/test_isolation.py)."""
+
 from __future__ import annotations
 
 import asyncio

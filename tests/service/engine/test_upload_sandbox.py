@@ -1,4 +1,5 @@
 """The upload sandbox: what a reader process cannot do, and how its limits and failures reach the client."""
+
 from __future__ import annotations
 
 import asyncio
@@ -25,25 +26,35 @@ def _confined(snippet: str, tmp_path: Path) -> subprocess.CompletedProcess:
         import os, signal, socket, subprocess, sys
         from service.engine.sandbox_zygote import SandboxLimits, confine
         confine(SandboxLimits(memory_bytes=256 * 2**20, cpu_s=5))
-        {textwrap.indent(textwrap.dedent(snippet), '        ').strip()}
+        {textwrap.indent(textwrap.dedent(snippet), "        ").strip()}
     """)
-    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
 
 
 def test_a_confined_reader_cannot_run_commands(tmp_path):
-    done = _confined(f"""
+    done = _confined(
+        f"""
         try:
             subprocess.run(["touch", "{tmp_path}/ran"])
         except OSError as exc:
             print("refused", type(exc).__name__)
         print("system", os.system("touch {tmp_path}/ran2"))
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert "refused" in done.stdout and not (tmp_path / "ran").exists() and not (tmp_path / "ran2").exists(), done
 
 
 def test_a_confined_reader_cannot_write_files(tmp_path):
-    done = _confined(f"""
+    done = _confined(
+        f"""
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # else the kernel kills it outright: also a refusal
         try:
             with open("/tmp/gridpfn-sandbox-probe-{os.getpid()}", "w") as out:
@@ -51,19 +62,24 @@ def test_a_confined_reader_cannot_write_files(tmp_path):
             print("wrote")
         except OSError as exc:
             print("refused", exc.errno)
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert "refused" in done.stdout and "wrote" not in done.stdout, done
 
 
 def test_a_confined_reader_has_bounded_memory_and_no_root(tmp_path):
-    done = _confined("""
+    done = _confined(
+        """
         try:
             block = bytearray(600 * 2**20)
             print("allocated")
         except MemoryError:
             print("refused")
         print("uid", os.getuid())
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert "refused" in done.stdout and "allocated" not in done.stdout, done
     if os.geteuid() == 0:
         assert "uid 65534" in done.stdout, done
@@ -71,7 +87,8 @@ def test_a_confined_reader_has_bounded_memory_and_no_root(tmp_path):
 
 def test_a_confined_reader_cannot_open_sockets_or_exec(tmp_path):
     """The seccomp filter: a reader that could reach the host's Redis or exec a shell gets EPERM instead."""
-    done = _confined("""
+    done = _confined(
+        """
         for name, attempt in (("socket", lambda: socket.socket()), ("pair", socket.socketpair),
                               ("exec", lambda: os.execv("/bin/true", ["true"]))):
             try:
@@ -79,7 +96,9 @@ def test_a_confined_reader_cannot_open_sockets_or_exec(tmp_path):
                 print(name, "allowed")
             except PermissionError:
                 print(name, "refused")
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert done.stdout.split() == ["socket", "refused", "pair", "refused", "exec", "refused"], done
 
 
@@ -91,7 +110,7 @@ def test_the_filter_program_denies_what_it_lists():
 
     arch, calls = syscall_filter.ARCHES["x86_64"]
     code = syscall_filter._program(arch, sorted(calls.values()))
-    ops = [struct.unpack("=HBBI", code[i:i + 8]) for i in range(0, len(code), 8)]
+    ops = [struct.unpack("=HBBI", code[i : i + 8]) for i in range(0, len(code), 8)]
     denied = [k for c, _, _, k in ops if c == syscall_filter._JEQ_K][1:]  # the first compares the arch
     assert denied == sorted(calls.values()) and ops[1][3] == arch
     assert ops[-2][3] == syscall_filter._RET_ALLOW and ops[-1][3] & 0xFFFF0000 == syscall_filter._RET_ERRNO
@@ -118,6 +137,7 @@ def test_a_benign_upload_reads_as_in_process_and_the_zygote_survives_a_crash(fee
             assert again["id"] == expected["id"]
         finally:
             await sandbox.close()
+
     asyncio.run(run())
 
 
@@ -142,11 +162,13 @@ def test_limits_become_client_errors(feeder_json):
             assert refused.value.entries[0]["field"] == "body"
         finally:
             await tight.close()
+
     asyncio.run(run())
 
 
 def test_uploads_beyond_the_queue_are_refused_at_once(feeder_json):
     """One upload is read at a time and `concurrency` more wait; one more is refused (503) without waiting."""
+
     async def run():
         sandbox = UploadSandbox(SandboxLimits(), concurrency=1)
         try:
@@ -160,4 +182,5 @@ def test_uploads_beyond_the_queue_are_refused_at_once(feeder_json):
             assert sandbox.pending == 0
         finally:
             await sandbox.close()
+
     asyncio.run(run())

@@ -3,6 +3,7 @@
 `chromium_paths()` installs the two packages with apt-get when they are missing (CI machines are root
 Debian hosts like this one) and says clearly why when it cannot; `headless_chrome()` starts one browser.
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,18 +30,24 @@ def chromium_paths() -> tuple[str, str]:
     if found:
         return found
     if not shutil.which("apt-get"):
-        raise RuntimeError(f"Chromium is not installed and there is no apt-get to install it: install {' and '.join(PACKAGES)} "
-                           "(Debian/Ubuntu) so that `chromium` and `chromedriver` are on PATH")
+        raise RuntimeError(
+            f"Chromium is not installed and there is no apt-get to install it: install {' and '.join(PACKAGES)} "
+            "(Debian/Ubuntu) so that `chromium` and `chromedriver` are on PATH"
+        )
     if hasattr(os, "geteuid") and os.geteuid() != 0:
-        raise RuntimeError(f"Chromium is not installed and installing it needs root: run "
-                           f"`sudo apt-get update && sudo apt-get install -y {' '.join(PACKAGES)}`")
+        raise RuntimeError(
+            f"Chromium is not installed and installing it needs root: run "
+            f"`sudo apt-get update && sudo apt-get install -y {' '.join(PACKAGES)}`"
+        )
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     for command in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", *PACKAGES]):
         log.warning("Chromium missing: running %s", " ".join(command))
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
         if done.returncode != 0:
-            raise RuntimeError(f"could not install Chromium ({' '.join(command)} exited {done.returncode}): "
-                               f"{(done.stderr or done.stdout)[-600:]}")
+            raise RuntimeError(
+                f"could not install Chromium ({' '.join(command)} exited {done.returncode}): "
+                f"{(done.stderr or done.stdout)[-600:]}"
+            )
     found = _found()
     if not found:
         raise RuntimeError(f"apt-get installed {PACKAGES} but `chromium`/`chromedriver` are still not on PATH")
@@ -54,8 +61,15 @@ def headless_chrome(width: int = 1400, height: int = 1100):
     browser, driver = chromium_paths()
     options = webdriver.ChromeOptions()
     options.binary_location = browser
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                f"--window-size={width},{height}", "--disable-extensions", "--no-first-run"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        f"--window-size={width},{height}",
+        "--disable-extensions",
+        "--no-first-run",
+    ):
         options.add_argument(arg)
     # an explicit driver path: selenium never tries to download one (the tests run offline)
     return webdriver.Chrome(service=Service(executable_path=driver), options=options)

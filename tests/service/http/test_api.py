@@ -1,4 +1,5 @@
 """Main flows over real HTTP, against the embedded store and against real Redis."""
+
 from __future__ import annotations
 
 import httpx
@@ -36,7 +37,9 @@ def test_models_list_and_card(client):
     assert [m["name"] for m in listing["models"]] == ["physics-fit", MODEL]
     tiny = listing["models"][1]
     assert tiny["networks"] == ["ieee33"] and tiny["versions"] == {"ieee33": "0.0.1"}
-    assert listing["models"][0]["networks"] == physics_fit.ANY_NETWORK and listing["models"][0]["versions"] == {"*": "built-in"}
+    assert listing["models"][0]["networks"] == physics_fit.ANY_NETWORK and listing["models"][0]["versions"] == {
+        "*": "built-in"
+    }
     card = client.get(f"/v1/models/{MODEL}").json()
     net = gridsim.network("ieee33")
     assert card["features"] == list(net.feature_names) and card["outputs"] == list(net.output_names)
@@ -72,9 +75,16 @@ def test_context_set_simulated_matches_gridsim(client):
 def test_predict_shapes_quantiles_band(client, scenarios):
     x, y = scenarios
     cid = upload(client, x[:40], y[:40])
-    body = client.post("/v1/predict", json={
-        "model": MODEL, "context_id": cid, "queries": rows(x[100:105]),
-        "quantiles": [0.05, 0.5, 0.95], "voltage_band": [0.95, 1.05]}).json()
+    body = client.post(
+        "/v1/predict",
+        json={
+            "model": MODEL,
+            "context_id": cid,
+            "queries": rows(x[100:105]),
+            "quantiles": [0.05, 0.5, 0.95],
+            "voltage_band": [0.95, 1.05],
+        },
+    ).json()
     assert body["model"] == MODEL and body["context_id"] == cid and len(body["outputs"]) == K
     mean, std = np.array(body["mean"]), np.array(body["std"])
     assert mean.shape == std.shape == (5, K) and np.isfinite(mean).all() and (std > 0).all()
@@ -135,8 +145,10 @@ def test_compare_gp_side_by_side_and_gp_fit_cached(client, scenarios):
     second = client.post("/v1/predict", json=request).json()
     assert second["timing"]["gp_fit_cached"] is True and second["timing"]["gp_fit_ms"] == t["gp_fit_ms"]
     assert metric(client, "gridpfn_gp_fits_total") == fits + 1
-    gp_only = client.post("/v1/gp/predict", json={"context_id": cid, "queries": rows(x[:3]),
-                                                  "quantiles": [0.5], "voltage_band": [0.95, 1.05]}).json()
+    gp_only = client.post(
+        "/v1/gp/predict",
+        json={"context_id": cid, "queries": rows(x[:3]), "quantiles": [0.5], "voltage_band": [0.95, 1.05]},
+    ).json()
     np.testing.assert_allclose(gp_only["mean"], gp_mean, rtol=1e-6)
     np.testing.assert_allclose(gp_only["quantiles"]["0.5"], gp_mean, rtol=1e-6)
     assert np.array(gp_only["p_outside_band"]).shape == (3, K) and gp_only["timing"]["gp_fit_cached"] is True
@@ -158,8 +170,13 @@ def test_simulate_reports_non_convergence_as_null(client, scenarios):
 def test_metrics_exposition(client):
     client.get("/healthz")
     text = client.get("/metrics").text
-    for name in ("gridpfn_http_requests_total", "gridpfn_http_request_seconds_bucket", "gridpfn_queue_depth",
-                 "gridpfn_pool_running", "gridpfn_model_inference_seconds"):
+    for name in (
+        "gridpfn_http_requests_total",
+        "gridpfn_http_request_seconds_bucket",
+        "gridpfn_queue_depth",
+        "gridpfn_pool_running",
+        "gridpfn_model_inference_seconds",
+    ):
         assert name in text
     assert metric(client, "gridpfn_http_requests_total", method="GET", route="/healthz", status="200") >= 1
 
@@ -175,9 +192,12 @@ def test_documented_examples_work(client):
         created = client.post("/v1/context-sets", json=body)
         assert created.status_code == 201, created.text
     assert client.post("/v1/context-sets", json=examples.CONTEXT_SIMULATE).json()["id"] == by_id["context_id"]
-    for path, body in (("/v1/predict", by_id), ("/v1/predict", inline),
-                       ("/v1/gp/predict", schemas["GPPredictRequest"]["examples"][0]),
-                       ("/v1/simulate", schemas["SimulateRequest"]["examples"][0])):
+    for path, body in (
+        ("/v1/predict", by_id),
+        ("/v1/predict", inline),
+        ("/v1/gp/predict", schemas["GPPredictRequest"]["examples"][0]),
+        ("/v1/simulate", schemas["SimulateRequest"]["examples"][0]),
+    ):
         response = client.post(path, json=body)
         assert response.status_code == 200, (path, response.text)
 
@@ -222,10 +242,13 @@ def test_big_predict_split_across_workers_equals_small_requests(model_dir, scena
         cid = upload(c, x[:120], y[:120])
         ask = {"model": MODEL, "context_id": cid, "quantiles": [0.1, 0.9], "voltage_band": [0.95, 1.05]}
         whole = c.post("/v1/predict", json={**ask, "queries": rows(queries)}).json()
-        parts = [c.post("/v1/predict", json={**ask, "queries": rows(queries[i:i + 500])}).json()
-                 for i in range(0, len(queries), 500)]
+        parts = [
+            c.post("/v1/predict", json={**ask, "queries": rows(queries[i : i + 500])}).json()
+            for i in range(0, len(queries), 500)
+        ]
     assert np.array(whole["mean"]).shape == (len(queries), K)
     for key in ("mean", "std", "p_outside_band"):
         np.testing.assert_array_equal(np.array(whole[key]), np.concatenate([np.array(p[key]) for p in parts]))
-    np.testing.assert_array_equal(np.array(whole["quantiles"]["0.9"]),
-                                  np.concatenate([np.array(p["quantiles"]["0.9"]) for p in parts]))
+    np.testing.assert_array_equal(
+        np.array(whole["quantiles"]["0.9"]), np.concatenate([np.array(p["quantiles"]["0.9"]) for p in parts])
+    )

@@ -3,6 +3,7 @@
 Two real servers, hot routes on and off: the Arrow path must give the numbers a JSON body gives,
 and every bad table must be refused with the field, row and column named.
 """
+
 from __future__ import annotations
 
 import httpx
@@ -59,8 +60,12 @@ def test_arrow_queries_give_the_json_answer_on_both_layers(servers, cid, scenari
     expected = servers[0].post("/v1/predict", json={**fields, "queries": rows(x[100:130])}).json()
     # columns in another order and as float32 / int: named columns are what counts, values are widened
     shuffled = list(reversed(LOAD_FEATURES))
-    table = pa.table({name: pa.array(x[100:130, LOAD_FEATURES.index(name)], pa.float32() if i % 2 else pa.float64())
-                      for i, name in enumerate(shuffled)}).replace_schema_metadata({b"gridpfn": orjson.dumps(fields)})
+    table = pa.table(
+        {
+            name: pa.array(x[100:130, LOAD_FEATURES.index(name)], pa.float32() if i % 2 else pa.float64())
+            for i, name in enumerate(shuffled)
+        }
+    ).replace_schema_metadata({b"gridpfn": orjson.dumps(fields)})
     exact = arrow_request_body(x[100:130], fields)
     for client in servers:
         answer = client.post("/v1/predict", content=exact, headers=ARROW)
@@ -97,16 +102,33 @@ def _bad_tables(x: np.ndarray, cid: str):
     huge[2, 40] = 1e6
     missing = _table(x[:3, :63], fields, LOAD_FEATURES[:63])
     extra = _table(np.hstack([x[:3], x[:3, :1]]), fields, LOAD_FEATURES + ["p_mw_bus99"])
-    strings = pa.table({name: pa.array(["1.0"] * 3) if name == "q_mvar_bus7" else x[:3, j]
-                        for j, name in enumerate(LOAD_FEATURES)}).replace_schema_metadata({b"gridpfn": orjson.dumps(fields)})
+    strings = pa.table(
+        {name: pa.array(["1.0"] * 3) if name == "q_mvar_bus7" else x[:3, j] for j, name in enumerate(LOAD_FEATURES)}
+    ).replace_schema_metadata({b"gridpfn": orjson.dumps(fields)})
     return [
         ("not arrow", b"not an arrow stream", 422, "body", "Arrow IPC stream"),
         ("no metadata", _stream(_table(x[:3], None)), 422, "gridpfn", "no 'gridpfn'"),
-        ("metadata not json", _stream(_table(x[:3], None).replace_schema_metadata({b"gridpfn": b"{nope"})), 422,
-         "gridpfn", "not JSON"),
-        ("metadata a list", _stream(_table(x[:3], None).replace_schema_metadata({b"gridpfn": b"[1]"})), 422,
-         "gridpfn", "not an object"),
-        ("queries in metadata", arrow_request_body(x[:3], {**fields, "queries": []}), 422, "gridpfn.queries", "columns"),
+        (
+            "metadata not json",
+            _stream(_table(x[:3], None).replace_schema_metadata({b"gridpfn": b"{nope"})),
+            422,
+            "gridpfn",
+            "not JSON",
+        ),
+        (
+            "metadata a list",
+            _stream(_table(x[:3], None).replace_schema_metadata({b"gridpfn": b"[1]"})),
+            422,
+            "gridpfn",
+            "not an object",
+        ),
+        (
+            "queries in metadata",
+            arrow_request_body(x[:3], {**fields, "queries": []}),
+            422,
+            "gridpfn.queries",
+            "columns",
+        ),
         ("missing column", _stream(missing), 422, "queries", "q_mvar_bus33"),
         ("extra column", _stream(extra), 422, "queries", "p_mw_bus99"),
         ("nan cell", arrow_request_body(nan, fields), 422, "queries", "row 2, column 'p_mw_bus7'"),
@@ -134,8 +156,9 @@ def test_client_predict_sends_a_dataframe_or_an_array(servers, cid, scenarios):
     x, _ = scenarios
     client = GridPFNClient(str(servers[0].base_url))
     from_array = client.predict(x[100:104], model=MODEL, context_id=cid, quantiles=[0.5])
-    from_frame = client.predict(pd.DataFrame(x[100:104], columns=LOAD_FEATURES), model=MODEL, context_id=cid,
-                                quantiles=[0.5])
+    from_frame = client.predict(
+        pd.DataFrame(x[100:104], columns=LOAD_FEATURES), model=MODEL, context_id=cid, quantiles=[0.5]
+    )
     pd.testing.assert_frame_equal(from_array, from_frame)
     assert from_array.shape[0] == 4 and "q0.5_vm_pu_bus2" in from_array.columns
     with pytest.raises(ValueError, match="queries"):
@@ -149,6 +172,7 @@ def test_arrow_bodies_need_the_api_key_too(model_dir, scenarios):
         body = arrow_request_body(x[:2], {"model": MODEL, "context_id": "0" * 64})
         refused = httpx.post(f"{server.url}/v1/predict", content=body, headers=ARROW, timeout=30)
         assert_problem(refused, 401)
-        allowed = httpx.post(f"{server.url}/v1/predict", content=body, timeout=30,
-                             headers={**ARROW, "Authorization": f"Bearer {key}"})
+        allowed = httpx.post(
+            f"{server.url}/v1/predict", content=body, timeout=30, headers={**ARROW, "Authorization": f"Bearer {key}"}
+        )
         assert_problem(allowed, 404, "context_id")  # past the key check: the (absent) context is looked up

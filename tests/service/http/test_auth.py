@@ -1,4 +1,5 @@
 """API keys: every /v1 route needs a configured bearer key; health and metrics stay open."""
+
 from __future__ import annotations
 
 import logging
@@ -25,8 +26,12 @@ def keyed(model_dir):
 @pytest.mark.parametrize("path", ["/v1/models", f"/v1/models/{MODEL}", "/v1/context-sets/" + "0" * 64])
 def test_v1_needs_a_valid_key(keyed, path):
     with httpx.Client(base_url=keyed.url) as c:
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {KEYS[0]}"},
-                        {"Authorization": KEYS[0]}):
+        for headers in (
+            {},
+            {"Authorization": "Bearer wrong"},
+            {"Authorization": f"Basic {KEYS[0]}"},
+            {"Authorization": KEYS[0]},
+        ):
             body = assert_problem(c.get(path, headers=headers), 401, "Authorization")
             assert KEYS[0] not in str(body)
         assert c.get(path, headers={"Authorization": f"Bearer {KEYS[0]}"}).status_code in (200, 404)
@@ -58,8 +63,23 @@ def test_serve_cli_warns_beyond_loopback_without_keys(model_dir):
     """A real `gridpfn serve --host 0.0.0.0` process: warns, then serves (probed over loopback only)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRIDPFN_")}
-    proc = subprocess.Popen([sys.executable, "-m", "service.commands.cli", "serve", "--host", "0.0.0.0", "--port", str(port),
-                             "--model-dir", str(model_dir)], stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "service.commands.cli",
+            "serve",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(port),
+            "--model-dir",
+            str(model_dir),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -15,6 +15,7 @@ y have the same number of rows, and as many as the chosen model accepts
 hold numbers in range; an uploaded network file is a pandapower or MATPOWER case. Every other
 check holds on every route without allowance.
 """
+
 from __future__ import annotations
 
 import logging
@@ -69,16 +70,33 @@ def api(keyed_server):
 def test_schemathesis_all_checks_all_phases(keyed_server, tmp_path):
     (tmp_path / "schemathesis.toml").write_text(CONFIG)
     cli = Path(sys.executable).with_name("schemathesis")
-    command = [str(cli), "--config-file", str(tmp_path / "schemathesis.toml"), "run",
-               f"{keyed_server.url}/openapi.json", "-H", f"Authorization: Bearer {KEY}",
-               "--checks", "all", "--phases", "examples,coverage,fuzzing,stateful",
-               "--max-examples", str(MAX_EXAMPLES), "--seed", "1", "--request-timeout", "60",
-               "--workers", "1", "--no-color"]
+    command = [
+        str(cli),
+        "--config-file",
+        str(tmp_path / "schemathesis.toml"),
+        "run",
+        f"{keyed_server.url}/openapi.json",
+        "-H",
+        f"Authorization: Bearer {KEY}",
+        "--checks",
+        "all",
+        "--phases",
+        "examples,coverage,fuzzing,stateful",
+        "--max-examples",
+        str(MAX_EXAMPLES),
+        "--seed",
+        "1",
+        "--request-timeout",
+        "60",
+        "--workers",
+        "1",
+        "--no-color",
+    ]
     env = dict(os.environ, SCHEMATHESIS_HOOKS="", HYPOTHESIS_STORAGE_DIRECTORY=str(tmp_path))
     result = subprocess.run(command, capture_output=True, text=True, timeout=400, cwd=tmp_path, env=env)
     report = result.stdout[-12000:] + result.stderr[-2000:]
     assert result.returncode == 0, report
-    summary = result.stdout[result.stdout.rfind("SUMMARY"):]
+    summary = result.stdout[result.stdout.rfind("SUMMARY") :]
     log.info("schemathesis summary:\n%s", summary)  # pytest -o log_cli=true shows it
     for phase in ("Examples", "Coverage", "Fuzzing", "Stateful"):
         assert f"✅ {phase}" in summary, report
@@ -93,9 +111,15 @@ def test_unknown_fields_refused_by_both_layers(api, model_dir, scenarios):
     body = {"model": "tiny-dva", "context": context, "queries": x[:1].tolist(), "colour": "red"}
     hot = api.post("/v1/predict", json=body)
     with running(Settings(model_dir=model_dir, redis_url=None, api_keys=(KEY,), hot_routes=False, **LIMITS)) as plain:
-        routed = httpx.post(f"{plain.url}/v1/predict", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
-        routed_gp = httpx.post(f"{plain.url}/v1/gp/predict", json={**body, "model": None}, timeout=60,
-                               headers={"Authorization": f"Bearer {KEY}"})
+        routed = httpx.post(
+            f"{plain.url}/v1/predict", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=60
+        )
+        routed_gp = httpx.post(
+            f"{plain.url}/v1/gp/predict",
+            json={**body, "model": None},
+            timeout=60,
+            headers={"Authorization": f"Bearer {KEY}"},
+        )
     for answer in (hot, routed):
         assert answer.status_code == 422, answer.text
         assert answer.json()["errors"][0]["field"] == "colour", answer.text
@@ -116,6 +140,7 @@ def test_simulate_seed_is_strictly_an_integer(api, seed):
 
 def test_network_is_a_built_in_or_an_upload_id(api, keyed_server):
     from gridsim.network import KNOWN_NETWORKS
+
     schema = httpx.get(f"{keyed_server.url}/openapi.json").json()["components"]["schemas"]
     pattern = schema["SimulateSpec"]["properties"]["network"]["pattern"]
     assert all(re.match(pattern, name) for name in KNOWN_NETWORKS) and re.match(pattern, "ab" * 32)
@@ -127,12 +152,21 @@ def test_network_is_a_built_in_or_an_upload_id(api, keyed_server):
         assert schema[name]["additionalProperties"] is False, name
 
 
-@pytest.mark.parametrize("path", ["/v1/batch-jobs/0123456789abcdef0123456789abcdef",
-                                  "/v1/context-sets/" + "0" * 64, "/v1/models", "/v1/predict", "/healthz"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/batch-jobs/0123456789abcdef0123456789abcdef",
+        "/v1/context-sets/" + "0" * 64,
+        "/v1/models",
+        "/v1/predict",
+        "/healthz",
+    ],
+)
 def test_405_names_every_method_the_path_serves(api, keyed_server, path):
     schema = httpx.get(f"{keyed_server.url}/openapi.json").json()["paths"]
-    template = next(p for p in schema if p.split("/")[:3] == path.split("/")[:3]
-                    and len(p.split("/")) == len(path.split("/")))
+    template = next(
+        p for p in schema if p.split("/")[:3] == path.split("/")[:3] and len(p.split("/")) == len(path.split("/"))
+    )
     declared = {m.upper() for m in schema[template]}
     answer = api.request("OPTIONS", path)
     assert answer.status_code == 405, answer.text
@@ -144,8 +178,11 @@ def test_links_chain_creators_to_readers(keyed_server):
     paths = httpx.get(f"{keyed_server.url}/openapi.json").json()["paths"]
     operation_ids = {op["operationId"] for ops in paths.values() for op in ops.values()}
     links = {
-        ("/v1/context-sets", "post", "201"): 2, ("/v1/batch-jobs", "post", "202"): 3,
-        ("/v1/models", "get", "200"): 1, ("/v1/networks", "post", "201"): 1}
+        ("/v1/context-sets", "post", "201"): 2,
+        ("/v1/batch-jobs", "post", "202"): 3,
+        ("/v1/models", "get", "200"): 1,
+        ("/v1/networks", "post", "201"): 1,
+    }
     for (path, method, status), count in links.items():
         found = paths[path][method]["responses"][status]["links"]
         assert len(found) == count, (path, found)
@@ -169,21 +206,59 @@ def test_every_limit_answering_413_is_the_schemas_maximum(api, keyed_server, sce
     tall = lambda a, n: np.repeat(a[:1], n, axis=0).tolist()  # noqa: E731
     # (component, field, the limit, path, a body of `n` rows or n, the field the 413 names)
     limits = [
-        ("PredictRequest", "queries", settings.max_queries, "/v1/predict",
-         lambda n: {"model": "tiny-dva", "context": {"x": x[:20].tolist(), "y": y[:20].tolist()}, "queries": tall(x, n)},
-         "queries"),
-        ("GPPredictRequest", "queries", min(settings.max_queries, settings.gp_max_queries), "/v1/gp/predict",
-         lambda n: {"context": {"x": x[:20].tolist(), "y": y[:20].tolist()}, "queries": tall(x, n)}, "queries"),
-        ("ContextData", "x", settings.max_context_rows, "/v1/predict",
-         lambda n: {"model": "tiny-dva", "context": {"x": tall(x, n), "y": tall(y, n)}, "queries": x[:1].tolist()},
-         "context.x"),
-        ("ContextSetCreate", "x", settings.max_context_rows, "/v1/context-sets",
-         lambda n: {"x": tall(x, n), "y": tall(y, n)}, "body.x"),
+        (
+            "PredictRequest",
+            "queries",
+            settings.max_queries,
+            "/v1/predict",
+            lambda n: {
+                "model": "tiny-dva",
+                "context": {"x": x[:20].tolist(), "y": y[:20].tolist()},
+                "queries": tall(x, n),
+            },
+            "queries",
+        ),
+        (
+            "GPPredictRequest",
+            "queries",
+            min(settings.max_queries, settings.gp_max_queries),
+            "/v1/gp/predict",
+            lambda n: {"context": {"x": x[:20].tolist(), "y": y[:20].tolist()}, "queries": tall(x, n)},
+            "queries",
+        ),
+        (
+            "ContextData",
+            "x",
+            settings.max_context_rows,
+            "/v1/predict",
+            lambda n: {"model": "tiny-dva", "context": {"x": tall(x, n), "y": tall(y, n)}, "queries": x[:1].tolist()},
+            "context.x",
+        ),
+        (
+            "ContextSetCreate",
+            "x",
+            settings.max_context_rows,
+            "/v1/context-sets",
+            lambda n: {"x": tall(x, n), "y": tall(y, n)},
+            "body.x",
+        ),
         ("SimulateRequest", "loads", settings.max_simulate, "/v1/simulate", lambda n: {"loads": tall(x, n)}, "loads"),
-        ("SimulateSpec", "n", min(settings.max_simulate, settings.max_context_rows), "/v1/context-sets",
-         lambda n: {"simulate": {"n": n}}, "simulate.n"),
-        ("BatchSimulateSpec", "n", jobs.job_max_rows, "/v1/batch-jobs",
-         lambda n: {"model": "tiny-dva", "context_id": "0" * 64, "simulate": {"n": n}}, "simulate.n"),
+        (
+            "SimulateSpec",
+            "n",
+            min(settings.max_simulate, settings.max_context_rows),
+            "/v1/context-sets",
+            lambda n: {"simulate": {"n": n}},
+            "simulate.n",
+        ),
+        (
+            "BatchSimulateSpec",
+            "n",
+            jobs.job_max_rows,
+            "/v1/batch-jobs",
+            lambda n: {"model": "tiny-dva", "context_id": "0" * 64, "simulate": {"n": n}},
+            "simulate.n",
+        ),
     ]
     for component, field, limit, path, body, named in limits:
         assert _schema_limit(schema, component, field) == limit, (component, field)
@@ -195,15 +270,28 @@ def test_the_schemas_limits_come_from_settings_before_start_up(model_dir):
     """The maxima are the app's Settings from its creation, not only once the models are loaded."""
     from service.http.app import create_app
 
-    app = create_app(Settings(model_dir=model_dir, redis_url=None, max_queries=70, gp_max_queries=30,
-                              max_context_rows=90, max_simulate=40, max_network_bytes=5000))
+    app = create_app(
+        Settings(
+            model_dir=model_dir,
+            redis_url=None,
+            max_queries=70,
+            gp_max_queries=30,
+            max_context_rows=90,
+            max_simulate=40,
+            max_network_bytes=5000,
+        )
+    )
     app.openapi()  # built once before: the limits in words are not said twice
     full = app.openapi()
     schema = full["components"]["schemas"]
-    assert (_schema_limit(schema, "PredictRequest", "queries"), _schema_limit(schema, "GPPredictRequest", "queries"),
-            _schema_limit(schema, "ContextData", "y"), _schema_limit(schema, "ContextSetCreate", "y"),
-            _schema_limit(schema, "SimulateSpec", "n"), _schema_limit(schema, "SimulateRequest", "loads")) == (
-        70, 30, 90, 90, 40, 40)
+    assert (
+        _schema_limit(schema, "PredictRequest", "queries"),
+        _schema_limit(schema, "GPPredictRequest", "queries"),
+        _schema_limit(schema, "ContextData", "y"),
+        _schema_limit(schema, "ContextSetCreate", "y"),
+        _schema_limit(schema, "SimulateSpec", "n"),
+        _schema_limit(schema, "SimulateRequest", "loads"),
+    ) == (70, 30, 90, 90, 40, 40)
     # compare_gp holds the queries to the GP's own limit
     assert schema["PredictRequest"]["then"] == {"properties": {"queries": {"maxItems": 30}}}
     assert app.openapi_schema is None  # built again once the served models are known (their enum)

@@ -1,4 +1,5 @@
 """/docs and /redoc work without the internet: every page the service serves refers only to itself."""
+
 from __future__ import annotations
 
 import re
@@ -14,7 +15,9 @@ REFERENCES = re.compile(r"""(?:src|href|action|spec-url|url)\s*[=:(]\s*["']?([^"
 
 def _plain_get_paths(app) -> list[str]:
     """Every GET route without path parameters, documented or not (the pages are not)."""
-    return sorted({r.path for r in app.routes if isinstance(r, Route) and "GET" in (r.methods or ()) and "{" not in r.path})
+    return sorted(
+        {r.path for r in app.routes if isinstance(r, Route) and "GET" in (r.methods or ()) and "{" not in r.path}
+    )
 
 
 def test_no_page_refers_to_an_outside_url(memory_server):
@@ -38,8 +41,9 @@ def test_no_page_refers_to_an_outside_url(memory_server):
         assert loads and not [u for u in loads if not u.startswith("data:") and OUTSIDE.search(u)]  # inline SVGs only
 
 
-@pytest.mark.parametrize("page, asset", [("/docs", "/docs/assets/swagger-ui-bundle.js"),
-                                         ("/redoc", "/docs/assets/redoc.standalone.js")])
+@pytest.mark.parametrize(
+    "page, asset", [("/docs", "/docs/assets/swagger-ui-bundle.js"), ("/redoc", "/docs/assets/redoc.standalone.js")]
+)
 def test_the_docs_pages_load_their_scripts_from_the_service(memory_server, page, asset):
     with httpx.Client(base_url=memory_server.url, timeout=60) as client:
         html = client.get(page).text

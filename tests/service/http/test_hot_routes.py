@@ -3,6 +3,7 @@
 Two real servers on the same registry, one with GRIDPFN_HOT_ROUTES on and one with it off, get
 the same requests; status, headers that matter and bodies must agree (timings aside).
 """
+
 from __future__ import annotations
 
 import httpx
@@ -21,8 +22,10 @@ def pair(model_dir):
     common = dict(model_dir=model_dir, redis_url=None, api_keys=(KEY,), **LIMITS)
     with running(Settings(hot_routes=True, **common)) as hot, running(Settings(hot_routes=False, **common)) as plain:
         auth = {"Authorization": f"Bearer {KEY}"}
-        with httpx.Client(base_url=hot.url, timeout=60, headers=auth) as h, \
-                httpx.Client(base_url=plain.url, timeout=60, headers=auth) as p:
+        with (
+            httpx.Client(base_url=hot.url, timeout=60, headers=auth) as h,
+            httpx.Client(base_url=plain.url, timeout=60, headers=auth) as p,
+        ):
             yield h, p
 
 
@@ -66,15 +69,26 @@ def test_answers_agree(pair, cid, scenarios):
     x, y = scenarios
     bodies = [
         {"model": MODEL, "context_id": cid, "queries": rows(x[100:101])},
-        {"model": MODEL, "context_id": cid, "queries": rows(x[100:130]), "quantiles": [0.05, 0.5, 0.95],
-         "voltage_band": [0.95, 1.05]},
-        {"model": MODEL, "context": {"x": rows(x[:40]), "y": rows(y[:40])}, "queries": rows(x[130:135]),
-         "compare_gp": True},
+        {
+            "model": MODEL,
+            "context_id": cid,
+            "queries": rows(x[100:130]),
+            "quantiles": [0.05, 0.5, 0.95],
+            "voltage_band": [0.95, 1.05],
+        },
+        {
+            "model": MODEL,
+            "context": {"x": rows(x[:40]), "y": rows(y[:40])},
+            "queries": rows(x[130:135]),
+            "compare_gp": True,
+        },
     ]
     for body in bodies:
         answer = _same(*_both(pair, "/v1/predict", json=body))
         assert np.asarray(answer["mean"]).shape == (len(body["queries"]), 32)
-    gp = _same(*_both(pair, "/v1/gp/predict", json={"context_id": cid, "queries": rows(x[140:143]), "quantiles": [0.5]}))
+    gp = _same(
+        *_both(pair, "/v1/gp/predict", json={"context_id": cid, "queries": rows(x[140:143]), "quantiles": [0.5]})
+    )
     assert gp["model"] == "exact-gp"
 
 
@@ -83,16 +97,27 @@ def test_errors_agree(pair, cid, scenarios):
     nan_row = ", ".join(["0.1"] * 5 + ["NaN"] + ["0.1"] * 58)
     json_type = {"content-type": "application/json"}
     cases = [
-        (422, "queries[0][5]", dict(content=f'{{"model": "{MODEL}", "context_id": "{cid}", "queries": [[{nan_row}]]}}',
-                                    headers=json_type)),
+        (
+            422,
+            "queries[0][5]",
+            dict(content=f'{{"model": "{MODEL}", "context_id": "{cid}", "queries": [[{nan_row}]]}}', headers=json_type),
+        ),
         (422, "queries[1]", dict(json={"model": MODEL, "context_id": cid, "queries": [rows(x[0]), rows(x[1][:63])]})),
         (422, None, dict(content=b"{not json", headers=json_type)),
         (422, None, dict(content=b"\xff\x06", headers=json_type)),
         (422, None, dict(json={"model": MODEL, "queries": [rows(x[0])]})),  # neither context nor context_id
-        (422, "quantiles[0]", dict(json={"model": MODEL, "context_id": cid, "queries": [rows(x[0])], "quantiles": [1.5]})),
+        (
+            422,
+            "quantiles[0]",
+            dict(json={"model": MODEL, "context_id": cid, "queries": [rows(x[0])], "quantiles": [1.5]}),
+        ),
         (404, "model", dict(json={"model": "no-such-model", "context_id": cid, "queries": [rows(x[0])]})),
         (404, "context_id", dict(json={"model": MODEL, "context_id": "0" * 64, "queries": [rows(x[0])]})),
-        (413, "queries", dict(json={"model": MODEL, "context_id": cid, "queries": [rows(x[0])] * (LIMITS["max_queries"] + 1)})),
+        (
+            413,
+            "queries",
+            dict(json={"model": MODEL, "context_id": cid, "queries": [rows(x[0])] * (LIMITS["max_queries"] + 1)}),
+        ),
         (422, None, dict(content=b"model=x", headers={"content-type": "application/x-www-form-urlencoded"})),
     ]
     for status, field, kwargs in cases:
@@ -106,7 +131,10 @@ def test_auth_and_metrics_on_the_hot_path(pair, cid, scenarios):
     hot, plain = pair
     body = {"model": MODEL, "context_id": cid, "queries": rows(scenarios[0][:1])}
     for headers in ({"Authorization": ""}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {KEY}"}):
-        a, b = hot.post("/v1/predict", json=body, headers=headers), plain.post("/v1/predict", json=body, headers=headers)
+        a, b = (
+            hot.post("/v1/predict", json=body, headers=headers),
+            plain.post("/v1/predict", json=body, headers=headers),
+        )
         assert_problem(a, 401, "Authorization")
         assert a.json() == b.json() and a.headers["www-authenticate"] == b.headers["www-authenticate"]
     before = metric(hot, "gridpfn_http_requests_total", method="POST", route="/v1/predict", status="200")
@@ -124,8 +152,14 @@ def test_arrow_answers_hold_the_json_answers_on_both_paths(pair, cid, scenarios)
     from service.client import GridPFNClient
 
     x, y = scenarios
-    body = {"model": MODEL, "context_id": cid, "queries": rows(x[100:130]), "quantiles": [0.05, 0.95],
-            "voltage_band": [0.95, 1.05], "compare_gp": True}
+    body = {
+        "model": MODEL,
+        "context_id": cid,
+        "queries": rows(x[100:130]),
+        "quantiles": [0.05, 0.95],
+        "voltage_band": [0.95, 1.05],
+        "compare_gp": True,
+    }
     arrow = {"Accept": "application/vnd.apache.arrow.stream"}
     for c in pair:
         as_json = c.post("/v1/predict", json=body).json()
@@ -137,9 +171,13 @@ def test_arrow_answers_hold_the_json_answers_on_both_paths(pair, cid, scenarios)
         assert meta["model"] == MODEL and meta["context_id"] == cid and meta["quantiles"] == ["0.05", "0.95"]
         assert set(meta["timing"]) >= {"pfn_ms", "gp_fit_ms", "speedup", "total_ms"}
         outputs = as_json["outputs"]
-        for prefix, matrix, dtype in (("mean", as_json["mean"], np.float64), ("q0.95", as_json["quantiles"]["0.95"], np.float64),
-                                      ("gp_mean", as_json["gp"]["mean"], np.float64),
-                                      ("p_outside", as_json["p_outside_band"], np.float32), ("gp_std", as_json["gp"]["std"], np.float32)):
+        for prefix, matrix, dtype in (
+            ("mean", as_json["mean"], np.float64),
+            ("q0.95", as_json["quantiles"]["0.95"], np.float64),
+            ("gp_mean", as_json["gp"]["mean"], np.float64),
+            ("p_outside", as_json["p_outside_band"], np.float32),
+            ("gp_std", as_json["gp"]["std"], np.float32),
+        ):
             got = np.column_stack([table.column(f"{prefix}_{name}").to_numpy() for name in outputs])
             assert got.dtype == dtype, prefix  # voltages float64, spreads and probabilities float32
             np.testing.assert_array_equal(got, np.asarray(matrix, dtype=dtype))

@@ -1,4 +1,5 @@
 """Start-up edge cases: a registry with a refused checkpoint, and one with no usable model."""
+
 from __future__ import annotations
 
 import json
@@ -86,6 +87,9 @@ def test_older_versions_are_listed_loaded_only_when_pinned_and_unknown_ones_name
         assert job.status_code == 202, job.text
         assert c.get(f"/v1/batch-jobs/{job.json()['id']}").json()["model_version"] == "0.0.1"
         assert wait_for(c, job.json()["id"], lambda status: status["state"] in ("done", "failed"))["state"] == "done"
-        form = c.post("/v1/batch-jobs", data={"model": MODEL, "context_id": cid, "version": "9.9.9"},
-                      files={"file": ("loads.csv", b"a\n1\n")})
+        form = c.post(
+            "/v1/batch-jobs",
+            data={"model": MODEL, "context_id": cid, "version": "9.9.9"},
+            files={"file": ("loads.csv", b"a\n1\n")},
+        )
         assert_problem(form, 404, "version")

@@ -3,6 +3,7 @@ pandapower feeder, predictions with physics-fit and with a (tiny, untrained) che
 that network, the exact GP, /v1/simulate, batch jobs (embedded, and in a real `gridpfn worker`
 through real Redis), the client, and the 422s: a width that does not fit its network, a model that
 does not serve it. Tiny data: ~60-point contexts, a few queries."""
+
 from __future__ import annotations
 
 import uuid
@@ -65,8 +66,16 @@ def test_each_built_in_network_end_to_end(api, network):
     queries = gridsim.sample_loads(net, 3, 0.1, np.random.default_rng(7))
     truth = _truth(api, network, queries)
     for model in ("physics-fit", MODEL):
-        answer = api.post("/v1/predict", json={"model": model, "context_id": info["id"], "queries": queries.tolist(),
-                                               "quantiles": [0.05, 0.95], "voltage_band": [0.95, 1.05]})
+        answer = api.post(
+            "/v1/predict",
+            json={
+                "model": model,
+                "context_id": info["id"],
+                "queries": queries.tolist(),
+                "quantiles": [0.05, 0.95],
+                "voltage_band": [0.95, 1.05],
+            },
+        )
         assert answer.status_code == 200, answer.text
         body = answer.json()
         assert body["network"] == network and body["outputs"] == list(net.output_names)
@@ -101,20 +110,32 @@ def test_uploaded_feeder_end_to_end(api, feeder_json):
     info = _context(api, nid)
     assert info["network"] == nid and info["features"] == net.n_features == 4
     queries = gridsim.sample_loads(net, 2, 0.1, np.random.default_rng(3))
-    answer = api.post("/v1/predict", json={"model": "physics-fit", "context_id": info["id"], "queries": queries.tolist()})
+    answer = api.post(
+        "/v1/predict", json={"model": "physics-fit", "context_id": info["id"], "queries": queries.tolist()}
+    )
     assert answer.status_code == 200, answer.text
     assert answer.json()["outputs"] == list(net.output_names) == made.json()["outputs"]
     assert np.abs(np.asarray(answer.json()["mean"]) - _truth(api, nid, queries)).max() < 1e-4
     # a model trained for other networks is a 422 naming the model, the network and who serves it
-    refused = assert_problem(api.post("/v1/predict", json={"model": MODEL, "context_id": info["id"],
-                                                            "queries": queries.tolist()}), 422, "model")
+    refused = assert_problem(
+        api.post("/v1/predict", json={"model": MODEL, "context_id": info["id"], "queries": queries.tolist()}),
+        422,
+        "model",
+    )
     for words in (MODEL, nid, "ieee33", "kerber_landnetz_kabel_1", "physics-fit"):
         assert words in refused["detail"], refused
     if api.get("/readyz").json()["store"] == "redis":
         return  # batch jobs then wait for a worker process: test_uploaded_feeder_batch_job_in_a_worker_process
     # a batch job on it, simulated loads with the ground truth (run by the embedded executor)
-    job = api.post("/v1/batch-jobs", json={"simulate": {"network": nid, "delta": 0.2, "n": 40, "seed": 1},
-                                            "model": "physics-fit", "context_id": info["id"], "with_ground_truth": True})
+    job = api.post(
+        "/v1/batch-jobs",
+        json={
+            "simulate": {"network": nid, "delta": 0.2, "n": 40, "seed": 1},
+            "model": "physics-fit",
+            "context_id": info["id"],
+            "with_ground_truth": True,
+        },
+    )
     assert job.status_code == 202, job.text
     assert job.json()["network"] == nid
     wait_for(api, job.json()["id"], done)
@@ -127,36 +148,50 @@ def test_uploaded_feeder_end_to_end(api, feeder_json):
 def test_inline_context_names_its_network(api):
     net = gridsim.network("kerber_landnetz_kabel_1")
     sim = gridsim.simulate(30, 0.2, 4, network=net)
-    body = {"model": "physics-fit", "context": {"x": sim.x[:28].tolist(), "y": sim.vm_pu[:28].tolist(),
-                                                "network": net.name}, "queries": sim.x[28:].tolist()}
+    body = {
+        "model": "physics-fit",
+        "context": {"x": sim.x[:28].tolist(), "y": sim.vm_pu[:28].tolist(), "network": net.name},
+        "queries": sim.x[28:].tolist(),
+    }
     answer = api.post("/v1/predict", json=body)
     assert answer.status_code == 200, answer.text
     assert answer.json()["network"] == net.name and np.asarray(answer.json()["mean"]).shape == (2, 17)
     # the same rows claimed to be IEEE 33: both widths named
-    wrong = assert_problem(api.post("/v1/predict", json={**body, "context": {**body["context"], "network": "ieee33"}}),
-                           422, "context.x")
+    wrong = assert_problem(
+        api.post("/v1/predict", json={**body, "context": {**body["context"], "network": "ieee33"}}), 422, "context.x"
+    )
     assert "x has 16 columns; network ieee33 has 64 load inputs" in wrong["errors"][0]["message"]
 
 
 def test_widths_that_do_not_fit_the_network_name_both(api):
     ieee = gridsim.simulate(20, 0.1, 0)
-    refused = assert_problem(api.post("/v1/context-sets", json={"x": ieee.x.tolist(), "y": ieee.vm_pu.tolist(),
-                                                                "network": "kerber_landnetz_kabel_1"}), 422, "body.x")
+    refused = assert_problem(
+        api.post(
+            "/v1/context-sets",
+            json={"x": ieee.x.tolist(), "y": ieee.vm_pu.tolist(), "network": "kerber_landnetz_kabel_1"},
+        ),
+        422,
+        "body.x",
+    )
     assert "x has 64 columns; network kerber_landnetz_kabel_1 has 16 load inputs" in refused["detail"]
     info = _context(api, "kerber_landnetz_kabel_1", n=20)
     for path, extra in (("/v1/predict", {"model": "physics-fit"}), ("/v1/gp/predict", {})):
-        answer = assert_problem(api.post(path, json={**extra, "context_id": info["id"], "queries": ieee.x[:2].tolist()}),
-                                422, "queries")
+        answer = assert_problem(
+            api.post(path, json={**extra, "context_id": info["id"], "queries": ieee.x[:2].tolist()}), 422, "queries"
+        )
         assert "queries has 64 columns; network kerber_landnetz_kabel_1 has 16 load inputs" in answer["detail"]
-    simulated = assert_problem(api.post("/v1/simulate", json={"network": "mv_oberrhein_sub0", "loads": ieee.x[:1].tolist()}),
-                               422, "loads")
+    simulated = assert_problem(
+        api.post("/v1/simulate", json={"network": "mv_oberrhein_sub0", "loads": ieee.x[:1].tolist()}), 422, "loads"
+    )
     assert "network mv_oberrhein_sub0 has 128 load inputs" in simulated["detail"]
     unknown = assert_problem(api.post("/v1/simulate", json={"network": "ieee34", "loads": [[0.1]]}), 422, "network")
     assert "ieee33" in unknown["errors"][0]["expected"]
     missing = api.post("/v1/context-sets", json={"simulate": {"network": "0" * 64, "n": 20}})
     assert_problem(missing, 404, "simulate.network")
-    job = api.post("/v1/batch-jobs", json={"simulate": {"network": "ieee33", "n": 10}, "model": "physics-fit",
-                                            "context_id": info["id"]})
+    job = api.post(
+        "/v1/batch-jobs",
+        json={"simulate": {"network": "ieee33", "n": 10}, "model": "physics-fit", "context_id": info["id"]},
+    )
     assert "is not the context set's network" in assert_problem(job, 422, "simulate.network")["detail"]
 
 
@@ -170,8 +205,9 @@ def test_client_names_columns_by_the_context_network(api, feeder_json):
         assert frame.shape[0] == 3 and f"mean_{net.output_names[0]}" in frame.columns
         assert frame.attrs["network"] == nid
         sim = gridsim.simulate(25, 0.2, 5, network="kerber_landnetz_kabel_1")
-        inline = client.predict(sim.x[20:], model=MODEL, context=(sim.x[:20], sim.vm_pu[:20]),
-                                network="kerber_landnetz_kabel_1")  # the checkpoint for kerber
+        inline = client.predict(
+            sim.x[20:], model=MODEL, context=(sim.x[:20], sim.vm_pu[:20]), network="kerber_landnetz_kabel_1"
+        )  # the checkpoint for kerber
         assert inline.attrs["network"] == "kerber_landnetz_kabel_1" and inline.shape[0] == 5
         assert "mean_vm_pu_bus1" in inline.columns
         assert client.simulate(loads, network=nid)["outputs"] == list(net.output_names)
@@ -188,9 +224,15 @@ def test_uploaded_feeder_batch_job_in_a_worker_process(every_network_dir, redis_
             with httpx.Client(base_url=server.url, timeout=60) as client:
                 nid = client.post("/v1/networks", content=feeder_json).json()["id"]
                 cid = _context(client, nid, n=40)["id"]
-                job = client.post("/v1/batch-jobs", json={"simulate": {"network": nid, "delta": 0.2, "n": 30, "seed": 3},
-                                                          "model": "physics-fit", "context_id": cid,
-                                                          "with_ground_truth": True})
+                job = client.post(
+                    "/v1/batch-jobs",
+                    json={
+                        "simulate": {"network": nid, "delta": 0.2, "n": 30, "seed": 3},
+                        "model": "physics-fit",
+                        "context_id": cid,
+                        "with_ground_truth": True,
+                    },
+                )
                 assert job.status_code == 202, job.text
                 final = wait_for(client, job.json()["id"], done)
                 assert final["state"] == "done", (final, worker.text())

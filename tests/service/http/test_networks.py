@@ -1,4 +1,5 @@
 """/v1/networks over real HTTP: upload (pandapower JSON, MATPOWER, multipart), list, read with layout, errors."""
+
 from __future__ import annotations
 
 import httpx
@@ -68,16 +69,22 @@ def _json_of(mutate) -> str:
     return pp.to_json(net)
 
 
-@pytest.mark.parametrize("body, field, words", [
-    (lambda: _json_of(lambda n: n.switch.drop(n.switch.index[n.switch.et == "l"], inplace=True)), "line",
-     "not radial when operated"),
-    (lambda: _json_of(lambda n: n.ext_grid.drop(n.ext_grid.index, inplace=True)), "ext_grid", "no slack"),
-    (lambda: _json_of(lambda n: n.load.loc.__setitem__((0, "bus"), 99)), "load.bus", "bus 99"),
-    (lambda: _json_of(lambda n: n.load.__setitem__("scaling", 400.0)), "load", "does not converge"),
-    (lambda: "hello", "body", "neither pandapower JSON nor a MATPOWER case"),
-    (lambda: "mpc.bus = [1 2;", "mpc.bus", "[ without its ]"),
-    (lambda: "", "body", "empty upload"),
-])
+@pytest.mark.parametrize(
+    "body, field, words",
+    [
+        (
+            lambda: _json_of(lambda n: n.switch.drop(n.switch.index[n.switch.et == "l"], inplace=True)),
+            "line",
+            "not radial when operated",
+        ),
+        (lambda: _json_of(lambda n: n.ext_grid.drop(n.ext_grid.index, inplace=True)), "ext_grid", "no slack"),
+        (lambda: _json_of(lambda n: n.load.loc.__setitem__((0, "bus"), 99)), "load.bus", "bus 99"),
+        (lambda: _json_of(lambda n: n.load.__setitem__("scaling", 400.0)), "load", "does not converge"),
+        (lambda: "hello", "body", "neither pandapower JSON nor a MATPOWER case"),
+        (lambda: "mpc.bus = [1 2;", "mpc.bus", "[ without its ]"),
+        (lambda: "", "body", "empty upload"),
+    ],
+)
 def test_bad_uploads_are_422_naming_the_problem(memory_server, body, field, words):
     with httpx.Client(base_url=memory_server.url, timeout=60) as client:
         response = client.post("/v1/networks", content=body(), headers={"content-type": "application/json"})
@@ -87,6 +94,9 @@ def test_bad_uploads_are_422_naming_the_problem(memory_server, body, field, word
 
 def test_upload_over_the_body_limit_is_413(memory_server):
     with httpx.Client(base_url=memory_server.url, timeout=60) as client:
-        response = client.post("/v1/networks", content=b"{" + b" " * LIMITS["max_body_bytes"] + b"}",
-                               headers={"content-type": "application/json"})
+        response = client.post(
+            "/v1/networks",
+            content=b"{" + b" " * LIMITS["max_body_bytes"] + b"}",
+            headers={"content-type": "application/json"},
+        )
     assert_problem(response, 413, "body")

@@ -1,4 +1,5 @@
 """Every bad input gets the one problem+json shape with the right status and the field named."""
+
 from __future__ import annotations
 
 import logging
@@ -41,8 +42,7 @@ def test_nan_and_infinity_literals_name_the_field(api, cid):
 
 def test_nan_in_context_names_the_field(api, scenarios):
     x, y = scenarios
-    raw = ('{"model": "%s", "queries": [%s], "context": {"x": %s, "y": [[NaN%s]]}}'
-           % (MODEL, rows(x[0]), rows(x[:1]), ", 1.0" * 31))
+    raw = f'{{"model": "{MODEL}", "queries": [{rows(x[0])}], "context": {{"x": {rows(x[:1])}, "y": [[NaN{", 1.0" * 31}]]}}}}'
     response = api.post("/v1/predict", content=raw, headers={"content-type": "application/json"})
     assert_problem(response, 422, "context.y[0][0]")
 
@@ -53,7 +53,9 @@ def test_wrong_lengths(api, cid, scenarios):
     assert body["errors"][0]["expected"].startswith("64 ") and "63" in body["errors"][0]["message"]
     assert "network ieee33 has 64 load inputs" in body["errors"][0]["message"]
     assert_problem(api.post("/v1/context-sets", json={"x": rows(x[:10]), "y": rows(y[:9])}), 422, "body.y")
-    short = assert_problem(api.post("/v1/context-sets", json={"x": rows(x[:10]), "y": rows(y[:10, :31])}), 422, "body.y")
+    short = assert_problem(
+        api.post("/v1/context-sets", json={"x": rows(x[:10]), "y": rows(y[:10, :31])}), 422, "body.y"
+    )
     assert "y has 31 columns; network ieee33 has 32 outputs" in short["detail"]
     assert_problem(api.post("/v1/simulate", json={"loads": [[0.1] * 65]}), 422, "loads")
     assert_problem(api.post("/v1/simulate", json={"loads": [[0.1] * 999]}), 422, "loads[0]")  # over any network's
@@ -63,8 +65,7 @@ def test_malformed_requests(api, cid, scenarios):
     assert_problem(api.post("/v1/predict", content=b"{not json", headers={"content-type": "application/json"}), 422)
     assert_problem(api.post("/v1/predict", content=b"\xff\x06", headers={"content-type": "application/json"}), 422)
     assert_problem(predict(api, queries=[rows(scenarios[0][0])]), 422)  # neither context nor context_id
-    assert_problem(predict(api, context_id=cid, queries=[rows(scenarios[0][0])], quantiles=[1.5]), 422,
-                   "quantiles[0]")
+    assert_problem(predict(api, context_id=cid, queries=[rows(scenarios[0][0])], quantiles=[1.5]), 422, "quantiles[0]")
     body = assert_problem(predict(api, context_id=cid, queries=[rows(scenarios[0][0])], voltage_band=[1.05, 0.95]), 422)
     assert "voltage_band" in body["detail"]
     assert_problem(predict(api, context_id="xyz", queries=[rows(scenarios[0][0])]), 422, "context_id")
@@ -74,7 +75,9 @@ def test_malformed_requests(api, cid, scenarios):
 
 def test_unknown_model_and_context(api, cid, scenarios):
     query = [rows(scenarios[0][0])]
-    assert_problem(api.post("/v1/predict", json={"model": "no-such", "context_id": cid, "queries": query}), 404, "model")
+    assert_problem(
+        api.post("/v1/predict", json={"model": "no-such", "context_id": cid, "queries": query}), 404, "model"
+    )
     assert_problem(api.get("/v1/models/no-such"), 404, "name")
     assert_problem(predict(api, context_id="0" * 64, queries=query), 404, "context_id")
     assert_problem(api.get("/v1/context-sets/" + "0" * 64), 404, "context_id")
@@ -102,7 +105,9 @@ def test_limits_answer_413(api, cid, scenarios):
 
     assert_problem(api.post("/v1/predict", content=chunks(), headers={"content-type": "application/json"}), 413)
     over_simulate = LIMITS["max_simulate"] + 1
-    assert_problem(api.post("/v1/simulate", json={"loads": rows(np.repeat(x[:1], over_simulate, axis=0))}), 413, "loads")
+    assert_problem(
+        api.post("/v1/simulate", json={"loads": rows(np.repeat(x[:1], over_simulate, axis=0))}), 413, "loads"
+    )
     assert_problem(api.post("/v1/context-sets", json={"simulate": {"n": over_simulate}}), 413, "simulate.n")
     over = LIMITS["max_context_rows"] + 1
     tall_x, tall_y = rows(np.repeat(x[:1], over, axis=0)), rows(np.repeat(y[:1], over, axis=0))
@@ -112,8 +117,10 @@ def test_limits_answer_413(api, cid, scenarios):
 def test_gp_over_configured_size_points_to_batch_jobs(api, scenarios):
     x, y = scenarios
     context = {"x": rows(x[:61]), "y": rows(y[:61])}
-    for response in (api.post("/v1/gp/predict", json={"context": context, "queries": rows(x[:1])}),
-                     predict(api, context=context, queries=rows(x[:1]), compare_gp=True)):
+    for response in (
+        api.post("/v1/gp/predict", json={"context": context, "queries": rows(x[:1])}),
+        predict(api, context=context, queries=rows(x[:1]), compare_gp=True),
+    ):
         body = assert_problem(response, 422, "context")
         assert body["type"].endswith("gp-too-large") and "/v1/batch-jobs" in body["detail"]
 

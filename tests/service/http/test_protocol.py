@@ -1,4 +1,5 @@
 """CoalescingTransport: a response's small writes leave as one, in order; big writes are not copied."""
+
 from __future__ import annotations
 
 import asyncio
@@ -105,8 +106,16 @@ def test_the_switch_serves_the_app_with_uvicorns_writes(monkeypatch, model_dir, 
     monkeypatch.delenv("GRIDPFN_COALESCE_WRITES")
     assert protocol_for(Settings().coalesce_writes) is CoalescingHttpToolsProtocol
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="on", http=protocol_for(settings.coalesce_writes)))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(settings),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="on",
+            http=protocol_for(settings.coalesce_writes),
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:
@@ -114,8 +123,11 @@ def test_the_switch_serves_the_app_with_uvicorns_writes(monkeypatch, model_dir, 
         while not server.started and time.monotonic() < deadline:
             time.sleep(0.02)
         x, y = scenarios
-        answer = httpx.post(f"http://127.0.0.1:{port}/v1/predict", timeout=30, json={
-            "model": MODEL, "context": {"x": rows(x[:30]), "y": rows(y[:30])}, "queries": rows(x[40:42])})
+        answer = httpx.post(
+            f"http://127.0.0.1:{port}/v1/predict",
+            timeout=30,
+            json={"model": MODEL, "context": {"x": rows(x[:30]), "y": rows(y[:30])}, "queries": rows(x[40:42])},
+        )
         assert answer.status_code == 200 and len(answer.json()["mean"]) == 2
         assert "server-timing" in answer.headers
     finally:

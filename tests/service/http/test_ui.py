@@ -4,6 +4,7 @@ The numbers drawn (data attributes of the SVG elements) are compared with the AP
 same request sent from Python; screenshots land in test-artifacts/ui/ (gitignored).
 Set GRIDPFN_UI_TESTS=skip to skip the browser tests on a machine where Chromium cannot be installed.
 """
+
 from __future__ import annotations
 
 import io
@@ -39,8 +40,9 @@ QUANTILES = [0.05, 0.25, 0.5, 0.75, 0.95]
 def ui_server(model_dir, tmp_path_factory):
     server = Server(Settings(model_dir=model_dir, redis_url=None, api_keys=KEY, **LIMITS))
     # small chunks with a pause between them, so the page's progress bar has something to show
-    server.app.state.job_settings = JobSettings(jobs_dir=tmp_path_factory.mktemp("ui-jobs"), job_chunk_rows=50,
-                                                job_chunk_pause_s=0.3)
+    server.app.state.job_settings = JobSettings(
+        jobs_dir=tmp_path_factory.mktemp("ui-jobs"), job_chunk_rows=50, job_chunk_pause_s=0.3
+    )
     server.start()
     try:
         yield server
@@ -117,15 +119,24 @@ def simulate_context(driver, n: int, delta: float, seed: int) -> str:
 def predict_and_wait(driver) -> None:
     driver.execute_script("document.getElementById('profile').textContent = ''")
     by_id(driver, "predict-btn").click()
-    wait(driver, lambda d: by_id(d, "timing").get_attribute("data-round-trip-ms")
-         and len(css(d, "#profile circle.bus-mean")) == len(NET.output_names), what="profile drawn")
+    wait(
+        driver,
+        lambda d: (
+            by_id(d, "timing").get_attribute("data-round-trip-ms")
+            and len(css(d, "#profile circle.bus-mean")) == len(NET.output_names)
+        ),
+        what="profile drawn",
+    )
 
 
 def drawn(driver, selector: str, attribute: str) -> dict[int, float]:
     """{bus: float(attribute)} over the elements matching selector (the exact double the page held)."""
     values = driver.execute_script(
         "return Array.from(document.querySelectorAll(arguments[0])).filter(e => e.hasAttribute(arguments[1]))"
-        ".map(e => [e.getAttribute('data-bus'), e.getAttribute(arguments[1])])", selector, attribute)
+        ".map(e => [e.getAttribute('data-bus'), e.getAttribute(arguments[1])])",
+        selector,
+        attribute,
+    )
     return {int(bus): float(value) for bus, value in values}
 
 
@@ -171,8 +182,10 @@ def test_key_context_prediction_and_drawn_numbers_equal_the_api(ui_server, api, 
     assert "60 rows" in by_id(driver, "ctx-info").text
 
     level = 1.2
-    driver.execute_script("const s = document.getElementById('level'); s.value = arguments[0];"
-                          "s.dispatchEvent(new Event('input'))", str(level))
+    driver.execute_script(
+        "const s = document.getElementById('level'); s.value = arguments[0];s.dispatchEvent(new Event('input'))",
+        str(level),
+    )
     driver.execute_script("arguments[0].closest('details').open = true", by_id(driver, "load-table"))
     edited = css(driver, '#load-table input[data-kind="p"][data-i="16"]')[0]  # bus 18's P
     edited.clear()
@@ -184,8 +197,17 @@ def test_key_context_prediction_and_drawn_numbers_equal_the_api(ui_server, api, 
     base = np.concatenate([NET.base_p_mw, NET.base_q_mvar])
     base[16] = 0.25
     query = [level * v for v in base.tolist()]
-    answer = api.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": [query], "quantiles": QUANTILES,
-                                           "voltage_band": [0.95, 1.05], "compare_gp": True}).json()
+    answer = api.post(
+        "/v1/predict",
+        json={
+            "model": MODEL,
+            "context_id": cid,
+            "queries": [query],
+            "quantiles": QUANTILES,
+            "voltage_band": [0.95, 1.05],
+            "compare_gp": True,
+        },
+    ).json()
     assert drawn(driver, "#profile circle.bus-mean", "data-mean") == by_bus(answer, answer["mean"][0])
     for level_, attr in ((0.05, "data-q05"), (0.25, "data-q25"), (0.75, "data-q75"), (0.95, "data-q95")):
         assert drawn(driver, "#profile circle.bus-mean", attr) == by_bus(answer, answer["quantiles"][str(level_)][0])
@@ -196,7 +218,8 @@ def test_key_context_prediction_and_drawn_numbers_equal_the_api(ui_server, api, 
     assert len(css(driver, "#riskmap .node")) == feeder["n_buses"]
     assert len(css(driver, "#riskmap path.line")) == sum(line["closed"] for line in feeder["lines"])
     assert sorted(e.get_attribute("data-tie") for e in css(driver, "#riskmap path.tie")) == sorted(
-        f"{line['from_bus']}-{line['to_bus']}" for line in feeder["lines"] if not line["closed"])
+        f"{line['from_bus']}-{line['to_bus']}" for line in feeder["lines"] if not line["closed"]
+    )
     assert drawn(driver, "#profile circle.gp-point", "data-gp-mean") == by_bus(answer, answer["gp"]["mean"][0])
     at_risk = {int(e.get_attribute("data-bus")) for e in css(driver, "#profile circle.bus-mean.at-risk")}
     assert at_risk == {bus for bus, p in risk.items() if p > 0.05}
@@ -221,15 +244,20 @@ def test_key_context_prediction_and_drawn_numbers_equal_the_api(ui_server, api, 
     box = by_id(driver, "rows-box")
     driver.execute_script("arguments[0].open = true", box)
     text = by_id(driver, "rows-text")
-    driver.execute_script("arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('input'))", text,
-                          ",".join(NET.feature_names) + "\n" + "\n".join(",".join(map(repr, r)) for r in rows))
+    driver.execute_script(
+        "arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('input'))",
+        text,
+        ",".join(NET.feature_names) + "\n" + "\n".join(",".join(map(repr, r)) for r in rows),
+    )
     by_id(driver, "compare-gp").click()
     predict_and_wait(driver)
     from selenium.webdriver.support.ui import Select
 
     Select(by_id(driver, "row-select")).select_by_value("1")
-    two = api.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows, "quantiles": QUANTILES,
-                                        "voltage_band": [0.95, 1.05]}).json()
+    two = api.post(
+        "/v1/predict",
+        json={"model": MODEL, "context_id": cid, "queries": rows, "quantiles": QUANTILES, "voltage_band": [0.95, 1.05]},
+    ).json()
     assert drawn(driver, "#profile circle.bus-mean", "data-mean") == by_bus(two, two["mean"][1])
 
 
@@ -246,9 +274,16 @@ def test_first_paint_and_prediction_round_trip(ui_server, browser):
     paints = []
     for _ in range(2):
         driver.get(ui_server.url + "/ui")
-        paints.append(wait(driver, lambda d: d.execute_script(
-            "const p = performance.getEntriesByType('paint').find(e => e.name === 'first-contentful-paint');"
-            "return p && p.startTime"), what="first contentful paint"))
+        paints.append(
+            wait(
+                driver,
+                lambda d: d.execute_script(
+                    "const p = performance.getEntriesByType('paint').find(e => e.name === 'first-contentful-paint');"
+                    "return p && p.startTime"
+                ),
+                what="first contentful paint",
+            )
+        )
     log.info("/ui first contentful paint %s ms, predict round trips %s ms", paints, trips)
     assert min(paints) < 1000, paints
     assert min(trips) < 200, trips
@@ -320,7 +355,9 @@ def test_bad_uploads_show_the_problem(ui_server, browser, tmp_path, scenarios):
     pd.DataFrame(x[:5], columns=list(NET.feature_names)).drop(columns=["q_mvar_bus33"]).to_csv(missing, index=False)
     by_id(driver, "batch-file").send_keys(str(missing))
     by_id(driver, "batch-submit").click()
-    error = wait(driver, lambda d: by_id(d, "batch-error").is_displayed() and by_id(d, "batch-error"), what="batch error")
+    error = wait(
+        driver, lambda d: by_id(d, "batch-error").is_displayed() and by_id(d, "batch-error"), what="batch error"
+    )
     assert "(422)" in error.text and "q_mvar_bus33" in error.text
     assert not css(driver, ".job")
     shot(driver, "bad-batch-upload")

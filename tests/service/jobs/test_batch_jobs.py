@@ -1,5 +1,6 @@
 """Batch jobs in the embedded mode (no Redis): upload -> poll -> fetch, simulate specs, bad files,
 cancel, and the client importable without torch. Real uvicorn server, real tiny checkpoint."""
+
 from __future__ import annotations
 
 import subprocess
@@ -13,8 +14,21 @@ import pyarrow.parquet as pq
 import pytest
 
 import gridsim
-from tests.service.batch_support import (FEATURES, OUTPUTS, QUANTILES, ROOT, block, context_id, done,
-                                         expected_stats, fetch_frame, job_server, loads, submit_file, wait_for)
+from tests.service.batch_support import (
+    FEATURES,
+    OUTPUTS,
+    QUANTILES,
+    ROOT,
+    block,
+    context_id,
+    done,
+    expected_stats,
+    fetch_frame,
+    job_server,
+    loads,
+    submit_file,
+    wait_for,
+)
 from tests.service.conftest import MODEL, assert_problem
 
 CHUNK = 400
@@ -51,7 +65,7 @@ def test_upload_poll_fetch_embedded(embedded, model_dir, tmp_path):
     for stat in stats:
         np.testing.assert_allclose(block(result, stat), want[stat], rtol=2e-6, atol=1e-6, err_msg=stat)
     assert np.isfinite(block(result, "std")).all() and (block(result, "std") > 0).all()
-    q = np.stack([block(result, f"q{l!r}") for l in QUANTILES])
+    q = np.stack([block(result, f"q{level!r}") for level in QUANTILES])
     assert (np.diff(q, axis=0) >= 0).all()
     assert ((block(result, "p_outside") >= 0) & (block(result, "p_outside") <= 1)).all()
 
@@ -72,8 +86,10 @@ def test_csv_columns_in_any_order_and_simulate_spec_with_ground_truth(embedded, 
     np.testing.assert_array_equal(result[FEATURES].to_numpy(), frame.to_numpy())  # CSV text round trip exact
 
     spec = {"network": "ieee33", "delta": 0.1, "n": 500, "seed": 3}
-    response = client.post("/v1/batch-jobs", json={"simulate": spec, "model": MODEL, "context_id": cid,
-                                                   "quantiles": [0.5], "with_ground_truth": True})
+    response = client.post(
+        "/v1/batch-jobs",
+        json={"simulate": spec, "model": MODEL, "context_id": cid, "quantiles": [0.5], "with_ground_truth": True},
+    )
     assert response.status_code == 202, response.text
     sim = fetch_frame(client, wait_for(client, response.json()["id"], done)["id"])
     truth = gridsim.simulate(500, 0.1, 3)
@@ -108,8 +124,9 @@ def _bad_files(tmp_path):
     empty.write_bytes(b"")
     cases["zero-bytes"] = (empty, None, None)
     strings = pa.Table.from_pandas(frame.astype({"p_mw_bus3": str}), preserve_index=False)
-    strings = strings.set_column(strings.schema.get_field_index("p_mw_bus3"), "p_mw_bus3",
-                                 pa.array(["0.1"] * 10 + ["abc"] + ["0.1"] * 39))
+    strings = strings.set_column(
+        strings.schema.get_field_index("p_mw_bus3"), "p_mw_bus3", pa.array(["0.1"] * 10 + ["abc"] + ["0.1"] * 39)
+    )
     pq.write_table(strings, tmp_path / "strings.parquet")
     cases["parquet-string"] = (tmp_path / "strings.parquet", 11, "p_mw_bus3")
     pq.write_table(pa.Table.from_pandas(frame.iloc[:0], preserve_index=False), tmp_path / "none.parquet")
@@ -140,15 +157,18 @@ def test_request_errors(embedded, tmp_path):
     assert_problem(submit_file(client, path, "0" * 64), 404, "context_id")
     assert_problem(submit_file(client, path, cid, quantiles="0.5,1.5"), 422, "quantiles[1]")
     assert_problem(submit_file(client, path, cid, voltage_band="1.05,0.95"), 422)
-    assert_problem(client.post("/v1/batch-jobs", data={"model": MODEL, "context_id": cid}, files={"x": b"1"}), 422,
-                   "x")  # an undeclared form field, refused like an unknown JSON field
-    assert_problem(client.post("/v1/batch-jobs", data={"model": MODEL, "context_id": cid}, files={"file": b"1"}), 422,
-                   "file")
+    assert_problem(
+        client.post("/v1/batch-jobs", data={"model": MODEL, "context_id": cid}, files={"x": b"1"}), 422, "x"
+    )  # an undeclared form field, refused like an unknown JSON field
+    assert_problem(
+        client.post("/v1/batch-jobs", data={"model": MODEL, "context_id": cid}, files={"file": b"1"}), 422, "file"
+    )
     assert_problem(client.post("/v1/batch-jobs", json={"model": MODEL, "context_id": cid}), 422, "simulate")
     assert_problem(client.post("/v1/batch-jobs", content=b"x", headers={"content-type": "text/plain"}), 415)
     huge = b'{"pad": "' + b"x" * (1 << 20) + b'"}'  # JSON submissions carry a spec, never data
-    assert_problem(client.post("/v1/batch-jobs", content=huge, headers={"content-type": "application/json"}), 413,
-                   "body")
+    assert_problem(
+        client.post("/v1/batch-jobs", content=huge, headers={"content-type": "application/json"}), 413, "body"
+    )
     assert_problem(client.get("/v1/batch-jobs/" + "a" * 32), 404, "job_id")
     assert_problem(client.get("/v1/batch-jobs/not-an-id"), 422)
 
@@ -177,10 +197,12 @@ def test_cancel_embedded(model_dir, tmp_path):
 
 
 def test_client_imports_without_torch():
-    code = ("import sys; sys.modules['torch'] = None\n"
-            "import service.client\n"
-            "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]\n"
-            "assert not any(m.startswith(('models', 'gridsim', 'service.jobs')) for m in sys.modules)\n")
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import service.client\n"
+        "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]\n"
+        "assert not any(m.startswith(('models', 'gridsim', 'service.jobs')) for m in sys.modules)\n"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)
 
 
@@ -199,9 +221,21 @@ def test_janitor_removes_only_old_orphaned_job_directories(tmp_path):
         (directory / "parts").mkdir(parents=True)
     os.utime(dirs["a"], (now - 7200, now - 7200))  # old, no record -> removed
     os.utime(dirs["b"], (now - 7200, now - 7200))  # old, but its job still has a record -> kept
-    states.create(JobSpec(id="b" * 32, model=MODEL, model_version="1", context_id="0" * 64, network="ieee33",
-                          features=tuple(FEATURES), outputs=tuple(OUTPUTS), rows=1, chunk_rows=1, source="csv",
-                          created_at=now))
+    states.create(
+        JobSpec(
+            id="b" * 32,
+            model=MODEL,
+            model_version="1",
+            context_id="0" * 64,
+            network="ieee33",
+            features=tuple(FEATURES),
+            outputs=tuple(OUTPUTS),
+            rows=1,
+            chunk_rows=1,
+            source="csv",
+            created_at=now,
+        )
+    )
     # "c": recent, no record (an upload still being validated) -> kept; "not-a-job": not a job id -> kept
     (tmp_path / "not-a-job").mkdir()
     assert sweep(tmp_path, states, max_age_s=3600, now=now) == ["a" * 32]
@@ -214,8 +248,19 @@ def test_streamed_result_publishes_only_a_complete_in_order_run(tmp_path):
     from service.jobs import results
     from service.jobs.jobspec import JobSpec
 
-    spec = JobSpec(id="j", model=MODEL, model_version="0", context_id="0" * 64, network="ieee33",
-                   features=("a",), outputs=("b",), rows=5, chunk_rows=2, source="parquet", created_at=0.0)
+    spec = JobSpec(
+        id="j",
+        model=MODEL,
+        model_version="0",
+        context_id="0" * 64,
+        network="ieee33",
+        features=("a",),
+        outputs=("b",),
+        rows=5,
+        chunk_rows=2,
+        source="parquet",
+        created_at=0.0,
+    )
     tables = [pa.table({"a": np.arange(start, min(start + 2, 5), dtype=float)}) for start in (0, 2, 4)]
     files = results.JobFiles(tmp_path, "j")
     files.parts.mkdir(parents=True)

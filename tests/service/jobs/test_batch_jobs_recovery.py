@@ -3,6 +3,7 @@
 A worker SIGKILLed mid-job leaves the job pending on the stream; another worker reclaims it after
 the claim idle time, resumes from the last recorded chunk, and the result equals an uninterrupted run.
 """
+
 from __future__ import annotations
 
 import re
@@ -15,8 +16,18 @@ import pandas as pd
 import pytest
 import redis
 
-from tests.service.batch_support import (FEATURES, WorkerProcess, context_id, done, fetch_frame, job_server, loads,
-                                         submit_file, wait_for, worker_env)
+from tests.service.batch_support import (
+    FEATURES,
+    WorkerProcess,
+    context_id,
+    done,
+    fetch_frame,
+    job_server,
+    loads,
+    submit_file,
+    wait_for,
+    worker_env,
+)
 from tests.service.conftest import assert_problem
 
 CHUNK = 150

@@ -1,5 +1,6 @@
 """Batch jobs through real Redis and a real `gridpfn worker` process: upload -> poll -> fetch,
 the CLI (submit --wait, status, fetch), and bad files leaving nothing on the stream."""
+
 from __future__ import annotations
 
 import uuid
@@ -11,9 +12,21 @@ import pytest
 import redis
 
 from service.commands.cli import main
-from tests.service.batch_support import (FEATURES, QUANTILES, WorkerProcess, block, context_id, done,
-                                         expected_stats, fetch_frame, job_server, loads, submit_file, wait_for,
-                                         worker_env)
+from tests.service.batch_support import (
+    FEATURES,
+    QUANTILES,
+    WorkerProcess,
+    block,
+    context_id,
+    done,
+    expected_stats,
+    fetch_frame,
+    job_server,
+    loads,
+    submit_file,
+    wait_for,
+    worker_env,
+)
 from tests.service.conftest import MODEL, assert_problem
 
 CHUNK = 500
@@ -59,8 +72,27 @@ def test_cli_submit_wait_status_fetch(stack, tmp_path, capsys):
     path = tmp_path / "loads.parquet"
     frame.to_parquet(path, index=False)
     out = tmp_path / "out.parquet"
-    assert main(["batch", "submit", "--url", server.url, str(path), "--context", cid, "--model", MODEL,
-                 "--quantiles", "0.1,0.9", "--wait", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "batch",
+                "submit",
+                "--url",
+                server.url,
+                str(path),
+                "--context",
+                cid,
+                "--model",
+                MODEL,
+                "--quantiles",
+                "0.1,0.9",
+                "--wait",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     job_id = captured.out.strip().splitlines()[0]
     assert "rows" in captured.err  # the progress bar
