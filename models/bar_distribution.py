@@ -14,6 +14,8 @@ Every method takes unnormalised logits (..., n_bars) and is vectorised over lead
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -43,7 +45,7 @@ class BarDistribution(nn.Module):
             raise ValueError("borders must be strictly increasing")
         self.register_buffer("borders", borders.detach().clone())
         self._casts: dict[tuple[torch.dtype, torch.device], BarDistribution] = {}
-        self._derived: dict[tuple, tuple[Tensor, tuple[Tensor, ...]]] = {}
+        self._derived: dict[tuple[str, torch.dtype, torch.device], tuple[Tensor, tuple[Tensor, ...]]] = {}
 
     def cast(self, dtype: torch.dtype, device: torch.device | str) -> BarDistribution:
         """This distribution with borders in another dtype / device, built once per pair: a
@@ -85,7 +87,7 @@ class BarDistribution(nn.Module):
         return self.borders.numel() - 1
 
     # ----- geometry -------------------------------------------------------------------
-    def _derive(self, name: str, like: Tensor, build) -> tuple[Tensor, ...]:
+    def _derive(self, name: str, like: Tensor, build: Callable[[Tensor], tuple[Tensor, ...]]) -> tuple[Tensor, ...]:
         """`build(like)` once per (name, dtype, device, state of the borders): a summary of a few
         queries spent a third of its time re-deriving these constants op by op."""
         key = (name, like.dtype, like.device)
@@ -105,7 +107,7 @@ class BarDistribution(nn.Module):
             w = (b[1:] - b[:-1]).clamp_min(torch.finfo(like.dtype).tiny)
             return b, w, w[0] / _Z75, w[-1] / _Z75
 
-        return self._derive("geometry", like, build)
+        return cast("tuple[Tensor, Tensor, Tensor, Tensor]", self._derive("geometry", like, build))
 
     def _bucket_moments(self, like: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Mean and variance of each bucket's conditional density (tails are half-normals), and the
@@ -121,7 +123,7 @@ class BarDistribution(nn.Module):
             variances = torch.cat([(s_left**2 * hn_var)[None], variances[1:-1], (s_right**2 * hn_var)[None]])
             return means, variances, torch.stack([means, variances + means.square()], dim=-1)
 
-        return self._derive("moments", like, build)
+        return cast("tuple[Tensor, Tensor, Tensor]", self._derive("moments", like, build))
 
     def _check_logits(self, logits: Tensor) -> Tensor:
         logits = torch.as_tensor(logits)
@@ -136,7 +138,8 @@ class BarDistribution(nn.Module):
         logits = self._check_logits(logits)
         y = torch.as_tensor(y, dtype=logits.dtype, device=logits.device)
         try:
-            shape = torch.broadcast_shapes(logits.shape[:-1], y.shape)
+            # torch.broadcast_shapes has no annotations
+            shape = torch.broadcast_shapes(logits.shape[:-1], y.shape)  # type: ignore[no-untyped-call]
         except RuntimeError as exc:
             raise ValueError(
                 f"y of shape {tuple(y.shape)} does not broadcast against logits {tuple(logits.shape)}"
@@ -265,7 +268,7 @@ class BarDistribution(nn.Module):
         flat = torch.softmax(logits.detach(), dim=-1).reshape(-1, self.n_bars)
         idx = torch.multinomial(flat, int(n), replacement=True, generator=generator)
         idx = idx.T.reshape(int(n), *batch)
-        kw = dict(dtype=logits.dtype, device=logits.device, generator=generator)
+        kw: dict[str, Any] = dict(dtype=logits.dtype, device=logits.device, generator=generator)
         u = torch.rand(idx.shape, **kw)
         z = torch.randn(idx.shape, **kw).abs()
         interior = b[idx] + u * w[idx]

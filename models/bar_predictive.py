@@ -9,10 +9,11 @@ the common Predictive interface (float64 numpy, (m, k) per query and output), in
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from models.bar_distribution import BarDistribution
@@ -21,7 +22,7 @@ from models.errors import InputValidationError
 from models.predictive import Predictive, Summary, Timing
 
 
-def _finite_array(name: str, value, allow_inf: bool = False) -> np.ndarray:
+def _finite_array(name: str, value: torch.Tensor | npt.ArrayLike, allow_inf: bool = False) -> np.ndarray:
     arr = np.asarray(value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else value, dtype=np.float64)
     bad = np.isnan(arr) if allow_inf else ~np.isfinite(arr)
     if bad.any():
@@ -97,7 +98,8 @@ class BarPredictive(Predictive):
         if self.min_half is None:
             return factor
         half = np.maximum(scale * z_half, np.finfo(np.float64).tiny)
-        return np.maximum(factor, self.min_half / half)
+        stretched: np.ndarray = np.maximum(factor, self.min_half / half)
+        return stretched
 
     def _loc_scale(self) -> tuple[np.ndarray, np.ndarray]:
         """Location and scale of y = loc + scale * z with the spread folded in, computed on first use.
@@ -131,7 +133,7 @@ class BarPredictive(Predictive):
         loc, scale = self._loc_scale()
         return self._torch((values - loc) / scale)
 
-    def _by_rows(self, fn, z: torch.Tensor | None = None, axis: int = 0) -> np.ndarray:
+    def _by_rows(self, fn: Callable[..., torch.Tensor], z: torch.Tensor | None = None, axis: int = 0) -> np.ndarray:
         """fn(float64 logits chunk[, z chunk]) over query chunks, so temporaries stay bounded for any m."""
         m, k, n_bars = self.logits.shape
         step = max(1, _CHUNK_ELEMENTS // max(k * n_bars, 1))
@@ -152,11 +154,13 @@ class BarPredictive(Predictive):
 
     @property
     def mean(self) -> np.ndarray:
-        return self.loc + self.scale * self._z_moments()[0]
+        mean: np.ndarray = self.loc + self.scale * self._z_moments()[0]
+        return mean
 
     @property
     def std(self) -> np.ndarray:
-        return self._loc_scale()[1] * np.sqrt(self._z_moments()[1])
+        std: np.ndarray = self._loc_scale()[1] * np.sqrt(self._z_moments()[1])
+        return std
 
     def summary(self, levels: Sequence[float] = (), band: tuple[float, float] | None = None) -> Summary:
         """Mean, std, quantiles and band probability from one softmax per chunk, in the logits' dtype.
@@ -177,8 +181,9 @@ class BarPredictive(Predictive):
         mean, std = np.empty((m, k)), np.empty((m, k))
         quantiles = np.empty((0 if lv is None else len(lv), m, k))
         outside = None if band is None else np.empty((m, k))
-        as64 = lambda t: t.double().cpu().numpy()  # noqa: E731
+        as64: Callable[[torch.Tensor], np.ndarray] = lambda t: t.double().cpu().numpy()  # noqa: E731
         step = max(1, _CHUNK_ELEMENTS // max(k * n_bars, 1))
+        order: Callable[[torch.Tensor], torch.Tensor]
         for start in range(0, m, step):
             rows = slice(start, start + step)
             chunk = self.logits[rows]
@@ -210,6 +215,7 @@ class BarPredictive(Predictive):
             if band is not None:  # both ends in one pass: (rows, k, 2) standardised, in p's order
                 edges = np.stack([(low - loc) / scale, (high - loc) / scale], axis=-1)
                 cdf = bar.cdf_from_probs(p, cum, order(torch.as_tensor(edges, dtype=dtype, device=device)).contiguous())
+                assert outside is not None  # allocated when a band is asked
                 outside[rows] = as64(order((1.0 - (cdf[..., 1] - cdf[..., 0])).clamp(0.0, 1.0)))
         return Summary(mean, std, quantiles, outside)
 
@@ -226,7 +232,8 @@ class BarPredictive(Predictive):
         levels_t = self._levels(levels).to(self.logits.device)
         z = self._by_rows(lambda lg: self._bar64.quantile(lg, levels_t), axis=1)
         loc, scale = self._loc_scale()
-        return loc[None] + scale[None] * z
+        q: np.ndarray = loc[None] + scale[None] * z
+        return q
 
     def cdf(self, values: np.ndarray | float) -> np.ndarray:
         v = _finite_array("values", values, allow_inf=True)
@@ -234,7 +241,8 @@ class BarPredictive(Predictive):
 
     def log_prob(self, y: np.ndarray) -> np.ndarray:
         v = _finite_array("y", y)
-        return self._by_rows(self._bar64.log_prob, self._standardise("y", v)) - np.log(self._loc_scale()[1])
+        lp: np.ndarray = self._by_rows(self._bar64.log_prob, self._standardise("y", v)) - np.log(self._loc_scale()[1])
+        return lp
 
     def sample(self, n: int, seed: int | None = None) -> np.ndarray:
         """(n, m, k) draws in physical units."""
@@ -245,4 +253,5 @@ class BarPredictive(Predictive):
             gen.manual_seed(seed)
         z = self._by_rows(lambda lg: self._bar64.sample(lg, n, generator=gen), axis=1)
         loc, scale = self._loc_scale()
-        return loc[None] + scale[None] * z
+        draws: np.ndarray = loc[None] + scale[None] * z
+        return draws

@@ -14,6 +14,7 @@ held-out points on every output.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from scipy.stats import chi2, norm
@@ -50,7 +51,7 @@ HALF_WIDTH_FLOOR_CONFIDENCE = 0.95
 HELDOUT_SLOPE_RANGE = (0.0, 2.0)
 
 
-def check_heldout_slope(value, where: str = "calibration.heldout_slope") -> float:
+def check_heldout_slope(value: Any, where: str = "calibration.heldout_slope") -> float:
     """A card's held-out slope as a float, or ValueError naming the field and the expected range."""
     low, high = HELDOUT_SLOPE_RANGE
     try:
@@ -84,8 +85,10 @@ def spread_from_heldout(
     stats = pred.summary((tail, 1.0 - tail))
     factors = conformal_spread(stats.mean, stats.quantiles[0], stats.quantiles[1], y, level)
     if y.shape[0] < MIN_NARROWING_POINTS:
-        return np.maximum(factors, 1.0)
-    return np.maximum(factors / overstatement, MIN_SPREAD)
+        floored: np.ndarray = np.maximum(factors, 1.0)
+        return floored
+    narrowed: np.ndarray = np.maximum(factors / overstatement, MIN_SPREAD)
+    return narrowed
 
 
 def half_width_floor(
@@ -96,7 +99,8 @@ def half_width_floor(
     (1.42x the rms at n = 16, 1.20x at 50, 1.13x at 100)."""
     n = heldout_errors.shape[0]
     rms = np.sqrt(np.mean(np.square(heldout_errors), axis=0))
-    return norm.ppf(0.5 + level / 2) * rms * math.sqrt(n / chi2.ppf(1.0 - confidence, n))
+    half: np.ndarray = norm.ppf(0.5 + level / 2) * rms * math.sqrt(n / chi2.ppf(1.0 - confidence, n))
+    return half
 
 
 def conformal_spread(mean: np.ndarray, low: np.ndarray, high: np.ndarray, y: np.ndarray, level: float) -> np.ndarray:
@@ -113,4 +117,5 @@ def conformal_spread(mean: np.ndarray, low: np.ndarray, high: np.ndarray, y: np.
     scores = np.maximum(below, above)
     n = scores.shape[0]
     rank = min(n, math.ceil((n + 1) * level))
-    return np.sort(scores, axis=0)[rank - 1]
+    spread: np.ndarray = np.sort(scores, axis=0)[rank - 1]
+    return spread

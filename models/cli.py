@@ -11,7 +11,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     train = subparsers.add_parser("train", help="train a DVA-PFN on a prior (resumable)")
     train.add_argument("--config", required=True, type=Path, help="TrainConfig JSON file")
     train.add_argument("--run-dir", type=Path, help="where checkpoints go (default runs/<config stem>)")

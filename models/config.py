@@ -10,9 +10,12 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self, TypeVar
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 
 def _from_dict(cls: type[T], data: dict[str, Any]) -> T:
@@ -21,7 +24,7 @@ def _from_dict(cls: type[T], data: dict[str, Any]) -> T:
     unknown = set(data) - set(fields)
     if unknown:
         raise ValueError(f"{cls.__name__}: unknown field(s) {sorted(unknown)}; expected some of {sorted(fields)}")
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     for name, value in data.items():
         ftype = fields[name].type
         nested = _NESTED.get(ftype) if isinstance(ftype, str) else None
@@ -36,18 +39,21 @@ def _from_dict(cls: type[T], data: dict[str, Any]) -> T:
 class _FileConfig:
     """Mixin: to_dict / from_dict / save / load as JSON."""
 
+    if TYPE_CHECKING:  # every subclass is a dataclass
+        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[arg-type]
+        return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]):
+    def from_dict(cls, data: dict[str, Any]) -> Self:
         return _from_dict(cls, data)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
 
     @classmethod
-    def load(cls, path: str | Path):
+    def load(cls, path: str | Path) -> Self:
         return cls.from_dict(json.loads(Path(path).read_text()))
 
 
@@ -142,7 +148,7 @@ class TrainConfig(_FileConfig):
     """Training run: model, prior, optimisation and checkpointing."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
-    prior: dict = field(default_factory=lambda: PowerFlowPriorConfig().to_dict())
+    prior: dict[str, Any] = field(default_factory=lambda: PowerFlowPriorConfig().to_dict())
     steps: int = 20000
     batch_size: int = 8
     lr: float = 1e-3

@@ -61,7 +61,9 @@ class Teacher:
             )
 
     @torch.no_grad()
-    def targets(self, cx, cy, qx, pick, onto: torch.Tensor) -> torch.Tensor:
+    def targets(
+        self, cx: torch.Tensor, cy: torch.Tensor, qx: torch.Tensor, pick: torch.Tensor, onto: torch.Tensor
+    ) -> torch.Tensor:
         """The teacher's bar probabilities for the queries, on the student's borders `onto`: (B, k, m, n_bars)."""
         logits, _, _ = self.model(cx, cy, qx, pick)
         return rebin(logits.float().softmax(-1), self.model.borders, onto)

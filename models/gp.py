@@ -166,7 +166,8 @@ class GPFit:
         The std-dev is ddof 0, as scikit-learn's normalize_y, so the *standardised* value is
         directly comparable to `GaussianProcessRegressor.log_marginal_likelihood_value_`.
         """
-        return self.log_marginal_likelihood_standardized - self.x.shape[0] * np.log(_np(self.y_scale))
+        lml: np.ndarray = self.log_marginal_likelihood_standardized - self.x.shape[0] * np.log(_np(self.y_scale))
+        return lml
 
     @property
     def lengthscale(self) -> np.ndarray:
@@ -264,7 +265,8 @@ class ExactGP(Method):
         gave a lower held-out marginal likelihood and worse coverage on the 33-bus data.)
         """
         k, d = y.shape[0], x.shape[1]
-        best, best_nll = None, None
+        best: Params | None = None
+        best_nll: torch.Tensor | None = None
         for ell_mult, signal in _INIT_SCALES:
             for noise in _INIT_NOISE:
                 cand = {
@@ -279,10 +281,12 @@ class ExactGP(Method):
                 if best is None:
                     best, best_nll = cand, nll
                     continue
+                assert best_nll is not None  # set together with best
                 better = nll < best_nll
                 for name, value in best.items():
                     best[name] = torch.where(better if value.ndim == 1 else better[:, None], cand[name], value)
                 best_nll = torch.minimum(best_nll, nll)
+        assert best is not None  # _INIT_SCALES and _INIT_NOISE are not empty
         return best
 
     def _optimise(self, x: torch.Tensor, y: torch.Tensor, start: Params, max_iter: int) -> tuple[Params, int, bool]:
@@ -297,6 +301,7 @@ class ExactGP(Method):
             theta = torch.as_tensor(flat, dtype=self.dtype, device=self.device)
             with torch.no_grad():
                 nll, grads = _nll(x, y, self._unpack(theta, k, d), grad=True)
+            assert grads is not None  # grad=True returns them
             value, grad_np = float(nll.sum()), _np(self._pack(grads))
             if not (math.isfinite(value) and np.isfinite(grad_np).all()):
                 raise FloatingPointError("GP marginal likelihood or its gradient became non-finite")

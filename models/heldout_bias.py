@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ def needed_factor(raw: PFNMethod, encoded: EncodedContext, qx: np.ndarray, qy: n
 
 def context_leverage(method: PFNMethod, encoded: EncodedContext, cx: np.ndarray, cy: np.ndarray) -> float:
     """The base fit's median leverage on the context (cx, cy) that `encoded` holds."""
+    assert encoded.cache.targets is not None  # set whenever a context is encoded
     targets = encoded.cache.targets[0].transpose(0, 1).cpu().numpy()
     return method.base_leverage(encoded.cache, method._tensor(cx), method._tensor(cy), targets)
 
@@ -80,7 +82,8 @@ def slope_through_origin(h: np.ndarray, log_ratio: np.ndarray) -> float:
 def line_fit(h: np.ndarray, log_ratio: np.ndarray) -> np.ndarray:
     """(intercept a, slope b) of log_ratio = a + b h, least squares."""
     design = np.stack([np.ones_like(h), h], axis=1)
-    return np.linalg.lstsq(design, log_ratio, rcond=None)[0]
+    coef: np.ndarray = np.linalg.lstsq(design, log_ratio, rcond=None)[0]
+    return coef
 
 
 def measure(checkpoint: str | Path, datasets: int = 64, seed: int = 0) -> dict[str, Any]:
@@ -109,7 +112,7 @@ def measure(checkpoint: str | Path, datasets: int = 64, seed: int = 0) -> dict[s
     line_intervals = np.percentile([line_fit(h[d], log_ratio[d]) for d in draws], [2.5, 97.5], axis=0)  # (2, 2)
     kept = bool(line_intervals[0, 1] > 0.0 and line_intervals[0, 0] <= 0.0 <= line_intervals[1, 0])
     check_heldout_slope(max(slope, 0.0), f"{checkpoint}: measured slope")  # out of range: a broken pass, not a bias
-    rounded = lambda values: [round(float(v), 4) for v in values]  # noqa: E731
+    rounded: Callable[[np.ndarray], list[float]] = lambda values: [round(float(v), 4) for v in values]  # noqa: E731
     return {
         "heldout_slope": round(slope, 4) if kept else 0.0,
         "measured_slope": round(slope, 4),

@@ -13,7 +13,9 @@ All share one SVD of the standardised design across the k outputs.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -25,7 +27,8 @@ log = logging.getLogger(__name__)
 
 # These matrices are small ((500, 64) SVDs, (m, 64) @ (64, k) products): one BLAS thread is
 # fastest, and on a loaded machine spinning OpenBLAS threads made the same SVD 2 s instead of 5 ms.
-_one_blas_thread = threadpool_limits.wrap(limits=1, user_api="blas")
+_F = TypeVar("_F", bound=Callable[..., Any])
+_one_blas_thread: Callable[[_F], _F] = threadpool_limits.wrap(limits=1, user_api="blas")
 
 _REL_FLOOR = 1e-12  # smallest std reported, relative to the output's magnitude: never 0
 
@@ -56,15 +59,17 @@ class LinearFit:
     @property
     def coef(self) -> np.ndarray:
         """(d, k) coefficients in physical units."""
-        return self.w * self.y_scale[None, :] / self.x_scale[:, None]
+        coef: np.ndarray = self.w * self.y_scale[None, :] / self.x_scale[:, None]
+        return coef
 
     @property
     def intercept(self) -> np.ndarray:
-        return self.y_mean - self.x_mean @ self.coef
+        intercept: np.ndarray = self.y_mean - self.x_mean @ self.coef
+        return intercept
 
 
 @_one_blas_thread
-def _standardised_svd(x: np.ndarray, y: np.ndarray):
+def _standardised_svd(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     """Standardise inputs and outputs, then one thin SVD of the design shared by all outputs."""
     n = x.shape[0]
     x_mean, x_sd = x.mean(0), x.std(0)
@@ -99,7 +104,7 @@ def _standardised_svd(x: np.ndarray, y: np.ndarray):
 
 
 @_one_blas_thread
-def _predict(fit: LinearFit, query_x) -> GaussianPredictive:
+def _predict(fit: LinearFit, query_x: np.ndarray) -> GaussianPredictive:
     xq = check_queries(query_x, d=fit.x_mean.shape[0])
     xs = (xq - fit.x_mean) / fit.x_scale
     mu = fit.y_mean + fit.y_scale * (xs @ fit.w)
@@ -117,7 +122,7 @@ class MeanPredictor(Method):
 
     name = "mean"
 
-    def fit(self, context_x, context_y) -> LinearFit:
+    def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> LinearFit:
         x, y = check_context(context_x, context_y)
         n, d = x.shape
         k = y.shape[1]
@@ -135,7 +140,7 @@ class MeanPredictor(Method):
             std_floor=_floor(y_mean, y_sd),
         )
 
-    def predict(self, fitted: LinearFit, query_x) -> GaussianPredictive:
+    def predict(self, fitted: LinearFit, query_x: np.ndarray) -> GaussianPredictive:
         return _predict(fitted, query_x)
 
 
@@ -148,7 +153,7 @@ class LeastSquares(Method):
 
     name = "least_squares"
 
-    def fit(self, context_x, context_y) -> LinearFit:
+    def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> LinearFit:
         x, y = check_context(context_x, context_y)
         g = _standardised_svd(x, y)
         n, s, r = g["n"], g["s"], g["s"].shape[0]
@@ -178,7 +183,7 @@ class LeastSquares(Method):
             std_floor=g["floor"],
         )
 
-    def predict(self, fitted: LinearFit, query_x) -> GaussianPredictive:
+    def predict(self, fitted: LinearFit, query_x: np.ndarray) -> GaussianPredictive:
         return _predict(fitted, query_x)
 
 
@@ -216,7 +221,7 @@ class BayesianLinearRegression(Method):
             raise ValueError(f"decades must be (low, high) with low < high, got {decades}")
         self.coarse_points, self.fine_points, self.decades = coarse_points, fine_points, decades
 
-    def fit(self, context_x, context_y) -> LinearFit:
+    def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> LinearFit:
         x, y = check_context(context_x, context_y)
         g = _standardised_svd(x, y)
         n, s, vt, c, resid = g["n"], g["s"], g["vt"], g["c"], g["resid"]
@@ -244,7 +249,9 @@ class BayesianLinearRegression(Method):
         return self._fit_state(g, w, param_prec, alpha, lam, n)
 
     @staticmethod
-    def _fit_state(g: dict, w, param_prec, alpha, lam, n) -> LinearFit:
+    def _fit_state(
+        g: dict[str, Any], w: np.ndarray, param_prec: np.ndarray, alpha: np.ndarray, lam: np.ndarray, n: int
+    ) -> LinearFit:
         return LinearFit(
             x_mean=g["x_mean"],
             x_scale=g["x_scale"],
@@ -260,11 +267,11 @@ class BayesianLinearRegression(Method):
             lam=lam,
         )
 
-    def predict(self, fitted: LinearFit, query_x) -> GaussianPredictive:
+    def predict(self, fitted: LinearFit, query_x: np.ndarray) -> GaussianPredictive:
         return _predict(fitted, query_x)
 
 
-def _ridge_loo(g: dict, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _ridge_loo(g: dict[str, Any], lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Exact leave-one-out residuals (n, k) of ridge with penalty lam (k,) on the standardised design
     (intercept unpenalised), and 1 - leverage (n, k): e_i / (1 - h_i), no refit.
 
@@ -301,7 +308,7 @@ class RidgeLOO(Method):
             raise ValueError(f"decades must be (low, high) with low < high, got {decades}")
         self.points_per_decade, self.decades = points_per_decade, decades
 
-    def _select(self, g: dict) -> np.ndarray:
+    def _select(self, g: dict[str, Any]) -> np.ndarray:
         """(k,) penalty with the smallest mean squared LOO residual per output."""
         k = g["c"].shape[1]
         if g["s"].size == 0:
@@ -309,10 +316,11 @@ class RidgeLOO(Method):
         lo, hi = self.decades
         grid = g["s"][0] ** 2 * 10.0 ** np.linspace(lo, hi, int(round((hi - lo) * self.points_per_decade)) + 1)
         errors = np.stack([(_ridge_loo(g, np.full(k, lam))[0] ** 2).mean(0) for lam in grid])  # (G, k)
-        return grid[errors.argmin(0)]
+        best: np.ndarray = grid[errors.argmin(0)]
+        return best
 
     @_one_blas_thread
-    def loo_residuals(self, context_x, context_y) -> tuple[np.ndarray, np.ndarray]:
+    def loo_residuals(self, context_x: np.ndarray, context_y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(LOO residuals (n, k) in output units, chosen penalties (k,)) on this context."""
         x, y = check_context(context_x, context_y)
         g = _standardised_svd(x, y)
@@ -320,7 +328,7 @@ class RidgeLOO(Method):
         return _ridge_loo(g, lam)[0] * g["y_scale"], lam
 
     @_one_blas_thread
-    def fit(self, context_x, context_y) -> LinearFit:
+    def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> LinearFit:
         x, y = check_context(context_x, context_y)
         g = _standardised_svd(x, y)
         n, s = g["n"], g["s"]
@@ -342,5 +350,5 @@ class RidgeLOO(Method):
             lam=lam,
         )
 
-    def predict(self, fitted: LinearFit, query_x) -> GaussianPredictive:
+    def predict(self, fitted: LinearFit, query_x: np.ndarray) -> GaussianPredictive:
         return _predict(fitted, query_x)

@@ -24,8 +24,9 @@ makes queries, keys and values alike.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -102,7 +103,7 @@ PHYSICS_CONTEXT_SIZES = (MIN_CONTEXT_ROWS, MAX_CONTEXT_ROWS)
 BLOCK_BYTES = 4 << 20
 
 
-def attended_rows(n: int, device=None) -> torch.Tensor | None:
+def attended_rows(n: int, device: torch.device | str | None = None) -> torch.Tensor | None:
     """Rows of an n-point context the attention sees: all (None) up to ATTEND_MAX, else an evenly
     spread, fixed pseudo-random subset (seed 0; contexts may arrive sorted), deterministic per context."""
     if n <= ATTEND_MAX:
@@ -152,7 +153,8 @@ class TokenFFN(nn.Module):
         self.down = nn.Linear(hidden, dim)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.down(F.gelu(self.up(self.norm(h))))
+        out: torch.Tensor = self.down(F.gelu(self.up(self.norm(h))))
+        return out
 
 
 def _band(conv: nn.Conv1d, length: int) -> torch.Tensor:
@@ -191,6 +193,8 @@ class TokenConv(nn.Module):
         depthwise conv one batched matmul with a banded matrix per channel, and the 1x1
         `project` a weighted sum of the planes; in this layout nothing needs transposing.
         """
+        # the convolutions are built with biases
+        assert self.expand.bias is not None and self.depthwise.bias is not None and self.project.bias is not None
         shape, dim, size = h.shape, h.shape[-1], self.expand.kernel_size[0]
         t = F.pad(self.norm(h).reshape(-1, dim), (size // 2, size // 2))  # (T, D + K - 1): zero 'same' padding
         taps = torch.stack([t[:, j : j + dim] for j in range(size)])  # (K, T, D): what each kernel tap sees
@@ -262,7 +266,13 @@ class Layer(nn.Module):
         return scores.softmax(dim=-1)
 
     def update_y(
-        self, hx, hy, keys, values, attention_log: list | None = None, self_from: int | None = None
+        self,
+        hx: torch.Tensor | None,
+        hy: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        attention_log: list[torch.Tensor] | None = None,
+        self_from: int | None = None,
     ) -> torch.Tensor:
         """The y stream: attend to the context's values, then mix each token."""
         weights = self.attention_weights(hx, hy, keys, self_from)
@@ -275,18 +285,36 @@ class Layer(nn.Module):
         else:
             mixed = _merge_heads(weights @ values)
         hy = hy + self.w_o(mixed)
-        return hy + self.mix_y(hy)
+        out: torch.Tensor = hy + self.mix_y(hy)
+        return out
 
     def update_x(self, hx: torch.Tensor | None) -> torch.Tensor | None:
         """The x stream (DVA only) is mixed on its own: it never sees y."""
-        return None if hx is None else hx + self.mix_x(hx)
+        if hx is None:
+            return None
+        assert self.mix_x is not None  # a DVA layer, the only kind with an x stream
+        out: torch.Tensor = hx + self.mix_x(hx)
+        return out
 
-    def forward(self, hx, hy, keys, values, attention_log: list | None = None, self_from: int | None = None):
+    def forward(
+        self,
+        hx: torch.Tensor | None,
+        hy: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        attention_log: list[torch.Tensor] | None = None,
+        self_from: int | None = None,
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
         return self.update_x(hx), self.update_y(hx, hy, keys, values, attention_log, self_from)
 
 
 def _in_blocks(
-    fn, hx: torch.Tensor | None, hy: torch.Tensor, tokens: int, whole: bool = False, out: torch.Tensor | None = None
+    fn: Callable[[torch.Tensor | None, torch.Tensor, slice, int], torch.Tensor],
+    hx: torch.Tensor | None,
+    hy: torch.Tensor,
+    tokens: int,
+    whole: bool = False,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`fn(hx, hy, batch, start) -> (B, k, N, D)`, run on blocks of one dataset and about `tokens` tokens.
 
@@ -309,11 +337,14 @@ def _in_blocks(
             if out is None:
                 out = block.new_empty(n_batch, k, n, block.shape[-1])
             out[b : b + 1, :, s : s + size] = block
+    assert out is not None  # at least one block ran
     return out
 
 
 class DVAPFN(nn.Module):
     """The network. `encode_context` once, then `predict` any number of query chunks."""
+
+    borders: torch.Tensor  # a buffer, registered in __init__
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -338,14 +369,16 @@ class DVAPFN(nn.Module):
                 nn.init.xavier_uniform_(module.weight)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
-        nn.init.zeros_(self.head[-1].weight)  # start at the prior: equal mass in every bar
+        nn.init.zeros_(cast(nn.Linear, self.head[-1]).weight)  # start at the prior: equal mass in every bar
 
     # -- inputs ---------------------------------------------------------------------------
     def _standardise_x(self, x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
         """Context-standardised inputs, in the precision given (float64 keeps the base fit exact)."""
         return (x - mean[..., None, :]) / std[..., None, :]
 
-    def _x_tokens(self, xs: torch.Tensor, leverage: torch.Tensor, k: int) -> tuple[torch.Tensor | None, torch.Tensor]:
+    def _x_tokens(
+        self, xs: torch.Tensor, leverage: torch.Tensor, k: int
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """x stream (B, N, D) for DVA; for VA the x embedding is folded into each output's tokens."""
         xs = xs.to(self.embed_x.weight.dtype)
         ex = self.embed_x(torch.cat([xs, leverage[..., None].to(xs.dtype)], dim=-1))
@@ -379,18 +412,23 @@ class DVAPFN(nn.Module):
         if joint is not None:
             hy = hy + joint
         cache = ContextCache(stats, attended=attended, targets=values, leverage=leverage)
-        for layer in self.layers:
+        for layer in cast(Iterable[Layer], self.layers):
             keys, vals = layer.keys_values(hx, hy)
             cache.keys.append(keys)
             cache.values.append(vals)
-            hy = _in_blocks(
-                lambda x, y, batch, start, layer=layer, keys=keys, vals=vals: layer.update_y(
-                    x, y, keys[batch], vals[batch]
-                ),
-                hx,
-                hy,
-                self.tokens_per_block,
-            )
+
+            def update(
+                x: torch.Tensor | None,
+                y: torch.Tensor,
+                batch: slice,
+                start: int,
+                layer: Layer = layer,
+                keys: torch.Tensor = keys,
+                vals: torch.Tensor = vals,
+            ) -> torch.Tensor:
+                return layer.update_y(x, y, keys[batch], vals[batch])
+
+            hy = _in_blocks(update, hx, hy, self.tokens_per_block)
             hx = layer.update_x(hx)
         return cache
 
@@ -398,10 +436,10 @@ class DVAPFN(nn.Module):
         self,
         cache: ContextCache,
         query_x: torch.Tensor,
-        attention_log: list | None = None,
+        attention_log: list[torch.Tensor] | None = None,
         held_out: bool = False,
         out: torch.Tensor | None = None,
-    ):
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Logits (B, k, m, n_bars), location (B, k, m) and scale (B, k, 1), both float64.
 
         The predictive distribution of y is `loc + scale * z` with z ~ bars(logits). `held_out`:
@@ -417,6 +455,7 @@ class DVAPFN(nn.Module):
             # leverage there is its own in-sample one: the feature the encoding computed. Deriving
             # it as for a new query would understate it (h / (1 + h) of an in-sample h) and the
             # calibration would widen every interval to make up for it.
+            assert cache.leverage is not None  # encode_context sets it
             leverage = cache.leverage
         k, m = cache.n_outputs, query_x.shape[-2]
         hx, joint = self._x_tokens(xs, leverage, k)
@@ -424,9 +463,10 @@ class DVAPFN(nn.Module):
         if joint is not None:
             hy = hy + joint
 
-        def answer(hx, hy, batch, start):  # a block of queries through every layer, then the head
+        # a block of queries through every layer, then the head
+        def answer(hx: torch.Tensor | None, hy: torch.Tensor, batch: slice, start: int) -> torch.Tensor:
             self_from = start if held_out else None
-            for layer, keys, vals in zip(self.layers, cache.keys, cache.values):
+            for layer, keys, vals in zip(cast(Iterable[Layer], self.layers), cache.keys, cache.values):
                 hx, hy = layer(hx, hy, keys[batch], vals[batch], attention_log, self_from)
             return self.head(hy) if hx is None else self._split_head(hx, hy)
 
@@ -441,7 +481,7 @@ class DVAPFN(nn.Module):
         W_x.(g_x*hx), computed once and broadcast over the k outputs. Both parts are centred on
         their own means; one rank-1 term moves them to the joint mean.
         """
-        norm, first, act, last = self.head
+        norm, first, act, last = cast("tuple[nn.LayerNorm, nn.Linear, nn.Module, nn.Linear]", self.head)
         dv = hy.shape[-1]
         fy, fx = dv / norm.weight.shape[0], hx.shape[-1] / norm.weight.shape[0]  # each part's share of the features
         mean_y, mean_x = hy.mean(-1, keepdim=True), hx[:, None].mean(-1, keepdim=True)  # (B, k, N, 1), (B, 1, N, 1)
@@ -455,7 +495,8 @@ class DVAPFN(nn.Module):
         shift = fx * w_y.sum(-1) - fy * w_x.sum(-1)
         h = F.linear(cy * rstd, w_y, first.weight @ norm.bias + first.bias)
         h = torch.addcmul(h, rstd, torch.addcmul(F.linear(cx, w_x), gap, shift))
-        return last(act(h))
+        out: torch.Tensor = last(act(h))
+        return out
 
     def predict_base(self, stats: Standardisation, query_x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The in-context base prediction alone: location (B, k, m) float64 and leverage feature (B, m)."""
@@ -466,7 +507,13 @@ class DVAPFN(nn.Module):
         base = self.base.predict(stats.base, xs)
         return base.loc.transpose(-1, -2), leverage_feature(base.leverage, stats.n_context, xs)
 
-    def forward(self, context_x, context_y, query_x, outputs: torch.Tensor | None = None):
+    def forward(
+        self,
+        context_x: torch.Tensor,
+        context_y: torch.Tensor,
+        query_x: torch.Tensor,
+        outputs: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.predict(self.encode_context(context_x, context_y, outputs), query_x)
 
     def standardised_target(self, y: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -112,6 +113,7 @@ class PFNMethod(Method):
         points up to 2x there (`cv`: those residuals when the caller has them). Otherwise the factors
         are divided by exp(heldout_slope * the base fit's median leverage): masking a point leaves it in
         the fits behind its neighbours' values, which overstates its error (models/heldout_bias.py)."""
+        assert cache.targets is not None  # encode_context sets it
         targets = cache.targets[0].transpose(0, 1).cpu().numpy()  # (n, k) standardised LOO residuals
         n, k = targets.shape
         if n < MIN_CALIBRATION_POINTS:
@@ -149,7 +151,7 @@ class PFNMethod(Method):
             m,
             self.model.cfg.n_bars,
             device=self.device,
-            dtype=self.model.head[-1].weight.dtype,
+            dtype=cast(torch.nn.Linear, self.model.head[-1]).weight.dtype,
         )
         locs = []
         for start in range(0, m, self.query_chunk):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,7 +96,8 @@ class Predictive(ABC):
 
     def p_outside(self, low: float, high: float) -> np.ndarray:
         """(m, k) probability of leaving the band [low, high]."""
-        return np.clip(1.0 - (self.cdf(high) - self.cdf(low)), 0.0, 1.0)
+        outside: np.ndarray = np.clip(1.0 - (self.cdf(high) - self.cdf(low)), 0.0, 1.0)
+        return outside
 
     def summary(self, levels: Sequence[float] = (), band: tuple[float, float] | None = None) -> Summary:
         """Every statistic an answer carries, in one call (a subclass may fuse them into one pass)."""
@@ -119,23 +120,30 @@ class _LocationScale(Predictive):
 
     mu: np.ndarray
     scale: np.ndarray
+    # the standard distribution's quantile, cdf and log-density, given by each subclass
+    _standard_quantile: Callable[[np.ndarray], np.ndarray]
+    _standard_cdf: Callable[[np.ndarray], np.ndarray]
+    _standard_log_pdf: Callable[[np.ndarray], np.ndarray]
 
     @property
     def mean(self) -> np.ndarray:
         return self.mu
 
-    def _standard(self, values) -> np.ndarray:
-        return (np.asarray(values, dtype=np.float64) - self.mu) / self.scale
+    def _standard(self, values: np.ndarray | float) -> np.ndarray:
+        z: np.ndarray = (np.asarray(values, dtype=np.float64) - self.mu) / self.scale
+        return z
 
     def quantile(self, levels: Sequence[float]) -> np.ndarray:
         z = self._standard_quantile(np.asarray(levels, dtype=np.float64))
-        return self.mu[None] + z[:, None, None] * self.scale[None]
+        q: np.ndarray = self.mu[None] + z[:, None, None] * self.scale[None]
+        return q
 
     def cdf(self, values: np.ndarray | float) -> np.ndarray:
         return self._standard_cdf(self._standard(values))
 
     def log_prob(self, y: np.ndarray) -> np.ndarray:
-        return self._standard_log_pdf(self._standard(y)) - np.log(self.scale)
+        lp: np.ndarray = self._standard_log_pdf(self._standard(y)) - np.log(self.scale)
+        return lp
 
 
 class GaussianPredictive(_LocationScale):
@@ -157,7 +165,8 @@ class GaussianPredictive(_LocationScale):
 
     @staticmethod
     def _standard_log_pdf(z: np.ndarray) -> np.ndarray:
-        return -0.5 * z**2 - 0.5 * np.log(2 * np.pi)
+        lp: np.ndarray = -0.5 * z**2 - 0.5 * np.log(2 * np.pi)
+        return lp
 
 
 class StudentTPredictive(_LocationScale):
@@ -171,22 +180,28 @@ class StudentTPredictive(_LocationScale):
 
     @property
     def std(self) -> np.ndarray:
-        return self.scale * np.sqrt(self.dof / (self.dof - 2.0)) if self.dof > 2 else np.full_like(self.scale, np.inf)
+        sd: np.ndarray = (
+            self.scale * np.sqrt(self.dof / (self.dof - 2.0)) if self.dof > 2 else np.full_like(self.scale, np.inf)
+        )
+        return sd
 
     def _standard_quantile(self, levels: np.ndarray) -> np.ndarray:
-        return special.stdtrit(self.dof, levels)
+        z: np.ndarray = special.stdtrit(self.dof, levels)
+        return z
 
     def _standard_cdf(self, z: np.ndarray) -> np.ndarray:
-        return special.stdtr(self.dof, z)
+        p: np.ndarray = special.stdtr(self.dof, z)
+        return p
 
     def _standard_log_pdf(self, z: np.ndarray) -> np.ndarray:
         nu = self.dof
-        return (
+        lp: np.ndarray = (
             special.gammaln((nu + 1) / 2)
             - special.gammaln(nu / 2)
             - 0.5 * np.log(nu * np.pi)
             - (nu + 1) / 2 * np.log1p(z**2 / nu)
         )
+        return lp
 
 
 class Method(ABC):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 
@@ -21,11 +22,11 @@ def tiny_model(config: ModelConfig = TINY_CONFIG, seed: int = 0) -> DVAPFN:
     """A random-init model whose head is not zero, so outputs depend on the inputs."""
     torch.manual_seed(seed)
     model = DVAPFN(config)
-    torch.nn.init.normal_(model.head[-1].weight, std=0.1)
+    torch.nn.init.normal_(cast(torch.nn.Linear, model.head[-1]).weight, std=0.1)
     return model
 
 
-def tiny_card(name: str, version: str = "0.0.1", feeder: str = "ieee33") -> dict:
+def tiny_card(name: str, version: str = "0.0.1", feeder: str = "ieee33") -> dict[str, Any]:
     net = network(feeder)
     return {
         "name": name,

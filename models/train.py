@@ -18,8 +18,11 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -52,18 +55,19 @@ class Progress:
     datasets_seen: int = 0
     best_val_nll: float = math.inf
     best_step: int = -1
-    history: list = field(default_factory=list)  # [step, train_loss, val_nll]
+    history: list[list[float]] = field(default_factory=list)  # [step, train_loss, val_nll]
     device: str = "cpu"
     threads: int = 0  # torch intra-op threads of the run (CPU-hours = wall hours x threads, an upper bound)
-    init: dict | None = None  # weights the run started from instead of a fresh initialisation (see init_record)
+    # weights the run started from instead of a fresh initialisation (see init_record)
+    init: dict[str, Any] | None = None
 
 
-def init_record(weights: Path) -> dict:
+def init_record(weights: Path) -> dict[str, Any]:
     """Where a warm-started run's first weights came from: the file, its sha256 and, when a
     registry card sits beside it, that checkpoint's name, version and training steps."""
     from models.registry import sha256_file
 
-    record = {"weights": str(weights), "sha256": sha256_file(weights)}
+    record: dict[str, Any] = {"weights": str(weights), "sha256": sha256_file(weights)}
     card_path = weights.parent / "card.json"
     if card_path.exists():
         card = json.loads(card_path.read_text())
@@ -142,7 +146,9 @@ class Trainer:
         )
 
     # -- data -----------------------------------------------------------------------------
-    def _split(self, x, y, n_context: int, generator: torch.Generator):
+    def _split(
+        self, x: torch.Tensor, y: torch.Tensor, n_context: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Pick outputs per dataset and split points into context and held-out queries.
 
         The context keeps every output (the base fit sees every bus); the model is trained on
@@ -187,7 +193,15 @@ class Trainer:
         progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
         return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
-    def loss(self, cx, cy, qx, qy, pick, distill: bool = True) -> torch.Tensor:
+    def loss(
+        self,
+        cx: torch.Tensor,
+        cy: torch.Tensor,
+        qx: torch.Tensor,
+        qy: torch.Tensor,
+        pick: torch.Tensor,
+        distill: bool = True,
+    ) -> torch.Tensor:
         """Mean NLL of held-out targets (of outputs `pick`) under the predicted bar distribution; with
         a teacher (and `distill`) mixed with the cross-entropy against the teacher's bars."""
         logits, loc, scale = self.model(cx, cy, qx, pick)
@@ -229,7 +243,7 @@ class Trainer:
                 group["lr"] = self._lr(p.step)
             loss = self.loss(*self._split(batch.x, batch.y, n_context, g))
             self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
             self.optimizer.step()
             p.step += 1
@@ -354,12 +368,12 @@ class _StopRequest:
 
     def __init__(self) -> None:
         self.requested = False
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Callable[[int, FrameType | None], Any] | int | signal.Handlers | None] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._previous[sig] = signal.signal(sig, self._handle)
 
-    def _handle(self, signum, frame) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         log.warning("signal %d: stopping after this step with a checkpoint", signum)
         self.requested = True
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from models.errors import InputValidationError
 
 
-def as_matrix(name: str, value, cols: int | None = None, min_rows: int = 1) -> np.ndarray:
+def as_matrix(name: str, value: npt.ArrayLike, cols: int | None = None, min_rows: int = 1) -> np.ndarray:
     """A finite float64 (rows, cols) array, or ValueError naming `name`."""
     try:
         arr = np.asarray(value, dtype=np.float64)
@@ -33,7 +34,9 @@ def as_matrix(name: str, value, cols: int | None = None, min_rows: int = 1) -> n
     return arr
 
 
-def check_context(context_x, context_y, d: int | None = None, min_rows: int = 2) -> tuple[np.ndarray, np.ndarray]:
+def check_context(
+    context_x: npt.ArrayLike, context_y: npt.ArrayLike, d: int | None = None, min_rows: int = 2
+) -> tuple[np.ndarray, np.ndarray]:
     """Context inputs (n, d) and targets (n, k) with matching n."""
     cx = as_matrix("context_x", context_x, d, min_rows)
     cy = as_matrix("context_y", context_y, None, min_rows)
@@ -46,6 +49,6 @@ def check_context(context_x, context_y, d: int | None = None, min_rows: int = 2)
     return cx, cy
 
 
-def check_queries(query_x, d: int | None = None) -> np.ndarray:
+def check_queries(query_x: npt.ArrayLike, d: int | None = None) -> np.ndarray:
     """Query inputs (m, d)."""
     return as_matrix("query_x", query_x, d, 1)

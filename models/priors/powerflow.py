@@ -24,7 +24,7 @@ from models.priors.base import PriorBatch
 log = logging.getLogger(__name__)
 
 
-def _uniform(lo_hi, shape, generator) -> torch.Tensor:
+def _uniform(lo_hi: tuple[float, float], shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
     lo, hi = lo_hi
     return lo + (hi - lo) * torch.rand(shape, generator=generator, dtype=torch.float64)
 
@@ -41,7 +41,7 @@ class PowerFlowPrior:
         self.base_p = torch.tensor(self.net.base_p_mw, dtype=torch.float64)
         self.base_q = torch.tensor(self.net.base_q_mvar, dtype=torch.float64)
 
-    def _feeders(self, batch: int, g: torch.Generator):
+    def _feeders(self, batch: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-dataset line impedances and switching -> reduced Z-bus (B, n, n) and no-load voltages (B, n)."""
         cfg = self.config
         switching = cfg.p_reconfigured > 0 and len(self.net.tie_r_ohm) > 0
@@ -77,7 +77,9 @@ class PowerFlowPrior:
         p = p - self._generation(batch, n_points, delta, level, g)
         return torch.cat([p, q], dim=-1)
 
-    def _generation(self, batch, n_points, delta, level, g) -> torch.Tensor:
+    def _generation(
+        self, batch: int, n_points: int, delta: torch.Tensor, level: torch.Tensor, g: torch.Generator
+    ) -> torch.Tensor:
         """Distributed generation (B, N, n_bus) MW at a few random buses of some datasets."""
         cfg, n_bus = self.config, self.net.n_load
         has_dg = torch.rand(batch, 1, 1, generator=g, dtype=torch.float64) < cfg.p_dg

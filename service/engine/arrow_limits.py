@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import cast
 
 import pyarrow as pa
 
@@ -30,7 +31,7 @@ _PADDING = 64  # IPC buffers are padded to 8 (64 allowed) bytes
 
 def is_numeric(kind: pa.DataType) -> bool:
     """The column types a load table may have (service.engine.load_table.as_float converts them)."""
-    return pa.types.is_floating(kind) or pa.types.is_integer(kind) or pa.types.is_decimal(kind)
+    return bool(pa.types.is_floating(kind) or pa.types.is_integer(kind) or pa.types.is_decimal(kind))
 
 
 class _Table:
@@ -71,7 +72,7 @@ class _Table:
 def _unpack(fmt: str, buf: memoryview, at: int) -> int:
     if at < 0 or at + struct.calcsize(fmt) > len(buf):
         raise ValueError("offset past the end of the header")
-    return struct.unpack_from(fmt, buf, at)[0]
+    return cast(int, struct.unpack_from(fmt, buf, at)[0])
 
 
 def _not_arrow(reason: str) -> InvalidInput:
@@ -138,7 +139,8 @@ def read_stream(body: bytes, max_rows: int, field: str = "queries") -> pa.Table:
         if not is_numeric(column.type):
             raise InvalidInput(field, f"column {column.name!r}: type {column.type} is not numeric", "numbers (float64)")
     widths = [column.type.byte_width for column in schema]
-    rows, messages = 0, []
+    rows = 0
+    messages: list[pa.ipc.Message] = []
     while True:
         try:
             message = reader.read_next_message()

@@ -13,7 +13,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from service.engine.context_sets import ContextSet
 from service.metrics import Metrics
@@ -25,7 +25,7 @@ class AsyncLRU:
     def __init__(self, size: int) -> None:
         self.size = size
         self._values: OrderedDict[Hashable, Any] = OrderedDict()
-        self._inflight: dict[Hashable, asyncio.Task] = {}
+        self._inflight: dict[Hashable, asyncio.Task[Any]] = {}
 
     def __len__(self) -> int:
         return len(self._values)
@@ -68,7 +68,7 @@ class AsyncLRU:
         return value
 
 
-def _retrieve(task: asyncio.Task) -> None:
+def _retrieve(task: asyncio.Task[Any]) -> None:
     """Mark a failed fill's exception retrieved: its callers re-raise it, or nobody was left to."""
     if not task.cancelled():
         task.exception()
@@ -107,4 +107,4 @@ class Fits:
 
     def forget(self, context_id: str) -> None:
         """Drop every encoding of a deleted context."""
-        self.encoded_cache.discard_where(lambda key: key[-1] == context_id)
+        self.encoded_cache.discard_where(lambda key: cast("tuple[Any, ...]", key)[-1] == context_id)

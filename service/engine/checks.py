@@ -76,7 +76,13 @@ class Checks:
         return load_rows(queries, net, field)
 
     def context(
-        self, x: Any, y: Any, net: Any, field: str = "context", source: dict | None = None, owner: str | None = None
+        self,
+        x: Any,
+        y: Any,
+        net: Any,
+        field: str = "context",
+        source: dict[str, Any] | None = None,
+        owner: str | None = None,
     ) -> ContextSet:
         """Validate an uploaded or inline context against its network and build its content-addressed set
         (addressed within its owner's tenant: `owner` is the tenant tag, None when keys are off)."""

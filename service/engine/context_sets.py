@@ -92,8 +92,8 @@ class ContextSet:
         meta = {"x": list(self.x.shape), "y": list(self.y.shape), "source": self.source, "created_at": self.created_at}
         if self.owner is not None:
             meta["owner"] = self.owner
-        meta = orjson.dumps(meta)
-        return _MAGIC + struct.pack("<I", len(meta)) + meta + self.x.tobytes() + self.y.tobytes()
+        packed = orjson.dumps(meta)
+        return _MAGIC + struct.pack("<I", len(packed)) + packed + self.x.tobytes() + self.y.tobytes()
 
     @classmethod
     def from_bytes(cls, cid: str, blob: bytes) -> ContextSet:

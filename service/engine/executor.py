@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -73,7 +73,7 @@ class BatchResult:
 class _Batch:
     method: Any
     encoded: Any
-    items: list[tuple[np.ndarray, AnswerSpec, asyncio.Future]] = field(default_factory=list)
+    items: list[tuple[np.ndarray, AnswerSpec, asyncio.Future[BatchResult]]] = field(default_factory=list)
     rows: int = 0
     timer: asyncio.TimerHandle | None = None
     due: bool = False  # the window has passed; waiting only for the key's running pass
@@ -96,9 +96,10 @@ def _compute(method: Any, encoded: Any, items: list[tuple[np.ndarray, AnswerSpec
             results[i] = BatchResult(shared.rows(start, stop), 0.0, sum(qx.shape[0] for qx, _, _ in items), len(items))
             start = stop
     elapsed = time.perf_counter() - t0
-    for result in results:
+    done = cast("list[BatchResult]", results)  # every item is in one group: every slot is filled
+    for result in done:
         result.predict_s = elapsed
-    return results
+    return done
 
 
 class MicroBatcher:
@@ -110,7 +111,7 @@ class MicroBatcher:
         self.pool, self.window_s, self.max_rows = pool, window_s, max_rows
         self._pending: dict[Hashable, _Batch] = {}
         self._on_batch = on_batch or (lambda rows, requests: None)
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._running: dict[Hashable, int] = {}
         # One pass per key at a time: the next batch collects while it runs. Two passes of a few rows
         # side by side mostly fight over the GIL with the event loop (fewer single-query requests/s on a
@@ -125,7 +126,7 @@ class MicroBatcher:
         if batch is None:
             batch = self._pending[key] = _Batch(method, encoded)
             batch.timer = loop.call_later(self.window_s, self._window_passed, key, batch)
-        future = loop.create_future()
+        future: asyncio.Future[BatchResult] = loop.create_future()
         batch.items.append((queries, spec, future))
         batch.rows += queries.shape[0]
         if batch.rows >= self.max_rows:

@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -52,7 +52,7 @@ START_TIMEOUT_S = 120.0  # a worker's interpreter, torch import and warm-up (sec
 @dataclass
 class _Worker:
     index: int
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     conn: Connection | None = None
     busy_with: str | None = None  # the context id of the job it runs
     held: set[str] = dataclasses.field(default_factory=set)  # context ids it has fitted (as its last answer said)
@@ -79,7 +79,7 @@ class GPPool:
         self._workers = [_Worker(i) for i in range(workers)]
         self._io = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gridpfn-gp-io")
         self._free: asyncio.Condition | None = None  # made on first use, inside the server's event loop
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[tuple[Answer, dict[str, Any]]]] = set()
         self.pending = 0
         self._typical_s: float | None = None  # moving average of a job's time, for Retry-After
         self._started_at: dict[int, float] = {}  # worker index -> when its job started
@@ -177,7 +177,8 @@ class GPPool:
             await loop.run_in_executor(self._io, self._start, worker, field)
         job["forget"], worker.forget = sorted(worker.forget), set()
         started = self._started_at[worker.index] = time.monotonic()
-        exchange = loop.run_in_executor(self._io, _exchange, worker.conn, job)
+        # _start above gave the worker its connection (or raised)
+        exchange = loop.run_in_executor(self._io, _exchange, cast(Connection, worker.conn), job)
         try:
             reply = await asyncio.wait_for(exchange, self.timeout_s)
         except TimeoutError:
@@ -272,12 +273,12 @@ class GPPool:
         self._io.shutdown(wait=False, cancel_futures=True)
 
 
-def _exchange(conn: Connection, job: dict[str, Any]) -> tuple:
+def _exchange(conn: Connection[dict[str, Any], tuple[Any, ...]], job: dict[str, Any]) -> tuple[Any, ...]:
     conn.send(job)
     return conn.recv()
 
 
-def _retrieve(task: asyncio.Task) -> None:
+def _retrieve(task: asyncio.Task[Any]) -> None:
     """Mark a job's exception retrieved: its caller re-raises it, or nobody was left to."""
     if not task.cancelled():
         task.exception()

@@ -78,7 +78,9 @@ async def context_of(rt: Runtime, request: Any, tenant: Tenant) -> tuple[Context
     return ctx, await rt.networks.resolve(ctx.network, "context_id", tenant=tenant)
 
 
-async def _gp_answer(rt: Runtime, ctx: Any, queries: np.ndarray, spec: AnswerSpec, field: str) -> tuple[Answer, dict]:
+async def _gp_answer(
+    rt: Runtime, ctx: Any, queries: np.ndarray, spec: AnswerSpec, field: str
+) -> tuple[Answer, dict[str, Any]]:
     """The exact GP's answer from its own pool (service.engine.gp_pool; `field` asked for it)."""
     answer, t = await rt.gp.answer(ctx.id, ctx.x, ctx.y, queries, spec, field)
     return answer, {

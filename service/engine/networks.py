@@ -178,7 +178,7 @@ class Networks:
         blob = await self.store.get(KEY_PREFIX + network_id)
         if blob is None:
             return None
-        info = orjson.loads(blob)
+        info: dict[str, Any] = orjson.loads(blob)
         if tenant is None:
             return info
         if not tenant.sees(info.get("owner")):

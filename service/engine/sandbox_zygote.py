@@ -173,8 +173,8 @@ def _fork_reader(data: bytes, filename: str | None, limits: SandboxLimits) -> di
             os.close(0)
             os.close(1)
             confine(limits)
-            reply = orjson.dumps(read_upload(data, filename, limits))
-            view = memoryview(reply)
+            encoded = orjson.dumps(read_upload(data, filename, limits))
+            view = memoryview(encoded)
             while view:
                 view = view[os.write(write_end, view) :]
         except BaseException:
@@ -249,6 +249,7 @@ def serve(limits: SandboxLimits) -> int:
         data = None if header is None else read_frame(stdin, limits.max_bytes)
         if data is None:
             return 0
+        assert header is not None  # data is None whenever header is
         filename = orjson.loads(header).get("filename")
         reply = _fork_reader(data, filename if isinstance(filename, str) else None, limits)
         stdout.write(frame(orjson.dumps(reply)))

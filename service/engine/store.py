@@ -11,6 +11,8 @@ import asyncio
 import time
 from abc import ABC, abstractmethod
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.backoff import NoBackoff
@@ -56,7 +58,7 @@ class MemoryStore(Store):
 
     kind = "memory"
 
-    def __init__(self, max_bytes: int = 1 << 30, clock=time.monotonic) -> None:
+    def __init__(self, max_bytes: int = 1 << 30, clock: Callable[[], float] = time.monotonic) -> None:
         self._data: OrderedDict[str, tuple[bytes, float]] = OrderedDict()
         self._bytes = 0
         self._max_bytes = max_bytes
@@ -112,14 +114,14 @@ class RedisStore(Store):
             url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 1)
         )
 
-    async def _call(self, name: str, *args):
+    async def _call(self, name: str, *args: Any) -> Any:
         try:
             return await getattr(self.client, name)(*args)
         except (TimeoutError, RedisError, OSError) as exc:
             raise StoreUnavailable(f"redis {name} failed: {type(exc).__name__}") from exc
 
     async def get(self, key: str) -> bytes | None:
-        return await self._call("get", key)
+        return cast("bytes | None", await self._call("get", key))
 
     async def set(self, key: str, value: bytes, ttl_s: int) -> None:
         await self._call("set", key, value, ttl_s)

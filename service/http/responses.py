@@ -23,8 +23,6 @@ import orjson
 import pyarrow as pa
 from starlette.responses import Response
 
-from service.engine.answers import on_the_wire
-
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 METADATA_KEY = b"gridpfn"
 
@@ -35,8 +33,8 @@ def wants_arrow(accept: str | None) -> bool:
 
 
 def _columns(prefix: str, matrix: np.ndarray, outputs: list[str]) -> tuple[list[str], list[pa.Array]]:
-    voltage = prefix in ("mean", "gp_mean") or prefix.startswith("q")
-    by_output = on_the_wire(np.asarray(matrix).T, voltage)  # one copy; each column zero-copy
+    # the engine gave each array its wire dtype (service.engine.answers.on_the_wire): kept as it is
+    by_output = np.ascontiguousarray(np.asarray(matrix).T)  # one copy; each column zero-copy
     return [f"{prefix}_{name}" for name in outputs], [pa.array(column) for column in by_output]
 
 
