@@ -68,38 +68,48 @@ class CoalescingTransport:
 
 
 class HeadTooLarge(Exception):
-    """Raised from a parser callback: the request head is over its limit (httptools turns it into a parser
+    """Raised from on_headers_complete: the request head is over its limits (httptools turns it into a parser
     error, on which uvicorn answers 400; `send_400_response` answers 431 instead)."""
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
-    """HttpToolsProtocol whose request heads are bounded in bytes, count and time (module docstring)."""
+    """HttpToolsProtocol whose request heads are bounded in bytes, count and time (module docstring).
+
+    Kept off the per-request path: no parser callback is wrapped, the size of a head is summed only
+    when its bytes came in a chunk bigger than the limit or in several chunks, and one timer per
+    connection (re-armed when it fires) watches the head that is open, instead of a timer per request."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.max_head_bytes, self.max_headers, self.head_timeout_s = head_limits()
-        self._head_bytes, self._head_count, self._head_over, self._raw_head, self._in_head = 0, 0, False, 0, True
-        self._head_timer: asyncio.TimerHandle | None = self.loop.call_later(self.head_timeout_s, self._head_expired)
+        self._head_over, self._raw_head, self._in_head, self._chunk = False, 0, True, 0
+        self._head_began = self.loop.time()
+        self._head_timer: asyncio.TimerHandle | None = self.loop.call_later(self.head_timeout_s, self._check_head)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_head_timer()
-        super().connection_lost(exc)
-
-    def _stop_head_timer(self) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+        super().connection_lost(exc)
 
-    def _head_expired(self) -> None:
+    def _check_head(self) -> None:
+        """The connection's one timer: close it when its open head is older than the timeout, else look again."""
         self._head_timer = None
-        if not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        now = self.loop.time()
+        if self._in_head and now - self._head_began >= self.head_timeout_s:
             self.logger.info("closing a connection whose request head took over %.0f s", self.head_timeout_s)
             self.transport.close()
+            return
+        due = self._head_began + self.head_timeout_s if self._in_head else now + self.head_timeout_s
+        self._head_timer = self.loop.call_at(due, self._check_head)
 
     def data_received(self, data: bytes) -> None:
+        self._chunk = len(data)
         super().data_received(data)
-        # httptools keeps a header line's bytes until the line ends (on_header has not run yet): while a head
-        # is incomplete every byte fed since it began belongs to it, so count them here too
+        # httptools keeps a header line's bytes until the line ends: while a head is incomplete every byte
+        # fed since it began belongs to it, so it is counted here, before the parser has seen the line end
         if self._in_head and not self.transport.is_closing():
             self._raw_head += len(data)
             if self._raw_head > self.max_head_bytes:
@@ -107,7 +117,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 self._refuse_head()
 
     def send_400_response(self, msg: str) -> None:
-        if self._head_over:  # the parser stopped because a callback raised HeadTooLarge
+        if self._head_over:  # the parser stopped because on_headers_complete raised HeadTooLarge
             self._refuse_head()
         else:
             super().send_400_response(msg)
@@ -129,28 +139,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._head_bytes, self._head_count, self._raw_head, self._in_head = 0, 0, 0, True
-        if self._head_timer is None:
-            self._head_timer = self.loop.call_later(self.head_timeout_s, self._head_expired)
-
-    def on_url(self, url: bytes) -> None:
-        self._count_head(len(url), 0)
-        super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._count_head(len(name) + len(value), 1)
-        super().on_header(name, value)
-
-    def _count_head(self, size: int, fields: int) -> None:
-        self._head_bytes += size
-        self._head_count += fields
-        if self._head_bytes > self.max_head_bytes or self._head_count > self.max_headers:
-            self._head_over = True
-            raise HeadTooLarge
+        self._raw_head, self._in_head, self._head_began = 0, True, self.loop.time()
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        self._stop_head_timer()
+        if len(self.headers) > self.max_headers or (
+            (self._chunk > self.max_head_bytes or self._raw_head)  # a big chunk, or a head over several chunks
+            and len(self.url) + sum(len(name) + len(value) for name, value in self.headers) > self.max_head_bytes
+        ):
+            self._head_over = True
+            raise HeadTooLarge
         super().on_headers_complete()
 
 
