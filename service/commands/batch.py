@@ -68,17 +68,10 @@ def run_worker(args: argparse.Namespace) -> int:
         raise ValueError("worker: GRIDPFN_REDIS_URL is not set; without Redis the server runs jobs itself")
     import torch
 
-    from models.registry import load_registry
+    from service.engine.warmup import registry_from
 
     torch.set_num_threads(1)  # parallel blocks instead: intra-op threads contend badly on small shared CPUs
-    registry = load_registry(
-        settings.model_dir,
-        device=settings.device,
-        calibrate=settings.calibration,
-        width_free=True,
-        max_context=settings.max_context_rows,
-        retain_memory=settings.retain_freed_memory,
-    )
+    registry = registry_from(settings)
     if not registry.checkpoints:
         raise ValueError(f"worker: no usable model under {settings.model_dir}: {registry.errors}")
     worker = Worker(settings.redis_url, registry, job_settings, args.name)

@@ -19,18 +19,24 @@ from service.settings import Settings
 log = logging.getLogger(__name__)
 
 
-def load_registry(settings: Settings) -> Any:
+def registry_from(settings: Settings) -> Any:
+    """The models the settings name (the server's and the batch worker's one way to load them); raises when
+    the model directory cannot be read."""
     from models.registry import load_registry as load
 
+    return load(
+        settings.model_dir,
+        device=settings.device,
+        calibrate=settings.calibration,
+        width_free=True,
+        max_context=settings.max_context_rows,
+        retain_memory=settings.retain_freed_memory,
+    )
+
+
+def load_registry(settings: Settings) -> Any:
     try:
-        return load(
-            settings.model_dir,
-            device=settings.device,
-            calibrate=settings.calibration,
-            width_free=True,
-            max_context=settings.max_context_rows,
-            retain_memory=settings.retain_freed_memory,
-        )
+        return registry_from(settings)
     except Exception as exc:  # an unusable model dir leaves the service alive but not ready
         log.error("could not load the model registry at %s: %s", settings.model_dir, exc)
         from models.registry import Registry

@@ -330,6 +330,20 @@ async def _status(jobs: JobService, job_id: str, tenant: Tenant) -> dict:
     return status
 
 
+async def done_status(jobs: JobService, job_id: str, tenant: Tenant, what: str) -> dict:
+    """The job's status when it is done; 409 naming its state otherwise (`what` exists once it is done)."""
+    job = await _status(jobs, job_id, tenant)
+    if job["state"] != JobState.DONE.value:
+        raise ProblemError(
+            409,
+            "job-not-done",
+            "Result not available",
+            f"job {job_id} is {job['state']}; {what} exists once it is done",
+            [field_error("job_id", f"state {job['state']}", "a job in state done", "path")],
+        )
+    return job
+
+
 @router.get("/{job_id}", summary="State, progress (rows done / total, rows/s) and errors", responses=problems(404, 422))
 async def status(
     job_id: str = JobId, jobs: JobService = Depends(get_jobs), tenant: Tenant = Depends(require_api_key)
@@ -356,15 +370,7 @@ async def result(
     jobs: JobService = Depends(get_jobs),
     tenant: Tenant = Depends(require_api_key),
 ) -> Response:
-    job = await _status(jobs, job_id, tenant)
-    if job["state"] != JobState.DONE.value:
-        raise ProblemError(
-            409,
-            "job-not-done",
-            "Result not available",
-            f"job {job_id} is {job['state']}; the result exists once it is done",
-            [field_error("job_id", f"state {job['state']}", "a job in state done", "path")],
-        )
+    await done_status(jobs, job_id, tenant, "the result")
     path = jobs.files(job_id).result
     if _wanted_format(request, format) == "csv":
         from service.jobs.results import csv_stream

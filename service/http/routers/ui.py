@@ -35,12 +35,11 @@ from service.engine.runtime import Runtime
 from service.engine.tenants import Tenant
 from service.http.auth import require_api_key
 from service.http.deps import get_runtime
-from service.http.problems import ProblemError, field_error
+from service.http.problems import ProblemError
 from service.http.responses import json_response
 from service.http.routers import batch_jobs, context_sets
 from service.http.schemas import ContextSetCreate
 from service.jobs.inputs import PARQUET_MAGIC
-from service.jobs.jobspec import JobState
 from service.jobs.service import JobService
 
 STATIC_DIR = Path(__file__).resolve().parents[2] / "ui"
@@ -219,15 +218,7 @@ async def risk_histogram(
     jobs: JobService = Depends(batch_jobs.get_jobs),
     tenant: Tenant = Depends(require_api_key),
 ) -> Response:
-    job = await batch_jobs._status(jobs, job_id, tenant)
-    if job["state"] != JobState.DONE.value:
-        raise ProblemError(
-            409,
-            "job-not-done",
-            "Result not available",
-            f"job {job_id} is {job['state']}; the histogram exists once it is done",
-            [field_error("job_id", f"state {job['state']}", "a job in state done", "path")],
-        )
+    await batch_jobs.done_status(jobs, job_id, tenant, "the histogram")
     answer = await asyncio.to_thread(worst_bus_histogram, jobs.files(job_id).result, bins)
     if not answer["columns"]:
         raise InvalidInput(
