@@ -296,17 +296,6 @@ class Layer(nn.Module):
         out: torch.Tensor = hx + self.mix_x(hx)
         return out
 
-    def forward(
-        self,
-        hx: torch.Tensor | None,
-        hy: torch.Tensor,
-        keys: torch.Tensor,
-        values: torch.Tensor,
-        attention_log: list[torch.Tensor] | None = None,
-        self_from: int | None = None,
-    ) -> tuple[torch.Tensor | None, torch.Tensor]:
-        return self.update_x(hx), self.update_y(hx, hy, keys, values, attention_log, self_from)
-
 
 def _in_blocks(
     fn: Callable[[torch.Tensor | None, torch.Tensor, slice, int], torch.Tensor],
@@ -467,7 +456,8 @@ class DVAPFN(nn.Module):
         def answer(hx: torch.Tensor | None, hy: torch.Tensor, batch: slice, start: int) -> torch.Tensor:
             self_from = start if held_out else None
             for layer, keys, vals in zip(cast(Iterable[Layer], self.layers), cache.keys, cache.values):
-                hx, hy = layer(hx, hy, keys[batch], vals[batch], attention_log, self_from)
+                # both from the layer's input: the y stream attends with the x it was given
+                hx, hy = layer.update_x(hx), layer.update_y(hx, hy, keys[batch], vals[batch], attention_log, self_from)
             return self.head(hy) if hx is None else self._split_head(hx, hy)
 
         logits = _in_blocks(answer, hx, hy, self.tokens_per_block, whole=attention_log is not None, out=out)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -21,7 +20,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.service.conftest import MODEL, PROBLEM, assert_problem, free_port, model_dir, rows, scenarios  # noqa: F401
+from tests.service.conftest import (  # noqa: F401 (fixtures, re-exported)
+    MODEL,
+    PROBLEM,
+    assert_problem,
+    free_port,
+    model_dir,
+    rows,
+    scenarios,
+    serve_argv,
+    wait_ready,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 KEY_A, KEY_B, ADMIN_KEY = "tenant-a-key-0123456789", "tenant-b-key-9876543210", "admin-key-5555555555"
@@ -59,20 +68,6 @@ class ServerProcess:
         return httpx.Client(base_url=self.url, headers=self.headers(key), timeout=timeout)
 
 
-def _wait_ready(proc: subprocess.Popen, url: str) -> None:
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited: {proc.stderr.read().decode()[-3000:]}")
-        try:
-            if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError("server not ready in 180 s")
-
-
 @contextmanager
 def serve_process(model_dir: Path, workdir: Path, **env_extra: str):  # noqa: F811 (a parameter, not the fixture)
     """`gridpfn serve` in its own process, cwd = workdir (so a file a payload writes lands where we look)."""
@@ -82,18 +77,7 @@ def serve_process(model_dir: Path, workdir: Path, **env_extra: str):  # noqa: F8
     env.update(env_extra)  # a test's own settings win over the defaults above
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "service.commands.cli",
-            "--log-level",
-            "WARNING",
-            "serve",
-            "--port",
-            str(port),
-            "--model-dir",
-            str(model_dir),
-        ],
+        serve_argv(port, model_dir),
         cwd=workdir,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -101,7 +85,7 @@ def serve_process(model_dir: Path, workdir: Path, **env_extra: str):  # noqa: F8
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_ready(proc, url)
+        wait_ready(proc, url)
         yield ServerProcess(proc, url, workdir)
     finally:
         proc.send_signal(signal.SIGTERM)

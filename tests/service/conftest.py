@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -31,6 +33,28 @@ LIMITS = dict(
     gp_max_iter=5,
     batch_window_ms=1.0,
 )
+
+
+def serve_argv(port: int, model_dir: Path, *options: str) -> list[str]:
+    """The command line of `gridpfn serve` on a loopback port, as the tests start it in its own process."""
+    return [sys.executable, "-m", "service.commands.cli", "--log-level", "WARNING", "serve", "--port", str(port),
+            *options, "--model-dir", str(model_dir)]  # fmt: skip
+
+
+def wait_ready(proc: subprocess.Popen, url: str, in_a_row: int = 1, timeout_s: float = 180) -> None:
+    """Until `GET /readyz` answers 200 `in_a_row` times on fresh connections (several: every process of
+    `--processes N`); the server's stderr in the failure when it exited."""
+    deadline, ready = time.monotonic() + timeout_s, 0
+    while ready < in_a_row and time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {proc.stderr.read().decode()[-3000:] if proc.stderr else ''}")
+        try:
+            ready = ready + 1 if httpx.get(f"{url}/readyz", timeout=2).status_code == 200 else 0
+        except httpx.TransportError:
+            ready = 0
+            time.sleep(0.2)
+    if ready < in_a_row:
+        raise RuntimeError(f"server not ready in {timeout_s:g} s")
 
 
 def free_port() -> int:

@@ -17,7 +17,7 @@ import pytest
 from pydantic import ValidationError
 
 from service.settings import Settings
-from tests.service.conftest import MODEL, free_port, rows
+from tests.service.conftest import MODEL, free_port, rows, serve_argv, wait_ready
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -58,20 +58,7 @@ def two_processes(model_dir, redis_url, **env_extra: str):
     env = dict(os.environ, GRIDPFN_REDIS_URL=redis_url, GRIDPFN_GP_MAX_ITER="1", **env_extra)
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "service.commands.cli",
-            "--log-level",
-            "WARNING",
-            "serve",
-            "--port",
-            str(port),
-            "--processes",
-            "2",
-            "--model-dir",
-            str(model_dir),
-        ],
+        serve_argv(port, model_dir, "--processes", "2"),
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -79,23 +66,12 @@ def two_processes(model_dir, redis_url, **env_extra: str):
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_ready(proc, url)
+        # every process ready: several answers in a row; a shared 2-core CI host has taken over 100 s to start both
+        wait_ready(proc, url, in_a_row=8, timeout_s=240)
         yield proc, url
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
-
-
-def wait_ready(proc: subprocess.Popen, url: str) -> None:
-    deadline = time.monotonic() + 240  # a shared 2-core CI host has taken over 100 s to start both
-    ready = 0
-    while ready < 8 and time.monotonic() < deadline:  # every process ready: several in a row, fresh connections
-        try:
-            ready = ready + 1 if httpx.get(f"{url}/readyz", timeout=2).status_code == 200 else 0
-        except httpx.TransportError:
-            ready = 0
-            time.sleep(0.2)
-    assert ready >= 8, proc.stderr.read().decode() if proc.poll() is not None else "not ready in 240 s"
 
 
 def test_two_processes_answer_on_one_port_with_shared_context_sets(model_dir, redis_url, scenarios):
@@ -155,7 +131,7 @@ def test_metrics_of_several_processes_are_their_sums_and_survive_a_restart(model
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and (victim in _children(proc.pid) or len(_children(proc.pid)) < 2):
             time.sleep(0.2)
-        wait_ready(proc, url)
+        wait_ready(proc, url, in_a_row=8, timeout_s=240)
         for _ in range(6):
             total, pid = _healthz_total(url)
             seen.append(total)
@@ -172,20 +148,7 @@ def test_a_port_in_use_stops_the_server_with_an_error(model_dir, redis_url):
         port = taken.getsockname()[1]
         env = dict(os.environ, GRIDPFN_REDIS_URL=redis_url)
         done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "service.commands.cli",
-                "--log-level",
-                "WARNING",
-                "serve",
-                "--port",
-                str(port),
-                "--processes",
-                "2",
-                "--model-dir",
-                str(model_dir),
-            ],
+            serve_argv(port, model_dir, "--processes", "2"),
             cwd=REPO,
             env=env,
             capture_output=True,
