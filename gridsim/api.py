@@ -84,12 +84,20 @@ def _check_x(x, net: Network) -> np.ndarray:
     return array
 
 
-def _solve_rows(net: Network, x: np.ndarray, solver: str, device, progress: Callable[[int], None] | None):
+def _solve_rows(
+    net: Network,
+    x: np.ndarray,
+    solver: str,
+    device,
+    progress: Callable[[int], None] | None,
+    zbus: tuple[torch.Tensor, torch.Tensor] | None = None,
+):
+    """|V|, angles and convergence per row; `zbus`: the network's (z, w) when the caller keeps them."""
     if solver == "pandapower":
         from gridsim.reference import solve_pandapower
 
         return solve_pandapower(net, x, progress=progress)
-    z, w = net.zbus()
+    z, w = zbus if zbus is not None else net.zbus()
     vm = np.empty((len(x), net.n_outputs))
     va = np.empty_like(vm)
     converged = np.empty(len(x), dtype=bool)
@@ -169,3 +177,18 @@ def simulate(
         raise ValueError(f"seed: expected an integer >= 0 or a numpy.random.Generator, got {seed!r}")
     x = sample_loads(net, n, delta, rng, opts)
     return solve(x, network=net, solver=solver, device=device, progress=progress)
+
+
+class VoltageModel:
+    """The network model's |V| at load rows, as the fits use it (models.network_fit): the batched
+    solver with the reduced impedance matrix computed once, NaN rows where the power flow diverges."""
+
+    def __init__(self, network: str | Network):
+        self.network = get_network(network)
+        self._zbus = self.network.zbus()
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        rows = _check_x(x, self.network)
+        vm, _, converged = _solve_rows(self.network, rows, "batched", torch.device("cpu"), None, self._zbus)
+        vm[~converged] = np.nan
+        return vm

@@ -55,6 +55,7 @@ class LinearFit:
     std_floor: np.ndarray  # (k,)
     alpha: np.ndarray | None = None  # (k,) noise precision (Bayesian only)
     lam: np.ndarray | None = None  # (k,) prior precision of standardised weights (Bayesian), ridge penalty (RidgeLOO)
+    n_context: int | None = None  # rows fitted (noise_var holds the intercept's 1 / n share of them)
 
     @property
     def coef(self) -> np.ndarray:
@@ -104,17 +105,25 @@ def _standardised_svd(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
 
 
 @_one_blas_thread
-def _predict(fit: LinearFit, query_x: np.ndarray) -> GaussianPredictive:
+def posterior(fit: LinearFit, query_x: np.ndarray, readings: bool = True) -> GaussianPredictive:
+    """The predictive at (m, d) queries: of a new reading (`readings`: the noise included), or of the
+    function itself (the posterior of intercept + coefficients only: what a noise-free truth needs)."""
     xq = check_queries(query_x, d=fit.x_mean.shape[0])
     xs = (xq - fit.x_mean) / fit.x_scale
     mu = fit.y_mean + fit.y_scale * (xs @ fit.w)
     proj = xs @ fit.vt.T  # (m, r)
-    var = fit.noise_var[None, :] + (proj**2) @ (1.0 / fit.param_prec)
+    n = fit.n_context
+    noise = fit.noise_var if readings or n is None else fit.noise_var / (n + 1.0)  # the intercept's share only
+    var = noise[None, :] + (proj**2) @ (1.0 / fit.param_prec)
     if np.any(fit.null_var > 0) and fit.vt.shape[0] < fit.vt.shape[1]:
         outside = np.clip((xs**2).sum(1) - (proj**2).sum(1), 0.0, None)
         var = var + outside[:, None] * fit.null_var[None, :]
     sigma = np.maximum(fit.y_scale * np.sqrt(var), fit.std_floor)
     return GaussianPredictive(mu=mu, sigma=sigma)
+
+
+def _predict(fit: LinearFit, query_x: np.ndarray) -> GaussianPredictive:
+    return posterior(fit, query_x, readings=True)
 
 
 class MeanPredictor(Method):
@@ -265,6 +274,7 @@ class BayesianLinearRegression(Method):
             std_floor=g["floor"],
             alpha=alpha,
             lam=lam,
+            n_context=n,
         )
 
     def predict(self, fitted: LinearFit, query_x: np.ndarray) -> GaussianPredictive:

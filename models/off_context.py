@@ -17,9 +17,13 @@ fewer rows than loads the directions the context does not span count too. The an
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from models.predictive import Method, Predictive, Summary
 
 # A query farther out than the context's farthest row is flagged.
 EXTRAPOLATION_THRESHOLD = 1.0
@@ -58,8 +62,8 @@ class ContextGeometry:
     def leverage(self, x: np.ndarray) -> np.ndarray:
         """(m,) leverage of rows x (m, d) of raw loads."""
         z = (np.asarray(x, dtype=np.float64) - self.mean) / self.std
-        h: np.ndarray = np.einsum("md,de,me->m", z, self.precision, z)
-        return np.maximum(h, 0.0)
+        h: np.ndarray = np.maximum(np.einsum("md,de,me->m", z, self.precision, z), 0.0)
+        return h
 
     def extrapolation(self, x: np.ndarray) -> np.ndarray:
         """(m,) float64: how far out each query row lies, 1 = as far as the context's farthest row."""
@@ -71,3 +75,89 @@ def extrapolated(extrapolation: np.ndarray) -> np.ndarray:
     """(m,) bool: the answer's flag."""
     flag: np.ndarray = np.asarray(extrapolation) > EXTRAPOLATION_THRESHOLD
     return flag
+
+
+# Queries per block when widening (a PFN's bars are m x k x n_bars per block).
+GUARD_BLOCK = 512
+
+
+def ramp(extrapolation: np.ndarray) -> np.ndarray:
+    """(m,) 0 within the context's reach (extrapolation <= 1), rising to 1 at twice its reach."""
+    out: np.ndarray = np.clip(np.asarray(extrapolation) - EXTRAPOLATION_THRESHOLD, 0.0, 1.0)
+    return out
+
+
+@dataclass(frozen=True)
+class GuardedFit:
+    """The wrapped method's fit on the readings, its fit on the network model's voltages, the geometry."""
+
+    real: Any
+    model: Any
+    geometry: ContextGeometry
+
+
+class OffContextGuard(Method):
+    """Any method, its spread widened off the context by the error it makes there on the network model.
+
+    A fit of the context alone cannot show how wrong it is beyond the context (a linear-plus-squares
+    fit misses the cubic terms that load growth excites; PV export reverses flows the context never
+    saw). The network model can: the wrapped method is fitted a second time on the network model's
+    own voltages at the same context loads, and at each query the miss e(q) of that fit against the
+    model's exact power flow is the error this method makes there on a feeder like the user's. The
+    answer keeps the method's mean and widens its distribution around it (y' = m + s (y - m), so
+    quantiles, std and p_outside_band follow) to the std sqrt(std^2 + (w e)^2), where w = `ramp`:
+    within the context's reach the method's own calibrated spread is kept, from twice its reach the
+    full network-model error counts.
+    """
+
+    def __init__(self, base: Method, voltage_model: Callable[[np.ndarray], np.ndarray]):
+        self.base, self.voltage_model = base, voltage_model
+        self.name = getattr(base, "name", "method")
+
+    def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> GuardedFit:
+        x = np.asarray(context_x, dtype=np.float64)
+        real = self.base.fit(x, context_y)
+        v = np.asarray(self.voltage_model(x), dtype=np.float64)
+        model = self.base.fit(x, v) if np.isfinite(v).all() else None
+        return GuardedFit(real, model, ContextGeometry.of(x))
+
+    def predict(self, fitted: GuardedFit, query_x: np.ndarray) -> Predictive:
+        """The wrapped method's predictive, unwidened (the service asks `summarize`)."""
+        out: Predictive = self.base.predict(fitted.real, query_x)
+        return out
+
+    def summarize(
+        self,
+        fitted: GuardedFit,
+        query_x: np.ndarray,
+        levels: Sequence[float] = (),
+        band: tuple[float, float] | None = None,
+    ) -> Summary:
+        q = np.asarray(query_x, dtype=np.float64)
+        parts = [
+            self._block(fitted, q[i : i + GUARD_BLOCK], levels, band) for i in range(0, max(len(q), 1), GUARD_BLOCK)
+        ]
+        return Summary.concat(parts)
+
+    def _block(
+        self, fitted: GuardedFit, q: np.ndarray, levels: Sequence[float], band: tuple[float, float] | None
+    ) -> Summary:
+        pred = self.base.predict(fitted.real, q)
+        mean, std = pred.mean, pred.std
+        weight = ramp(fitted.geometry.extrapolation(q)) if q.ndim == 2 and len(q) else np.zeros(len(q))
+        far = weight > 0
+        factor = np.ones_like(std)
+        if fitted.model is not None and far.any():
+            v = np.asarray(self.voltage_model(q[far]), dtype=np.float64)
+            miss = self.base.summarize(fitted.model, q[far]).mean - v
+            miss = np.where(np.isfinite(miss), miss, 0.0)
+            widened = np.sqrt(np.square(std[far]) + np.square(weight[far, None] * miss))
+            factor[far] = widened / np.maximum(std[far], np.finfo(np.float64).tiny)
+        quantiles = pred.quantile(list(levels)) if len(levels) else np.empty((0,) + mean.shape)
+        quantiles = mean[None] + factor[None] * (quantiles - mean[None])
+        p_outside = None
+        if band is not None:
+            low, high = band  # the widened distribution's band is the original's, pulled in around the mean
+            inside = pred.cdf(mean + (high - mean) / factor) - pred.cdf(mean + (low - mean) / factor)
+            p_outside = np.clip(1.0 - inside, 0.0, 1.0)
+        return Summary(mean, std * factor, quantiles, p_outside)

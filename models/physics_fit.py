@@ -36,14 +36,18 @@ def general_card(max_context: int) -> dict[str, Any]:
     }
 
 
-def card_for(network: Any, max_context: int) -> dict[str, Any]:
-    """The card on one network: its feature and output names."""
+def on_network(card: dict[str, Any], network: Any) -> dict[str, Any]:
+    """A width-free model's card on one network: its feature and output names."""
     return {
-        **general_card(max_context),
+        **card,
         "network": network.name,
         "features": list(network.feature_names),
         "outputs": list(network.output_names),
     }
+
+
+def card_for(network: Any, max_context: int) -> dict[str, Any]:
+    return on_network(general_card(max_context), network)
 
 
 def method_for(network: Any) -> PhysicsBaseMethod:

@@ -23,7 +23,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -138,6 +138,7 @@ class Registry:
     pinned_versions: int = PINNED_VERSIONS
     _built: OrderedDict[tuple[str, str], LoadedModel[Method]] = field(default_factory=OrderedDict, repr=False)
     _pinned: OrderedDict[tuple[str, str, str], LoadedModel[Method]] = field(default_factory=OrderedDict, repr=False)
+    _guards: dict[tuple[str, str, str], LoadedModel[Method]] = field(default_factory=dict, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, loaded: LoadedModel[Method]) -> None:
@@ -201,9 +202,10 @@ class Registry:
         network_id = network if isinstance(network, str) else network.name
         loaded = self.checkpoints.get((name, network_id))
         if version is not None:
-            return self._pinned_version(name, network, network_id, str(version), loaded)
+            pinned = self._pinned_version(name, network, network_id, str(version), loaded)
+            return pinned if name in self.width_free else self._guarded(pinned, network)
         if loaded is not None:
-            return loaded
+            return self._guarded(loaded, network)
         if name not in self.width_free:
             raise ModelNotServed(name, network_id, self.networks_of(name), self.models_for(network_id))
         with self._lock:  # request threads and the event loop both ask; build once
@@ -218,6 +220,21 @@ class Registry:
                     self._built.popitem(last=False)
             self._built.move_to_end((name, network_id))
         return loaded
+
+    def _guarded(self, loaded: LoadedModel[Method], network: Any) -> LoadedModel[Method]:
+        """A checkpoint as served: its spread widened off the context (models.off_context.OffContextGuard)
+        by the network model's power flow (built once per checkpoint and network)."""
+        from gridsim.api import VoltageModel
+        from models.off_context import OffContextGuard
+
+        network_id = network if isinstance(network, str) else network.name
+        key = (loaded.name, network_id, loaded.version)
+        with self._lock:
+            guarded = self._guards.get(key)
+            if guarded is None or guarded.method.base is not loaded.method:  # type: ignore[attr-defined]
+                method = OffContextGuard(loaded.method, VoltageModel(network))
+                guarded = self._guards[key] = replace(loaded, method=method)
+        return guarded
 
     def _pinned_version(
         self, name: str, network: Any, network_id: str, version: str, served: LoadedModel[Method] | None
@@ -405,18 +422,20 @@ def _warm_up(method: PFNMethod, card: dict[str, Any]) -> None:
         raise CheckpointError(f"{card['name']}: warm-up produced non-finite predictions")
 
 
-def physics_fit_builder(max_context: int) -> Callable[[Any], LoadedModel[Method]]:
-    """Builds "physics-fit" (models.physics_fit) for one network."""
-    from models import physics_fit
+def width_free_builder(name: str, max_context: int) -> Callable[[Any], LoadedModel[Method]]:
+    """Builds a width-free model ("physics-fit": models.physics_fit, "network-fit": models.network_fit) for
+    one network. physics-fit's spread is widened off the context (models.off_context.OffContextGuard)."""
+    from gridsim.api import VoltageModel
+    from models import network_fit, physics_fit
+    from models.off_context import OffContextGuard
+
+    kind = {physics_fit.NAME: physics_fit, network_fit.NAME: network_fit}[name]
 
     def build(network: Any) -> LoadedModel[Method]:
-        return LoadedModel(
-            physics_fit.NAME,
-            physics_fit.VERSION,
-            physics_fit.card_for(network, max_context),
-            physics_fit.method_for(network),
-            "cpu",
-        )
+        method: Method = kind.method_for(network)
+        if kind is physics_fit:
+            method = OffContextGuard(method, VoltageModel(network))
+        return LoadedModel(kind.NAME, kind.VERSION, kind.card_for(network, max_context), method, "cpu")
 
     return build
 
@@ -446,10 +465,11 @@ def load_registry(
         load_options={"device": device, "warmup": warmup, "calibrate": calibrate}, pinned_versions=pinned_versions
     )
     if width_free:
-        from models import physics_fit
+        from models import network_fit, physics_fit
 
-        registry.width_free[physics_fit.NAME] = physics_fit_builder(max_context)
-        registry.width_free_cards[physics_fit.NAME] = physics_fit.general_card(max_context)
+        for kind in (network_fit, physics_fit):
+            registry.width_free[kind.NAME] = width_free_builder(kind.NAME, max_context)
+            registry.width_free_cards[kind.NAME] = kind.general_card(max_context)
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"model_dir: {root} is not a directory")

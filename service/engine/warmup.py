@@ -44,29 +44,35 @@ def load_registry(settings: Settings) -> Any:
         return Registry(errors={"*": f"{type(exc).__name__}: {exc}"})
 
 
-def _warm_one(loaded: Any, rng: np.random.Generator, n_features: int, n_outputs: int) -> None:
+def _warm_one(loaded: Any, rng: np.random.Generator, base_x: np.ndarray, n_outputs: int) -> None:
+    """One fit and two small answers at loads around the network's base ones (a model that runs the
+    network's power flow needs loads the feeder can carry)."""
     sizes = loaded.card.get("context_size") or {}
     n = int(min(max(MIN_CONTEXT_ROWS, int(sizes.get("min", 1))), int(sizes.get("max", MIN_CONTEXT_ROWS))))
-    x, y = rng.normal(size=(n, n_features)), 1.0 + 0.01 * rng.normal(size=(n, n_outputs))
-    encoded = loaded.method.fit(x, y)
+
+    def loads(rows: int) -> np.ndarray:
+        return base_x * (1.0 + 0.1 * rng.uniform(-1.0, 1.0, size=(rows, base_x.shape[0])))
+
+    encoded = loaded.method.fit(loads(n), 1.0 + 0.01 * rng.normal(size=(n, n_outputs)))
     for m in (1, 8):
-        loaded.method.predict(encoded, rng.normal(size=(m, n_features))).quantile([0.5])
+        loaded.method.summarize(encoded, loads(m), (0.5,))
 
 
 def warm(rt: Runtime) -> None:
     """One fit + predict per checkpoint (at its network's widths) and for physics-fit on IEEE 33, and
     one GP fit, so the first request pays no first-call costs."""
     rng = np.random.default_rng(0)
-    for (name, network), loaded in sorted(rt.registry.checkpoints.items()):
+    for name, network in sorted(rt.registry.checkpoints):
         try:
-            _warm_one(loaded, rng, len(loaded.card["features"]), len(loaded.card["outputs"]))
+            served = rt.registry.get(name, network)  # as served: widened off the context by the network's power flow
+            _warm_one(served, rng, gridsim_calls.built_in_network(network).base_x, len(served.card["outputs"]))
         except Exception as exc:
             log.exception("warm-up of model %s for %s failed; it will not be served", name, network)
             rt.registry.refuse(name, network, f"warm-up failed: {type(exc).__name__}: {exc}")
     ieee33 = gridsim_calls.built_in_network()
     n_features, n_outputs = ieee33.n_features, ieee33.n_outputs
     for name in rt.registry.width_free:
-        _warm_one(rt.registry.get(name, ieee33), rng, n_features, n_outputs)
+        _warm_one(rt.registry.get(name, ieee33), rng, ieee33.base_x, n_outputs)
     x, y = rng.normal(size=(16, n_features)), 1.0 + 0.01 * rng.normal(size=(16, n_outputs))
     quick_gp = gp_method(rt.settings, max_iter=1)  # exercises the GP code paths, not its optimiser
     quick_gp.predict(quick_gp.fit(x, y), x[:2])

@@ -195,19 +195,20 @@ def test_card_naming_another_networks_features_is_refused(registry_root):
         load_checkpoint(card_path.parent, device="cpu")
 
 
-def test_physics_fit_serves_any_network(registry_root):
+def test_width_free_models_serve_any_network(registry_root):
     import gridsim
     from gridsim.feeders import snapshot
     from tests.gridsim.feeder_cases import small_feeder
 
     registry = load_registry(registry_root, device="cpu", warmup=False, width_free=True, max_context=500)
-    assert registry.names() == ["good", "physics-fit", "victim"]
-    assert registry.models_for("mv_oberrhein_sub0") == ["physics-fit"]
-    assert registry.networks_of("physics-fit") == ["any radial feeder"]
-    for net in (gridsim.network("kerber_landnetz_kabel_1"), snapshot(small_feeder())):
-        loaded = registry.get("physics-fit", net)
-        assert loaded.card["features"] == list(net.feature_names) and loaded.card["context_size"]["max"] == 500
-        sim = gridsim.simulate(40, 0.2, 0, network=net)
-        pred = loaded.method.predict(loaded.method.fit(sim.x[:30], sim.vm_pu[:30]), sim.x[30:])
-        assert np.abs(pred.mean - sim.vm_pu[30:]).max() < 1e-4 and (pred.std > 0).all()
-        assert registry.get("physics-fit", net) is loaded  # built once per network
+    assert registry.names() == ["good", "network-fit", "physics-fit", "victim"]
+    assert registry.models_for("mv_oberrhein_sub0") == ["network-fit", "physics-fit"]
+    for name in ("network-fit", "physics-fit"):
+        assert registry.networks_of(name) == ["any radial feeder"]
+        for net in (gridsim.network("kerber_landnetz_kabel_1"), snapshot(small_feeder())):
+            loaded = registry.get(name, net)
+            assert loaded.card["features"] == list(net.feature_names) and loaded.card["context_size"]["max"] == 500
+            sim = gridsim.simulate(40, 0.2, 0, network=net)
+            pred = loaded.method.predict(loaded.method.fit(sim.x[:30], sim.vm_pu[:30]), sim.x[30:])
+            assert np.abs(pred.mean - sim.vm_pu[30:]).max() < 1e-4 and (pred.std > 0).all()
+            assert registry.get(name, net) is loaded  # built once per network

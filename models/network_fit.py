@@ -1,0 +1,258 @@
+"""The feeder's own power flow, corrected by the context: the model that knows what the context cannot show.
+
+Every context names a network (built in or uploaded), so the service can run that network's exact
+AC power flow at any loads. The operator's real feeder differs from its model (line impedances,
+tap positions, the substation's set point), and readings carry meter noise, so the model's voltages
+V(x) are a prior, not the answer. This method fits only what the context shows the model gets wrong,
+
+    y(x) = V(x) + r(x),   r(x) = c + beta^T z(x)   (z: the loads standardised on the context),
+
+by Bayesian linear regression per bus (models.linear: prior and noise precision by maximum
+evidence, so r shrinks to its mean when the readings are noise around the model). Why it is
+trustworthy where a fit of y alone is not:
+
+- Off the context, V(x) carries every nonlinear term of the power flow exactly (load growth, PV
+  reversing flows); only the correction r is extrapolated, and r is small and nearly linear.
+- Under meter noise, the fit estimates a correction that the ridge shrinks toward zero (the model
+  itself), not 2m + 1 free coefficients per bus: noise averages out instead of being fitted.
+
+The spread per bus and query has two parts. The posterior std of r at the query (the function,
+not a new reading: the truth has no meter noise), which grows with the query's distance from the
+context; it is shared by every query of a bus (an error in the correction moves them all), so it
+is widened to hold for all k buses at once (Bonferroni: a 95 % interval for the worst bus, not
+the average one). And a model-error term the context cannot show: how far the same linear fit of
+the network model's own voltages on the same context misses V at the query (e(q), known exactly:
+large off the context, small within it), scaled by the correction's share of the feeder's response
+(rho, the largest over buses, since every bus's losses flow through the branches above it: a
+model 30 % off leaves a correction 30 % of the response, whose nonlinear part a linear correction
+misses) and by MODEL_ERROR_GAIN (second-order terms scale with the impedances squared:
+a relative error rho in them is ~2 rho in those terms).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+from scipy import special
+from scipy.linalg import cho_solve
+
+from models.calibration import CALIBRATION_LEVEL
+from models.errors import InputValidationError
+from models.limits import MIN_CONTEXT_ROWS
+from models.linear import BayesianLinearRegression, LinearFit, posterior
+from models.physics_fit import ANY_NETWORK, on_network
+from models.predictive import GaussianPredictive, Method
+from models.validation import check_context, check_queries
+
+NAME = "network-fit"
+VERSION = "built-in"
+
+# |V| (n, k) of the network model at raw load rows x (n, d); NaN rows where its power flow diverges.
+VoltageModel = Callable[[np.ndarray], np.ndarray]
+
+# See the module docstring: the model-error term is MODEL_ERROR_GAIN * rho * |e(q)|.
+MODEL_ERROR_GAIN = 2.0
+# The smallest spread (p.u.): the network model's power flow and a reference solver agree to ~1e-9.
+SPREAD_FLOOR_PU = 2e-9
+
+
+@dataclass(frozen=True)
+class NetworkFitted:
+    """The fitted correction, the probe fit of the model's own voltages, and the widening factors."""
+
+    branches: BranchCorrection  # r = y - V(x), one correction per branch shared by the buses below it
+    per_bus: LinearFit  # what each bus's readings still show beyond it
+    probe: LinearFit  # V(x) itself, linear on the same context: its miss at a query is e(q)
+    share: float  # rho: the fitted correction's variation relative to the model's, largest over buses
+    simultaneous: float  # the epistemic std's factor for a 95 % interval on all k buses at once
+
+
+def _solved(model: VoltageModel, x: np.ndarray, field: str) -> np.ndarray:
+    v = np.asarray(model(x), dtype=np.float64)
+    bad = ~np.isfinite(v).all(axis=1)
+    if bad.any():
+        rows = np.flatnonzero(bad)
+        raise InputValidationError(
+            field,
+            f"the network model's power flow does not converge at these loads (rows {rows[:10].tolist()}"
+            f"{' ...' if len(rows) > 10 else ''}): beyond what the feeder can carry",
+        )
+    return v
+
+
+def simultaneous_factor(k: int, level: float = CALIBRATION_LEVEL) -> float:
+    """How much wider a central `level` Gaussian interval must be to hold on k outputs at once."""
+    tail = (1.0 - level) / 2.0
+    return float(special.ndtri(1.0 - tail / max(k, 1)) / special.ndtri(1.0 - tail))
+
+
+# Prior precision grid of the branch corrections (standardised, times the stacked rows) searched by evidence.
+BRANCH_PRIOR_GRID = tuple(10.0**e for e in np.arange(-12.0, 6.5, 0.5))
+# Rows of (query, bus) feature blocks built at once for the posterior variance (memory ~ rows * k * 2k).
+QUERY_BLOCK = 256
+
+
+@dataclass(frozen=True)
+class BranchCorrection:
+    """r[t, j] = c + sum over branches b on bus j's path of (a_b P_b[t] + q_b Q_b[t]): one correction
+    per branch shared by every bus below it (linearised DistFlow: an impedance error on a branch moves
+    every voltage downstream by its flow times the error), fitted jointly on all buses' readings."""
+
+    downstream: np.ndarray  # (k, k) float: [c, j] = 1 where bus j is c or below it
+    load_positions: np.ndarray  # (m,) output index of each load
+    scale: np.ndarray  # (2k + 1,) feature scaling (standardised coefficients = scale * raw ones... see fit)
+    theta: np.ndarray  # (2k + 1,) posterior mean on scaled features [P flows, Q flows, 1]
+    covariance: np.ndarray  # (2k + 1, 2k + 1) posterior covariance of theta (noise variance included)
+    noise_var: float  # the readings' variance around the fitted correction (meter noise plus what it misses)
+
+    @staticmethod
+    def flows(x: np.ndarray, downstream: np.ndarray, load_positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """P and Q (n, k) through the branch into every output bus, lossless, from load rows x (n, 2m)."""
+        m, k = len(load_positions), downstream.shape[0]
+        p, q = np.zeros((x.shape[0], k)), np.zeros((x.shape[0], k))
+        p[:, load_positions], q[:, load_positions] = x[:, :m], x[:, m:]
+        return p @ downstream.T, q @ downstream.T
+
+    @classmethod
+    def fit(cls, x: np.ndarray, r: np.ndarray, downstream: np.ndarray, load_positions: np.ndarray) -> BranchCorrection:
+        n, k = r.shape
+        fp, fq = cls.flows(x, downstream, load_positions)
+        path = downstream.T  # [j, c]: branch c is on bus j's path
+        shared = path.T @ path  # [c, c']: buses below both
+        ones = path.sum(axis=0)  # buses below each branch
+        gram = np.block(
+            [
+                [shared * (fp.T @ fp), shared * (fp.T @ fq), (ones * fp.sum(0))[:, None]],
+                [shared * (fq.T @ fp), shared * (fq.T @ fq), (ones * fq.sum(0))[:, None]],
+                [(ones * fp.sum(0))[None, :], (ones * fq.sum(0))[None, :], np.array([[float(n * k)]])],
+            ]
+        )
+        ra = r @ path  # (n, k): sum over the buses below c of their correction
+        rhs = np.concatenate([(fp * ra).sum(0), (fq * ra).sum(0), [r.sum()]])
+        rows = n * k
+        scale = 1.0 / np.sqrt(np.maximum(np.diag(gram) / rows, np.finfo(np.float64).tiny))
+        gram_s, rhs_s = gram * scale[:, None] * scale[None, :], rhs * scale
+        total = float(np.square(r).sum())
+        flat = np.zeros(len(rhs))
+        flat[-1] = 1e-12 * rows  # the offset is (nearly) unpenalised
+        best: tuple[float, np.ndarray, np.ndarray, float] | None = None
+        dof = rows - 1
+        for prior in BRANCH_PRIOR_GRID:
+            penalty = np.full(len(rhs), prior * rows)
+            penalty[-1] = flat[-1]
+            chol = np.linalg.cholesky(gram_s + np.diag(penalty))
+            theta = _cho_solve(chol, rhs_s)
+            energy = max(total - float(rhs_s @ theta), 1e-300)
+            evidence = 0.5 * np.log(penalty[:-1]).sum() - np.log(np.diag(chol)).sum() - 0.5 * dof * np.log(energy)
+            if best is None or evidence > best[0]:
+                best = (evidence, chol, theta, energy)
+        assert best is not None
+        _, chol, theta, energy = best
+        noise_var = energy / dof
+        inverse = _cho_solve(chol, np.eye(len(rhs)))
+        return cls(downstream.astype(np.float64), load_positions, scale, theta, noise_var * inverse, noise_var)
+
+    def posterior(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and std (m, k) of the correction at load rows x (m, 2m)."""
+        fp, fq = self.flows(x, self.downstream, self.load_positions)
+        k = self.downstream.shape[0]
+        path = self.downstream.T
+        mean = np.empty((x.shape[0], k))
+        var = np.empty_like(mean)
+        for start in range(0, x.shape[0], QUERY_BLOCK):
+            block = slice(start, start + QUERY_BLOCK)
+            feats = (
+                np.concatenate(
+                    [
+                        path[None] * fp[block, None, :],
+                        path[None] * fq[block, None, :],
+                        np.ones((fp[block].shape[0], k, 1)),
+                    ],
+                    axis=-1,
+                )
+                * self.scale
+            )
+            mean[block] = feats @ self.theta
+            var[block] = np.einsum("mjp,pq,mjq->mj", feats, self.covariance, feats)
+        return mean, np.sqrt(np.maximum(var, 0.0))
+
+
+def _cho_solve(chol: np.ndarray, b: np.ndarray) -> np.ndarray:
+    out: np.ndarray = cho_solve((chol, True), b)
+    return out
+
+
+class NetworkFitMethod(Method):
+    """The network model's power flow plus a correction fitted on the context: one per branch
+    shared by all buses below it, then what each bus still shows (module docstring)."""
+
+    name = "network model + context correction"
+
+    def __init__(self, voltage_model: VoltageModel, downstream: np.ndarray, load_positions: np.ndarray):
+        self.voltage_model = voltage_model
+        self.downstream = np.asarray(downstream, dtype=np.float64)
+        self.load_positions = np.asarray(load_positions, dtype=np.int64)
+        self.linear = BayesianLinearRegression()
+
+    def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> NetworkFitted:
+        x, y = check_context(context_x, context_y)
+        v = _solved(self.voltage_model, x, "context.x")
+        if v.shape != y.shape:
+            raise InputValidationError("context.y", f"expected {v.shape[1]} buses per row, got {y.shape[1]}")
+        k = y.shape[1]
+        branches = BranchCorrection.fit(x, y - v, self.downstream, self.load_positions)
+        shared, _ = branches.posterior(x)
+        both = self.linear.fit(x, np.concatenate([y - v - shared, v], axis=1))
+        per_bus, probe = _outputs(both, slice(0, k)), _outputs(both, slice(k, 2 * k))
+        fitted_r = shared + posterior(per_bus, x, readings=False).mean
+        share = fitted_r.std(axis=0) / np.maximum(v.std(axis=0), np.finfo(np.float64).tiny)
+        # every bus's losses flow through the branches above it: the largest share anywhere counts everywhere
+        return NetworkFitted(branches, per_bus, probe, float(share.max()), simultaneous_factor(k))
+
+    def predict(self, fitted: NetworkFitted, query_x: np.ndarray) -> GaussianPredictive:
+        q = check_queries(query_x, d=fitted.per_bus.x_mean.shape[0])
+        v = _solved(self.voltage_model, q, "queries")
+        shared, shared_std = fitted.branches.posterior(q)
+        r = posterior(fitted.per_bus, q, readings=False)
+        probe_error = posterior(fitted.probe, q, readings=False).mean - v
+        model_error = MODEL_ERROR_GAIN * fitted.share * np.abs(probe_error)
+        epistemic = np.square(shared_std) + np.square(r.sigma)
+        spread = np.sqrt(np.square(fitted.simultaneous) * epistemic + np.square(model_error))
+        return GaussianPredictive(v + shared + r.mean, np.maximum(spread, SPREAD_FLOOR_PU))
+
+
+def _outputs(fit: LinearFit, pick: slice) -> LinearFit:
+    """The same fit restricted to some outputs (every per-output array sliced on its last axis)."""
+    per_output = ("y_mean", "y_scale", "w", "param_prec", "null_var", "noise_var", "std_floor", "alpha", "lam")
+    return replace(fit, **{name: getattr(fit, name)[..., pick] for name in per_output})
+
+
+def general_card(max_context: int) -> dict[str, Any]:
+    """What the model is, whatever the network (GET /v1/models)."""
+    return {
+        "name": NAME,
+        "version": VERSION,
+        "description": "the network's own AC power flow plus a correction fitted on the context: one per branch, "
+        "shared by every bus below it, then per bus (Bayesian linear, maximum evidence); the spread is the "
+        "correction's posterior (for all buses at once) plus the network-model error a linear correction "
+        "misses, which grows off the context (models.network_fit)",
+        "architecture": {"kind": "closed form", "base": "network power flow"},
+        "networks": ANY_NETWORK,
+        "features": "the network's load inputs: P then Q of each load bus (GET /v1/networks/{id})",
+        "outputs": "the network's outputs: |V| of each non-slack bus (GET /v1/networks/{id})",
+        "context_size": {"min": MIN_CONTEXT_ROWS, "max": int(max_context)},
+    }
+
+
+def card_for(network: Any, max_context: int) -> dict[str, Any]:
+    return on_network(general_card(max_context), network)
+
+
+def method_for(network: Any) -> NetworkFitMethod:
+    from gridsim.api import VoltageModel as NetworkVoltages
+    from gridsim.tree import downstream
+
+    return NetworkFitMethod(NetworkVoltages(network), downstream(network), network.load_positions)

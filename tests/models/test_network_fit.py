@@ -1,0 +1,97 @@
+"""network-fit (models.network_fit): the network model's power flow plus a correction from the context.
+Truth: the batched solver (agrees with pandapower to ~1e-9 p.u., tests/gridsim) on the feeder as it
+really is, which may differ from the model the method is given."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import gridsim
+from gridsim.api import VoltageModel
+from gridsim.sampling import sample_loads
+from gridsim.tree import downstream
+from models.errors import InputValidationError
+from models.linear import LeastSquares
+from models.network_fit import NetworkFitMethod, method_for, simultaneous_factor
+from models.physics_base import PhysicsBaseMethod
+
+LEVELS = (0.025, 0.975)
+
+
+@pytest.fixture(scope="module")
+def ieee33():
+    return gridsim.network("ieee33")
+
+
+def _coverage(summary, truth):
+    inside = (truth >= summary.quantiles[0]) & (truth <= summary.quantiles[1])
+    return float(inside.mean(axis=0).min())
+
+
+def test_the_tree_puts_every_bus_below_the_buses_on_its_path(ieee33):
+    below = downstream(ieee33)
+    names = list(ieee33.output_buses)
+    assert below.diagonal().all()
+    assert below[names.index(2)].all()  # bus 2 feeds the whole feeder
+    path_18 = [names[c] for c in np.flatnonzero(below[:, names.index(18)])]
+    assert path_18 == list(range(2, 19))
+    path_22 = [names[c] for c in np.flatnonzero(below[:, names.index(22)])]
+    assert path_22 == [2, 19, 20, 21, 22]
+
+
+def test_under_meter_noise_it_beats_least_squares_per_bus(ieee33):
+    rng = np.random.default_rng(3)
+    truth_of = VoltageModel(ieee33)
+    x = sample_loads(ieee33, 300, 0.3, rng)
+    y = truth_of(x) + rng.normal(0.0, 1e-3, (300, ieee33.n_outputs))
+    queries = sample_loads(ieee33, 300, 0.3, rng)
+    truth = truth_of(queries)
+    method = method_for(ieee33)
+    ours = method.summarize(method.fit(x, y), queries, LEVELS)
+    ls = LeastSquares()
+    theirs = ls.predict(ls.fit(x, y), queries)
+    ratio = np.abs(ours.mean - truth).mean() / np.abs(theirs.mean - truth).mean()
+    assert ratio <= 0.5
+    assert _coverage(ours, truth) >= 0.9
+
+
+def test_a_feeder_unlike_its_model_is_corrected_and_honest_off_the_context(ieee33):
+    rng = np.random.default_rng(5)
+    scale = rng.uniform(0.7, 1.3, ieee33.n_lines)
+    real = dataclasses.replace(ieee33, r_ohm=ieee33.r_ohm * scale, x_ohm=ieee33.x_ohm * scale)
+    truth_of = VoltageModel(real)
+    x = sample_loads(ieee33, 400, 0.1, rng)
+    y = truth_of(x)
+    method = NetworkFitMethod(VoltageModel(ieee33), downstream(ieee33), ieee33.load_positions)
+    fitted = method.fit(x, y)
+    physics = PhysicsBaseMethod(ieee33.load_positions)
+    physics_fitted = physics.fit(x, y)
+    for queries in (sample_loads(ieee33, 300, 0.1, rng), sample_loads(ieee33, 300, 0.1, rng) * 1.4):
+        truth = truth_of(queries)
+        ours = method.summarize(fitted, queries, LEVELS)
+        model_alone = VoltageModel(ieee33)(queries)
+        assert np.abs(ours.mean - truth).mean() < 0.05 * np.abs(model_alone - truth).mean()
+        assert _coverage(ours, truth) >= 0.9
+    # the context's own fit (physics-fit) is as accurate here but confidently wrong: no spread for growth
+    plain = physics.predict(physics_fitted, queries)
+    lo, hi = plain.interval(0.95)
+    assert float(((truth >= lo) & (truth <= hi)).mean(axis=0).min()) < 0.5
+
+
+def test_loads_the_feeder_cannot_carry_are_refused_by_row(ieee33):
+    rng = np.random.default_rng(1)
+    x = sample_loads(ieee33, 100, 0.1, rng)
+    method = method_for(ieee33)
+    fitted = method.fit(x, VoltageModel(ieee33)(x))
+    queries = x[:3].copy()
+    queries[1] *= 40.0
+    with pytest.raises(InputValidationError, match=r"queries: .*rows \[1\]"):
+        method.predict(fitted, queries)
+
+
+def test_the_simultaneous_factor_is_one_for_one_bus_and_grows_with_buses():
+    assert simultaneous_factor(1) == pytest.approx(1.0)
+    assert 1.5 < simultaneous_factor(32) < 2.0

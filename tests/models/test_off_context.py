@@ -1,0 +1,89 @@
+"""The extrapolation measure and the off-context widening (models.off_context), on IEEE 33 with the
+batched solver's exact voltages as truth."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gridsim
+from gridsim.api import VoltageModel
+from gridsim.sampling import sample_loads
+from models.off_context import EXTRAPOLATION_THRESHOLD, ContextGeometry, OffContextGuard, extrapolated, ramp
+from models.physics_base import PhysicsBaseMethod
+
+LEVELS = (0.025, 0.975)
+
+
+@pytest.fixture(scope="module")
+def feeder():
+    net = gridsim.network("ieee33")
+    rng = np.random.default_rng(7)
+    x = sample_loads(net, 300, 0.1, rng)
+    queries = sample_loads(net, 400, 0.1, rng)
+    return net, x, queries, rng
+
+
+def test_queries_drawn_like_the_context_are_within_it_and_load_growth_is_not(feeder):
+    net, x, queries, _ = feeder
+    geometry = ContextGeometry.of(x)
+    inside = geometry.extrapolation(queries)
+    assert extrapolated(inside).mean() <= 0.02
+    grown = geometry.extrapolation(queries * 1.3)
+    assert extrapolated(grown).all() and np.median(grown) > 3.0
+    assert np.all(geometry.extrapolation(x) <= EXTRAPOLATION_THRESHOLD)  # no context row is beyond itself
+
+
+def test_a_load_the_context_never_moved_counts_fully_and_few_rows_span_little(feeder):
+    net, x, queries, _ = feeder
+    frozen = x.copy()
+    frozen[:, 3] = net.base_p_mw[3]
+    moved = queries.copy()
+    moved[:, 3] = net.base_p_mw[3] * 1.05
+    assert extrapolated(ContextGeometry.of(frozen).extrapolation(moved)).all()
+    few = ContextGeometry.of(x[:20])  # 20 rows, 64 loads: most directions never seen
+    assert extrapolated(few.extrapolation(queries)).mean() > 0.9
+
+
+def test_ramp_keeps_the_context_and_reaches_one_at_twice_its_reach():
+    assert ramp(np.array([0.5, 1.0, 1.5, 2.0, 9.0])).tolist() == [0.0, 0.0, 0.5, 1.0, 1.0]
+
+
+def _coverage(summary, truth):
+    inside = (truth >= summary.quantiles[0]) & (truth <= summary.quantiles[1])
+    return inside.mean(axis=0).min()
+
+
+def test_the_guard_widens_off_the_context_and_leaves_answers_within_it(feeder):
+    net, x, queries, _ = feeder
+    truth_of = VoltageModel(net)
+    y = truth_of(x)
+    base = PhysicsBaseMethod(net.load_positions)
+    guard = OffContextGuard(base, truth_of)
+    fitted = guard.fit(x, y)
+    band = (0.95, 1.05)
+
+    within = ~extrapolated(fitted.geometry.extrapolation(queries))
+    assert within.mean() > 0.95
+    inside = guard.summarize(fitted, queries[within], LEVELS, band)
+    plain = base.summarize(fitted.real, queries[within], LEVELS, band)
+    np.testing.assert_array_equal(inside.mean, plain.mean)
+    np.testing.assert_allclose(inside.quantiles, plain.quantiles, rtol=0, atol=1e-15)
+
+    grown = queries * 1.4
+    truth = truth_of(grown)
+    low = float(np.median(base.predict(fitted.real, grown).mean[:, -1]))  # the far end's typical voltage
+    band = (low, 1.05)
+    widened = guard.summarize(fitted, grown, LEVELS, band)
+    unguarded = base.summarize(fitted.real, grown, LEVELS, band)
+    assert _coverage(unguarded, truth) < 0.5  # the fit alone is confidently wrong out here
+    assert _coverage(widened, truth) >= 0.9
+    np.testing.assert_array_equal(widened.mean, unguarded.mean)  # the mean is the method's own
+    assert np.all(widened.std >= unguarded.std)
+    # p_outside follows the widened spread: where the confident answer says the band's edge is far
+    # (p ~ 0) or certain (p ~ 1), the widened one is less sure either way
+    far_end = widened.p_outside[:, -1]
+    assert 0.2 < far_end.mean() < 0.8
+    sure = (unguarded.p_outside < 1e-3) | (unguarded.p_outside > 1 - 1e-3)
+    unsure = (widened.p_outside > 1e-3) & (widened.p_outside < 1 - 1e-3)
+    assert (sure & unsure).any()
