@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 from scipy import special
-from scipy.linalg import cho_solve
+from scipy.linalg import cho_solve, solve_triangular
 
 from models.calibration import CALIBRATION_LEVEL
 from models.errors import InputValidationError
@@ -63,7 +63,9 @@ SPREAD_FLOOR_PU = 2e-9
 class NetworkFitted:
     """The fitted correction, the probe fit of the model's own voltages, and the widening factors."""
 
-    branches: BranchCorrection  # r = y - V(x), one correction per branch shared by the buses below it
+    branches: (
+        BranchCorrection | None
+    )  # r = y - V(x), one per branch shared by the buses below it (None: too many buses)
     per_bus: LinearFit  # what each bus's readings still show beyond it
     probe: LinearFit  # V(x) itself, linear on the same context: its miss at a query is e(q)
     share: float  # rho: the fitted correction's variation relative to the model's, largest over buses
@@ -91,8 +93,12 @@ def simultaneous_factor(k: int, level: float = CALIBRATION_LEVEL) -> float:
 
 # Prior precision grid of the branch corrections (standardised, times the stacked rows) searched by evidence.
 BRANCH_PRIOR_GRID = tuple(10.0**e for e in np.arange(-12.0, 6.5, 0.5))
-# Rows of (query, bus) feature blocks built at once for the posterior variance (memory ~ rows * k * 2k).
+# Above this many buses the per-branch stage is skipped (its (2k + 1)^2 system grows as k^3 to solve).
+MAX_BRANCH_BUSES = 400
+# Queries per block for the posterior variance (memory ~ QUERY_BLOCK * k * 2k floats).
 QUERY_BLOCK = 256
+# The offset's penalty relative to the stacked rows: (nearly) flat, as a voltage set point is not small.
+OFFSET_PENALTY = 1e-12
 
 
 @dataclass(frozen=True)
@@ -103,9 +109,9 @@ class BranchCorrection:
 
     downstream: np.ndarray  # (k, k) float: [c, j] = 1 where bus j is c or below it
     load_positions: np.ndarray  # (m,) output index of each load
-    scale: np.ndarray  # (2k + 1,) feature scaling (standardised coefficients = scale * raw ones... see fit)
-    theta: np.ndarray  # (2k + 1,) posterior mean on scaled features [P flows, Q flows, 1]
-    covariance: np.ndarray  # (2k + 1, 2k + 1) posterior covariance of theta (noise variance included)
+    scale: np.ndarray  # (2k + 1,) raw feature -> standardised feature factor
+    theta: np.ndarray  # (2k + 1,) posterior mean on standardised features [P flows, Q flows, 1]
+    factor: np.ndarray  # (2k + 1, 2k + 1) L with L L^T the posterior covariance of theta
     noise_var: float  # the readings' variance around the fitted correction (meter noise plus what it misses)
 
     @staticmethod
@@ -122,67 +128,62 @@ class BranchCorrection:
         fp, fq = cls.flows(x, downstream, load_positions)
         path = downstream.T  # [j, c]: branch c is on bus j's path
         shared = path.T @ path  # [c, c']: buses below both
-        ones = path.sum(axis=0)  # buses below each branch
+        below = path.sum(axis=0)  # buses below each branch
         gram = np.block(
             [
-                [shared * (fp.T @ fp), shared * (fp.T @ fq), (ones * fp.sum(0))[:, None]],
-                [shared * (fq.T @ fp), shared * (fq.T @ fq), (ones * fq.sum(0))[:, None]],
-                [(ones * fp.sum(0))[None, :], (ones * fq.sum(0))[None, :], np.array([[float(n * k)]])],
+                [shared * (fp.T @ fp), shared * (fp.T @ fq), (below * fp.sum(0))[:, None]],
+                [shared * (fq.T @ fp), shared * (fq.T @ fq), (below * fq.sum(0))[:, None]],
+                [(below * fp.sum(0))[None, :], (below * fq.sum(0))[None, :], np.array([[float(n * k)]])],
             ]
         )
         ra = r @ path  # (n, k): sum over the buses below c of their correction
         rhs = np.concatenate([(fp * ra).sum(0), (fq * ra).sum(0), [r.sum()]])
-        rows = n * k
+        rows, dof = n * k, n * k - 1
         scale = 1.0 / np.sqrt(np.maximum(np.diag(gram) / rows, np.finfo(np.float64).tiny))
         gram_s, rhs_s = gram * scale[:, None] * scale[None, :], rhs * scale
         total = float(np.square(r).sum())
-        flat = np.zeros(len(rhs))
-        flat[-1] = 1e-12 * rows  # the offset is (nearly) unpenalised
         best: tuple[float, np.ndarray, np.ndarray, float] | None = None
-        dof = rows - 1
-        for prior in BRANCH_PRIOR_GRID:
+        for prior in BRANCH_PRIOR_GRID:  # profile evidence, the noise variance maximised out
             penalty = np.full(len(rhs), prior * rows)
-            penalty[-1] = flat[-1]
+            penalty[-1] = OFFSET_PENALTY * rows  # the offset is (nearly) unpenalised
             chol = np.linalg.cholesky(gram_s + np.diag(penalty))
-            theta = _cho_solve(chol, rhs_s)
-            energy = max(total - float(rhs_s @ theta), 1e-300)
+            theta = cho_solve((chol, True), rhs_s)
+            energy = max(total - float(rhs_s @ theta), np.finfo(np.float64).tiny)
             evidence = 0.5 * np.log(penalty[:-1]).sum() - np.log(np.diag(chol)).sum() - 0.5 * dof * np.log(energy)
             if best is None or evidence > best[0]:
                 best = (evidence, chol, theta, energy)
         assert best is not None
         _, chol, theta, energy = best
         noise_var = energy / dof
-        inverse = _cho_solve(chol, np.eye(len(rhs)))
-        return cls(downstream.astype(np.float64), load_positions, scale, theta, noise_var * inverse, noise_var)
+        # covariance noise_var (C C^T)^-1 = L L^T with L = sqrt(noise_var) C^-T
+        factor = np.sqrt(noise_var) * solve_triangular(chol, np.eye(len(rhs)), lower=True).T
+        return cls(downstream.astype(np.float64), load_positions, scale, theta, factor, noise_var)
 
     def posterior(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and std (m, k) of the correction at load rows x (m, 2m)."""
+        """Mean and std (m, k) of the correction at load rows x (m, 2m).
+
+        A bus's feature row sums its path's branch flows, so with the covariance's factor L its
+        variance is |sum over the path of (P_c L_P[c] + Q_c L_Q[c]) + L_1|^2: accumulated down the
+        tree from the substation, one bus at a time (m k p work, not m k^2 p)."""
         fp, fq = self.flows(x, self.downstream, self.load_positions)
         k = self.downstream.shape[0]
-        path = self.downstream.T
-        mean = np.empty((x.shape[0], k))
+        weights = self.scale * self.theta
+        mean = (fp * weights[:k] + fq * weights[k : 2 * k]) @ self.downstream + weights[-1]
+        rows = self.scale[:, None] * self.factor  # raw features' rows of L
+        depth = self.downstream.sum(axis=0)  # buses on each bus's path, itself included
+        parent = np.where(self.downstream > 0.5, depth[:, None], -1.0)
+        np.fill_diagonal(parent, -1.0)
+        above = parent.argmax(axis=0)  # the deepest strict ancestor
+        has_parent = parent.max(axis=0) > 0
         var = np.empty_like(mean)
         for start in range(0, x.shape[0], QUERY_BLOCK):
             block = slice(start, start + QUERY_BLOCK)
-            feats = (
-                np.concatenate(
-                    [
-                        path[None] * fp[block, None, :],
-                        path[None] * fq[block, None, :],
-                        np.ones((fp[block].shape[0], k, 1)),
-                    ],
-                    axis=-1,
-                )
-                * self.scale
-            )
-            mean[block] = feats @ self.theta
-            var[block] = np.einsum("mjp,pq,mjq->mj", feats, self.covariance, feats)
-        return mean, np.sqrt(np.maximum(var, 0.0))
-
-
-def _cho_solve(chol: np.ndarray, b: np.ndarray) -> np.ndarray:
-    out: np.ndarray = cho_solve((chol, True), b)
-    return out
+            along = np.empty((fp[block].shape[0], k, rows.shape[1]))
+            for j in np.argsort(depth, kind="stable"):
+                step = fp[block, j, None] * rows[j] + fq[block, j, None] * rows[k + j]
+                along[:, j] = step + (along[:, above[j]] if has_parent[j] else rows[-1])
+            var[block] = np.square(along).sum(axis=-1)
+        return mean, np.sqrt(var)
 
 
 class NetworkFitMethod(Method):
@@ -203,8 +204,10 @@ class NetworkFitMethod(Method):
         if v.shape != y.shape:
             raise InputValidationError("context.y", f"expected {v.shape[1]} buses per row, got {y.shape[1]}")
         k = y.shape[1]
-        branches = BranchCorrection.fit(x, y - v, self.downstream, self.load_positions)
-        shared, _ = branches.posterior(x)
+        branches = None
+        if k <= MAX_BRANCH_BUSES:
+            branches = BranchCorrection.fit(x, y - v, self.downstream, self.load_positions)
+        shared = branches.posterior(x)[0] if branches is not None else np.zeros_like(y)
         both = self.linear.fit(x, np.concatenate([y - v - shared, v], axis=1))
         per_bus, probe = _outputs(both, slice(0, k)), _outputs(both, slice(k, 2 * k))
         fitted_r = shared + posterior(per_bus, x, readings=False).mean
@@ -215,7 +218,9 @@ class NetworkFitMethod(Method):
     def predict(self, fitted: NetworkFitted, query_x: np.ndarray) -> GaussianPredictive:
         q = check_queries(query_x, d=fitted.per_bus.x_mean.shape[0])
         v = _solved(self.voltage_model, q, "queries")
-        shared, shared_std = fitted.branches.posterior(q)
+        shared, shared_std = (
+            fitted.branches.posterior(q) if fitted.branches is not None else (np.zeros_like(v), np.zeros_like(v))
+        )
         r = posterior(fitted.per_bus, q, readings=False)
         probe_error = posterior(fitted.probe, q, readings=False).mean - v
         model_error = MODEL_ERROR_GAIN * fitted.share * np.abs(probe_error)
