@@ -67,6 +67,7 @@ class NetworkFitted:
         BranchCorrection | None
     )  # r = y - V(x), one per branch shared by the buses below it (None: too many buses)
     per_bus: LinearFit  # what each bus's readings still show beyond it
+    keep: np.ndarray  # (k,) how much of that per-bus part is signal (positive-part James-Stein factor)
     probe: LinearFit  # V(x) itself, linear on the same context: its miss at a query is e(q)
     share: float  # rho: the fitted correction's variation relative to the model's, largest over buses
     simultaneous: float  # the epistemic std's factor for a 95 % interval on all k buses at once
@@ -210,10 +211,12 @@ class NetworkFitMethod(Method):
         shared = branches.posterior(x)[0] if branches is not None else np.zeros_like(y)
         both = self.linear.fit(x, np.concatenate([y - v - shared, v], axis=1))
         per_bus, probe = _outputs(both, slice(0, k)), _outputs(both, slice(k, 2 * k))
-        fitted_r = shared + posterior(per_bus, x, readings=False).mean
+        own = posterior(per_bus, x, readings=False)
+        keep = _positive_part(own.mean, own.sigma)
+        fitted_r = shared + keep * own.mean
         share = fitted_r.std(axis=0) / np.maximum(v.std(axis=0), np.finfo(np.float64).tiny)
         # every bus's losses flow through the branches above it: the largest share anywhere counts everywhere
-        return NetworkFitted(branches, per_bus, probe, float(share.max()), simultaneous_factor(k))
+        return NetworkFitted(branches, per_bus, keep, probe, float(share.max()), simultaneous_factor(k))
 
     def predict(self, fitted: NetworkFitted, query_x: np.ndarray) -> GaussianPredictive:
         q = check_queries(query_x, d=fitted.per_bus.x_mean.shape[0])
@@ -224,9 +227,21 @@ class NetworkFitMethod(Method):
         r = posterior(fitted.per_bus, q, readings=False)
         probe_error = posterior(fitted.probe, q, readings=False).mean - v
         model_error = MODEL_ERROR_GAIN * fitted.share * np.abs(probe_error)
-        epistemic = np.square(shared_std) + np.square(r.sigma)
+        dropped = (1.0 - fitted.keep) * r.mean  # what the positive-part factor left out may be signal after all
+        epistemic = np.square(shared_std) + np.square(r.sigma) + np.square(dropped)
         spread = np.sqrt(np.square(fitted.simultaneous) * epistemic + np.square(model_error))
-        return GaussianPredictive(v + shared + r.mean, np.maximum(spread, SPREAD_FLOOR_PU))
+        return GaussianPredictive(v + shared + fitted.keep * r.mean, np.maximum(spread, SPREAD_FLOOR_PU))
+
+
+def _positive_part(fitted: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """(k,) the share of each bus's fitted values (n, k) that is signal: 1 - (their posterior
+    variance) / (their mean square), at least 0. A per-bus stage fitted to meter noise alone (the
+    model is right there) is dropped instead of adding its intercept's sigma / sqrt(n) error; one
+    fitted to a real mismatch is kept whole."""
+    signal = np.square(fitted).mean(axis=0)
+    noise = np.square(std).mean(axis=0)
+    keep: np.ndarray = np.clip(1.0 - noise / np.maximum(signal, np.finfo(np.float64).tiny), 0.0, 1.0)
+    return keep
 
 
 def _outputs(fit: LinearFit, pick: slice) -> LinearFit:
