@@ -6,23 +6,30 @@ net's table and the problem). What it models, exactly as pandapower's power flow
 
 - one slack (the in-service `ext_grid`); buses numbered by their pandapower index;
 - lines: series impedance and charging (`c_nf_per_km`, `g_us_per_km`, half at each end);
-  out-of-service lines whose two ends are energised are the tie lines (`tie_*`) that
-  reconfigurations may close;
+  out-of-service lines, and lines cut by an open switch, whose two ends are energised are the
+  tie lines (`tie_*`) that reconfigurations may close;
 - two-winding transformers as pandapower converts them for its own power flow (its branch
   table: series impedance, magnetising branch, off-nominal ratio at the set tap position,
   phase shift); tap *controllers* are not run, the tap stays where the net has it;
+- parallel branches (two or more conducting lines, or transformers, between the same two buses)
+  as one equivalent branch: series admittances added, charging and magnetising admittances
+  added; parallel transformers must have the same sides, ratio and phase shift (unequal taps
+  drive a circulating current), and a line in parallel with a transformer is refused;
 - bus shunts (`shunt`), loads (several on one bus are summed, `scaling` applied) and static
   generators (`sgen`, negative load), all constant power; loads at the slack bus change no
   voltage and are left out of the features;
-- switches: an open line or transformer switch takes that branch out of service (the charging
-  of a line hanging from an open switch is dropped with it), a closed bus-bus switch fuses its
-  two buses (the lower index stays), an open one connects nothing;
+- switches: an open line or transformer switch cuts that branch for the topology; cut at one
+  end only, the branch hangs from its other end as in pandapower (a line's charging, a
+  transformer's magnetising branch: an admittance to ground there, a tie's only while it is
+  open); a closed bus-bus switch fuses its two buses (the lower index stays), an open one
+  connects nothing;
 - buses that no closed path joins to the slack are left out when they carry no load.
 
 Refused, with the reason: no slack or several, PV generators (`gen`) and other elements the
 constant-power solver cannot represent (three-winding transformers, impedances, wards, DC
-lines, storage, voltage-dependent loads), an element on a missing bus, a closed loop, a
-disconnected bus with load, zero-impedance lines, more than `MAX_BUSES` buses, and a base
+lines, storage, voltage-dependent loads, bus-bus switches with an impedance), an element or
+switch on a missing bus or branch, a closed loop as operated (named by its buses and branches),
+a disconnected bus with load, zero-impedance lines, more than `MAX_BUSES` buses, and a base
 load whose power flow does not converge.
 
 Features are P then Q of every bus with a load or sgen (`p_mw_bus<k>`, `q_mvar_bus<k>`),
@@ -157,6 +164,7 @@ def _check_elements(net) -> None:
             else f"{len(slacks)} slacks (ext_grids at buses {sorted(slacks.bus.tolist())})"
         )
         raise NetworkError("ext_grid", problem, "exactly one in-service ext_grid (the substation)")
+    _check_switches(net)
     loads = _in_service(net.load)
     shares = [c for c in loads.columns if c.startswith("const_") and c.endswith("percent")]
     voltage_dependent = loads[(loads[shares].fillna(0) != 0).any(axis=1)] if shares else loads.iloc[0:0]
@@ -168,17 +176,52 @@ def _check_elements(net) -> None:
         )
 
 
+def _check_switches(net) -> None:
+    """Every switch on an element the net has, a line or transformer switch at one of its branch's ends."""
+    ends = {"l": ("line", "from_bus", "to_bus"), "t": ("trafo", "hv_bus", "lv_bus")}
+    buses = set(net.bus.index.tolist())
+    for idx, row in net.switch.iterrows():
+        et, element = row.et, row.element
+        if et == "b":
+            if element not in buses:
+                raise NetworkError(
+                    "switch.element",
+                    f"bus-bus switch {idx} joins bus {element}, which the net does not have",
+                    "the index of a row of net.bus",
+                )
+            z_ohm = row.get("z_ohm")
+            if bool(row.closed) and z_ohm is not None and z_ohm > 0:  # pandapower: an impedance, not a fusion
+                raise NetworkError(
+                    "switch.z_ohm",
+                    f"closed bus-bus switch {idx} has an impedance ({z_ohm} ohm)",
+                    "z_ohm 0 (a closed bus-bus switch fuses its buses; model an impedance as a line)",
+                )
+        elif et in ends:
+            table, a, b = ends[et]
+            if element not in net[table].index:
+                raise NetworkError(
+                    "switch.element",
+                    f"switch {idx} is on {table} {element}, which the net does not have",
+                    f"the index of a row of net.{table}",
+                )
+            branch_ends = (net[table].at[element, a], net[table].at[element, b])
+            if row.bus not in branch_ends:
+                raise NetworkError(
+                    "switch.bus",
+                    f"switch {idx} is at bus {row.bus}, which is no end of {table} {element} "
+                    f"(buses {[int(e) for e in branch_ends]})",
+                    f"the {a} or {b} of the switched {table}",
+                )
+        elif et != "t3":  # three-winding transformers are refused when in service
+            raise NetworkError("switch.et", f"switch {idx} has element type {et!r}", "'l', 't', 't3' or 'b'")
+
+
 def _apply_switches(net) -> None:
-    """Switch states into branch states and fused buses; the switch table is emptied."""
+    """Closed bus-bus switches fuse their two buses (the lower index stays); the open line and
+    transformer switches stay (pandapower hangs such a branch from its other end, see `_hanging`),
+    every other switch is dropped."""
     import pandapower as pp
 
-    sw = net.switch
-    for _, row in sw[(sw.et == "l") & ~sw.closed.astype(bool)].iterrows():
-        if row.element in net.line.index:
-            net.line.loc[row.element, "in_service"] = False
-    for _, row in sw[(sw.et == "t") & ~sw.closed.astype(bool)].iterrows():
-        if row.element in net.trafo.index:
-            net.trafo.loc[row.element, "in_service"] = False
     while True:
         sw = net.switch
         closed = sw[(sw.et == "b") & sw.closed.astype(bool) & (sw.bus != sw.element)]
@@ -186,7 +229,26 @@ def _apply_switches(net) -> None:
             break
         a, b = int(closed.bus.iloc[0]), int(closed.element.iloc[0])
         pp.toolbox.fuse_buses(net, min(a, b), max(a, b))
-    net.switch = net.switch.iloc[0:0]
+    sw = net.switch
+    kept = ~sw.closed.astype(bool) & (
+        ((sw.et == "l") & sw.element.isin(net.line.index)) | ((sw.et == "t") & sw.element.isin(net.trafo.index))
+    )
+    net.switch = sw[kept]
+
+
+def _open_ends(net, table: str) -> dict[int, set[int]]:
+    """Branch index -> the buses at which an open switch cuts it (a normalised net keeps only those switches)."""
+    sw = net.switch[(net.switch.et == ("l" if table == "line" else "t")) & ~net.switch.closed.astype(bool)]
+    cut: dict[int, set[int]] = {}
+    for bus, element in zip(sw.bus.tolist(), sw.element.tolist()):
+        cut.setdefault(int(element), set()).add(int(bus))
+    return cut
+
+
+def _closed(net, table: str):
+    """The in-service rows of a branch table that no open switch cuts: the branches that conduct."""
+    rows = _in_service(net[table])
+    return rows[~rows.index.isin(list(_open_ends(net, table)))]
 
 
 def _energised(net):
@@ -197,7 +259,7 @@ def _energised(net):
     graph = nx.MultiGraph()
     graph.add_nodes_from(live)
     for table, a, b in (("line", "from_bus", "to_bus"), ("trafo", "hv_bus", "lv_bus")):
-        for idx, row in _in_service(net[table]).iterrows():
+        for idx, row in _closed(net, table).iterrows():
             if row[a] in live and row[b] in live:
                 graph.add_edge(int(row[a]), int(row[b]), key=(table, int(idx)))
     slack = int(_in_service(net.ext_grid).bus.iloc[0])
@@ -219,10 +281,21 @@ def _check_topology(net, graph, slack, reached) -> None:
             "every bus with a load or sgen energised from the slack",
         )
     sub = graph.subgraph(reached)
-    if sub.number_of_edges() != sub.number_of_nodes() - 1:
-        cycle = nx.find_cycle(sub, source=slack)
+    pairs = sorted({(min(a, b), max(a, b)) for a, b in sub.edges()})
+    for a, b in pairs:  # parallel branches are merged into one (see `_line_branches`, `_trafo_branches`)
+        keys = sorted(sub[a][b])
+        if len({table for table, _ in keys}) > 1:
+            raise NetworkError(
+                "line",
+                f"{' and '.join(f'{t} {i}' for t, i in keys)} in parallel between buses {a} and {b}: "
+                "a line in parallel with a transformer is not supported",
+                "parallel branches of one kind (lines with lines, transformers with transformers)",
+            )
+    simple = nx.Graph(sub)  # parallel branches as one edge
+    if simple.number_of_edges() != simple.number_of_nodes() - 1:
+        cycle = nx.find_cycle(simple, source=slack)
         buses = [int(edge[0]) for edge in cycle]
-        branches = [f"{edge[2][0]} {edge[2][1]}" for edge in cycle]
+        branches = ["/".join(f"{t} {i}" for t, i in sorted(sub[edge[0]][edge[1]])) for edge in cycle]
         raise NetworkError(
             "line",
             f"not radial when operated: closed loop through buses {buses} ({', '.join(branches)})",
@@ -257,52 +330,154 @@ def _base_load_flow(net) -> None:
         ) from exc
 
 
-def _trafo_branches(net, trafos, number):
-    """MATPOWER branch rows of the in-service transformers from pandapower's own conversion."""
-    if not len(trafos):
-        return {}
+def _branch_rows(net, table: str, index) -> dict[str, np.ndarray]:
+    """pandapower's own MATPOWER branch rows of some lines or transformers (after its power flow): ppc bus
+    of each end, series impedance, shunt admittance, ratio (1 where none) and phase shift."""
     from pandapower.pypower import idx_brch
-    from pandapower.pypower.idx_brch import BR_B, BR_R, BR_X, F_BUS, SHIFT, T_BUS, TAP
+    from pandapower.pypower.idx_brch import BR_B, BR_R, BR_STATUS, BR_X, F_BUS, SHIFT, T_BUS, TAP
 
-    start, _ = net._pd2ppc_lookups["branch"]["trafo"]
-    ppc_bus = net._pd2ppc_lookups["bus"]
-    branch = net._ppc["branch"][[start + net.trafo.index.get_loc(i) for i in trafos.index]]
+    start, _ = net._pd2ppc_lookups["branch"][table]
+    branch = net._ppc["branch"][[start + net[table].index.get_loc(i) for i in index]]
     rows = branch.real
     # branch-table columns of pandapower 3 (older versions have no shunt conductance or asymmetry)
     optional = {
         name: getattr(idx_brch, name, None) for name in ("BR_G", "BR_R_ASYM", "BR_X_ASYM", "BR_G_ASYM", "BR_B_ASYM")
     }
     asym = [c for name, c in optional.items() if name.endswith("ASYM") and c is not None]
-    if asym and np.abs(rows[:, asym]).max() > 0:
-        raise NetworkError("trafo", "asymmetric transformer impedance is not supported", "a symmetric T or pi model")
+    if len(rows) and asym and np.abs(rows[:, asym]).max() > 0:
+        raise NetworkError(table, f"asymmetric {table} impedance is not supported", "a symmetric T or pi model")
     # shunt admittance as pandapower's makeYbus forms it: BR_G + j BR_B (pandapower 3), j BR_B with a
     # complex BR_B = b - j g (pandapower 2)
     y_sh = 1j * branch[:, BR_B] + (rows[:, optional["BR_G"]] if optional["BR_G"] is not None else 0.0)
-    hv, lv = trafos.hv_bus.to_numpy(), trafos.lv_bus.to_numpy()
-    if not (np.array_equal(rows[:, F_BUS], ppc_bus[hv]) and np.array_equal(rows[:, T_BUS], ppc_bus[lv])):
-        raise NetworkError("trafo", "pandapower's branch table does not run from hv_bus to lv_bus", "hv_bus -> lv_bus")
     return dict(
-        trafo_hv_bus=_frozen([number[int(b)] for b in hv], np.int64),
-        trafo_lv_bus=_frozen([number[int(b)] for b in lv], np.int64),
-        trafo_r_pu=_frozen(rows[:, BR_R]),
-        trafo_x_pu=_frozen(rows[:, BR_X]),
-        trafo_g_pu=_frozen(y_sh.real),
-        trafo_b_pu=_frozen(y_sh.imag),
-        trafo_ratio=_frozen(np.where(rows[:, TAP] != 0, rows[:, TAP], 1.0)),
-        trafo_shift_degree=_frozen(rows[:, SHIFT]),
+        f=rows[:, F_BUS].astype(np.int64),
+        t=rows[:, T_BUS].astype(np.int64),
+        status=rows[:, BR_STATUS] != 0,
+        z=rows[:, BR_R] + 1j * rows[:, BR_X],
+        y_sh=np.asarray(y_sh, dtype=np.complex128),
+        ratio=np.where(rows[:, TAP] != 0, rows[:, TAP], 1.0),
+        shift=rows[:, SHIFT],
     )
 
 
-def _bus_shunts(net, buses, number):
+def _trafo_branches(net, trafos, number):
+    """MATPOWER branch rows of the conducting transformers from pandapower's own conversion, transformers
+    in parallel (the same two buses) merged into one: series and magnetising admittances added."""
+    if not len(trafos):
+        return {}
+    rows = _branch_rows(net, "trafo", trafos.index)
+    ppc_bus = net._pd2ppc_lookups["bus"]
+    hv, lv = trafos.hv_bus.to_numpy(), trafos.lv_bus.to_numpy()
+    if not (np.array_equal(rows["f"], ppc_bus[hv]) and np.array_equal(rows["t"], ppc_bus[lv])):
+        raise NetworkError("trafo", "pandapower's branch table does not run from hv_bus to lv_bus", "hv_bus -> lv_bus")
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (a, b) in enumerate(zip(hv.tolist(), lv.tolist())):
+        groups.setdefault((min(a, b), max(a, b)), []).append(i)
+    z, y_sh, first = [], [], []
+    for members in groups.values():
+        first.append(members[0])
+        if len(members) == 1:
+            z.append(rows["z"][members[0]])
+            y_sh.append(rows["y_sh"][members[0]])
+            continue
+        _check_parallel_trafos(trafos, hv, lv, rows, members)
+        z.append(1.0 / np.sum(1.0 / rows["z"][members]))
+        y_sh.append(np.sum(rows["y_sh"][members]))
+    z, y_sh = np.array(z), np.array(y_sh)
+    return dict(
+        trafo_hv_bus=_frozen([number[int(b)] for b in hv[first]], np.int64),
+        trafo_lv_bus=_frozen([number[int(b)] for b in lv[first]], np.int64),
+        trafo_r_pu=_frozen(z.real),
+        trafo_x_pu=_frozen(z.imag),
+        trafo_g_pu=_frozen(y_sh.real),
+        trafo_b_pu=_frozen(y_sh.imag),
+        trafo_ratio=_frozen(rows["ratio"][first]),
+        trafo_shift_degree=_frozen(rows["shift"][first]),
+    )
+
+
+def _check_parallel_trafos(trafos, hv, lv, rows, members) -> None:
+    """Parallel transformers merge into one only with the same sides, ratio and phase shift: unequal taps
+    drive a current round the pair that one equivalent transformer cannot carry."""
+    names = " and ".join(f"trafo {trafos.index[i]}" for i in members)
+    where = f"between buses {min(hv[members[0]], lv[members[0]])} and {max(hv[members[0]], lv[members[0]])}"
+    if len({(int(hv[i]), int(lv[i])) for i in members}) > 1:
+        raise NetworkError(
+            "trafo",
+            f"{names} in parallel {where} have their high-voltage sides on different buses",
+            "parallel transformers with hv_bus and lv_bus on the same buses",
+        )
+    ratio, shift = rows["ratio"][members], rows["shift"][members]
+    if np.ptp(ratio) > 1e-9 or np.ptp(shift) > 1e-9:
+        raise NetworkError(
+            "trafo",
+            f"{names} in parallel {where} have unequal ratios {[round(float(r), 6) for r in ratio]} or phase "
+            f"shifts {[round(float(d), 6) for d in shift]} (tap positions, rated voltages): a circulating current "
+            "no single equivalent transformer carries",
+            "parallel transformers with the same ratio and phase shift (the same rated voltages and tap position)",
+        )
+
+
+def _hanging(net, table: str, reached) -> list[tuple[int, int, complex]]:
+    """In-service branches that an open switch cuts at one end hang from the other, as pandapower models
+    them (an open end on an auxiliary bus): (index, bus, admittance to ground in p.u. the branch puts at
+    that bus) for each whose other end is energised."""
+    a, b = ("from_bus", "to_bus") if table == "line" else ("hv_bus", "lv_bus")
+    rows = _in_service(net[table])
+    hanging = []
+    for idx, cut in _open_ends(net, table).items():
+        if idx not in rows.index:
+            continue
+        ends = (int(rows.at[idx, a]), int(rows.at[idx, b]))
+        live = [end for end in ends if end not in cut]
+        if len(live) != 1 or ends[0] == ends[1] or live[0] not in reached:
+            continue
+        row = {k: v[0] for k, v in _branch_rows(net, table, [idx]).items()}
+        if not row["status"]:
+            continue
+        ys, y_sh = 1.0 / row["z"], row["y_sh"]
+        tap = row["ratio"] * np.exp(1j * np.pi / 180 * row["shift"])
+        y_ff, y_ft, y_tf, y_tt = (ys + y_sh / 2) / (tap * np.conj(tap)), -ys / np.conj(tap), -ys / tap, ys + y_sh / 2
+        y = y_ff - y_ft * y_tf / y_tt if live[0] == ends[0] else y_tt - y_tf * y_ft / y_ff
+        hanging.append((int(idx), live[0], complex(y)))
+    return hanging
+
+
+def _bus_shunts(net, buses, number, hanging=()):
+    """Bus shunts (p.u.) from pandapower's bus table, plus the admittances `hanging` (bus, y) adds."""
     from pandapower.pypower.idx_bus import BS, GS
 
     ppc_bus = net._pd2ppc_lookups["bus"]
     rows = net._ppc["bus"][ppc_bus[np.asarray(buses)]].real
     y = (rows[:, GS] + 1j * rows[:, BS]) / net.sn_mva
+    position = {bus: i for i, bus in enumerate(buses)}
+    for bus, y_bus in hanging:
+        y[position[bus]] += y_bus
     keep = np.flatnonzero(y != 0)
     return dict(
         shunt_bus=_frozen([number[int(buses[i])] for i in keep], np.int64), shunt_y_pu=_frozen(y[keep], np.complex128)
     )
+
+
+def _line_branches(lines, vn_kv, sn_mva, f_hz):
+    """(from_bus, to_bus, r_ohm, x_ohm, g_pu, b_pu) of the lines, parallel lines (the same two buses) merged
+    into one equivalent: series admittances and charging added, in p.u. of each line's own base."""
+    g, b = _charging(lines, vn_kv, sn_mva, f_hz)
+    length = (lines.length_km / lines.parallel).to_numpy()
+    z_ohm = lines.r_ohm_per_km.to_numpy() * length + 1j * lines.x_ohm_per_km.to_numpy() * length
+    fb, tb = lines.from_bus.to_numpy(np.int64), lines.to_bus.to_numpy(np.int64)
+    z_base = np.array([vn_kv[int(bus)] ** 2 / sn_mva for bus in fb])
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, (a, c) in enumerate(zip(fb.tolist(), tb.tolist())):
+        groups.setdefault((min(a, c), max(a, c)), []).append(i)
+    first = [members[0] for members in groups.values()]
+    z = np.array(
+        [z_ohm[m[0]] if len(m) == 1 else z_base[m[0]] / np.sum(z_base[m] / z_ohm[m]) for m in groups.values()],
+        dtype=np.complex128,
+    )
+    g_sum = np.array([g[m].sum() for m in groups.values()])
+    b_sum = np.array([b[m].sum() for m in groups.values()])
+    return fb[first], tb[first], z.real, z.imag, g_sum, b_sum
 
 
 def _charging(lines, vn_kv, sn_mva, f_hz):
@@ -342,7 +517,9 @@ def _geodata(net, buses) -> np.ndarray:
 
 
 def normalise(net):
-    """A checked copy of the net with its switch states applied (the net the snapshot describes)."""
+    """A checked copy of the net with its closed bus-bus switches fused and only its open line and
+    transformer switches kept (the net the snapshot describes; pandapower's power flow on it is the
+    original's)."""
     net = copy.deepcopy(net)
     # forget an earlier power flow's internals (pandapower's recycle would reuse stale element tables)
     for cached in ("_ppc", "_ppc0", "_ppc1", "_ppc2", "_is_elements", "_is_elements_final"):
@@ -389,23 +566,36 @@ def snapshot(net, name: str | None = None, number_offset: int = 0, keep_source: 
             q[int(bus)] = q.get(int(bus), 0.0) + sign * q_mvar * scaling
     load_buses = [b for b in out_buses if b in p]
 
-    lines = _in_service(net.line)
+    lines = _closed(net, "line")
     lines = lines[lines.from_bus.isin(reached) & lines.to_bus.isin(reached)]
-    ties = net.line[~net.line.in_service.astype(bool)]
+    ties = net.line[~net.line.in_service.astype(bool) | net.line.index.isin(list(_open_ends(net, "line")))]
     ties = ties[ties.from_bus.isin(reached) & ties.to_bus.isin(reached)]
     extra = {}
-    g, b = _charging(lines, vn, sn_mva, float(net.f_hz))
+    from_bus, to_bus, r_ohm, x_ohm, g, b = _line_branches(lines, vn, sn_mva, float(net.f_hz))
     tie_g, tie_b = _charging(ties, vn, sn_mva, float(net.f_hz))
     if np.any(g) or np.any(b) or np.any(tie_g) or np.any(tie_b):
         extra.update(line_g_pu=_frozen(g), line_b_pu=_frozen(b), tie_g_pu=_frozen(tie_g), tie_b_pu=_frozen(tie_b))
-    trafos = _in_service(net.trafo)
+    trafos = _closed(net, "trafo")
     extra.update(_trafo_branches(net, trafos[trafos.hv_bus.isin(reached) & trafos.lv_bus.isin(reached)], number))
-    extra.update(_bus_shunts(net, buses, number))
+    # branches hanging from an open switch: a tie's charging counts only while the tie is open
+    fixed, tie_ends = [], np.zeros((len(ties), 2), dtype=np.complex128)
+    tie_row = {idx: i for i, idx in enumerate(ties.index)}
+    for idx, bus, y in _hanging(net, "line", reached):
+        if idx in tie_row:
+            tie_ends[tie_row[idx], 0 if bus == int(ties.at[idx, "from_bus"]) else 1] += y
+        else:
+            fixed.append((bus, y))
+    fixed += [(bus, y) for _, bus, y in _hanging(net, "trafo", reached)]
+    if np.any(tie_ends):
+        extra.update(
+            tie_from_y_pu=_frozen(tie_ends[:, 0], np.complex128), tie_to_y_pu=_frozen(tie_ends[:, 1], np.complex128)
+        )
+    extra.update(_bus_shunts(net, buses, number, fixed))
     if not one_level:
         extra["bus_vn_kv"] = _frozen([vn[bus] for bus in buses])
     if number_offset != 1 or buses != list(range(len(buses))):
         extra["pandapower_index"] = tuple(buses)
-    length, tie_length = lines.length_km / lines.parallel, ties.length_km / ties.parallel
+    tie_length = ties.length_km / ties.parallel
     names = ["" if n is None or (isinstance(n, float) and math.isnan(n)) else str(n) for n in net.bus.name.loc[buses]]
     ext_grid = _in_service(net.ext_grid)
     result = Network(
@@ -419,10 +609,10 @@ def snapshot(net, name: str | None = None, number_offset: int = 0, keep_source: 
         load_buses=tuple(number[bus] for bus in load_buses),
         base_p_mw=_frozen([p[bus] for bus in load_buses]),
         base_q_mvar=_frozen([q[bus] for bus in load_buses]),
-        from_bus=_frozen([number[int(b)] for b in lines.from_bus], np.int64),
-        to_bus=_frozen([number[int(b)] for b in lines.to_bus], np.int64),
-        r_ohm=_frozen(lines.r_ohm_per_km * length),
-        x_ohm=_frozen(lines.x_ohm_per_km * length),
+        from_bus=_frozen([number[int(b)] for b in from_bus], np.int64),
+        to_bus=_frozen([number[int(b)] for b in to_bus], np.int64),
+        r_ohm=_frozen(r_ohm),
+        x_ohm=_frozen(x_ohm),
         tie_from_bus=_frozen([number[int(b)] for b in ties.from_bus], np.int64),
         tie_to_bus=_frozen([number[int(b)] for b in ties.to_bus], np.int64),
         tie_r_ohm=_frozen(ties.r_ohm_per_km * tie_length),
@@ -461,6 +651,11 @@ def _self_check(network: Network, net, out_buses) -> None:
         )
 
 
+# fields added after the first content ids were given out: left out of the id while empty, so a network
+# without them keeps its id
+_ID_WHEN_SET = ("tie_from_y_pu", "tie_to_y_pu")
+
+
 def network_id(network: Network) -> str:
     """sha256 of the canonical form: every modelled number, bus names and coordinates (not the name)."""
     canon = {}
@@ -468,6 +663,8 @@ def network_id(network: Network) -> str:
         if f.name in ("name", "source_json"):
             continue
         value = getattr(network, f.name)
+        if f.name in _ID_WHEN_SET and not len(value):
+            continue
         if isinstance(value, np.ndarray):
             value = np.stack([value.real, value.imag], -1).tolist() if np.iscomplexobj(value) else value.tolist()
         elif isinstance(value, tuple):

@@ -2,9 +2,9 @@
 
 A `Network` is a frozen, pandapower-free snapshot of a feeder, so the batched solver and the
 priors can use it without touching pandapower; `pandapower_net(name)` gives the reference
-model the snapshot was built from. `gridsim.feeders.snapshot` builds one from any radial
-pandapower net (lines with charging, two-winding transformers, shunts, switches, sgens);
-the built-in names are in `KNOWN_NETWORKS`.
+model the snapshot was built from. `gridsim.feeders.snapshot` builds one from any radially
+operated pandapower net (lines with charging, two-winding transformers, shunts, switches, sgens;
+parallel branches merged into one); the built-in names are in `KNOWN_NETWORKS`.
 
 Buses, features and outputs: the buses are numbered by the net's own pandapower index (IEEE
 numbers 1..33 for 'ieee33'); features are P then Q of every bus carrying a load or sgen
@@ -93,6 +93,10 @@ class Network:
     line_b_pu: np.ndarray = field(default_factory=lambda: _frozen([]))  # half at each end; empty = 0
     tie_g_pu: np.ndarray = field(default_factory=lambda: _frozen([]))
     tie_b_pu: np.ndarray = field(default_factory=lambda: _frozen([]))
+    # (n_ties,) complex admittance to ground (p.u.) at a tie's from/to bus while the tie is open: the
+    # line hanging from that end behind an open switch, as pandapower models it; empty = none
+    tie_from_y_pu: np.ndarray = field(default_factory=lambda: _frozen([], np.complex128))
+    tie_to_y_pu: np.ndarray = field(default_factory=lambda: _frozen([], np.complex128))
     # two-winding transformers as MATPOWER branches (pandapower's own conversion: series
     # impedance, magnetising branch as pi shunt, off-nominal ratio with the tap position, shift)
     trafo_hv_bus: np.ndarray = field(default_factory=lambda: _frozen([], np.int64))
@@ -172,8 +176,9 @@ class Network:
         """
         z_line = torch.as_tensor((self.r_ohm + 1j * self.x_ohm) / self._z_base(self.from_bus), dtype=torch.complex128)
         charging = self._charging(self.line_g_pu, self.line_b_pu, self.n_lines) if self._has_charging else None
+        hanging = self._hanging(torch.ones(len(self.tie_r_ohm), dtype=torch.bool))
         return self._reduced(
-            self.from_bus, self.to_bus, 1.0 / (z_line * self._scale(line_scale, self.n_lines)), charging
+            self.from_bus, self.to_bus, 1.0 / (z_line * self._scale(line_scale, self.n_lines)), charging, hanging
         )
 
     def zbus_switched(self, closed, line_scale=None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -200,7 +205,8 @@ class Network:
                 ]
             )
             charging = torch.where(closed, y_sh, zero)
-        return self._reduced(from_bus, np.concatenate([self.to_bus, self.tie_to_bus]), y_line, charging)
+        hanging = self._hanging(~closed[..., self.n_lines :])
+        return self._reduced(from_bus, np.concatenate([self.to_bus, self.tie_to_bus]), y_line, charging, hanging)
 
     def radial_configurations(self, batch: int, exchanges: int, rng: np.random.Generator) -> np.ndarray:
         """(batch, n_lines + n_ties) closed masks of radial feeders, each `exchanges` branch exchanges
@@ -258,6 +264,20 @@ class Network:
     def _has_charging(self) -> bool:
         return bool(len(self.line_g_pu) or len(self.line_b_pu) or len(self.tie_g_pu) or len(self.tie_b_pu))
 
+    def _hanging(self, open_ties: torch.Tensor) -> torch.Tensor | None:
+        """(..., n_bus) admittance to ground of the lines hanging from the ends of the open ties
+        (`open_ties` (..., n_ties)); None when no tie has one."""
+        if not len(self.tie_from_y_pu):
+            return None
+        index = {bus: i for i, bus in enumerate(self.bus_numbers)}
+        zero = torch.zeros((), dtype=torch.complex128)
+        out = torch.zeros(*open_ties.shape[:-1], len(self.bus_numbers), dtype=torch.complex128)
+        for ends, y in ((self.tie_from_bus, self.tie_from_y_pu), (self.tie_to_bus, self.tie_to_y_pu)):
+            place = torch.zeros(len(ends), len(self.bus_numbers), dtype=torch.complex128)
+            place[torch.arange(len(ends)), [index[int(b)] for b in ends]] = 1.0
+            out = out + torch.where(open_ties, torch.tensor(y), zero) @ place
+        return out
+
     def _fixed_admittance(self, index: dict[int, int]) -> torch.Tensor | None:
         """Y-bus part of transformers and bus shunts (MATPOWER's branch model, as pandapower's makeYbus)."""
         if not len(self.trafo_r_pu) and not len(self.shunt_y_pu):
@@ -278,10 +298,16 @@ class Network:
         return torch.as_tensor(y)
 
     def _reduced(
-        self, from_bus, to_bus, y_line: torch.Tensor, charging: torch.Tensor | None = None
+        self,
+        from_bus,
+        to_bus,
+        y_line: torch.Tensor,
+        charging: torch.Tensor | None = None,
+        hanging: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Reduced Z-bus and no-load voltages from line ends, (..., lines) series admittances and
-        (..., lines) total line charging (None: none), plus transformers and bus shunts."""
+        (..., lines) total line charging (None: none), plus transformers, bus shunts and the (..., n_bus)
+        admittances to ground of lines hanging from open switches (None: none)."""
         index = {bus: i for i, bus in enumerate(self.bus_numbers)}
         n_bus, n_lines = len(self.bus_numbers), len(from_bus)
         incidence = torch.zeros(n_lines, n_bus, dtype=torch.complex128)
@@ -294,6 +320,8 @@ class Network:
         fixed = self._fixed_admittance(index)
         if fixed is not None:
             ybus = ybus + fixed
+        if hanging is not None:
+            ybus = ybus + torch.diag_embed(hanging)
         slack = index[self.slack_bus]
         keep = [index[b] for b in self.output_buses]
         y_red = ybus[..., keep, :][..., :, keep]
@@ -345,7 +373,7 @@ def _tree_path(ends: list[tuple[int, int]], closed: np.ndarray, start: int, goal
 
 @functools.cache
 def _pandapower_net_cached(name: str):
-    """The built-in net with its switch states applied (what the snapshot describes)."""
+    """The built-in net, normalised (`gridsim.feeders.normalise`: what the snapshot describes)."""
     from gridsim.feeders import normalise
 
     return normalise(_builder(name)[0]())
