@@ -95,3 +95,24 @@ def test_loads_the_feeder_cannot_carry_are_refused_by_row(ieee33):
 def test_the_simultaneous_factor_is_one_for_one_bus_and_grows_with_buses():
     assert simultaneous_factor(1) == pytest.approx(1.0)
     assert 1.5 < simultaneous_factor(32) < 2.0
+
+
+def test_a_year_of_real_profiles_with_meter_noise_context_from_winter_queries_all_year():
+    """SimBench 1-LV-rural1 (a development grid): a year of 15-minute load and PV profiles, 600 steps
+    evenly spaced; the context is the first 100 in time with readings noise 1e-3 p.u., the queries
+    the rest of the year (spring, summer PV)."""
+    from gridsim.simbench_data import add_meter_noise, simbench_network, simbench_year
+
+    code = "1-LV-rural1--0-sw"
+    x, y, stamps = simbench_year(code, steps=600)
+    net = simbench_network(code)
+    context, queries = np.arange(100), np.arange(100, 600)
+    assert stamps[context].max() < stamps[queries].min()
+    readings = add_meter_noise(y[context], 1e-3, np.random.default_rng(0))
+    method = method_for(net)
+    ours = method.summarize(method.fit(x[context], readings), x[queries], LEVELS)
+    ls = LeastSquares()
+    theirs = ls.predict(ls.fit(x[context], readings), x[queries])
+    truth = y[queries]
+    assert np.abs(ours.mean - truth).mean() <= 0.5 * np.abs(theirs.mean - truth).mean()
+    assert _coverage(ours, truth) >= 0.9
