@@ -71,6 +71,7 @@ class NetworkFitted:
     probe: LinearFit  # V(x) itself, linear on the same context: its miss at a query is e(q)
     share: float  # rho: the fitted correction's variation relative to the model's, largest over buses
     simultaneous: float  # the epistemic std's factor for a 95 % interval on all k buses at once
+    metered: np.ndarray  # (k,) the share of context rows in which each bus's voltage was read
 
 
 def _solved(model: VoltageModel, x: np.ndarray, field: str) -> np.ndarray:
@@ -124,24 +125,42 @@ class BranchCorrection:
         return p @ downstream.T, q @ downstream.T
 
     @classmethod
-    def fit(cls, x: np.ndarray, r: np.ndarray, downstream: np.ndarray, load_positions: np.ndarray) -> BranchCorrection:
+    def fit(
+        cls,
+        x: np.ndarray,
+        r: np.ndarray,
+        downstream: np.ndarray,
+        load_positions: np.ndarray,
+        observed: np.ndarray | None = None,
+    ) -> BranchCorrection:
+        """Fit on corrections r (n, k) at loads x (n, 2m); `observed` (n, k) bool: which readings
+        exist (None: all; r must be 0 where one does not)."""
         n, k = r.shape
+        observed = np.ones((n, k), dtype=bool) if observed is None else observed
         fp, fq = cls.flows(x, downstream, load_positions)
         path = downstream.T  # [j, c]: branch c is on bus j's path
-        shared = path.T @ path  # [c, c']: buses below both
-        below = path.sum(axis=0)  # buses below each branch
+        flows = np.concatenate([fp, fq], axis=1)  # (n, 2k)
+        every = observed.all(axis=0)  # buses read in every row: their share of the gram in one product
+        on_path = np.concatenate([path, path], axis=1)  # (k, 2k): feature c of bus j is on its path
+        paths = on_path[every].T @ on_path[every]
+        gram_flows = paths * (flows.T @ flows)
+        for j in np.flatnonzero(~every & observed.any(axis=0)):  # buses read in some rows
+            seen = flows[observed[:, j]]
+            gram_flows += np.outer(on_path[j], on_path[j]) * (seen.T @ seen)
+        with_offset = (on_path * (observed.astype(np.float64).T @ flows)).sum(axis=0)  # (2k,)
         gram = np.block(
-            [
-                [shared * (fp.T @ fp), shared * (fp.T @ fq), (below * fp.sum(0))[:, None]],
-                [shared * (fq.T @ fp), shared * (fq.T @ fq), (below * fq.sum(0))[:, None]],
-                [(below * fp.sum(0))[None, :], (below * fq.sum(0))[None, :], np.array([[float(n * k)]])],
-            ]
+            [[gram_flows, with_offset[:, None]], [with_offset[None, :], np.array([[float(observed.sum())]])]]
         )
         ra = r @ path  # (n, k): sum over the buses below c of their correction
         rhs = np.concatenate([(fp * ra).sum(0), (fq * ra).sum(0), [r.sum()]])
-        rows, dof = n * k, n * k - 1
-        scale = 1.0 / np.sqrt(np.maximum(np.diag(gram) / rows, np.finfo(np.float64).tiny))
+        rows = int(observed.sum())
+        dof = max(rows - 1, 1)
+        # each feature standardised as if every bus were read in every row, so a branch no meter sees
+        # keeps the prior an average branch has (not one scaled by nothing)
+        full_diag = np.append(on_path.sum(axis=0) * np.square(flows).sum(axis=0), n * k) / (n * k)
+        scale = 1.0 / np.sqrt(np.maximum(full_diag, np.finfo(np.float64).tiny))
         gram_s, rhs_s = gram * scale[:, None] * scale[None, :], rhs * scale
+        rows = n * k  # the penalty's scale: as for a fully read context (the prior is per branch, not per reading)
         total = float(np.square(r).sum())
         best: tuple[float, np.ndarray, np.ndarray, float] | None = None
         for prior in BRANCH_PRIOR_GRID:  # profile evidence, the noise variance maximised out
@@ -193,30 +212,57 @@ class NetworkFitMethod(Method):
 
     name = "network model + context correction"
 
-    def __init__(self, voltage_model: VoltageModel, downstream: np.ndarray, load_positions: np.ndarray):
+    def __init__(
+        self,
+        voltage_model: VoltageModel,
+        downstream: np.ndarray,
+        load_positions: np.ndarray,
+        typical_loads: np.ndarray | None = None,
+    ):
         self.voltage_model = voltage_model
         self.downstream = np.asarray(downstream, dtype=np.float64)
         self.load_positions = np.asarray(load_positions, dtype=np.int64)
+        self.typical_loads = None if typical_loads is None else np.asarray(typical_loads, dtype=np.float64)
         self.linear = BayesianLinearRegression()
 
-    def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> NetworkFitted:
-        x, y = check_context(context_x, context_y)
+    def fit(
+        self, context_x: np.ndarray, context_y: np.ndarray, typical_loads: np.ndarray | None = None
+    ) -> NetworkFitted:
+        """Fit on a context whose unmeasured values are NaN: a load never or not always metered takes
+        its typical value (`typical_loads` (d,), else the network's base loads: a pseudo-measurement),
+        a voltage not read is simply absent (the network model stands in for it)."""
+        x, y = check_context(context_x, context_y, missing=True)
+        typical = self.typical_loads if typical_loads is None else np.asarray(typical_loads, dtype=np.float64)
+        unmetered = np.isnan(x)
+        if unmetered.any():
+            if typical is None or typical.shape != (x.shape[1],):
+                raise InputValidationError("context.x", "a load is not metered (null) and no typical values are known")
+            x = np.where(unmetered, typical[None, :], x)
+        read = ~np.isnan(y)
+        if not read.any():
+            raise InputValidationError("context.y", "no voltage is read in any row", "at least one reading")
         v = _solved(self.voltage_model, x, "context.x")
         if v.shape != y.shape:
             raise InputValidationError("context.y", f"expected {v.shape[1]} buses per row, got {y.shape[1]}")
         k = y.shape[1]
+        r = np.where(read, y - v, 0.0)
         branches = None
         if k <= MAX_BRANCH_BUSES:
-            branches = BranchCorrection.fit(x, y - v, self.downstream, self.load_positions)
-        shared = branches.posterior(x)[0] if branches is not None else np.zeros_like(y)
-        both = self.linear.fit(x, np.concatenate([y - v - shared, v], axis=1))
+            branches = BranchCorrection.fit(x, r, self.downstream, self.load_positions, read)
+        shared = branches.posterior(x)[0] if branches is not None else np.zeros_like(r)
+        both = self.linear.fit(x, np.concatenate([np.where(read, r - shared, 0.0), v], axis=1))
         per_bus, probe = _outputs(both, slice(0, k)), _outputs(both, slice(k, 2 * k))
         own = posterior(per_bus, x, readings=False)
-        keep = _positive_part(own.mean, own.sigma)
+        keep = _positive_part(own.mean, own.sigma, read)
         fitted_r = shared + keep * own.mean
-        share = fitted_r.std(axis=0) / np.maximum(v.std(axis=0), np.finfo(np.float64).tiny)
+        count = np.maximum(read.sum(axis=0), 1)
+        centre = np.where(read, fitted_r, 0.0).sum(axis=0) / count
+        spread_r = np.sqrt(np.where(read, np.square(fitted_r - centre), 0.0).sum(axis=0) / count)
+        share = spread_r / np.maximum(v.std(axis=0), np.finfo(np.float64).tiny)
         # every bus's losses flow through the branches above it: the largest share anywhere counts everywhere
-        return NetworkFitted(branches, per_bus, keep, probe, float(share.max()), simultaneous_factor(k))
+        return NetworkFitted(
+            branches, per_bus, keep, probe, float(share.max()), simultaneous_factor(k), read.mean(axis=0)
+        )
 
     def predict(self, fitted: NetworkFitted, query_x: np.ndarray) -> GaussianPredictive:
         q = check_queries(query_x, d=fitted.per_bus.x_mean.shape[0])
@@ -233,15 +279,16 @@ class NetworkFitMethod(Method):
         return GaussianPredictive(v + shared + fitted.keep * r.mean, np.maximum(spread, SPREAD_FLOOR_PU))
 
 
-def _positive_part(fitted: np.ndarray, std: np.ndarray) -> np.ndarray:
+def _positive_part(fitted: np.ndarray, std: np.ndarray, read: np.ndarray) -> np.ndarray:
     """(k,) the share of each bus's fitted values (n, k) that is signal: 1 - (their posterior
-    variance) / (their mean square), at least 0. A per-bus stage fitted to meter noise alone (the
-    model is right there) is dropped instead of adding its intercept's sigma / sqrt(n) error; one
-    fitted to a real mismatch is kept whole."""
-    signal = np.square(fitted).mean(axis=0)
-    noise = np.square(std).mean(axis=0)
+    variance) / (their mean square) over the rows where it is read, at least 0 (0 where never read).
+    A per-bus stage fitted to meter noise alone (the model is right there) is dropped instead of adding
+    its intercept's sigma / sqrt(n) error; one fitted to a real mismatch is kept whole."""
+    count = np.maximum(read.sum(axis=0), 1)
+    signal = np.where(read, np.square(fitted), 0.0).sum(axis=0) / count
+    noise = np.where(read, np.square(std), 0.0).sum(axis=0) / count
     keep: np.ndarray = np.clip(1.0 - noise / np.maximum(signal, np.finfo(np.float64).tiny), 0.0, 1.0)
-    return keep
+    return np.where(read.any(axis=0), keep, 0.0)
 
 
 def _outputs(fit: LinearFit, pick: slice) -> LinearFit:
@@ -275,4 +322,4 @@ def method_for(network: Any) -> NetworkFitMethod:
     from gridsim.api import VoltageModel as NetworkVoltages
     from gridsim.tree import downstream
 
-    return NetworkFitMethod(NetworkVoltages(network), downstream(network), network.load_positions)
+    return NetworkFitMethod(NetworkVoltages(network), downstream(network), network.load_positions, network.base_x)

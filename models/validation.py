@@ -8,8 +8,11 @@ import numpy.typing as npt
 from models.errors import InputValidationError
 
 
-def as_matrix(name: str, value: npt.ArrayLike, cols: int | None = None, min_rows: int = 1) -> np.ndarray:
-    """A finite float64 (rows, cols) array, or ValueError naming `name`."""
+def as_matrix(
+    name: str, value: npt.ArrayLike, cols: int | None = None, min_rows: int = 1, missing: bool = False
+) -> np.ndarray:
+    """A finite float64 (rows, cols) array, or ValueError naming `name`; `missing`: NaN allowed
+    (a value not measured), infinities still refused."""
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -25,7 +28,7 @@ def as_matrix(name: str, value: npt.ArrayLike, cols: int | None = None, min_rows
         raise InputValidationError(
             name, f"expected at least {min_rows} rows, got {arr.shape[0]}", f"at least {min_rows} rows"
         )
-    bad = ~np.isfinite(arr)
+    bad = np.isinf(arr) if missing else ~np.isfinite(arr)
     if bad.any():
         row, col = map(int, np.argwhere(bad)[0])
         raise InputValidationError(
@@ -35,11 +38,11 @@ def as_matrix(name: str, value: npt.ArrayLike, cols: int | None = None, min_rows
 
 
 def check_context(
-    context_x: npt.ArrayLike, context_y: npt.ArrayLike, d: int | None = None, min_rows: int = 2
+    context_x: npt.ArrayLike, context_y: npt.ArrayLike, d: int | None = None, min_rows: int = 2, missing: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Context inputs (n, d) and targets (n, k) with matching n."""
-    cx = as_matrix("context_x", context_x, d, min_rows)
-    cy = as_matrix("context_y", context_y, None, min_rows)
+    """Context inputs (n, d) and targets (n, k) with matching n; `missing`: NaN marks what was not measured."""
+    cx = as_matrix("context_x", context_x, d, min_rows, missing)
+    cy = as_matrix("context_y", context_y, None, min_rows, missing)
     if cy.shape[0] != cx.shape[0]:
         raise InputValidationError(
             "context_y",
