@@ -136,6 +136,7 @@ class BranchCorrection:
         """Fit on corrections r (n, k) at loads x (n, 2m); `observed` (n, k) bool: which readings
         exist (None: all; r must be 0 where one does not)."""
         n, k = r.shape
+        downstream = np.asarray(downstream, dtype=np.float64)
         observed = np.ones((n, k), dtype=bool) if observed is None else observed
         fp, fq = cls.flows(x, downstream, load_positions)
         path = downstream.T  # [j, c]: branch c is on bus j's path
@@ -166,7 +167,10 @@ class BranchCorrection:
         for prior in BRANCH_PRIOR_GRID:  # profile evidence, the noise variance maximised out
             penalty = np.full(len(rhs), prior * rows)
             penalty[-1] = OFFSET_PENALTY * rows  # the offset is (nearly) unpenalised
-            chol = np.linalg.cholesky(gram_s + np.diag(penalty))
+            try:
+                chol = np.linalg.cholesky(gram_s + np.diag(penalty))
+            except np.linalg.LinAlgError:  # too weak a prior for what the readings leave undetermined
+                continue
             theta = cho_solve((chol, True), rhs_s)
             energy = max(total - float(rhs_s @ theta), np.finfo(np.float64).tiny)
             evidence = 0.5 * np.log(penalty[:-1]).sum() - np.log(np.diag(chol)).sum() - 0.5 * dof * np.log(energy)
