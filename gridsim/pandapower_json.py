@@ -70,6 +70,12 @@ def _flag(value: Any) -> bool:
     raise ValueError("not a boolean")
 
 
+def _optional_flag(value: Any) -> bool:
+    """A flag the power flow does not read (controllable, current_source): null, as SimBench writes
+    it for many elements, is false."""
+    return False if value is None else _flag(value)
+
+
 def _false(value: Any) -> bool:
     if value is None or _flag(value) is False:
         return False
@@ -128,7 +134,7 @@ TABLES: dict[str, dict[str, _Column]] = {
         "va_degree": (_number, "float64"),
         "slack_weight": (_optional_number, "float64"),
         "in_service": (_flag, "bool"),
-        "controllable": (_flag, "bool"),
+        "controllable": (_optional_flag, "bool"),
     },
     "line": {
         "name": (_name, "object"),
@@ -193,7 +199,7 @@ TABLES: dict[str, dict[str, _Column]] = {
         "scaling": (_number, "float64"),
         "in_service": (_flag, "bool"),
         "type": (_name, "object"),
-        "controllable": (_flag, "bool"),
+        "controllable": (_optional_flag, "bool"),
     },
     "sgen": {
         "name": (_name, "object"),
@@ -204,13 +210,13 @@ TABLES: dict[str, dict[str, _Column]] = {
         "max_q_mvar": (_optional_number, "float64"),
         "sn_mva": (_optional_number, "float64"),
         "scaling": (_number, "float64"),
-        "controllable": (_flag, "bool"),
+        "controllable": (_optional_flag, "bool"),
         "id_q_capability_characteristic": (_absent, "float64"),
         "reactive_capability_curve": (_false, "bool"),
         "curve_style": (_name, "object"),
         "in_service": (_flag, "bool"),
         "type": (_name, "object"),
-        "current_source": (_flag, "bool"),
+        "current_source": (_optional_flag, "bool"),
         "k": (_optional_number, "float64"),
         "rx": (_optional_number, "float64"),
         "generator_type": (_name, "object"),
@@ -280,6 +286,9 @@ _IGNORED = (
     "converged",
     "OPF_converged",
     "_options",
+    # SimBench's study-case factors and substation names: tables its own tools read, the power flow never
+    "loadcases",
+    "substation",
 )
 _SCALARS = {"name": _name, "f_hz": _positive, "sn_mva": _positive}
 
@@ -388,6 +397,9 @@ _HARMLESS = {
     "description",
     "subnet",
     "voltLvl",
+    "autoTap",  # SimBench's tap-controller settings: it builds controllers from them, pandapower's power flow never reads them
+    "autoTapSide",
+    "autoTapSetp",
     "profile",
     "phys_type",
     "substation",

@@ -24,14 +24,10 @@ from tests.service.conftest import LIMITS, assert_problem, running
 
 AGREEMENT_PU = 1e-6
 SIMBENCH = ("1-MV-rural--0-sw", "1-LV-rural1--0-sw", "1-LV-semiurb4--0-sw")
-# what a SimBench net holds that the upload reader refuses (tables it never decodes, columns it does not
-# model, null flags), dropped before pandapower.to_json
-SIMBENCH_REFUSED_TABLES = ("profiles", "loadcases", "substation")
-SIMBENCH_REFUSED_COLUMNS = {
-    "trafo": ("autoTap", "autoTapSide", "autoTapSetp"),
-    "sgen": ("controllable", "current_source"),
-    "ext_grid": ("controllable",),
-}
+# what a SimBench net holds that an upload cannot: its year of profiles (megabytes, over the upload limit;
+# they are data for contexts, not part of the grid). Its loadcases and substation tables, tap-controller
+# columns and null flags are read as they are (ignored or false).
+SIMBENCH_DROPPED_TABLES = ("profiles",)
 
 
 @functools.cache
@@ -270,12 +266,10 @@ def test_bad_switches_name_the_problem(switch, field, words):
 
 
 def simbench_upload_json(code: str) -> str:
-    """pandapower.to_json of a SimBench net, less what the upload reader refuses (SIMBENCH_REFUSED_*)."""
+    """pandapower.to_json of a SimBench net as it comes, less its profiles (SIMBENCH_DROPPED_TABLES)."""
     net = simbench_net(code)
-    for table in SIMBENCH_REFUSED_TABLES:
+    for table in SIMBENCH_DROPPED_TABLES:
         del net[table]
-    for table, columns in SIMBENCH_REFUSED_COLUMNS.items():
-        net[table] = net[table].drop(columns=list(columns))
     return pp.to_json(net)
 
 
