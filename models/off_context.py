@@ -22,7 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.stats import norm
+from scipy.stats import t as student_t
 
+from models.linear import BayesianLinearRegression
 from models.predictive import Method, Predictive, Summary
 
 # A query farther out than the context's farthest row is flagged.
@@ -77,6 +80,11 @@ def extrapolated(extrapolation: np.ndarray) -> np.ndarray:
     return flag
 
 
+# Readings whose noise (as `reading_noise` infers it) is below this are treated as exact (p.u.).
+NOISELESS_PU = 1e-10
+# Noisy readings: the method is fitted this many times on the network model's voltages plus noise like
+# the readings', and the rms of its misses taken (a t with this many degrees of freedom sets the gain).
+NOISY_PROBES = 3
 # Queries per block when widening (a PFN's bars are m x k x n_bars per block).
 GUARD_BLOCK = 512
 
@@ -92,8 +100,18 @@ class GuardedFit:
     """The wrapped method's fit on the readings, its fit on the network model's voltages, the geometry."""
 
     real: Any
-    model: Any
+    models: list[Any]  # the method fitted on the network model's voltages (with the readings' noise: several)
+    gain: float  # the miss's rms to the std that makes a 95 % interval hold: 1 for exact readings (see fit)
     geometry: ContextGeometry
+
+
+def reading_noise(x: np.ndarray, residual: np.ndarray) -> np.ndarray:
+    """(k,) the readings' noise std per bus: what a Bayesian linear fit on the loads leaves of the
+    readings minus the network model's voltages (the model's own error there is smooth in the loads)."""
+    fit = BayesianLinearRegression().fit(x, residual)
+    n = x.shape[0]
+    noise: np.ndarray = fit.y_scale * np.sqrt(fit.noise_var / (1.0 + 1.0 / n))
+    return noise
 
 
 class OffContextGuard(Method):
@@ -103,7 +121,11 @@ class OffContextGuard(Method):
     fit misses the cubic terms that load growth excites; PV export reverses flows the context never
     saw). The network model can: the wrapped method is fitted a second time on the network model's
     own voltages at the same context loads, and at each query the miss e(q) of that fit against the
-    model's exact power flow is the error this method makes there on a feeder like the user's. The
+    model's exact power flow is the error this method makes there on a feeder like the user's. Where
+    the readings are noisy (`reading_noise`), noise like theirs is added to those voltages, since
+    noise is what makes a fit of the context go astray off it: NOISY_PROBES fits, the rms of their
+    misses, widened to hold on every bus at once (the error is a bias per bus) with a Student-t's
+    allowance for so few probes. The
     answer keeps the method's mean and widens its distribution around it (y' = m + s (y - m), so
     quantiles, std and p_outside_band follow) to the std sqrt(std^2 + (w e)^2), where w = `ramp`:
     within the context's reach the method's own calibrated spread is kept, from twice its reach the
@@ -116,10 +138,21 @@ class OffContextGuard(Method):
 
     def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> GuardedFit:
         x = np.asarray(context_x, dtype=np.float64)
-        real = self.base.fit(x, context_y)
+        y = np.asarray(context_y, dtype=np.float64)
+        real = self.base.fit(x, y)
         v = np.asarray(self.voltage_model(x), dtype=np.float64)
-        model = self.base.fit(x, v) if np.isfinite(v).all() else None
-        return GuardedFit(real, model, ContextGeometry.of(x))
+        if not np.isfinite(v).all() or v.shape != y.shape:
+            return GuardedFit(real, [], 1.0, ContextGeometry.of(x))
+        noise = reading_noise(x, y - v)
+        if float(noise.max()) <= NOISELESS_PU:
+            return GuardedFit(real, [self.base.fit(x, v)], 1.0, ContextGeometry.of(x))
+        rng = np.random.default_rng(0)
+        models = [self.base.fit(x, v + rng.normal(0.0, noise, v.shape)) for _ in range(NOISY_PROBES)]
+        # a noisy context's fit errs by a bias per bus that every query of the bus shares: the interval
+        # must hold on all k buses at once (Bonferroni), with the t's allowance for so few probes
+        k = v.shape[1]
+        gain = float(norm.ppf(1.0 - 0.025 / k) * student_t.ppf(0.975, NOISY_PROBES) / norm.ppf(0.975) ** 2)
+        return GuardedFit(real, models, gain, ContextGeometry.of(x))
 
     def predict(self, fitted: GuardedFit, query_x: np.ndarray) -> Predictive:
         """The wrapped method's predictive, unwidened (the service asks `summarize`)."""
@@ -147,11 +180,11 @@ class OffContextGuard(Method):
         weight = ramp(fitted.geometry.extrapolation(q)) if q.ndim == 2 and len(q) else np.zeros(len(q))
         far = weight > 0
         factor = np.ones_like(std)
-        if fitted.model is not None and far.any():
+        if fitted.models and far.any():
             v = np.asarray(self.voltage_model(q[far]), dtype=np.float64)
-            miss = self.base.summarize(fitted.model, q[far]).mean - v
-            miss = np.where(np.isfinite(miss), miss, 0.0)
-            widened = np.sqrt(np.square(std[far]) + np.square(weight[far, None] * miss))
+            misses = [self.base.summarize(model, q[far]).mean - v for model in fitted.models]
+            miss = np.sqrt(np.mean([np.square(np.where(np.isfinite(m), m, 0.0)) for m in misses], axis=0))
+            widened = np.sqrt(np.square(std[far]) + np.square(fitted.gain * weight[far, None] * miss))
             factor[far] = widened / np.maximum(std[far], np.finfo(np.float64).tiny)
         quantiles = pred.quantile(list(levels)) if len(levels) else np.empty((0,) + mean.shape)
         quantiles = mean[None] + factor[None] * (quantiles - mean[None])
