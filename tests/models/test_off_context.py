@@ -87,3 +87,19 @@ def test_the_guard_widens_off_the_context_and_leaves_answers_within_it(feeder):
     sure = (unguarded.p_outside < 1e-3) | (unguarded.p_outside > 1 - 1e-3)
     unsure = (widened.p_outside > 1e-3) & (widened.p_outside < 1 - 1e-3)
     assert (sure & unsure).any()
+
+
+def test_the_readings_noise_is_inferred_and_probed_with(feeder):
+    from models.off_context import NOISY_PROBES, reading_noise
+
+    net, x, queries, rng = feeder
+    truth_of = VoltageModel(net)
+    v = truth_of(x)
+    assert reading_noise(x, v - v).max() < 1e-12
+    noisy = v + rng.normal(0.0, 1e-4, v.shape)
+    estimate = reading_noise(x, noisy - v)
+    assert np.all((estimate > 0.8e-4) & (estimate < 1.2e-4))
+    guard = OffContextGuard(PhysicsBaseMethod(net.load_positions), truth_of)
+    exact, noisy_fit = guard.fit(x, v), guard.fit(x, noisy)
+    assert len(exact.models) == 1 and exact.gain == 1.0
+    assert len(noisy_fit.models) == NOISY_PROBES and noisy_fit.gain > 1.0
