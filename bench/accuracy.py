@@ -5,7 +5,8 @@ IEEE 33-bus. Table-4 protocol: each P and Q independently uniform within +-delta
 for a quick run: it agrees with pandapower to 1e-9 p.u.); fixed seeds; in process and through the
 HTTP API of a real server (bench/http_accuracy.py). Then a context-size sweep, noisy contexts and
 feeder variations the models were not trained on exactly (batched solver truth), and the verdicts.
-Writes bench/results/accuracy.md and .json.
+Writes bench/results/accuracy.md and .json. Issue 29's operating-data scenarios (a year of SimBench
+profiles, contexts off the queries' regime, meter noise) are bench/accuracy_v3.py's.
 
     .venv/bin/python bench/accuracy.py                      # full report (pandapower truth and 30 exact-GP fits take most of the time: tens of minutes on 2 busy cores)
     .venv/bin/python bench/accuracy.py --solver batched --deltas 0.05 0.5 --no-gp   # quick look
