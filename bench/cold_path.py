@@ -1,0 +1,104 @@
+"""The cold path as a user sees it: a new 500-row context and 4,000 queries in one JSON request.
+
+For each served model on IEEE 33 and the exact GP, the client's wall time of one POST /v1/predict
+(or /v1/gp/predict) whose body holds a context no request has sent before (so its fit is not
+cached) and the queries, answered as JSON with 95 % quantiles; repeated with fresh contexts, the
+median reported, every model and the GP measured side by side in the same run against the same
+server. Ratio = the GP's median over the model's. Issue 29's target: the default model >= 20x.
+
+    .venv/bin/python bench/cold_path.py              # -> stdout and bench/results/cold-path.md
+    .venv/bin/python bench/cold_path.py --repeats 5 --models network-fit physics-fit
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import logging
+import platform
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import gridsim  # noqa: E402
+from bench.http_accuracy import served  # noqa: E402
+from gridsim.sampling import sample_loads  # noqa: E402
+from models.registry import DEFAULT_ROOT  # noqa: E402
+
+N_CONTEXT, N_QUERIES, DELTA = 500, 4000, 0.1
+MODELS = ("network-fit", "physics-fit", "transformer-dva", "transformer-dva-fast")
+RESULTS = Path(__file__).resolve().parent / "results" / "cold-path.md"
+
+log = logging.getLogger("bench.cold_path")
+
+
+def _body(seed: int) -> dict:
+    """A fresh context (batched-solver truth) and queries on IEEE 33, as the JSON body's fields."""
+    net = gridsim.network("ieee33")
+    rng = np.random.default_rng(seed)
+    x = sample_loads(net, N_CONTEXT + N_QUERIES, DELTA, rng)
+    y = gridsim.solve(x[:N_CONTEXT], network=net).vm_pu
+    return {
+        "context": {"x": x[:N_CONTEXT].tolist(), "y": y.tolist(), "network": "ieee33"},
+        "queries": x[N_CONTEXT:].tolist(),
+        "quantiles": [0.025, 0.975],
+    }
+
+
+def _timed(client: httpx.Client, path: str, body: dict) -> float:
+    started = time.perf_counter()
+    response = client.post(path, json=body)
+    answer = response.json()
+    seconds = time.perf_counter() - started
+    if response.status_code != 200:
+        raise RuntimeError(f"{path}: HTTP {response.status_code}: {str(answer)[:300]}")
+    if len(answer["mean"]) != N_QUERIES:
+        raise RuntimeError(f"{path}: {len(answer['mean'])} answers for {N_QUERIES} queries")
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--models", nargs="+", default=list(MODELS))
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    times: dict[str, list[float]] = {name: [] for name in [*args.models, "exact GP"]}
+    seed = int(time.time())  # contexts no earlier run has sent: the server's fit caches stay cold
+    with served(DEFAULT_ROOT, max_rows=N_QUERIES) as url, httpx.Client(base_url=url, timeout=600.0) as client:
+        for repeat in range(args.repeats):
+            for name in args.models:
+                seed += 1
+                times[name].append(_timed(client, "/v1/predict", {**_body(seed), "model": name}))
+            seed += 1
+            times["exact GP"].append(_timed(client, "/v1/gp/predict", _body(seed)))
+            log.info("repeat %d: %s", repeat, {k: f"{v[-1]:.3f}" for k, v in times.items()})
+    gp = statistics.median(times["exact GP"])
+    lines = [
+        "# Cold path: a new 500-row context and 4,000 queries in one JSON request (issue 29)",
+        "",
+        f"Generated {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC by "
+        f"`{shlex.join(['bench/cold_path.py', *sys.argv[1:]])}`; {platform.machine()}, "
+        f"{platform.python_version()}, this repository's `gridpfn serve` on loopback; client wall time "
+        f"(JSON both ways), median of {args.repeats} fresh contexts each.",
+        "",
+        "| model | median s | all runs s | exact GP / model |",
+        "|---|---|---|---|",
+    ]
+    for name, runs in times.items():
+        median = statistics.median(runs)
+        lines.append(f"| {name} | {median:.3f} | {', '.join(f'{t:.3f}' for t in runs)} | {gp / median:.1f}x |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    RESULTS.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
