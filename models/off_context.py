@@ -58,14 +58,14 @@ class ContextGeometry:
         z = (x - mean) / std
         precision = np.linalg.inv(z.T @ z + RIDGE_PER_ROW * n * np.eye(d))
         precision = 0.5 * (precision + precision.T)
-        h = np.einsum("nd,de,ne->n", z, precision, z)
+        h = np.einsum("nd,nd->n", z @ precision, z)
         reference = float(np.max(h / np.maximum(1.0 - h, np.finfo(np.float64).eps)))
         return cls(mean, std, precision, max(reference, np.finfo(np.float64).tiny))
 
     def leverage(self, x: np.ndarray) -> np.ndarray:
         """(m,) leverage of rows x (m, d) of raw loads."""
         z = (np.asarray(x, dtype=np.float64) - self.mean) / self.std
-        h: np.ndarray = np.maximum(np.einsum("md,de,me->m", z, self.precision, z), 0.0)
+        h: np.ndarray = np.maximum(np.einsum("md,md->m", z @ self.precision, z), 0.0)
         return h
 
     def extrapolation(self, x: np.ndarray) -> np.ndarray:
