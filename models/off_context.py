@@ -166,31 +166,29 @@ class OffContextGuard(Method):
         levels: Sequence[float] = (),
         band: tuple[float, float] | None = None,
     ) -> Summary:
+        """The wrapped method's own summary (bit for bit within the context's reach), widened beyond it."""
         q = np.asarray(query_x, dtype=np.float64)
-        parts = [
-            self._block(fitted, q[i : i + GUARD_BLOCK], levels, band) for i in range(0, max(len(q), 1), GUARD_BLOCK)
-        ]
-        return Summary.concat(parts)
-
-    def _block(
-        self, fitted: GuardedFit, q: np.ndarray, levels: Sequence[float], band: tuple[float, float] | None
-    ) -> Summary:
-        pred = self.base.predict(fitted.real, q)
-        mean, std = pred.mean, pred.std
+        own = self.base.summarize(fitted.real, q, levels, band)
         weight = ramp(fitted.geometry.extrapolation(q)) if q.ndim == 2 and len(q) else np.zeros(len(q))
-        far = weight > 0
-        factor = np.ones_like(std)
-        if fitted.models and far.any():
-            v = np.asarray(self.voltage_model(q[far]), dtype=np.float64)
-            misses = [self.base.summarize(model, q[far]).mean - v for model in fitted.models]
+        far = np.flatnonzero(weight > 0)
+        if not fitted.models or not far.size:
+            return own
+        mean, std = own.mean.copy(), own.std.copy()
+        quantiles = own.quantiles.copy()
+        p_outside = None if own.p_outside is None else own.p_outside.copy()
+        for start in range(0, far.size, GUARD_BLOCK):
+            rows = far[start : start + GUARD_BLOCK]
+            v = np.asarray(self.voltage_model(q[rows]), dtype=np.float64)
+            misses = [self.base.summarize(model, q[rows]).mean - v for model in fitted.models]
             miss = np.sqrt(np.mean([np.square(np.where(np.isfinite(m), m, 0.0)) for m in misses], axis=0))
-            widened = np.sqrt(np.square(std[far]) + np.square(fitted.gain * weight[far, None] * miss))
-            factor[far] = widened / np.maximum(std[far], np.finfo(np.float64).tiny)
-        quantiles = pred.quantile(list(levels)) if len(levels) else np.empty((0,) + mean.shape)
-        quantiles = mean[None] + factor[None] * (quantiles - mean[None])
-        p_outside = None
-        if band is not None:
-            low, high = band  # the widened distribution's band is the original's, pulled in around the mean
-            inside = pred.cdf(mean + (high - mean) / factor) - pred.cdf(mean + (low - mean) / factor)
-            p_outside = np.clip(1.0 - inside, 0.0, 1.0)
-        return Summary(mean, std * factor, quantiles, p_outside)
+            widened = np.sqrt(np.square(std[rows]) + np.square(fitted.gain * weight[rows, None] * miss))
+            factor = widened / np.maximum(std[rows], np.finfo(np.float64).tiny)
+            centre = mean[rows]
+            quantiles[:, rows] = centre[None] + factor[None] * (quantiles[:, rows] - centre[None])
+            std[rows] = std[rows] * factor
+            if band is not None and p_outside is not None:
+                low, high = band  # the widened distribution's band is the original's, pulled in around the mean
+                pred = self.base.predict(fitted.real, q[rows])
+                inside = pred.cdf(centre + (high - centre) / factor) - pred.cdf(centre + (low - centre) / factor)
+                p_outside[rows] = np.clip(1.0 - inside, 0.0, 1.0)
+        return Summary(mean, std, quantiles, p_outside)

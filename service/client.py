@@ -10,6 +10,7 @@ GridPFN: `pip install "gridpfn[client]"` is enough once the package is installed
     job = client.submit("loads.parquet", model="transformer-dva", context_id=cid, quantiles=[0.05, 0.95])
     client.wait(job["id"])
     frame = client.fetch(job["id"])            # pandas DataFrame (or fetch(id, "out.parquet") to a file)
+    answer[answer["extrapolated"]]             # queries farther out than the context's loads (also in results)
 
 httpx conventions: pass your own `http_client=httpx.Client(...)` (TLS, proxies, event hooks; you close
 it) or `transport=` (tests, mounts). Calls that can safely be repeated (reads, deletes, predictions,
@@ -21,6 +22,7 @@ backoff; a connection never made is retried for every call. `wait()` polls with 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import io
 import json
@@ -28,7 +30,8 @@ import os
 import random
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -201,8 +204,9 @@ class _Endpoints:
         network: str | None = None,
     ) -> Call:
         """POST /v1/predict with the queries sent as Arrow and answered as Arrow: a DataFrame with a row per
-        query and a column per statistic and bus (`mean_vm_pu_bus2`, `q0.05_...`, ...); model, network,
-        timing etc. in `frame.attrs`. The server picks the model's checkpoint for the context's network.
+        query and a column per statistic and bus (`mean_vm_pu_bus2`, `q0.05_...`, ...), then the query's
+        `extrapolation` (1.0 = as far out as the context's farthest row) and `extrapolated` (above 1.0: the
+        answer extrapolates beyond the context's loads); model, network, timing etc. in `frame.attrs`. The server picks the model's checkpoint for the context's network.
         `network`: an inline context's (default ieee33); a stored context set names its own. `queries`: a
         DataFrame with the network's feature columns, or an (m, features) array in the order of the
         network's `features` (read from the server once per network and client)."""
@@ -304,6 +308,81 @@ class _Endpoints:
             options={"data": fields, "files": {"file": (name, handle, "application/octet-stream")}},
         )
 
+    # --- flows of several steps: written once, as coroutines over the primitives below that each client
+    # gives its own way; the async client's methods are these, the sync client runs them with _run_now
+    async def submit(
+        self,
+        data: str | os.PathLike | pd.DataFrame,
+        model: str,
+        context_id: str,
+        quantiles: Sequence[float] = (),
+        voltage_band: Sequence[float] | None = None,
+        with_ground_truth: bool = False,
+    ) -> dict[str, Any]:
+        """Upload a CSV/Parquet file (or a DataFrame) of load vectors; returns the queued job's status."""
+        fields = _fields(model, context_id, quantiles, voltage_band, with_ground_truth)
+        with _upload_file(data) as path, contextlib.ExitStack() as open_files:
+            body = await self._upload_body(path, open_files)
+            status: dict[str, Any] = await self._io_call(self._upload_call(body, path.name, fields))
+            return status
+
+    async def wait(
+        self,
+        job_id: str,
+        poll_s: float = 0.5,
+        timeout_s: float | None = None,
+        on_progress: Callable[[dict], None] | None = None,
+        max_poll_s: float = 5.0,
+    ) -> dict[str, Any]:
+        """Poll until the job is done, failed or cancelled, every `poll_s` growing 1.5x up to `max_poll_s`."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for delay in _poll_delays(poll_s, max_poll_s):
+            status: dict[str, Any] = await self._io_call(_Endpoints.status(self, job_id))
+            if on_progress is not None:
+                on_progress(status)
+            if _finished(status, job_id, deadline, timeout_s):
+                return status
+            await self._io_sleep(delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic())))
+        raise AssertionError("unreachable")
+
+    async def fetch(self, job_id: str, path: str | os.PathLike | None = None, format: str | None = None) -> Any:
+        """The result: written to `path` (format from its suffix) and the path returned, or a DataFrame."""
+        fmt = _result_format(path, format)
+        call = Call(
+            "GET",
+            f"/v1/batch-jobs/{job_id}/result",
+            lambda r: _frame(r.content, fmt),
+            options={"params": {"format": fmt}},
+        )
+        if path is None:
+            return await self._io_call(call)
+        tmp = Path(f"{path}.part")
+        async with self._stream(call) as (response, reading):
+            if response.status_code >= 400:
+                await reading.aread()
+                _check(response)
+            with open(tmp, "wb") as out:
+                async for block in reading.aiter_bytes(1 << 20):
+                    out.write(block)
+        os.replace(tmp, path)
+        return Path(path)
+
+    # --- the primitives the flows await (each client's own; the sync client's never suspend)
+    async def _io_call(self, call: Call) -> Any:
+        """The call's parsed answer (see `call`)."""
+        raise NotImplementedError
+
+    async def _io_sleep(self, seconds: float) -> None:
+        raise NotImplementedError
+
+    async def _upload_body(self, path: Path, open_files: contextlib.ExitStack) -> Any:
+        """What the upload sends for the file at `path` (a handle left open in `open_files`, or its bytes)."""
+        raise NotImplementedError
+
+    def _stream(self, call: Call) -> AbstractAsyncContextManager[tuple[httpx.Response, Any]]:
+        """The call's streamed response and its reader (`aread`, `aiter_bytes`), unchecked."""
+        raise NotImplementedError
+
 
 def _now(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     """`fn` as a coroutine function that never suspends: the sync client's I/O in the shared async loop."""
@@ -343,6 +422,31 @@ def _async(endpoint: Callable[..., Call]) -> Callable[..., Any]:
     return method
 
 
+def _sync_flow(flow: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
+    """A flow of _Endpoints as a plain method of the sync client (its primitives never suspend)."""
+
+    @functools.wraps(flow)
+    def method(self: GridPFNClient, *args: Any, **kwargs: Any) -> T:
+        return _run_now(flow(self, *args, **kwargs))
+
+    return method
+
+
+class _NowReading:
+    """A streamed response of httpx.Client read through httpx.AsyncClient's methods, each returning at once."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self.response = response
+
+    async def aread(self) -> bytes:
+        return self.response.read()
+
+    async def aiter_bytes(self, chunk_size: int) -> AsyncIterator[bytes]:
+        for block in self.response.iter_bytes(chunk_size):
+            yield block
+
+
+_FLOWS = ("submit", "wait", "fetch")
 _ENDPOINTS = (
     "health",
     "ready",
@@ -389,57 +493,23 @@ class GridPFNClient(_Endpoints):
 
     for _name in _ENDPOINTS:
         locals()[_name] = _sync(getattr(_Endpoints, _name))
+    for _name in _FLOWS:
+        locals()[_name] = _sync_flow(getattr(_Endpoints, _name))
     del _name
 
-    def submit(
-        self,
-        data: str | os.PathLike | pd.DataFrame,
-        model: str,
-        context_id: str,
-        quantiles: Sequence[float] = (),
-        voltage_band: Sequence[float] | None = None,
-        with_ground_truth: bool = False,
-    ) -> dict[str, Any]:
-        """Upload a CSV/Parquet file (or a DataFrame) of load vectors; returns the queued job's status."""
-        fields = _fields(model, context_id, quantiles, voltage_band, with_ground_truth)
-        with _upload_file(data) as path, open(path, "rb") as handle:
-            return self.call(self._upload_call(handle, path.name, fields))
+    async def _io_call(self, call: Call) -> Any:
+        return self.call(call)
 
-    def wait(
-        self,
-        job_id: str,
-        poll_s: float = 0.5,
-        timeout_s: float | None = None,
-        on_progress: Callable[[dict], None] | None = None,
-        max_poll_s: float = 5.0,
-    ) -> dict[str, Any]:
-        """Poll until the job is done, failed or cancelled, every `poll_s` growing 1.5x up to `max_poll_s`."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        for delay in _poll_delays(poll_s, max_poll_s):
-            status = self.status(job_id)
-            if on_progress is not None:
-                on_progress(status)
-            if _finished(status, job_id, deadline, timeout_s):
-                return status
-            time.sleep(delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic())))
-        raise AssertionError("unreachable")
+    async def _io_sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
-    def fetch(self, job_id: str, path: str | os.PathLike | None = None, format: str | None = None) -> Any:
-        """The result: written to `path` (format from its suffix) and the path returned, or a DataFrame."""
-        fmt = _result_format(path, format)
-        call = Call("GET", f"/v1/batch-jobs/{job_id}/result", options={"params": {"format": fmt}})
-        if path is None:
-            return _frame(self.send(call).content, fmt)
+    async def _upload_body(self, path: Path, open_files: contextlib.ExitStack) -> Any:
+        return open_files.enter_context(open(path, "rb"))  # streamed from the file as it is sent
+
+    @contextlib.asynccontextmanager
+    async def _stream(self, call: Call) -> AsyncIterator[tuple[httpx.Response, Any]]:
         with self.http.stream(**self._request_args(call)) as response:
-            if response.status_code >= 400:
-                response.read()
-                _check(response)
-            tmp = Path(f"{path}.part")
-            with open(tmp, "wb") as out:
-                for block in response.iter_bytes(1 << 20):
-                    out.write(block)
-        os.replace(tmp, path)
-        return Path(path)
+            yield response, _NowReading(response)
 
 
 class AsyncGridPFNClient(_Endpoints):
@@ -470,56 +540,19 @@ class AsyncGridPFNClient(_Endpoints):
         locals()[_name] = _async(getattr(_Endpoints, _name))
     del _name
 
-    async def submit(
-        self,
-        data: str | os.PathLike | pd.DataFrame,
-        model: str,
-        context_id: str,
-        quantiles: Sequence[float] = (),
-        voltage_band: Sequence[float] | None = None,
-        with_ground_truth: bool = False,
-    ) -> dict[str, Any]:
-        """As GridPFNClient.submit."""
-        fields = _fields(model, context_id, quantiles, voltage_band, with_ground_truth)
-        with _upload_file(data) as path:
-            content = await asyncio.to_thread(path.read_bytes)
-            return await self.call(self._upload_call(content, path.name, fields))
+    async def _io_call(self, call: Call) -> Any:
+        return await self.call(call)
 
-    async def wait(
-        self,
-        job_id: str,
-        poll_s: float = 0.5,
-        timeout_s: float | None = None,
-        on_progress: Callable[[dict], None] | None = None,
-        max_poll_s: float = 5.0,
-    ) -> dict[str, Any]:
-        """As GridPFNClient.wait."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        for delay in _poll_delays(poll_s, max_poll_s):
-            status = await self.status(job_id)
-            if on_progress is not None:
-                on_progress(status)
-            if _finished(status, job_id, deadline, timeout_s):
-                return status
-            await asyncio.sleep(delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic())))
-        raise AssertionError("unreachable")
+    async def _io_sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
-    async def fetch(self, job_id: str, path: str | os.PathLike | None = None, format: str | None = None) -> Any:
-        """As GridPFNClient.fetch."""
-        fmt = _result_format(path, format)
-        call = Call("GET", f"/v1/batch-jobs/{job_id}/result", options={"params": {"format": fmt}})
-        if path is None:
-            return _frame((await self.send(call)).content, fmt)
+    async def _upload_body(self, path: Path, open_files: contextlib.ExitStack) -> Any:
+        return await asyncio.to_thread(path.read_bytes)  # read off the event loop
+
+    @contextlib.asynccontextmanager
+    async def _stream(self, call: Call) -> AsyncIterator[tuple[httpx.Response, Any]]:
         async with self.http.stream(**self._request_args(call)) as response:
-            if response.status_code >= 400:
-                await response.aread()
-                _check(response)
-            tmp = Path(f"{path}.part")
-            with open(tmp, "wb") as out:
-                async for block in response.aiter_bytes(1 << 20):
-                    out.write(block)
-        os.replace(tmp, path)
-        return Path(path)
+            yield response, response
 
 
 def _poll_delays(first_s: float, max_s: float):

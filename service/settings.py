@@ -19,10 +19,15 @@ from models.limits import MAX_CONTEXT_ROWS
 _PACKAGE_REGISTRY = Path(__file__).resolve().parents[1] / "models" / "registry"
 
 
-class Settings(BaseSettings):
-    """Every knob of the HTTP service; env var = GRIDPFN_ + upper-case field name."""
+class GridPFNSettings(BaseSettings):
+    """Knobs read from the environment: env var = GRIDPFN_ + upper-case field name, frozen once read,
+    other variables ignored. The service's Settings and the batch jobs' JobSettings are both these."""
 
     model_config = SettingsConfigDict(env_prefix="GRIDPFN_", frozen=True, extra="ignore")
+
+
+class Settings(GridPFNSettings):
+    """Every knob of the HTTP service."""
 
     model_dir: Path = Field(
         _PACKAGE_REGISTRY,

@@ -1,7 +1,9 @@
-"""Fitted states kept in process: each model's encoding of a context.
+"""Fitted states kept in process: each model's encoding of a context, and each context's load geometry.
 
 Encoded contexts (torch tensors) are too big and too process-specific for Redis; they live in a
-bounded LRU with single-flight async fill, keyed per (model, version, network, context id).
+bounded LRU with single-flight async fill, keyed per (model, version, network, context id). The
+geometry every answer's extrapolation measure is read from (models.off_context: a d x d matrix, the
+same whichever model answers) is kept the same way, per context id.
 Concurrent misses on one key share one computation, which one caller's cancellation does not stop.
 (Fitted exact GPs live in the GP's own worker processes: service.engine.gp_pool.)
 """
@@ -15,6 +17,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, cast
 
+from models.off_context import ContextGeometry
 from service.engine.context_sets import ContextSet
 from service.metrics import Metrics
 
@@ -83,11 +86,30 @@ class Cached:
 
 
 class Fits:
-    """The encoded-context cache; `run` computes a missing one off the event loop."""
+    """The encoded-context and context-geometry caches; `run` computes a missing entry off the event loop."""
 
     def __init__(self, run: Callable[..., Awaitable[Any]], metrics: Metrics, encoded_size: int) -> None:
         self.run, self.metrics = run, metrics
         self.encoded_cache = AsyncLRU(encoded_size)
+        self.geometry_cache = AsyncLRU(encoded_size)
+
+    async def prepared(self, loaded: Any, ctx: ContextSet) -> tuple[Cached, bool, ContextGeometry]:
+        """`encoded` and `geometry` of ctx. One after the other: a request holds at most one pool slot at a
+        time (the pool's admission counts them), and the geometry is a small part of a new context's cost."""
+        geometry = await self.geometry(ctx)
+        cached, hit = await self.encoded(loaded, ctx)
+        return cached, hit, geometry
+
+    async def geometry(self, ctx: ContextSet) -> ContextGeometry:
+        """The context's load geometry (models.off_context), from the in-process LRU or computed now in the pool."""
+
+        async def compute() -> ContextGeometry:
+            geometry: ContextGeometry = await self.run(ContextGeometry.of, ctx.x)
+            return geometry
+
+        geometry, hit = await self.geometry_cache.get_or_compute(ctx.id, compute)
+        self.metrics.cache.labels("context_geometry", "hit" if hit else "miss").inc()
+        return cast(ContextGeometry, geometry)
 
     async def encoded(self, loaded: Any, ctx: ContextSet) -> tuple[Cached, bool]:
         """The model's encoding of ctx, from the in-process LRU or computed now in the pool."""
@@ -106,5 +128,6 @@ class Fits:
         return cached, hit
 
     def forget(self, context_id: str) -> None:
-        """Drop every encoding of a deleted context."""
+        """Drop every encoding and the geometry of a deleted context."""
         self.encoded_cache.discard_where(lambda key: cast("tuple[Any, ...]", key)[-1] == context_id)
+        self.geometry_cache.discard(context_id)

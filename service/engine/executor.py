@@ -6,7 +6,8 @@ into an unbounded pile-up.
 
 Micro-batching: concurrent small predicts on one (model, context) share one forward pass.
 Requests are collected for `window_s` or until `max_rows` query rows, sent to the worker pool as
-one `method.summarize` call, and each caller gets its own rows back. While a forward pass for the
+one `method.summarize` call (and one extrapolation measure over the context's geometry: the batch's
+key names one context), and each caller gets its own rows back. While a forward pass for the
 same key runs, the next batch keeps collecting until it finishes (or the batch fills up), so under
 load batches grow with the arrival rate instead of queueing many one-row passes.
 """
@@ -24,7 +25,8 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from models.errors import InputValidationError
-from service.engine.answers import Answer, AnswerSpec, answer
+from models.off_context import ContextGeometry
+from service.engine.answers import Answer, AnswerSpec, OffContext, answer
 from service.engine.errors import InputRejected, QueueFull
 
 T = TypeVar("T")
@@ -64,22 +66,32 @@ class BatchResult:
     """One caller's rows of a shared forward pass."""
 
     answer: Answer
+    off_context: OffContext
     predict_s: float
     batch_rows: int
     batch_requests: int
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """What every request on one micro-batch key shares: the method, its encoding of the context, and the
+    context's load geometry (each query's extrapolation measure is read from it)."""
+
+    method: Any
+    value: Any
+    geometry: ContextGeometry
+
+
 @dataclass
 class _Batch:
-    method: Any
-    encoded: Any
+    encoded: Encoded
     items: list[tuple[np.ndarray, AnswerSpec, asyncio.Future[BatchResult]]] = field(default_factory=list)
     rows: int = 0
     timer: asyncio.TimerHandle | None = None
     due: bool = False  # the window has passed; waiting only for the key's running pass
 
 
-def _compute(method: Any, encoded: Any, items: list[tuple[np.ndarray, AnswerSpec, Any]]) -> list[BatchResult]:
+def _compute(encoded: Encoded, items: list[tuple[np.ndarray, AnswerSpec, Any]]) -> list[BatchResult]:
     """Worker-thread side: one pass over the rows of each distinct spec (usually one for all)."""
     t0 = time.perf_counter()
     groups: dict[AnswerSpec, list[int]] = {}
@@ -88,12 +100,19 @@ def _compute(method: Any, encoded: Any, items: list[tuple[np.ndarray, AnswerSpec
     results: list[BatchResult | None] = [None] * len(items)
     for spec, members in groups.items():
         queries = np.concatenate([items[i][0] for i in members], axis=0)
-        shared = answer(method, encoded, queries, spec)
+        shared = answer(encoded.method, encoded.value, queries, spec)
         shared.all_finite()  # here, once per pass, not per caller on the event loop
+        placed = OffContext.of(encoded.geometry, queries)
         start = 0
         for i in members:
             stop = start + items[i][0].shape[0]
-            results[i] = BatchResult(shared.rows(start, stop), 0.0, sum(qx.shape[0] for qx, _, _ in items), len(items))
+            results[i] = BatchResult(
+                shared.rows(start, stop),
+                placed.rows(start, stop),
+                0.0,
+                sum(qx.shape[0] for qx, _, _ in items),
+                len(items),
+            )
             start = stop
     elapsed = time.perf_counter() - t0
     done = cast("list[BatchResult]", results)  # every item is in one group: every slot is filled
@@ -118,13 +137,12 @@ class MicroBatcher:
         # small CPU: bench/results/service-notes.md); other keys' and big requests still use every worker.
         self.max_running = 1
 
-    async def predict(
-        self, key: Hashable, method: Any, encoded: Any, queries: np.ndarray, spec: AnswerSpec
-    ) -> BatchResult:
+    async def predict(self, key: Hashable, encoded: Encoded, queries: np.ndarray, spec: AnswerSpec) -> BatchResult:
+        """`queries`' rows of a shared pass (every request on one key shares one `encoded`)."""
         loop = asyncio.get_running_loop()
         batch = self._pending.get(key)
         if batch is None:
-            batch = self._pending[key] = _Batch(method, encoded)
+            batch = self._pending[key] = _Batch(encoded)
             batch.timer = loop.call_later(self.window_s, self._window_passed, key, batch)
         future: asyncio.Future[BatchResult] = loop.create_future()
         batch.items.append((queries, spec, future))
@@ -152,7 +170,7 @@ class MicroBatcher:
         futures = [future for _, _, future in batch.items]
         self._running[key] = self._running.get(key, 0) + 1
         try:
-            results = await self.pool.run(_compute, batch.method, batch.encoded, batch.items)
+            results = await self.pool.run(_compute, batch.encoded, batch.items)
         except Exception as exc:  # every waiter sees the same failure (QueueFull, model error)
             for future in futures:
                 if not future.done():
@@ -185,11 +203,9 @@ class Executor:
         """fn(*args) in a worker thread."""
         return await self._refusals(self.pool.run(fn, *args))
 
-    async def batched(
-        self, key: Hashable, method: Any, encoded: Any, queries: np.ndarray, spec: AnswerSpec
-    ) -> BatchResult:
+    async def batched(self, key: Hashable, encoded: Encoded, queries: np.ndarray, spec: AnswerSpec) -> BatchResult:
         """A few query rows answered in a forward pass shared with other requests on the same key."""
-        return await self._refusals(self.batcher.predict(key, method, encoded, queries, spec))
+        return await self._refusals(self.batcher.predict(key, encoded, queries, spec))
 
     async def _refusals(self, work: Awaitable[T]) -> T:
         try:

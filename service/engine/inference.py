@@ -1,9 +1,11 @@
 """The predict and GP-predict flows: resolve, check, encode (cached), run (batched or direct), answer.
 
-They take the validated request objects and return the answer as plain data: a dict shaped like
-the JSON answer whose arrays are numpy arrays in the dtype each kind travels in (voltages float64,
-spreads and probabilities float32: service.engine.answers.on_the_wire). The HTTP layer writes it as
-JSON (orjson straight from numpy) or Arrow; refusals are domain errors (service.engine.errors).
+They take the validated request objects and return the answer typed (service.engine.answers): a
+`PredictAnswer` or the exact GP's `QueryAnswer`, whose arrays are numpy arrays in the dtype each kind
+travels in (voltages float64, spreads and probabilities float32: service.engine.answers.on_the_wire)
+and whose `OffContext` says, per query, how far outside the context's loads it lies (from the context
+alone, whichever model answers). The HTTP layer writes it as JSON (orjson straight from numpy) or
+Arrow; refusals are domain errors (service.engine.errors).
 """
 
 from __future__ import annotations
@@ -14,10 +16,22 @@ from typing import Any
 
 import numpy as np
 
-from service.engine.answers import Answer, AnswerSpec, on_the_wire
+from models.off_context import ContextGeometry
+from service.engine.answers import (
+    Answer,
+    AnswerSpec,
+    GPTiming,
+    ModelTiming,
+    OffContext,
+    PredictAnswer,
+    QueryAnswer,
+    Statistics,
+    Timing,
+)
 from service.engine.answers import answer as answer_of
 from service.engine.context_sets import ContextSet
 from service.engine.errors import NonFiniteAnswer
+from service.engine.executor import Encoded
 from service.engine.runtime import Runtime
 from service.engine.tenants import Tenant
 
@@ -25,41 +39,46 @@ BATCHABLE_ROWS = 8  # requests this small join micro-batches; bigger ones run on
 # Requests at least this big are cut into one block per pool worker, run side by side: with one
 # torch thread per worker (GRIDPFN_TORCH_THREADS) that is how one big answer uses every core.
 SPLIT_ROWS = 1024
-# the speedup's divisor at least this (ms): a PFN time rounded to 0 gives a large ratio, not a division by 0
-MIN_DIVISOR_MS = 1e-6
+# The exact GP's answers measure their queries' extrapolation on the event loop up to this many
+# multiply-adds (queries x loads^2, well under a millisecond), in a pool worker beyond.
+INLINE_WORK = 1 << 17
 
 
-def _direct(method: Any, fitted: Any, queries: np.ndarray, spec: AnswerSpec) -> tuple[Answer, float]:
+def _direct(
+    method: Any, fitted: Any, geometry: ContextGeometry, queries: np.ndarray, spec: AnswerSpec
+) -> tuple[Answer, OffContext, float]:
     t0 = time.perf_counter()
     answer = answer_of(method, fitted, queries, spec)
     answer.all_finite()  # checked in the worker thread; the event loop reads the cached result
-    return answer, time.perf_counter() - t0
+    placed = OffContext.of(geometry, queries)
+    return answer, placed, time.perf_counter() - t0
 
 
 async def _direct_split(
-    rt: Runtime, method: Any, fitted: Any, queries: np.ndarray, spec: AnswerSpec
-) -> tuple[Answer, float]:
+    rt: Runtime, method: Any, fitted: Any, geometry: ContextGeometry, queries: np.ndarray, spec: AnswerSpec
+) -> tuple[Answer, OffContext, float]:
     """_direct over blocks in parallel pool workers; the time is the wall time of the whole answer."""
     parts = min(rt.settings.workers, max(1, len(queries) // (SPLIT_ROWS // 2)))
     if parts < 2 or len(queries) < SPLIT_ROWS:
-        return await rt.executor.run(_direct, method, fitted, queries, spec)
+        return await rt.executor.run(_direct, method, fitted, geometry, queries, spec)
     t0 = time.perf_counter()
     blocks = np.array_split(queries, parts)
-    answers = await asyncio.gather(*(rt.executor.run(_direct, method, fitted, block, spec) for block in blocks))
-    return Answer.concat([a for a, _ in answers]), time.perf_counter() - t0
+    done = await asyncio.gather(*(rt.executor.run(_direct, method, fitted, geometry, block, spec) for block in blocks))
+    answer = Answer.concat([a for a, _, _ in done])
+    return answer, OffContext.concat([placed for _, placed, _ in done]), time.perf_counter() - t0
 
 
-def _arrays(answer: Answer, spec: AnswerSpec, what: str) -> dict[str, Any]:
+async def _off_context(rt: Runtime, geometry: ContextGeometry, queries: np.ndarray) -> OffContext:
+    """The queries' extrapolation measure: on the event loop when it is small work, else in a pool worker."""
+    if queries.shape[0] * geometry.mean.size**2 <= INLINE_WORK:
+        return OffContext.of(geometry, queries)
+    return await rt.executor.run(OffContext.of, geometry, queries)
+
+
+def _statistics(answer: Answer, levels: tuple[float, ...], what: str) -> Statistics:
     if not answer.all_finite():
         raise NonFiniteAnswer(what)
-    return {
-        "mean": on_the_wire(answer.mean, voltage=True),
-        "std": on_the_wire(answer.std, voltage=False),
-        "quantiles": {
-            repr(float(q)): on_the_wire(answer.quantiles[i], voltage=True) for i, q in enumerate(spec.quantiles)
-        },
-        "p_outside_band": None if answer.p_outside is None else on_the_wire(answer.p_outside, voltage=False),
-    }
+    return Statistics.of(answer, levels)
 
 
 def _spec(req: Any) -> AnswerSpec:
@@ -80,17 +99,13 @@ async def context_of(rt: Runtime, request: Any, tenant: Tenant) -> tuple[Context
 
 async def _gp_answer(
     rt: Runtime, ctx: Any, queries: np.ndarray, spec: AnswerSpec, field: str
-) -> tuple[Answer, dict[str, Any]]:
+) -> tuple[Statistics, GPTiming]:
     """The exact GP's answer from its own pool (service.engine.gp_pool; `field` asked for it)."""
     answer, t = await rt.gp.answer(ctx.id, ctx.x, ctx.y, queries, spec, field)
-    return answer, {
-        "gp_fit_ms": t["fit_s"] * 1e3,
-        "gp_predict_ms": t["predict_s"] * 1e3,
-        "gp_fit_cached": t["fit_cached"],
-    }
+    return _statistics(answer, spec.quantiles, "exact GP"), GPTiming(t["fit_s"], t["predict_s"], t["fit_cached"])
 
 
-async def predict(rt: Runtime, req: Any, tenant: Tenant) -> dict[str, Any]:
+async def predict(rt: Runtime, req: Any, tenant: Tenant) -> PredictAnswer:
     """The answer to a PredictRequest from `tenant` (see the module docstring)."""
     t0 = time.perf_counter()
     rt.models.known(req.model)
@@ -101,60 +116,47 @@ async def predict(rt: Runtime, req: Any, tenant: Tenant) -> dict[str, Any]:
     spec = _spec(req)
     if req.compare_gp:
         rt.checks.gp(ctx, queries)
-    encoded, hit = await rt.fits.encoded(loaded, ctx)
+    encoded, hit, geometry = await rt.fits.prepared(loaded, ctx)
     if queries.shape[0] <= BATCHABLE_ROWS:
-        result = await rt.executor.batched(
-            (loaded.name, loaded.version, net.name, ctx.id), loaded.method, encoded.value, queries, spec
-        )
-        answer, predict_s, batch_rows = result.answer, result.predict_s, result.batch_rows
+        key = (loaded.name, loaded.version, net.name, ctx.id)
+        result = await rt.executor.batched(key, Encoded(loaded.method, encoded.value, geometry), queries, spec)
+        answer, placed, predict_s, batch_rows = result.answer, result.off_context, result.predict_s, result.batch_rows
     else:
-        answer, predict_s = await _direct_split(rt, loaded.method, encoded.value, queries, spec)
+        answer, placed, predict_s = await _direct_split(rt, loaded.method, encoded.value, geometry, queries, spec)
         batch_rows = queries.shape[0]
     rt.metrics.inference.labels(loaded.name, "predict").observe(predict_s)
-    timing: dict[str, Any] = {
-        "pfn_ms": (predict_s + (0.0 if hit else encoded.seconds)) * 1e3,
-        "pfn_encode_ms": encoded.seconds * 1e3,
-        "pfn_predict_ms": predict_s * 1e3,
-        "context_cached": hit,
-        "batch_rows": batch_rows,
-    }
-    gp = None
+    statistics = _statistics(answer, spec.quantiles, f"model {loaded.name}")
+    gp, gp_timing = None, None
     if req.compare_gp:
-        gp_answer, gp_timing = await _gp_answer(rt, ctx, queries, AnswerSpec(), "compare_gp")
-        gp_arrays = _arrays(gp_answer, AnswerSpec(), "exact GP")
-        gp = {"mean": gp_arrays["mean"], "std": gp_arrays["std"]}
-        timing.update(gp_timing)
-        pfn_total = timing["pfn_encode_ms"] + timing["pfn_predict_ms"]
-        timing["speedup"] = (gp_timing["gp_fit_ms"] + gp_timing["gp_predict_ms"]) / max(pfn_total, MIN_DIVISOR_MS)
-    body = {
-        "model": loaded.name,
-        "version": loaded.version,
-        "network": net.name,
-        "context_id": ctx.id,
-        "outputs": list(net.output_names),
-        **_arrays(answer, spec, f"model {loaded.name}"),
-        "gp": gp,
-    }
-    timing["total_ms"] = (time.perf_counter() - t0) * 1e3
-    body["timing"] = timing
-    return body
+        gp, gp_timing = await _gp_answer(rt, ctx, queries, AnswerSpec(), "compare_gp")
+    return PredictAnswer(
+        model=loaded.name,
+        network=net.name,
+        context_id=ctx.id,
+        outputs=tuple(net.output_names),
+        statistics=statistics,
+        off_context=placed,
+        timing=Timing(time.perf_counter() - t0, ModelTiming(encoded.seconds, predict_s, hit, batch_rows), gp_timing),
+        version=loaded.version,
+        gp=gp,
+    )
 
 
-async def gp_predict(rt: Runtime, req: Any, tenant: Tenant) -> dict[str, Any]:
+async def gp_predict(rt: Runtime, req: Any, tenant: Tenant) -> QueryAnswer:
     """The answer to a GPPredictRequest from `tenant`: the exact GP fitted on the context (cached per context)."""
     t0 = time.perf_counter()
     ctx, net = await context_of(rt, req, tenant)
     queries = rt.checks.queries(req.queries, net)
     rt.checks.gp(ctx, queries)
     spec = _spec(req)
-    answer, timing = await _gp_answer(rt, ctx, queries, spec, "context_id" if req.context is None else "context")
-    body = {
-        "model": "exact-gp",
-        "network": net.name,
-        "context_id": ctx.id,
-        "outputs": list(net.output_names),
-        **_arrays(answer, spec, "exact GP"),
-    }
-    timing["total_ms"] = (time.perf_counter() - t0) * 1e3
-    body["timing"] = timing
-    return body
+    statistics, gp_timing = await _gp_answer(rt, ctx, queries, spec, "context_id" if req.context is None else "context")
+    placed = await _off_context(rt, await rt.fits.geometry(ctx), queries)
+    return QueryAnswer(
+        model="exact-gp",
+        network=net.name,
+        context_id=ctx.id,
+        outputs=tuple(net.output_names),
+        statistics=statistics,
+        off_context=placed,
+        timing=Timing(time.perf_counter() - t0, gp=gp_timing),
+    )

@@ -43,7 +43,7 @@ ARROW_200: dict[int | str, dict] = {
     200: {
         "description": "JSON by default; with `Accept: application/vnd.apache.arrow.stream` one Arrow IPC record batch "
         "(a row per query, a column per statistic and bus: voltages float64, std and probabilities "
-        "float32; the rest as JSON in the schema "
+        "float32; then `extrapolation` float64 and `extrapolated` bool per query; the rest as JSON in the schema "
         "metadata `gridpfn`)",
         "content": {ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}}},
     }

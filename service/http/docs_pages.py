@@ -9,8 +9,10 @@ memory. Swagger UI's validator badge (a call to an outside validator) is off.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from functools import cache
 from importlib.resources import files
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
@@ -32,40 +34,52 @@ def asset_bytes(name: str) -> bytes:
     return (files("fastapi_offline") / "static" / name).read_bytes()
 
 
+def _page(
+    app: FastAPI, render: Callable[..., HTMLResponse], title: str, options: dict[str, Any]
+) -> Callable[[Request], Awaitable[HTMLResponse]]:
+    """A handler answering FastAPI's `render` of the app's OpenAPI document; in `options`, "{root}" stands for
+    the request's root path (a proxy's prefix) and "{assets}" for the assets' path under it."""
+
+    async def page(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        where = {"root": root, "assets": f"{root}{ASSETS_PATH}"}
+        filled = {key: value.format(**where) if isinstance(value, str) else value for key, value in options.items()}
+        return render(openapi_url=f"{root}{app.openapi_url}", title=f"{app.title} - {title}", **filled)
+
+    return page
+
+
 def install(app: FastAPI, docs_url: str = "/docs", redoc_url: str = "/redoc") -> None:
     """Add the two pages and their assets; the app must be built with docs_url=None, redoc_url=None."""
     oauth2_redirect = f"{docs_url}/oauth2-redirect"
-
-    def prefix(request: Request) -> str:
-        return request.scope.get("root_path", "")
-
-    @app.get(docs_url, include_in_schema=False)
-    async def swagger_ui(request: Request) -> HTMLResponse:
-        root = prefix(request)
-        return get_swagger_ui_html(
-            openapi_url=f"{root}{app.openapi_url}",
-            title=f"{app.title} - Swagger UI",
-            oauth2_redirect_url=f"{root}{oauth2_redirect}",
-            swagger_js_url=f"{root}{ASSETS_PATH}/swagger-ui-bundle.js",
-            swagger_css_url=f"{root}{ASSETS_PATH}/swagger-ui.css",
-            swagger_favicon_url=f"{root}{ASSETS_PATH}/favicon.png",
-            swagger_ui_parameters={**(app.swagger_ui_parameters or {}), "validatorUrl": None},
-        )
+    pages = {
+        docs_url: (
+            get_swagger_ui_html,
+            "Swagger UI",
+            {
+                "oauth2_redirect_url": "{root}" + oauth2_redirect,
+                "swagger_js_url": "{assets}/swagger-ui-bundle.js",
+                "swagger_css_url": "{assets}/swagger-ui.css",
+                "swagger_favicon_url": "{assets}/favicon.png",
+                "swagger_ui_parameters": {**(app.swagger_ui_parameters or {}), "validatorUrl": None},
+            },
+        ),
+        redoc_url: (
+            get_redoc_html,
+            "ReDoc",
+            {
+                "redoc_js_url": "{assets}/redoc.standalone.js",
+                "redoc_favicon_url": "{assets}/favicon.png",
+                "with_google_fonts": False,
+            },
+        ),
+    }
+    for url, (render, title, options) in pages.items():
+        app.get(url, include_in_schema=False)(_page(app, render, title, options))
 
     @app.get(oauth2_redirect, include_in_schema=False)
     async def swagger_ui_redirect() -> HTMLResponse:
         return get_swagger_ui_oauth2_redirect_html()
-
-    @app.get(redoc_url, include_in_schema=False)
-    async def redoc(request: Request) -> HTMLResponse:
-        root = prefix(request)
-        return get_redoc_html(
-            openapi_url=f"{root}{app.openapi_url}",
-            title=f"{app.title} - ReDoc",
-            redoc_js_url=f"{root}{ASSETS_PATH}/redoc.standalone.js",
-            redoc_favicon_url=f"{root}{ASSETS_PATH}/favicon.png",
-            with_google_fonts=False,
-        )
 
     @app.get(ASSETS_PATH + "/{name}", include_in_schema=False)
     async def asset(name: str) -> Response:

@@ -26,6 +26,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.engine import inference
+from service.engine.answers import QueryAnswer
 from service.engine.errors import EngineError
 from service.engine.tenants import Tenant
 from service.http import arrow_request
@@ -34,7 +35,7 @@ from service.http.problems import ProblemError, problem_of, problem_response, un
 from service.http.responses import answer_response
 from service.http.schemas import GPPredictRequest, PredictRequest
 
-Flow = Callable[[Any, Any, Tenant], Awaitable[dict]]  # (runtime, request, caller) -> the answer as plain data
+Flow = Callable[[Any, Any, Tenant], Awaitable[QueryAnswer]]  # (runtime, request, caller) -> the typed answer
 
 # (method, path) -> (request schema, the engine's flow); every route here also exists in FastAPI
 ROUTES: dict[tuple[str, str], tuple[type[BaseModel], Flow]] = {

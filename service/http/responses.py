@@ -9,19 +9,23 @@ pandas or polars without parsing text, and the server skips the JSON writer (ten
 4500 x 32 answer: bench/results/service-notes.md). One IPC stream, one record batch, a row per query; a column
 per statistic and bus (voltages float64, spreads and probabilities float32, as in the JSON
 answer), named as in batch-job results (`mean_vm_pu_bus2`, `std_...`,
-`q0.05_...`, `p_outside_...`, and `gp_mean_...`, `gp_std_...` with compare_gp); everything else
-of the JSON answer (model, context_id, outputs, timing) is JSON in the schema metadata under
-`gridpfn`.
+`q0.05_...`, `p_outside_...`, and `gp_mean_...`, `gp_std_...` with compare_gp), then the query's
+`extrapolation` (float64) and `extrapolated` (bool); everything else of the JSON answer (model,
+context_id, outputs, timing) is JSON in the schema metadata under `gridpfn`.
+
+Both are written from the engine's typed answer (service.engine.answers.QueryAnswer / PredictAnswer),
+whose arrays already have their wire dtypes.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import orjson
 import pyarrow as pa
 from starlette.responses import Response
+
+from service.engine.answers import PredictAnswer, QueryAnswer, Timing
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 METADATA_KEY = b"gridpfn"
@@ -32,33 +36,65 @@ def wants_arrow(accept: str | None) -> bool:
     return bool(accept) and ARROW_STREAM in accept.lower()
 
 
-def _columns(prefix: str, matrix: np.ndarray, outputs: list[str]) -> tuple[list[str], list[pa.Array]]:
-    # the engine gave each array its wire dtype (service.engine.answers.on_the_wire): kept as it is
-    by_output = np.ascontiguousarray(np.asarray(matrix).T)  # one copy; each column zero-copy
-    return [f"{prefix}_{name}" for name in outputs], [pa.array(column) for column in by_output]
+def timing_json(timing: Timing) -> dict[str, Any]:
+    """The answer's `timing` object, in ms (schemas.Timing): the model's fields, the GP's, then the total."""
+    out: dict[str, Any] = {}
+    model, gp = timing.model, timing.gp
+    if model is not None:
+        out["pfn_ms"] = (model.predict_s + (0.0 if model.context_cached else model.encode_s)) * 1e3
+        out["pfn_encode_ms"] = model.encode_s * 1e3
+        out["pfn_predict_ms"] = model.predict_s * 1e3
+        out["context_cached"] = model.context_cached
+        out["batch_rows"] = model.batch_rows
+    if gp is not None:
+        out["gp_fit_ms"] = gp.fit_s * 1e3
+        out["gp_predict_ms"] = gp.predict_s * 1e3
+        out["gp_fit_cached"] = gp.fit_cached
+    if timing.speedup is not None:
+        out["speedup"] = timing.speedup
+    out["total_ms"] = timing.total_s * 1e3
+    return out
 
 
-def arrow_response(body: dict[str, Any]) -> Response:
-    """`body` is the JSON answer's dict (arrays (queries, outputs)); see the module docstring."""
-    outputs = list(body["outputs"])
-    parts = [("mean", body["mean"]), ("std", body["std"])]
-    parts += [(f"q{level}", values) for level, values in body["quantiles"].items()]
-    if body.get("p_outside_band") is not None:
-        parts.append(("p_outside", body["p_outside_band"]))
-    if body.get("gp") is not None:
-        parts += [("gp_mean", body["gp"]["mean"]), ("gp_std", body["gp"]["std"])]
-    names: list[str] = []
-    arrays: list[pa.Array] = []
-    for prefix, matrix in parts:
-        more_names, more_arrays = _columns(prefix, matrix, outputs)
-        names += more_names
-        arrays += more_arrays
-    rest = {
-        key: value for key, value in body.items() if key not in ("mean", "std", "quantiles", "p_outside_band", "gp")
-    }
-    rest["quantiles"] = list(body["quantiles"])
+def _about(answer: QueryAnswer) -> dict[str, Any]:
+    """Who answered, for what: the JSON answer's first fields (a model's answer names its version)."""
+    about: dict[str, Any] = {"model": answer.model}
+    if isinstance(answer, PredictAnswer):
+        about["version"] = answer.version
+    about.update(network=answer.network, context_id=answer.context_id, outputs=list(answer.outputs))
+    return about
+
+
+def json_body(answer: QueryAnswer) -> dict[str, Any]:
+    """The JSON answer (schemas.PredictResponse), its arrays still numpy for orjson."""
+    stats = answer.statistics
+    body = _about(answer)
+    body.update(
+        mean=stats.mean,
+        std=stats.std,
+        quantiles=dict(stats.quantiles),
+        p_outside_band=stats.p_outside_band,
+        extrapolation=answer.off_context.extrapolation,
+        extrapolated=answer.off_context.extrapolated,
+    )
+    if isinstance(answer, PredictAnswer):
+        body["gp"] = None if answer.gp is None else {"mean": answer.gp.mean, "std": answer.gp.std}
+    body["timing"] = timing_json(answer.timing)
+    return body
+
+
+def arrow_response(answer: QueryAnswer) -> Response:
+    """The answer as one Arrow record batch; see the module docstring."""
+    named = answer.statistics.columns(answer.outputs)
+    if isinstance(answer, PredictAnswer) and answer.gp is not None:
+        named += answer.gp.columns(answer.outputs, prefix="gp_")
+    named += answer.off_context.columns()
+    arrays = [pa.array(values) for _, values in named]
+    rest = {**_about(answer), "timing": timing_json(answer.timing)}
+    rest["quantiles"] = [label for label, _ in answer.statistics.quantiles]
     schema = pa.schema(
-        [pa.field(name, array.type) for name, array in zip(names, arrays)], metadata={METADATA_KEY: orjson.dumps(rest)}
+        [pa.field(name, array.type) for (name, _), array in zip(named, arrays)],
+        metadata={METADATA_KEY: orjson.dumps(rest)},
     )
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, schema) as writer:
@@ -72,6 +108,6 @@ def json_response(body: dict[str, Any], status: int = 200) -> Response:
     )
 
 
-def answer_response(body: dict[str, Any], accept: str | None) -> Response:
-    """A query answer (the engine's dict) as JSON, or as Arrow when the client's Accept asks for it."""
-    return arrow_response(body) if wants_arrow(accept) else json_response(body)
+def answer_response(answer: QueryAnswer, accept: str | None) -> Response:
+    """A query answer (the engine's typed answer) as JSON, or as Arrow when the client's Accept asks for it."""
+    return arrow_response(answer) if wants_arrow(accept) else json_response(json_body(answer))

@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from pydantic_core import PydanticCustomError
 
 from gridsim.feeders import MAX_BUSES
+from models.off_context import EXTRAPOLATION_THRESHOLD
 from service.constants import SHA256_HEX, SHA256_ID
 from service.engine import load_table
 from service.engine.answers import VoltageBand
@@ -232,6 +233,15 @@ class PredictResponse(BaseModel):
     std: list[list[float]]
     quantiles: dict[str, list[list[float]]]
     p_outside_band: list[list[float]] | None
+    extrapolation: list[float] = Field(
+        description="per query: how far its loads lie outside the context's, measured on the context's loads "
+        "alone (the same whichever model answers): the query's leverage under the context's load covariance "
+        "relative to the context's farthest row, so 1.0 (the threshold) is as far out as that row and 2 twice "
+        "as far; intervals widen beyond it"
+    )
+    extrapolated: list[bool] = Field(
+        description=f"per query: extrapolation > {EXTRAPOLATION_THRESHOLD} (farther out than any context row)"
+    )
     timing: Timing
     gp: GPAnswer | None = None
 

@@ -55,7 +55,8 @@ def quantile_label(level: float) -> str:
 
 def result_columns(spec: JobSpec) -> list[str]:
     """Input features, then per statistic one column per bus: mean, std, quantiles, p_outside_band,
-    and with ground truth the solved voltage, the error (mean - truth) and the convergence flag."""
+    and with ground truth the solved voltage, the error (mean - truth) and the convergence flag; last
+    the row's extrapolation measure and flag (service.engine.answers.OffContext)."""
     columns = list(spec.features)
     stats = ["mean", "std"] + [quantile_label(q) for q in spec.quantiles]
     if spec.voltage_band is not None:
@@ -66,4 +67,4 @@ def result_columns(spec: JobSpec) -> list[str]:
         columns += [f"{stat}_{name}" for name in spec.outputs]
     if spec.with_ground_truth:
         columns.append("converged")
-    return columns
+    return columns + ["extrapolation", "extrapolated"]

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from service.engine.answers import Answer, on_the_wire
+from service.engine.answers import Answer, OffContext, Statistics, on_the_wire
 from service.jobs.jobspec import JobSpec, result_columns
 
 # Float columns barely compress and never repeat: no compression and no dictionary encoding (a
@@ -50,18 +50,16 @@ class JobFiles:
 
 
 def chunk_table(
-    spec: JobSpec, inputs: pa.Table, answer: Answer, truth: tuple[np.ndarray, np.ndarray] | None = None
+    spec: JobSpec,
+    inputs: pa.Table,
+    answer: Answer,
+    placed: OffContext,
+    truth: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> pa.Table:
-    """Input columns then the statistics in `result_columns` order (voltages float64, the rest float32)."""
-    blocks = [(answer.mean, True), (answer.std, False)] + [
-        (answer.quantiles[i], True) for i in range(len(spec.quantiles))
-    ]
-    if spec.voltage_band is not None:
-        blocks.append((answer.p_outside, False))
+    """Input columns then the statistics in `result_columns` order (voltages float64, the rest float32,
+    as in an Arrow answer: service.engine.answers.Statistics), then each row's extrapolation measure."""
     arrays = list(inputs.columns)
-    for block, voltage in blocks:
-        columns = on_the_wire(np.asarray(block).T, voltage)  # one copy; each column zero-copy
-        arrays += [pa.array(column) for column in columns]
+    arrays += [pa.array(column) for _, column in Statistics.of(answer, spec.quantiles).columns(spec.outputs)]
     if spec.with_ground_truth:
         vm, converged = truth
         missing = ~converged
@@ -69,6 +67,7 @@ def chunk_table(
             columns = on_the_wire(np.asarray(values).T, voltage)
             arrays += [pa.array(column, mask=missing) for column in columns]
         arrays.append(pa.array(converged))
+    arrays += [pa.array(column) for _, column in placed.columns()]
     return pa.Table.from_arrays(arrays, names=result_columns(spec))
 
 

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from service.engine.answers import Answer, AnswerSpec
+from models.off_context import ContextGeometry
+from service.engine.answers import Answer, AnswerSpec, OffContext
 from service.engine.answers import answer as answer_of
 from service.engine.context_sets import ContextSet
 from service.jobs import results
@@ -137,15 +138,19 @@ def _run_chunks(
     t0 = time.perf_counter()
     context = ContextSet.from_bytes(spec.context_id, files.context.read_bytes())
     encoded = loaded.method.fit(context.x, context.y)  # once per job (per process), reused by every chunk
+    geometry = ContextGeometry.of(context.x)  # each row's extrapolation measure is read from it
     times.encode += time.perf_counter() - t0
     ctx.heartbeat()
     answer_spec = AnswerSpec(spec.quantiles, spec.voltage_band)
     source = pq.ParquetFile(files.input)
 
-    def finish(index: int, inputs: Any, answer: Answer, truth: Any) -> bool:
+    def block_answer(block: np.ndarray) -> tuple[Answer, OffContext]:
+        return answer_of(loaded.method, encoded, block, answer_spec), OffContext.of(geometry, block)
+
+    def finish(index: int, inputs: Any, answer: Answer, placed: OffContext, truth: Any) -> bool:
         """Write chunk `index` and record it; runs beside the next chunk's forward pass."""
         t0 = time.perf_counter()
-        table = results.chunk_table(spec, inputs, answer, truth)
+        table = results.chunk_table(spec, inputs, answer, placed, truth)
         results.write_part(files, index, table)
         if streamed is not None:
             streamed.append(index, table)
@@ -166,9 +171,9 @@ def _run_chunks(
             x = np.column_stack([inputs.column(j).to_numpy() for j in range(inputs.num_columns)])
             t1 = time.perf_counter()
             blocks = np.array_split(x, min(ctx.parallel, max(1, len(x) // 256)))
-            answer = Answer.concat(
-                list(pool.map(lambda block: answer_of(loaded.method, encoded, block, answer_spec), blocks))
-            )
+            answered = list(pool.map(block_answer, blocks))
+            answer = Answer.concat([a for a, _ in answered])
+            placed = OffContext.concat([p for _, p in answered])
             t2 = time.perf_counter()
             if not answer.all_finite():
                 raise RuntimeError(
@@ -182,7 +187,7 @@ def _run_chunks(
             if pending is not None and not pending.result():  # cancelled or taken over meanwhile
                 return False
             ctx.heartbeat()
-            pending = writer.submit(finish, index, inputs, answer, truth)
+            pending = writer.submit(finish, index, inputs, answer, placed, truth)
             if ctx.chunk_pause_s:
                 time.sleep(ctx.chunk_pause_s)
         return pending.result()

@@ -10,17 +10,16 @@ import tempfile
 from pathlib import Path
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from service.settings import GridPFNSettings
 
 # Beyond rows x width: the header line or Parquet footer, page headers and per-column statistics.
 UPLOAD_FRAMING_BYTES = 64 << 10
 COLUMN_FRAMING_BYTES = 1 << 10
 
 
-class JobSettings(BaseSettings):
+class JobSettings(GridPFNSettings):
     """Env var = GRIDPFN_ + upper-case field name (e.g. GRIDPFN_JOBS_DIR)."""
-
-    model_config = SettingsConfigDict(env_prefix="GRIDPFN_", frozen=True, extra="ignore")
 
     jobs_dir: Path = Field(
         Path(tempfile.gettempdir()) / "gridpfn-jobs",

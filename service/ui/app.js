@@ -310,7 +310,9 @@ function fillRowPicker(answer) {
     const o = document.createElement("option");
     const worst = Math.max(...answer.p_outside_band[i]);
     o.value = i;
-    o.textContent = `row ${i + 1} (worst bus ${pct(worst)})`;
+    o.dataset.extrapolated = String(answer.extrapolated[i]);
+    o.textContent = `row ${i + 1} (worst bus ${pct(worst)})` +
+      (answer.extrapolated[i] ? ` ⚠ extrapolated ${fmt(answer.extrapolation[i], 2)}` : "");
     sel.appendChild(o);
   });
   $("row-pick").hidden = answer.mean.length < 2;
@@ -335,10 +337,27 @@ function draw() {
   if (!a) return;
   const row = +($("row-select").value || 0);
   const data = { topo: state.topo, bus: busData(a, row), band: a.band, threshold: +$("risk-threshold").value / 100, gp: !!a.gp };
+  showExtrapolation(a, row);
   drawProfile($("profile"), data);
   drawRiskMap($("riskmap"), data, (bus, e) => hover(data, bus, e));
   legend(data);
   busTable(data);
+}
+
+// How far the shown load case lies outside the context's loads (the answer's `extrapolation`: 1 = as far
+// out as the context's farthest row, 2 twice as far); a warning when the answer flags it `extrapolated`.
+function showExtrapolation(a, row) {
+  const box = $("extrapolation");
+  const value = a.extrapolation[row], out = a.extrapolated[row];
+  box.className = out ? "warning" : "note";
+  box.dataset.extrapolation = String(value);
+  box.dataset.extrapolated = String(out);
+  box.textContent = out
+    ? `⚠ Extrapolated: this load case lies outside the context's loads (extrapolation ${fmt(value, 2)}; ` +
+      "above 1 is farther out than any context row). The model has seen nothing like it: its intervals are " +
+      "wider, and context rows like it would make them trustworthy."
+    : `Within the context's loads (extrapolation ${fmt(value, 2)}; up to 1 is no farther out than its rows).`;
+  box.hidden = false;
 }
 
 function legend(data) {
@@ -479,9 +498,12 @@ async function finished(box, s) {
     drawHistogram(svg, hist);
     const threshold = +$("risk-threshold").value / 100;
     const over = hist.counts.reduce((n, c, i) => n + (hist.edges[i] >= threshold ? c : 0), 0);
+    const outside = hist.extrapolated ? ` · ⚠ ${hist.extrapolated.toLocaleString("en")} rows extrapolated` +
+      ` (max extrapolation ${fmt(hist.max_extrapolation, 2)})` : "";
     box.querySelector(".summary").textContent = `${hist.rows.toLocaleString("en")} rows · mean worst-bus risk ${pct(hist.mean)}` +
-      ` · max ${pct(hist.max)} · ${over.toLocaleString("en")} rows in bins from ${pct(threshold)} up`;
+      ` · max ${pct(hist.max)} · ${over.toLocaleString("en")} rows in bins from ${pct(threshold)} up${outside}`;
     box.dataset.histRows = hist.rows;
+    box.dataset.extrapolatedRows = hist.extrapolated;
   });
 }
 

@@ -89,7 +89,9 @@ def fetch_frame(client: httpx.Client, job_id: str, fmt: str = "parquet") -> pd.D
 
 
 def expected_stats(model_dir: Path, client: httpx.Client, cid: str, x: np.ndarray, chunk_rows: int) -> dict:
-    """Mean, std, quantiles and p_outside computed here, in the same chunks, from the same checkpoint."""
+    """Mean, std, quantiles and p_outside computed here, in the same chunks, from the same checkpoint, and
+    each row's extrapolation from the context's loads."""
+    from models.off_context import ContextGeometry
     from models.registry import load_registry
     from service.engine.answers import AnswerSpec, answer
 
@@ -102,6 +104,7 @@ def expected_stats(model_dir: Path, client: httpx.Client, cid: str, x: np.ndarra
         "mean": np.concatenate([p.mean for p in parts]),
         "std": np.concatenate([p.std for p in parts]),
         "p_outside": np.concatenate([p.p_outside for p in parts]),
+        "extrapolation": ContextGeometry.of(np.array(info["x"])).extrapolation(x),
     }
     for j, q in enumerate(QUANTILES):
         out[f"q{q!r}"] = np.concatenate([p.quantiles[j] for p in parts])

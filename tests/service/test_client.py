@@ -12,9 +12,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import numpy as np
+import pandas as pd
 import pytest
 
-from service.client import AsyncGridPFNClient, GridPFNClient, GridPFNError, _poll_delays
+from service.client import LOAD_FEATURES, AsyncGridPFNClient, GridPFNClient, GridPFNError, _poll_delays
 from tests.service.conftest import MODEL
 
 
@@ -218,9 +219,40 @@ def test_every_endpoint_async_matches_the_sync_client(memory_server, scenarios):
 
     cid, answer, gp, simulated, info = asyncio.run(scenario())
     with GridPFNClient(memory_server.url) as client:
-        np.testing.assert_allclose(
-            answer.to_numpy(),
-            client.predict(x[50:53], MODEL, context=(x[:40], y[:40]), quantiles=[0.5]).to_numpy(),
-            rtol=1e-6,
+        pd.testing.assert_frame_equal(
+            answer, client.predict(x[50:53], MODEL, context=(x[:40], y[:40]), quantiles=[0.5]), rtol=1e-6
         )
     assert info["id"] == cid and len(gp) == 2 and len(simulated["vm_pu"]) == 1
+
+
+def test_submit_wait_fetch_sync_and_async_give_the_same_result(memory_server, scenarios, tmp_path):
+    """The batch flows (written once, run by both clients): a DataFrame and a file up, the result back as a
+    DataFrame and streamed to Parquet and CSV files; a failed stream is the server's problem, raised."""
+    x, y = scenarios
+    loads = pd.DataFrame(x[60:90], columns=LOAD_FEATURES)
+    with GridPFNClient(memory_server.url) as client:
+        cid = client.create_context(x[:40], y[:40])
+        job = client.submit(loads, MODEL, cid, quantiles=[0.5])
+        assert client.wait(job["id"], poll_s=0.05)["state"] == "done"
+        frame = client.fetch(job["id"])
+        assert client.fetch(job["id"], tmp_path / "sync.parquet") == tmp_path / "sync.parquet"
+        with pytest.raises(GridPFNError) as missing:
+            client.fetch("0" * 32, tmp_path / "missing.parquet")
+    assert missing.value.status == 404 and not (tmp_path / "missing.parquet").exists()
+    loads.to_csv(tmp_path / "loads.csv", index=False)
+
+    async def scenario():
+        async with AsyncGridPFNClient(memory_server.url) as client:
+            job = await client.submit(tmp_path / "loads.csv", MODEL, cid, quantiles=[0.5])
+            assert (await client.wait(job["id"], poll_s=0.05))["state"] == "done"
+            written = await client.fetch(job["id"], tmp_path / "async.csv")
+            with pytest.raises(GridPFNError):
+                await client.fetch("0" * 32)
+            return await client.fetch(job["id"]), written
+
+    again, written = asyncio.run(scenario())
+    assert list(frame.columns[:64]) == LOAD_FEATURES and list(frame.columns[-2:]) == ["extrapolation", "extrapolated"]
+    pd.testing.assert_frame_equal(again, frame)
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "sync.parquet"), frame)
+    numbers = frame.columns.drop("extrapolated")
+    np.testing.assert_allclose(pd.read_csv(written)[numbers].to_numpy(), frame[numbers].to_numpy(), rtol=1e-6)

@@ -1,7 +1,8 @@
 """The query routes: POST /v1/predict (a model's predictive distribution per query and bus, optionally
 beside the exact GP) and POST /v1/gp/predict (the on-demand exact GP alone, its fit cached per context
 id). Both take the same options and give the same answer shape, as JSON or Arrow; they are declared
-here for /docs and answered by service.http.hot_routes unless that layer is off."""
+here for /docs and answered by service.http.hot_routes unless that layer is off. One handler serves
+both: each route's request schema and engine flow come from hot_routes.ROUTES, the one table of them."""
 
 from __future__ import annotations
 
@@ -10,16 +11,17 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from service.engine import inference
 from service.engine.runtime import Runtime
 from service.engine.tenants import Tenant
 from service.http.auth import require_api_key
 from service.http.deps import ARROW_200, ARROW_BODY, get_runtime, problems
 from service.http.fast_json import OrjsonRoute
+from service.http.hot_routes import ROUTES
 from service.http.responses import answer_response
-from service.http.schemas import GPPredictRequest, PredictRequest, PredictResponse
+from service.http.schemas import PredictResponse
 
-router = APIRouter(prefix="/v1", route_class=OrjsonRoute, dependencies=[Depends(require_api_key)])
+PREFIX = "/v1"
+router = APIRouter(prefix=PREFIX, route_class=OrjsonRoute, dependencies=[Depends(require_api_key)])
 # what both routes declare: the answer (JSON or Arrow), the problems, and an Arrow request body
 QUERY_ROUTE: dict[str, Any] = {
     "response_model": PredictResponse,
@@ -28,30 +30,35 @@ QUERY_ROUTE: dict[str, Any] = {
 }
 
 
-@router.post(
-    "/predict", tags=["predict"], summary="Per-bus voltage distribution for each query load vector", **QUERY_ROUTE
+def query_route(path: str, name: str, description: str, **declared: Any) -> None:
+    """Declare POST `path` (its schema and flow from hot_routes.ROUTES) as FastAPI's route `name`."""
+    schema, flow = ROUTES[("POST", path)]
+
+    async def answer(
+        body: Any,
+        request: Request,
+        rt: Runtime = Depends(get_runtime),
+        tenant: Tenant = Depends(require_api_key),
+    ) -> Response:
+        return answer_response(await flow(rt, body, tenant), request.headers.get("accept"))
+
+    answer.__annotations__["body"] = schema  # what FastAPI validates the JSON body with
+    answer.__name__ = answer.__qualname__ = name  # its operationId: `<name>_<path>_post`
+    answer.__doc__ = description
+    router.post(path.removeprefix(PREFIX), **QUERY_ROUTE, **declared)(answer)
+
+
+query_route(
+    "/v1/predict",
+    "predict",
+    "Arrays are shaped (queries, outputs). `compare_gp` adds the exact GP's mean/std and both timings.",
+    tags=["predict"],
+    summary="Per-bus voltage distribution for each query load vector",
 )
-async def predict(
-    body: PredictRequest,
-    request: Request,
-    rt: Runtime = Depends(get_runtime),
-    tenant: Tenant = Depends(require_api_key),
-) -> Response:
-    """Arrays are shaped (queries, outputs). `compare_gp` adds the exact GP's mean/std and both timings."""
-    return answer_response(await inference.predict(rt, body, tenant), request.headers.get("accept"))
-
-
-@router.post(
-    "/gp/predict",
+query_route(
+    "/v1/gp/predict",
+    "gp_predict",
+    "Contexts over GRIDPFN_GP_MAX_CONTEXT rows are refused (422): use batch jobs for those.",
     tags=["exact GP"],
     summary="Exact GP predictive per query and bus (same shapes as /v1/predict)",
-    **QUERY_ROUTE,
 )
-async def gp_predict(
-    body: GPPredictRequest,
-    request: Request,
-    rt: Runtime = Depends(get_runtime),
-    tenant: Tenant = Depends(require_api_key),
-) -> Response:
-    """Contexts over GRIDPFN_GP_MAX_CONTEXT rows are refused (422): use batch jobs for those."""
-    return answer_response(await inference.gp_predict(rt, body, tenant), request.headers.get("accept"))

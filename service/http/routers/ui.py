@@ -6,7 +6,8 @@ the page needs beyond the /v1 API (which gives it models, networks, context sets
   `POST /v1/context-sets` stores `{x, y}`; a bad cell is a 422 naming its row and column. The file is
   decoded only up to `GRIDPFN_MAX_CONTEXT_ROWS` rows (a Parquet file is sized from its footer first).
 - `GET /ui/api/batch-jobs/{id}/risk-histogram`: the histogram of each row's worst-bus P(outside band)
-  over a finished job's result, computed where the result file is (a result can have millions of rows).
+  over a finished job's result, and how many rows are extrapolated (and the largest extrapolation),
+  computed where the result file is (a result can have millions of rows).
 
 None of them is in the OpenAPI document: they serve the page, not API clients.
 """
@@ -184,9 +185,22 @@ async def upload_context(
     return await context_sets.create(body, rt, tenant)
 
 
+def _extrapolated_rows(source: pq.ParquetFile) -> tuple[int | None, float | None]:
+    """(rows flagged `extrapolated`, the largest `extrapolation`) of a result; (None, None) for a result
+    written before results carried them."""
+    if "extrapolated" not in source.schema_arrow.names:
+        return None, None
+    flagged, largest = 0, 0.0
+    for batch in source.iter_batches(columns=["extrapolated", "extrapolation"], batch_size=65536):
+        flagged += int(pc.sum(batch.column(0)).as_py() or 0)
+        largest = max(largest, float(pc.max(batch.column(1)).as_py() or 0.0))
+    return flagged, largest
+
+
 def worst_bus_histogram(path: Path, bins: int) -> dict[str, Any]:
     """Histogram over rows of max over buses of p_outside_*, streamed a row group at a time."""
     source = pq.ParquetFile(path)
+    flagged, largest = _extrapolated_rows(source)
     columns = [c for c in source.schema_arrow.names if c.startswith("p_outside_")]
     edges = np.linspace(0.0, 1.0, bins + 1)
     counts = np.zeros(bins, dtype=np.int64)
@@ -208,6 +222,8 @@ def worst_bus_histogram(path: Path, bins: int) -> dict[str, Any]:
         "counts": counts.tolist(),
         "mean": total / rows if rows else None,
         "max": at_worst if rows else None,
+        "extrapolated": flagged,
+        "max_extrapolation": largest,
     }
 
 

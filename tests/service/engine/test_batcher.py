@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from models.linear import LeastSquares
-from service.engine.answers import AnswerSpec, answer
-from service.engine.executor import MicroBatcher, QueueFull, WorkerPool
+from models.off_context import ContextGeometry
+from service.engine.answers import AnswerSpec, OffContext, answer
+from service.engine.executor import Encoded, MicroBatcher, QueueFull, WorkerPool
 
 
 class RecordingLeastSquares(LeastSquares):
@@ -36,6 +37,11 @@ def data():
     return x, y, rng.normal(size=(80, 64))
 
 
+@pytest.fixture(scope="module")
+def geometry(data):
+    return ContextGeometry.of(data[0])
+
+
 def run(scenario):
     """Run an async scenario with a 2-worker pool, shut down after."""
 
@@ -49,7 +55,7 @@ def run(scenario):
     return asyncio.run(main())
 
 
-def test_concurrent_requests_share_one_pass_and_each_gets_its_own_rows(data):
+def test_concurrent_requests_share_one_pass_and_each_gets_its_own_rows(data, geometry):
     x, y, q = data
     method = RecordingLeastSquares()
     fitted = method.fit(x, y)
@@ -62,7 +68,10 @@ def test_concurrent_requests_share_one_pass_and_each_gets_its_own_rows(data):
         starts = np.cumsum([0] + sizes[:-1])
         return (
             await asyncio.gather(
-                *(batcher.predict("key", method, fitted, q[s : s + m], spec) for s, m in zip(starts, sizes))
+                *(
+                    batcher.predict("key", Encoded(method, fitted, geometry), q[s : s + m], spec)
+                    for s, m in zip(starts, sizes)
+                )
             ),
             starts,
             sizes,
@@ -77,9 +86,12 @@ def test_concurrent_requests_share_one_pass_and_each_gets_its_own_rows(data):
         np.testing.assert_allclose(result.answer.std, expected.std[s : s + m])
         np.testing.assert_allclose(result.answer.quantiles, expected.quantiles[:, s : s + m])
         np.testing.assert_allclose(result.answer.p_outside, expected.p_outside[s : s + m])
+        placed = OffContext.of(geometry, q[s : s + m])  # each caller's rows of the batch's one measure
+        np.testing.assert_array_equal(result.off_context.extrapolation, placed.extrapolation)
+        np.testing.assert_array_equal(result.off_context.extrapolated, placed.extrapolated)
 
 
-def test_the_row_limit_closes_a_batch_before_the_window(data):
+def test_the_row_limit_closes_a_batch_before_the_window(data, geometry):
     x, y, q = data
     method = RecordingLeastSquares()
     fitted = method.fit(x, y)
@@ -88,7 +100,10 @@ def test_the_row_limit_closes_a_batch_before_the_window(data):
         batcher = MicroBatcher(pool, window_s=30.0, max_rows=4, on_batch=None)  # the window would never pass
         return await asyncio.wait_for(
             asyncio.gather(
-                *(batcher.predict("key", method, fitted, q[i : i + 2], AnswerSpec()) for i in range(0, 8, 2))
+                *(
+                    batcher.predict("key", Encoded(method, fitted, geometry), q[i : i + 2], AnswerSpec())
+                    for i in range(0, 8, 2)
+                )
             ),
             timeout=10,
         )
@@ -98,7 +113,7 @@ def test_the_row_limit_closes_a_batch_before_the_window(data):
     assert [r.batch_rows for r in results] == [4, 4, 4, 4]
 
 
-def test_different_keys_and_specs_never_mix_rows(data):
+def test_different_keys_and_specs_never_mix_rows(data, geometry):
     x, y, q = data
     method = RecordingLeastSquares()
     fitted_a, fitted_b = method.fit(x, y), method.fit(x, y + 0.5)
@@ -106,9 +121,9 @@ def test_different_keys_and_specs_never_mix_rows(data):
     async def scenario(pool):
         batcher = MicroBatcher(pool, window_s=0.01, max_rows=64)
         return await asyncio.gather(
-            batcher.predict("a", method, fitted_a, q[:1], AnswerSpec()),
-            batcher.predict("b", method, fitted_b, q[:1], AnswerSpec()),
-            batcher.predict("a", method, fitted_a, q[1:2], AnswerSpec((0.5,))),
+            batcher.predict("a", Encoded(method, fitted_a, geometry), q[:1], AnswerSpec()),
+            batcher.predict("b", Encoded(method, fitted_b, geometry), q[:1], AnswerSpec()),
+            batcher.predict("a", Encoded(method, fitted_a, geometry), q[1:2], AnswerSpec((0.5,))),
         )
 
     a1, b1, a2 = run(scenario)
@@ -118,7 +133,7 @@ def test_different_keys_and_specs_never_mix_rows(data):
     assert a1.batch_requests == a2.batch_requests == 2 and b1.batch_requests == 1
 
 
-def test_while_a_pass_runs_the_next_batch_keeps_collecting(data):
+def test_while_a_pass_runs_the_next_batch_keeps_collecting(data, geometry):
     x, y, q = data
     method = RecordingLeastSquares()
     fitted = method.fit(x, y)
@@ -126,10 +141,11 @@ def test_while_a_pass_runs_the_next_batch_keeps_collecting(data):
     async def scenario(pool):
         batcher = MicroBatcher(pool, window_s=0.001, max_rows=64)
         method.hold.clear()  # the first pass blocks in its worker
-        first = asyncio.create_task(batcher.predict("key", method, fitted, q[:1], AnswerSpec()))
+        first = asyncio.create_task(batcher.predict("key", Encoded(method, fitted, geometry), q[:1], AnswerSpec()))
         await asyncio.sleep(0.05)  # window passed: the first pass is running
         later = [
-            asyncio.create_task(batcher.predict("key", method, fitted, q[i : i + 1], AnswerSpec())) for i in range(1, 6)
+            asyncio.create_task(batcher.predict("key", Encoded(method, fitted, geometry), q[i : i + 1], AnswerSpec()))
+            for i in range(1, 6)
         ]
         await asyncio.sleep(0.05)  # their window passed too, but the key's pass still runs
         method.hold.set()
@@ -140,7 +156,7 @@ def test_while_a_pass_runs_the_next_batch_keeps_collecting(data):
     assert first.batch_rows == 1 and all(r.batch_rows == 5 for r in later)
 
 
-def test_a_full_pool_and_a_model_error_reach_every_caller_of_the_batch(data):
+def test_a_full_pool_and_a_model_error_reach_every_caller_of_the_batch(data, geometry):
     x, y, q = data
     method = RecordingLeastSquares()
     fitted = method.fit(x, y)
@@ -153,7 +169,10 @@ def test_a_full_pool_and_a_model_error_reach_every_caller_of_the_batch(data):
             await asyncio.sleep(0.02)
             batcher = MicroBatcher(pool, window_s=0.001, max_rows=64)
             outcomes = await asyncio.gather(
-                *(batcher.predict("key", method, fitted, q[i : i + 1], AnswerSpec()) for i in range(3)),
+                *(
+                    batcher.predict("key", Encoded(method, fitted, geometry), q[i : i + 1], AnswerSpec())
+                    for i in range(3)
+                ),
                 return_exceptions=True,
             )
             gate.set()
@@ -169,8 +188,8 @@ def test_a_full_pool_and_a_model_error_reach_every_caller_of_the_batch(data):
     async def wrong_width(pool):
         batcher = MicroBatcher(pool, window_s=0.001, max_rows=64)
         return await asyncio.gather(
-            batcher.predict("key", method, fitted, q[:1, :10], AnswerSpec()),
-            batcher.predict("key", method, fitted, q[:1, :10], AnswerSpec()),
+            batcher.predict("key", Encoded(method, fitted, geometry), q[:1, :10], AnswerSpec()),
+            batcher.predict("key", Encoded(method, fitted, geometry), q[:1, :10], AnswerSpec()),
             return_exceptions=True,
         )
 

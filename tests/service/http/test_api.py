@@ -28,18 +28,17 @@ def test_health_and_readiness(client, server):
     assert client.get("/v2/health/live").status_code == 200
     for path in ("/readyz", "/v2/health/ready"):
         body = client.get(path).json()
-        assert body["ready"] is True and body["models"] == ["physics-fit", MODEL]
+        assert body["ready"] is True and body["models"] == ["network-fit", "physics-fit", MODEL]
     assert client.get("/readyz").json()["store"] == server.app.state.runtime.store.kind
 
 
 def test_models_list_and_card(client):
     listing = client.get("/v1/models").json()
-    assert [m["name"] for m in listing["models"]] == ["physics-fit", MODEL]
-    tiny = listing["models"][1]
+    assert [m["name"] for m in listing["models"]] == ["network-fit", "physics-fit", MODEL]
+    tiny = listing["models"][2]
     assert tiny["networks"] == ["ieee33"] and tiny["versions"] == {"ieee33": "0.0.1"}
-    assert listing["models"][0]["networks"] == physics_fit.ANY_NETWORK and listing["models"][0]["versions"] == {
-        "*": "built-in"
-    }
+    for built_in in listing["models"][:2]:  # network-fit and physics-fit
+        assert built_in["networks"] == physics_fit.ANY_NETWORK and built_in["versions"] == {"*": "built-in"}
     card = client.get(f"/v1/models/{MODEL}").json()
     net = gridsim.network("ieee33")
     assert card["features"] == list(net.feature_names) and card["outputs"] == list(net.output_names)

@@ -166,7 +166,8 @@ def test_arrow_answers_hold_the_json_answers_on_both_paths(pair, cid, scenarios)
         response = c.post("/v1/predict", json=body, headers=arrow)
         assert response.status_code == 200 and response.headers["content-type"] == arrow["Accept"]
         table = pa.ipc.open_stream(response.content).read_all()
-        assert table.num_rows == 30 and table.num_columns == 32 * 7  # mean, std, 2 quantiles, p_outside, gp mean/std
+        # mean, std, 2 quantiles, p_outside, gp mean/std per bus; extrapolation and extrapolated per query
+        assert table.num_rows == 30 and table.num_columns == 32 * 7 + 2
         meta = orjson.loads(table.schema.metadata[b"gridpfn"])
         assert meta["model"] == MODEL and meta["context_id"] == cid and meta["quantiles"] == ["0.05", "0.95"]
         assert set(meta["timing"]) >= {"pfn_ms", "gp_fit_ms", "speedup", "total_ms"}
@@ -181,12 +182,15 @@ def test_arrow_answers_hold_the_json_answers_on_both_paths(pair, cid, scenarios)
             got = np.column_stack([table.column(f"{prefix}_{name}").to_numpy() for name in outputs])
             assert got.dtype == dtype, prefix  # voltages float64, spreads and probabilities float32
             np.testing.assert_array_equal(got, np.asarray(matrix, dtype=dtype))
+        assert table.column_names[-2:] == ["extrapolation", "extrapolated"]
+        np.testing.assert_array_equal(table.column("extrapolation").to_numpy(), as_json["extrapolation"])
+        assert table.column("extrapolated").to_pylist() == as_json["extrapolated"]
         gp = c.post("/v1/gp/predict", json={"context_id": cid, "queries": rows(x[:3])}, headers=arrow)
         assert pa.ipc.open_stream(gp.content).read_all().column_names[0] == "mean_vm_pu_bus2"
     with GridPFNClient(str(pair[0].base_url), api_key=KEY) as client:
         frame = client.predict(x[100:130], MODEL, context_id=cid, quantiles=[0.5])
-        assert frame.shape == (30, 32 * 3) and frame.attrs["model"] == MODEL
+        assert frame.shape == (30, 32 * 3 + 2) and frame.attrs["model"] == MODEL
         expected = np.asarray(pair[0].post("/v1/predict", json={**body, "compare_gp": False}).json()["mean"])
         np.testing.assert_array_equal(frame.filter(like="mean_").to_numpy(), expected)
         inline = client.predict(x[:2], MODEL, context=(x[:40], y[:40]))
-        assert inline.shape == (2, 64)
+        assert inline.shape == (2, 64 + 2)

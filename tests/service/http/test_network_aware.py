@@ -65,7 +65,7 @@ def test_each_built_in_network_end_to_end(api, network):
     assert api.get(f"/v1/context-sets/{info['id']}").json()["source"]["network"] == network
     queries = gridsim.sample_loads(net, 3, 0.1, np.random.default_rng(7))
     truth = _truth(api, network, queries)
-    for model in ("physics-fit", MODEL):
+    for model in ("network-fit", "physics-fit", MODEL):
         answer = api.post(
             "/v1/predict",
             json={
@@ -84,6 +84,8 @@ def test_each_built_in_network_end_to_end(api, network):
         assert np.asarray(body["p_outside_band"]).shape == (3, net.n_outputs)
         if model == "physics-fit":  # the closed form on 60 simulated points: close to the power flow
             assert np.abs(mean - truth).max() < 5e-3, (network, np.abs(mean - truth).max())
+        if model == "network-fit":  # the network's own power flow, the context agreeing with it
+            assert np.abs(mean - truth).max() < 1e-8, (network, np.abs(mean - truth).max())
     gp = api.post("/v1/gp/predict", json={"context_id": info["id"], "queries": queries.tolist()})
     assert gp.status_code == 200, gp.text
     assert gp.json()["outputs"] == list(net.output_names) and np.asarray(gp.json()["mean"]).shape == (3, net.n_outputs)
@@ -99,14 +101,15 @@ def test_models_and_networks_say_who_serves_what(api):
     fit_card = api.get("/v1/models/physics-fit", params={"network": "mv_oberrhein_sub0"}).json()
     assert len(fit_card["features"]) == 128 and len(fit_card["outputs"]) == 69
     listed = {n["id"]: n for n in api.get("/v1/networks").json()["networks"]}
-    assert all(listed[network]["models"] == ["physics-fit", MODEL] for network in BUILT_INS)
+    assert all(listed[network]["models"] == ["network-fit", "physics-fit", MODEL] for network in BUILT_INS)
+    assert models["network-fit"]["networks"] == physics_fit.ANY_NETWORK
 
 
 def test_uploaded_feeder_end_to_end(api, feeder_json):
     made = api.post("/v1/networks", content=feeder_json, headers={"content-type": "application/json"})
     assert made.status_code == 201, made.text
     nid, net = made.json()["id"], gridsim.feeders.from_pandapower_json(feeder_json)
-    assert made.json()["models"] == ["physics-fit"]
+    assert made.json()["models"] == ["network-fit", "physics-fit"]
     info = _context(api, nid)
     assert info["network"] == nid and info["features"] == net.n_features == 4
     queries = gridsim.sample_loads(net, 2, 0.1, np.random.default_rng(3))
@@ -116,6 +119,11 @@ def test_uploaded_feeder_end_to_end(api, feeder_json):
     assert answer.status_code == 200, answer.text
     assert answer.json()["outputs"] == list(net.output_names) == made.json()["outputs"]
     assert np.abs(np.asarray(answer.json()["mean"]) - _truth(api, nid, queries)).max() < 1e-4
+    by_network = api.post(
+        "/v1/predict", json={"model": "network-fit", "context_id": info["id"], "queries": queries.tolist()}
+    )
+    assert by_network.status_code == 200, by_network.text
+    assert np.abs(np.asarray(by_network.json()["mean"]) - _truth(api, nid, queries)).max() < 1e-8
     # a model trained for other networks is a 422 naming the model, the network and who serves it
     refused = assert_problem(
         api.post("/v1/predict", json={"model": MODEL, "context_id": info["id"], "queries": queries.tolist()}),

@@ -327,6 +327,8 @@ def test_batch_job_progress_histogram(ui_server, api, browser, tmp_path):
     expected = np.histogram(worst, bins=np.linspace(0, 1, 21))[0].tolist()
     bars = css(driver, f'.job[data-job-id="{job_id}"] svg rect.bar')
     assert [int(b.get_attribute("data-count")) for b in bars] == expected
+    flagged = int(result["extrapolated"].sum())  # rows beyond the context's loads, counted in the summary
+    assert int(job.get_attribute("data-extrapolated-rows")) == flagged and f"{flagged} rows extrapolated" in job.text
 
 
 def test_bad_uploads_show_the_problem(ui_server, browser, tmp_path, scenarios):
@@ -361,3 +363,27 @@ def test_bad_uploads_show_the_problem(ui_server, browser, tmp_path, scenarios):
     assert "(422)" in error.text and "q_mvar_bus33" in error.text
     assert not css(driver, ".job")
     shot(driver, "bad-batch-upload")
+
+
+def test_an_extrapolated_load_case_is_flagged_with_its_value(ui_server, api, browser):
+    """Issue 29: the page says how far the load case lies outside the context, and warns past 1."""
+    driver = browser
+    open_page(driver, ui_server)
+    cid = simulate_context(driver, n=200, delta=0.1, seed=6)
+    base = np.concatenate([NET.base_p_mw, NET.base_q_mvar])
+    for level, flagged in ((1.0, False), (1.4, True)):
+        driver.execute_script(
+            "const s = document.getElementById('level'); s.value = arguments[0];s.dispatchEvent(new Event('input'))",
+            str(level),
+        )
+        predict_and_wait(driver)
+        box = by_id(driver, "extrapolation")
+        answer = api.post(
+            "/v1/predict", json={"model": MODEL, "context_id": cid, "queries": [(level * base).tolist()]}
+        ).json()
+        assert box.is_displayed() and answer["extrapolated"] == [flagged]
+        assert box.get_attribute("data-extrapolated") == str(flagged).lower()
+        assert float(box.get_attribute("data-extrapolation")) == answer["extrapolation"][0]
+        assert f"{answer['extrapolation'][0]:.2f}" in box.text
+        assert ("warning" in box.get_attribute("class")) == flagged and ("Extrapolated" in box.text) == flagged
+    shot(driver, "extrapolated")

@@ -59,7 +59,8 @@ def test_upload_poll_fetch_embedded(embedded, model_dir, tmp_path):
 
     result = fetch_frame(client, job["id"])
     stats = ["mean", "std"] + [f"q{q!r}" for q in QUANTILES] + ["p_outside"]
-    assert list(result.columns) == FEATURES + [f"{s}_{o}" for s in stats for o in OUTPUTS]
+    per_row = ["extrapolation", "extrapolated"]
+    assert list(result.columns) == FEATURES + [f"{s}_{o}" for s in stats for o in OUTPUTS] + per_row
     pd.testing.assert_frame_equal(result[FEATURES], frame)  # every row once, in order, bit for bit
     want = expected_stats(model_dir, client, cid, frame.to_numpy(), CHUNK)
     for stat in stats:
@@ -68,9 +69,13 @@ def test_upload_poll_fetch_embedded(embedded, model_dir, tmp_path):
     q = np.stack([block(result, f"q{level!r}") for level in QUANTILES])
     assert (np.diff(q, axis=0) >= 0).all()
     assert ((block(result, "p_outside") >= 0) & (block(result, "p_outside") <= 1)).all()
+    np.testing.assert_allclose(result["extrapolation"], want["extrapolation"], rtol=1e-12)
+    assert (result["extrapolated"] == (want["extrapolation"] > 1.0)).all()
 
     as_csv = fetch_frame(client, job["id"], "csv")  # same table as CSV, by ?format=
-    np.testing.assert_allclose(as_csv.to_numpy(), result.to_numpy(), rtol=1e-6)
+    numbers = result.columns[:-1]
+    np.testing.assert_allclose(as_csv[numbers].to_numpy(), result[numbers].to_numpy(), rtol=1e-6)
+    assert (as_csv["extrapolated"] == result["extrapolated"]).all()
     accept = client.get(f"/v1/batch-jobs/{job['id']}/result", headers={"Accept": "text/csv"})
     assert accept.headers["content-type"].startswith("text/csv") and accept.text.startswith(f'"{FEATURES[0]}"')
 
