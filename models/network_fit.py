@@ -55,6 +55,10 @@ VoltageModel = Callable[[np.ndarray], np.ndarray]
 
 # See the module docstring: the model-error term is MODEL_ERROR_GAIN * rho * |e(q)|.
 MODEL_ERROR_GAIN = 2.0
+# The model's response over the context below this (p.u.) counts as this: a context of identical loads.
+RESPONSE_FLOOR_PU = 1e-9
+# The correction's share of the response is capped here: beyond, the network model explains nothing.
+SHARE_CAP = 10.0
 # The smallest spread (p.u.): the network model's power flow and a reference solver agree to ~1e-9.
 SPREAD_FLOOR_PU = 2e-9
 
@@ -95,6 +99,8 @@ def simultaneous_factor(k: int, level: float = CALIBRATION_LEVEL) -> float:
 
 # Prior precision grid of the branch corrections (standardised, times the stacked rows) searched by evidence.
 BRANCH_PRIOR_GRID = tuple(10.0**e for e in np.arange(-12.0, 6.5, 0.5))
+# A branch whose flows' mean square over the context is below this share of the typical branch's has none.
+UNSEEN_FLOW = 1e-12
 # Above this many buses the per-branch stage is skipped (its (2k + 1)^2 system grows as k^3 to solve).
 MAX_BRANCH_BUSES = 400
 # Queries per block for the posterior variance (memory ~ QUERY_BLOCK * k * 2k floats).
@@ -159,6 +165,11 @@ class BranchCorrection:
         # each feature standardised as if every bus were read in every row, so a branch no meter sees
         # keeps the prior an average branch has (not one scaled by nothing)
         full_diag = np.append(on_path.sum(axis=0) * np.square(flows).sum(axis=0), n * k) / (n * k)
+        # a branch no load in the context ever flows through gets the typical branch's scale (all-zero
+        # loads: unit scale), so its prior stays finite in physical units
+        flowing = full_diag[:-1][full_diag[:-1] > 0]
+        typical = float(np.median(flowing)) if flowing.size else 1.0
+        full_diag[:-1] = np.where(full_diag[:-1] > UNSEEN_FLOW * typical, full_diag[:-1], typical)
         scale = 1.0 / np.sqrt(np.maximum(full_diag, np.finfo(np.float64).tiny))
         gram_s, rhs_s = gram * scale[:, None] * scale[None, :], rhs * scale
         rows = n * k  # the penalty's scale: as for a fully read context (the prior is per branch, not per reading)
@@ -262,7 +273,9 @@ class NetworkFitMethod(Method):
         count = np.maximum(read.sum(axis=0), 1)
         centre = np.where(read, fitted_r, 0.0).sum(axis=0) / count
         spread_r = np.sqrt(np.where(read, np.square(fitted_r - centre), 0.0).sum(axis=0) / count)
-        share = spread_r / np.maximum(v.std(axis=0), np.finfo(np.float64).tiny)
+        # a context whose loads barely move shows nothing of the feeder's response: share taken as at most
+        # SHARE_CAP, its response as at least RESPONSE_FLOOR_PU (identical rows would divide by 0)
+        share = np.minimum(spread_r / np.maximum(v.std(axis=0), RESPONSE_FLOOR_PU), SHARE_CAP)
         # every bus's losses flow through the branches above it: the largest share anywhere counts everywhere
         return NetworkFitted(
             branches, per_bus, keep, probe, float(share.max()), simultaneous_factor(k), read.mean(axis=0)

@@ -170,7 +170,14 @@ class MicroBatcher:
         futures = [future for _, _, future in batch.items]
         self._running[key] = self._running.get(key, 0) + 1
         try:
-            results = await self.pool.run(_compute, batch.encoded, batch.items)
+            try:
+                results: list[BatchResult | InputValidationError] = list(
+                    await self.pool.run(_compute, batch.encoded, batch.items)
+                )
+            except InputValidationError:
+                if len(batch.items) == 1:
+                    raise
+                results = await self._each_alone(batch)  # one request's bad rows are not its neighbours' fault
         except Exception as exc:  # every waiter sees the same failure (QueueFull, model error)
             for future in futures:
                 if not future.done():
@@ -185,8 +192,23 @@ class MicroBatcher:
                 self._flush(key, waiting)
         self._on_batch(batch.rows, len(futures))
         for future, result in zip(futures, results):
-            if not future.done():
+            if future.done():
+                continue
+            if isinstance(result, InputValidationError):
+                future.set_exception(result)
+            else:
                 future.set_result(result)
+
+    async def _each_alone(self, batch: _Batch) -> list[BatchResult | InputValidationError]:
+        """A shared pass refused some input: each request again on its own, so only the one whose rows
+        the model refused is refused (its row numbers its own)."""
+        out: list[BatchResult | InputValidationError] = []
+        for item in batch.items:
+            try:
+                out.extend(await self.pool.run(_compute, batch.encoded, [item]))
+            except InputValidationError as exc:
+                out.append(exc)
+        return out
 
 
 class Executor:

@@ -155,7 +155,7 @@ def test_container_commands_serve_and_consume(stack):
                 pass
             assert time.monotonic() < deadline, f"api not ready after 180 s:\n{api.output()}"
             time.sleep(0.3)
-        assert ready.json()["store"] == "redis" and ready.json()["models"] == ["physics-fit", MODEL]
+        assert ready.json()["store"] == "redis" and ready.json()["models"] == ["network-fit", "physics-fit", MODEL]
         check = healthcheck(config, "api", envs["api"], port)
         assert check.returncode == 0, check.stderr
 

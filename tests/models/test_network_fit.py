@@ -116,3 +116,19 @@ def test_a_year_of_real_profiles_with_meter_noise_context_from_winter_queries_al
     truth = y[queries]
     assert np.abs(ours.mean - truth).mean() <= 0.5 * np.abs(theirs.mean - truth).mean()
     assert _coverage(ours, truth) >= 0.9
+
+
+def test_a_context_whose_loads_never_move_still_gets_a_finite_answer(ieee33):
+    """A steady operating point read by noisy meters: every row the same loads. The correction is an
+    offset; the spread stays finite (it was an overflow: the model's response over the context is 0)."""
+    rng = np.random.default_rng(0)
+    x = np.repeat(ieee33.base_x[None], 100, axis=0)
+    truth_of = VoltageModel(ieee33)
+    y = truth_of(x) + rng.normal(0.0, 1e-3, (100, ieee33.n_outputs))
+    method = method_for(ieee33)
+    queries = np.vstack([ieee33.base_x, 1.3 * ieee33.base_x])
+    answer = method.predict(method.fit(x, y), queries)
+    assert np.isfinite(answer.mean).all() and np.isfinite(answer.std).all()
+    assert np.abs(answer.mean - truth_of(queries)).max() < 1e-3
+    nothing = method.predict(method.fit(np.zeros_like(x), y), queries)  # no load at all: no information
+    assert np.isfinite(nothing.std).all()
