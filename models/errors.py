@@ -19,3 +19,20 @@ class InputValidationError(ValueError):
     def __reduce__(self) -> tuple[type[InputValidationError], tuple[str, str, str | None]]:
         # pickles whole: the GP's worker process sends it to the server
         return type(self), (self.field, self.message, self.expected)
+
+
+class RowsRefused(InputValidationError):
+    """Some rows of `field` cannot be used, for one `reason`: `rows` are their 0-based indices in what
+    the model was given, so a caller that passed a slice can name them in its own numbering."""
+
+    def __init__(self, field: str, rows: list[int], reason: str, expected: str | None = None) -> None:
+        super().__init__(field, f"rows {rows_text(rows)}: {reason}", expected)
+        self.rows, self.reason = rows, reason
+
+    def __reduce__(self) -> tuple[type[InputValidationError], tuple[str, str, str | None]]:
+        return InputValidationError, (self.field, self.message, self.expected)
+
+
+def rows_text(rows: list[int], shown: int = 10) -> str:
+    """The first `shown` row numbers as a list, '...' when there are more."""
+    return f"{rows[:shown]}{' ...' if len(rows) > shown else ''}"

@@ -40,7 +40,7 @@ from scipy import special
 from scipy.linalg import cho_solve, solve_triangular
 
 from models.calibration import CALIBRATION_LEVEL
-from models.errors import InputValidationError
+from models.errors import InputValidationError, RowsRefused
 from models.limits import MIN_CONTEXT_ROWS
 from models.linear import BayesianLinearRegression, LinearFit, posterior
 from models.physics_fit import ANY_NETWORK, on_network
@@ -83,10 +83,11 @@ def _solved(model: VoltageModel, x: np.ndarray, field: str) -> np.ndarray:
     bad = ~np.isfinite(v).all(axis=1)
     if bad.any():
         rows = np.flatnonzero(bad)
-        raise InputValidationError(
+        raise RowsRefused(
             field,
-            f"the network model's power flow does not converge at these loads (rows {rows[:10].tolist()}"
-            f"{' ...' if len(rows) > 10 else ''}): beyond what the feeder can carry",
+            rows.tolist(),
+            "the network model's power flow does not converge at these loads: beyond what the feeder can carry",
+            "loads the feeder can carry",
         )
     return v
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from models.errors import InputValidationError, RowsRefused, rows_text
 from models.off_context import ContextGeometry
 from service.engine.answers import Answer, AnswerSpec, OffContext
 from service.engine.answers import answer as answer_of
@@ -144,8 +145,12 @@ def _run_chunks(
     answer_spec = AnswerSpec(spec.quantiles, spec.voltage_band)
     source = pq.ParquetFile(files.input)
 
-    def block_answer(block: np.ndarray) -> tuple[Answer, OffContext]:
-        return answer_of(loaded.method, encoded, block, answer_spec), OffContext.of(geometry, block)
+    def block_answer(block: np.ndarray, first_row: int) -> tuple[Answer, OffContext]:
+        try:
+            return answer_of(loaded.method, encoded, block, answer_spec), OffContext.of(geometry, block)
+        except RowsRefused as exc:  # named in the file's own rows (1-based), not the block's
+            rows = [first_row + r + 1 for r in exc.rows]
+            raise InputValidationError("input", f"rows {rows_text(rows)}: {exc.reason}", exc.expected) from None
 
     def finish(index: int, inputs: Any, answer: Answer, placed: OffContext, truth: Any) -> bool:
         """Write chunk `index` and record it; runs beside the next chunk's forward pass."""
@@ -171,7 +176,8 @@ def _run_chunks(
             x = np.column_stack([inputs.column(j).to_numpy() for j in range(inputs.num_columns)])
             t1 = time.perf_counter()
             blocks = np.array_split(x, min(ctx.parallel, max(1, len(x) // 256)))
-            answered = list(pool.map(block_answer, blocks))
+            firsts = index * spec.chunk_rows + np.cumsum([0] + [len(b) for b in blocks[:-1]])
+            answered = list(pool.map(block_answer, blocks, firsts.tolist()))
             answer = Answer.concat([a for a, _ in answered])
             placed = OffContext.concat([p for _, p in answered])
             t2 = time.perf_counter()

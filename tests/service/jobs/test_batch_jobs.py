@@ -282,3 +282,18 @@ def test_streamed_result_publishes_only_a_complete_in_order_run(tmp_path):
     assert streamed.commit(spec)
     assert pq.read_table(files.result).column("a").to_pylist() == [0.0, 1.0, 2.0, 3.0, 4.0]
     assert not files.parts.exists()
+
+
+def test_a_row_the_network_cannot_carry_fails_the_job_naming_its_file_row(embedded, tmp_path):
+    """network-fit refuses loads beyond what the feeder carries; a batch job names the file's row (1-based)."""
+    server, client, _ = embedded
+    cid = context_id(client)
+    frame = loads(CHUNK + 10, seed=3)
+    frame.iloc[CHUNK + 4] *= 50.0  # the second chunk's fifth row: file row CHUNK + 5
+    path = tmp_path / "beyond.parquet"
+    frame.to_parquet(path, index=False)
+    response = submit_file(client, path, cid, model="network-fit")
+    assert response.status_code == 202, response.text
+    final = wait_for(client, response.json()["id"], lambda s: s["state"] in ("failed", "done"))
+    assert final["state"] == "failed"
+    assert f"rows [{CHUNK + 5}]" in str(final["errors"]) and "beyond what the feeder can carry" in str(final["errors"])
