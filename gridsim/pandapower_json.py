@@ -55,6 +55,20 @@ def _positive(value: Any) -> float:
     return number
 
 
+def _non_negative(value: Any) -> float:
+    number = _number(value)
+    if number < 0:
+        raise ValueError("a negative number (a line's resistance, reactance or charging is at least 0)")
+    return number
+
+
+def _count(value: Any) -> int:
+    number = _index(value)
+    if number < 1:
+        raise ValueError("not a count of at least 1")
+    return number
+
+
 def _index(value: Any) -> int:
     number = _number(value)
     if number != int(number) or not 0 <= number < 2**31:
@@ -141,14 +155,14 @@ TABLES: dict[str, dict[str, _Column]] = {
         "std_type": (_name, "object"),
         "from_bus": (_index, "int64"),
         "to_bus": (_index, "int64"),
-        "length_km": (_number, "float64"),
-        "r_ohm_per_km": (_number, "float64"),
-        "x_ohm_per_km": (_number, "float64"),
-        "c_nf_per_km": (_number, "float64"),
+        "length_km": (_positive, "float64"),
+        "r_ohm_per_km": (_non_negative, "float64"),
+        "x_ohm_per_km": (_non_negative, "float64"),
+        "c_nf_per_km": (_non_negative, "float64"),
         "g_us_per_km": (_optional_number, "float64"),
         "max_i_ka": (_optional_number, "float64"),
         "df": (_optional_number, "float64"),
-        "parallel": (_index, "int64"),
+        "parallel": (_count, "int64"),
         "type": (_name, "object"),
         "in_service": (_flag, "bool"),
         "geo": (_text(MAX_GEO_TEXT), "object"),

@@ -179,3 +179,22 @@ def test_snapshot_leaves_the_net_alone():
     before = copy.deepcopy(net)
     feeders.snapshot(net)
     assert len(net.switch) == len(before.switch) and len(net.bus) == len(before.bus) and net.res_bus.empty
+
+
+@pytest.mark.parametrize(
+    "column, value, message",
+    [
+        ("length_km", -1.0, "not a positive number"),
+        ("length_km", 0.0, "not a positive number"),
+        ("r_ohm_per_km", -0.1, "a negative number"),
+        ("x_ohm_per_km", -0.1, "a negative number"),
+        ("parallel", 0, "not a count of at least 1"),
+    ],
+)
+def test_an_uploaded_line_that_cannot_exist_is_refused_naming_its_column(column, value, message):
+    net = small_feeder()
+    net.line[column] = net.line[column].astype(type(value))
+    net.line.loc[net.line.index[0], column] = value
+    with pytest.raises(NetworkError, match=message) as info:
+        feeders.from_pandapower_json(pp.to_json(net))
+    assert info.value.field.startswith(f"line.{column}")
