@@ -41,14 +41,13 @@ from scipy.linalg import cho_solve, solve_triangular
 
 from models.calibration import CALIBRATION_LEVEL
 from models.errors import InputValidationError, RowsRefused
-from models.limits import MIN_CONTEXT_ROWS
 from models.linear import BayesianLinearRegression, LinearFit, posterior
-from models.physics_fit import ANY_NETWORK, on_network
+from models.physics_fit import VERSION as VERSION  # built in, as physics-fit
+from models.physics_fit import on_network, width_free_card
 from models.predictive import GaussianPredictive, Method
 from models.validation import check_context, check_queries
 
 NAME = "network-fit"
-VERSION = "built-in"
 
 # |V| (n, k) of the network model at raw load rows x (n, d); NaN rows where its power flow diverges.
 VoltageModel = Callable[[np.ndarray], np.ndarray]
@@ -316,20 +315,15 @@ def _outputs(fit: LinearFit, pick: slice) -> LinearFit:
 
 
 def general_card(max_context: int) -> dict[str, Any]:
-    """What the model is, whatever the network (GET /v1/models)."""
-    return {
-        "name": NAME,
-        "version": VERSION,
-        "description": "the network's own AC power flow plus a correction fitted on the context: one per branch, "
-        "shared by every bus below it, then per bus (Bayesian linear, maximum evidence); the spread is the "
-        "correction's posterior (for all buses at once) plus the network-model error a linear correction "
-        "misses, which grows off the context (models.network_fit)",
-        "architecture": {"kind": "closed form", "base": "network power flow"},
-        "networks": ANY_NETWORK,
-        "features": "the network's load inputs: P then Q of each load bus (GET /v1/networks/{id})",
-        "outputs": "the network's outputs: |V| of each non-slack bus (GET /v1/networks/{id})",
-        "context_size": {"min": MIN_CONTEXT_ROWS, "max": int(max_context)},
-    }
+    return width_free_card(
+        NAME,
+        "the network's own AC power flow plus a correction fitted on the context: one per branch, shared by "
+        "every bus below it, then per bus (Bayesian linear, maximum evidence); the spread is the correction's "
+        "posterior (for all buses at once) plus the network-model error a linear correction misses, which "
+        "grows off the context (models.network_fit)",
+        "network power flow",
+        max_context,
+    )
 
 
 def card_for(network: Any, max_context: int) -> dict[str, Any]:

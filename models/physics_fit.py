@@ -20,20 +20,29 @@ ANY_NETWORK = "any radial feeder"
 MIN_CONTEXT = MIN_CONTEXT_ROWS
 
 
-def general_card(max_context: int) -> dict[str, Any]:
-    """What the model is, whatever the network (GET /v1/models)."""
+def width_free_card(name: str, description: str, base: str, max_context: int) -> dict[str, Any]:
+    """A model without weights, whatever the network (GET /v1/models): physics-fit's and network-fit's."""
     return {
-        "name": NAME,
+        "name": name,
         "version": VERSION,
-        "description": "the physics base fit alone (no weights): per bus, linear in the loads plus DistFlow's "
-        "second-order branch-flow terms, the feeder's tree recovered from the context; the spread "
-        "is each bus's held-out error of the fit on the context (models.physics_base)",
-        "architecture": {"kind": "closed form", "base": "physics"},
+        "description": description,
+        "architecture": {"kind": "closed form", "base": base},
         "networks": ANY_NETWORK,
         "features": "the network's load inputs: P then Q of each load bus (GET /v1/networks/{id})",
         "outputs": "the network's outputs: |V| of each non-slack bus (GET /v1/networks/{id})",
         "context_size": {"min": MIN_CONTEXT, "max": int(max_context)},
     }
+
+
+def general_card(max_context: int) -> dict[str, Any]:
+    return width_free_card(
+        NAME,
+        "the physics base fit alone (no weights): per bus, linear in the loads plus DistFlow's second-order "
+        "branch-flow terms, the feeder's tree recovered from the context; the spread is each bus's held-out "
+        "error of the fit on the context (models.physics_base)",
+        "physics",
+        max_context,
+    )
 
 
 def on_network(card: dict[str, Any], network: Any) -> dict[str, Any]:
