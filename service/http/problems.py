@@ -42,6 +42,10 @@ PROBLEM_MEDIA_TYPE = "application/problem+json"
 TYPE_PREFIX = "urn:gridpfn:problem:"
 
 
+# A problem lists at most this many field errors; `detail` says how many there were.
+MAX_LISTED_ERRORS = 100
+
+
 def field_error(field: str, message: str, expected: str | None = None, location: str = "body") -> dict[str, Any]:
     """One entry of a problem's `errors` list."""
     return {"location": location, "field": field, "message": message, "expected": expected}
@@ -172,7 +176,9 @@ def validation_problem(pydantic_errors: Iterable[dict[str, Any]], location: str 
     detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5]) or "invalid request"
     if len(errors) > 5:
         detail += f"; and {len(errors) - 5} more"
-    return ProblemError(422, "validation-error", "Invalid request", detail, errors)
+    if len(errors) > MAX_LISTED_ERRORS:  # a body of 10,000 bad cells must not answer with 10,000 entries
+        detail += f" ({len(errors)} errors, the first {MAX_LISTED_ERRORS} listed)"
+    return ProblemError(422, "validation-error", "Invalid request", detail, errors[:MAX_LISTED_ERRORS])
 
 
 def install(app: FastAPI) -> None:

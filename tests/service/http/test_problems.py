@@ -176,3 +176,14 @@ def test_a_models_typed_input_error_is_a_422_naming_the_request_field(api, cid, 
     body = assert_problem(predict(api, context_id=cid, queries=rows(scenarios[0][:1])), 422, "quantiles")
     assert body["type"].endswith(":input-rejected") and body["errors"][0]["expected"] == "levels inside (0, 1)"
     assert "error_id" not in body
+
+
+def test_a_body_with_thousands_of_bad_cells_lists_a_bounded_number(api, scenarios):
+    """3,200 out-of-range voltages: the problem lists the first MAX_LISTED_ERRORS and says how many."""
+    from service.http.problems import MAX_LISTED_ERRORS
+
+    x, _ = scenarios
+    response = api.post("/v1/context-sets", json={"x": rows(x[:100]), "y": [[-1.0] * 32] * 100})
+    body = assert_problem(response, 422, "y[0][0]")
+    assert len(body["errors"]) == MAX_LISTED_ERRORS and "3200 errors" in body["detail"]
+    assert len(response.content) < 50_000
