@@ -5,22 +5,27 @@ AC power flow at any loads. The operator's real feeder differs from its model (l
 tap positions, the substation's set point), and readings carry meter noise, so the model's voltages
 V(x) are a prior, not the answer. This method fits only what the context shows the model gets wrong,
 
-    y(x) = V(x) + r(x),   r(x) = c + beta^T z(x)   (z: the loads standardised on the context),
+    y(x) = V(x) + r(x),
 
-by Bayesian linear regression per bus (models.linear: prior and noise precision by maximum
-evidence, so r shrinks to its mean when the readings are noise around the model). Why it is
-trustworthy where a fit of y alone is not:
+in two stages: one correction per branch shared by every bus below it (`BranchCorrection`), then
+per bus, on the loads and the branches' squared flows, by Bayesian linear regression
+(models.linear: prior and noise precision by maximum evidence, so r shrinks to nothing when the
+readings are noise around the model), kept as far as it is signal. Why it is trustworthy where a
+fit of y alone is not:
 
 - Off the context, V(x) carries every nonlinear term of the power flow exactly (load growth, PV
   reversing flows); only the correction r is extrapolated, and r is small and nearly linear.
-- Under meter noise, the fit estimates a correction that the ridge shrinks toward zero (the model
-  itself), not 2m + 1 free coefficients per bus: noise averages out instead of being fitted.
+- Under meter noise, the fit estimates a correction shrunk toward zero (the model itself), shared
+  across the buses below each branch: noise averages out instead of being fitted per bus.
+- A model whose impedances are off leaves a correction that bends with the losses: the per-bus stage
+  takes every branch's squared flows (DistFlow's second-order terms, on the network's own tree)
+  beside the loads, so it follows that bend beyond the context.
 
 The spread per bus and query has two parts. The posterior std of r at the query (the function,
 not a new reading: the truth has no meter noise), which grows with the query's distance from the
 context; it is shared by every query of a bus (an error in the correction moves them all), so it
 is widened to hold for all k buses at once (Bonferroni: a 95 % interval for the worst bus, not
-the average one). And a model-error term the context cannot show: how far the same linear fit of
+the average one). And a model-error term the context cannot show: how far a linear fit of
 the network model's own voltages on the same context misses V at the query (e(q), known exactly:
 large off the context, small within it), scaled by the correction's share of the feeder's response
 (rho, the largest over buses, since every bus's losses flow through the branches above it: a
@@ -32,7 +37,7 @@ a relative error rho in them is ~2 rho in those terms).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -265,9 +270,11 @@ class NetworkFitMethod(Method):
         if k <= MAX_BRANCH_BUSES:
             branches = BranchCorrection.fit(x, r, self.downstream, self.load_positions, read)
         shared = branches.posterior(x)[0] if branches is not None else np.zeros_like(r)
-        both = self.linear.fit(x, np.concatenate([np.where(read, r - shared, 0.0), v], axis=1))
-        per_bus, probe = _outputs(both, slice(0, k)), _outputs(both, slice(k, 2 * k))
-        own = posterior(per_bus, x, readings=False)
+        per_bus = self.linear.fit(self._features(x), np.where(read, r - shared, 0.0))
+        probe = self.linear.fit(
+            x, v
+        )  # linear in the loads: its miss measures the nonlinearity a correction must follow
+        own = posterior(per_bus, self._features(x), readings=False)
         keep = _positive_part(own.mean, own.sigma, read)
         fitted_r = shared + keep * own.mean
         count = np.maximum(read.sum(axis=0), 1)
@@ -281,13 +288,20 @@ class NetworkFitMethod(Method):
             branches, per_bus, keep, probe, float(share.max()), simultaneous_factor(k), read.mean(axis=0)
         )
 
+    def _features(self, x: np.ndarray) -> np.ndarray:
+        """The per-bus stage's inputs: the loads and every branch's squared flows (DistFlow's
+        second-order terms, from the network's own tree), so a correction may bend as the losses do."""
+        fp, fq = BranchCorrection.flows(x, self.downstream, self.load_positions)
+        return np.concatenate([x, fp * fp, fq * fq, fp * fq], axis=1)
+
     def predict(self, fitted: NetworkFitted, query_x: np.ndarray) -> GaussianPredictive:
-        q = check_queries(query_x, d=fitted.per_bus.x_mean.shape[0])
+        q = check_queries(query_x, d=self.load_positions.shape[0] * 2)
         v = _solved(self.voltage_model, q, "queries")
         shared, shared_std = (
             fitted.branches.posterior(q) if fitted.branches is not None else (np.zeros_like(v), np.zeros_like(v))
         )
-        r = posterior(fitted.per_bus, q, readings=False)
+        features = self._features(q)
+        r = posterior(fitted.per_bus, features, readings=False)
         probe_error = posterior(fitted.probe, q, readings=False).mean - v
         model_error = MODEL_ERROR_GAIN * fitted.share * np.abs(probe_error)
         dropped = (1.0 - fitted.keep) * r.mean  # what the positive-part factor left out may be signal after all
@@ -306,12 +320,6 @@ def _positive_part(fitted: np.ndarray, std: np.ndarray, read: np.ndarray) -> np.
     noise = np.where(read, np.square(std), 0.0).sum(axis=0) / count
     keep: np.ndarray = np.clip(1.0 - noise / np.maximum(signal, np.finfo(np.float64).tiny), 0.0, 1.0)
     return np.where(read.any(axis=0), keep, 0.0)
-
-
-def _outputs(fit: LinearFit, pick: slice) -> LinearFit:
-    """The same fit restricted to some outputs (every per-output array sliced on its last axis)."""
-    per_output = ("y_mean", "y_scale", "w", "param_prec", "null_var", "noise_var", "std_floor", "alpha", "lam")
-    return replace(fit, **{name: getattr(fit, name)[..., pick] for name in per_output})
 
 
 def general_card(max_context: int) -> dict[str, Any]:
