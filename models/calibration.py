@@ -91,6 +91,13 @@ def spread_from_heldout(
     return narrowed
 
 
+def simultaneous_factor(k: int, level: float = CALIBRATION_LEVEL) -> float:
+    """How much wider a central `level` Gaussian interval must be to hold on k outputs at once
+    (Bonferroni): for an error every query of an output shares, a bias rather than noise."""
+    tail = (1.0 - level) / 2.0
+    return float(norm.ppf(1.0 - tail / max(k, 1)) / norm.ppf(1.0 - tail))
+
+
 def half_width_floor(
     heldout_errors: np.ndarray, confidence: float = HALF_WIDTH_FLOOR_CONFIDENCE, level: float = CALIBRATION_LEVEL
 ) -> np.ndarray:

@@ -41,10 +41,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import special
 from scipy.linalg import cho_solve, solve_triangular
 
-from models.calibration import CALIBRATION_LEVEL
+from models.calibration import simultaneous_factor
 from models.errors import InputValidationError, RowsRefused
 from models.linear import BayesianLinearRegression, LinearFit, posterior
 from models.physics_fit import VERSION as VERSION  # built in, as physics-fit
@@ -94,12 +93,6 @@ def _solved(model: VoltageModel, x: np.ndarray, field: str) -> np.ndarray:
             "loads the feeder can carry",
         )
     return v
-
-
-def simultaneous_factor(k: int, level: float = CALIBRATION_LEVEL) -> float:
-    """How much wider a central `level` Gaussian interval must be to hold on k outputs at once."""
-    tail = (1.0 - level) / 2.0
-    return float(special.ndtri(1.0 - tail / max(k, 1)) / special.ndtri(1.0 - tail))
 
 
 # Prior precision grid of the branch corrections (standardised, times the stacked rows) searched by evidence.

@@ -25,7 +25,9 @@ import numpy as np
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
+from models.calibration import CALIBRATION_LEVEL, simultaneous_factor
 from models.linear import BayesianLinearRegression
+from models.physics_base import CONSTANT_LOAD_STD  # a load that never moves: a query moving it is far outside
 from models.predictive import Method, Predictive, Summary
 
 # A query farther out than the context's farthest row is flagged.
@@ -33,9 +35,6 @@ EXTRAPOLATION_THRESHOLD = 1.0
 # Ridge on the standardised load covariance, per context row: keeps the leverage finite along
 # directions the context never spans (they then count as 1 / RIDGE_PER_ROW squared std's each).
 RIDGE_PER_ROW = 1e-2
-# The std a load that never moves in the context gets, relative to |its mean| + this (as
-# models.physics_base.load_scaling): a query moving it by 1 % is then far outside.
-CONSTANT_LOAD_STD = 1e-6
 # Reported values are capped here (a load the context never moved gives astronomically large ones).
 EXTRAPOLATION_CAP = 1e6
 
@@ -151,7 +150,8 @@ class OffContextGuard(Method):
         # a noisy context's fit errs by a bias per bus that every query of the bus shares: the interval
         # must hold on all k buses at once (Bonferroni), with the t's allowance for so few probes
         k = v.shape[1]
-        gain = float(norm.ppf(1.0 - 0.025 / k) * student_t.ppf(0.975, NOISY_PROBES) / norm.ppf(0.975) ** 2)
+        level = 0.5 + CALIBRATION_LEVEL / 2.0
+        gain = simultaneous_factor(k) * float(student_t.ppf(level, NOISY_PROBES) / norm.ppf(level))
         return GuardedFit(real, models, gain, ContextGeometry.of(x))
 
     def predict(self, fitted: GuardedFit, query_x: np.ndarray) -> Predictive:

@@ -229,6 +229,9 @@ class Registry:
 
         network_id = network if isinstance(network, str) else network.name
         key = (loaded.name, network_id, loaded.version)
+        guarded = self._guards.get(key)  # every request passes here: no lock once built
+        if guarded is not None and guarded.method.base is loaded.method:  # type: ignore[attr-defined]
+            return guarded
         with self._lock:
             guarded = self._guards.get(key)
             if guarded is None or guarded.method.base is not loaded.method:  # type: ignore[attr-defined]

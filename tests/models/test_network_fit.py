@@ -13,9 +13,10 @@ import gridsim
 from gridsim.api import VoltageModel
 from gridsim.sampling import sample_loads
 from gridsim.tree import downstream
+from models.calibration import simultaneous_factor
 from models.errors import InputValidationError
 from models.linear import LeastSquares
-from models.network_fit import NetworkFitMethod, method_for, simultaneous_factor
+from models.network_fit import NetworkFitMethod, method_for
 from models.physics_base import PhysicsBaseMethod
 
 LEVELS = (0.025, 0.975)

@@ -170,6 +170,17 @@ def watched(server: ServerProcess, interval_s: float = 0.02):
             watch.rss_after = rss_bytes(server.proc.pid)
 
 
+def curl_post(url: str, *body_args: str, key: str = KEY_A) -> tuple[int, str]:
+    """POST from another process (curl): a body of tens or hundreds of MB pushed through httpx in this
+    one would hold the GIL the watchdog thread needs, and its /healthz times would measure this process,
+    not the server. `body_args`: curl's body options (`--data-binary @file`, `-F ...`). (status, text)."""
+    command = ["curl", "-s", "-H", f"Authorization: Bearer {key}", *body_args, "-w", "\\n%{http_code}", url]
+    done = subprocess.run(command, capture_output=True, timeout=300, check=False)
+    text, _, code = done.stdout.decode().rpartition("\n")
+    assert code.isdigit(), done
+    return int(code), text
+
+
 def assert_stayed_healthy(watch: Watch, server: ServerProcess) -> None:
     assert server.proc.poll() is None, "the server process died"
     assert not watch.failures, watch.failures

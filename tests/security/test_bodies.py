@@ -15,7 +15,6 @@ import io
 import json
 import os
 import socket
-import subprocess
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,6 +39,7 @@ from tests.security.conftest import (
     assert_refused,
     assert_stayed_healthy,
     background,
+    curl_post,
     serve_process,
     watched,
 )
@@ -580,28 +580,14 @@ def test_a_header_line_without_an_end_is_read_only_up_to_its_cap(roomy_server, t
     size = 160 << 20  # no newline: the old code read all 160 MB as one line (and decoded it again as text)
     upload = tmp_path / "loads.csv"
     upload.write_bytes(b"p" * size)
-    # sent by curl, another process: 160 MB pushed through httpx in this one would hold the GIL the watchdog
-    # thread needs, and its /healthz times would measure this process, not the server
-    command = [
-        "curl",
-        "-s",
-        "-H",
-        f"Authorization: Bearer {KEY_A}",
-        "-F",
-        f"model={MODEL}",
-        "-F",
-        f"context_id={roomy_server.cid}",
-        "-F",
-        f"file=@{upload};filename=loads.csv",
-        "-w",
-        "\\n%{http_code}",
-        f"{roomy_server.url}/v1/batch-jobs",
-    ]
-    with watched(roomy_server) as watch:
-        done = subprocess.run(command, capture_output=True, timeout=300)
+    with watched(roomy_server) as watch:  # sent from another process (curl_post says why)
+        code, text = curl_post(
+            f"{roomy_server.url}/v1/batch-jobs",
+            *("-F", f"model={MODEL}", "-F", f"context_id={roomy_server.cid}"),
+            *("-F", f"file=@{upload};filename=loads.csv"),
+        )
     assert_stayed_healthy(watch, roomy_server)
-    text, _, code = done.stdout.decode().rpartition("\n")
-    assert code == "422", done
+    assert code == 422, text
     problem = json.loads(text)
     error = problem["errors"][0]
     assert problem["status"] == 422 and error["field"] == "file", problem

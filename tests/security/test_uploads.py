@@ -9,7 +9,6 @@ and /healthz must stay under 100 ms with resident memory bounded while the uploa
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pandapower as pp
 import pytest
 
 from gridsim.network import pandapower_net
-from tests.security.conftest import KEY_A, assert_refused, assert_stayed_healthy, watched
+from tests.security.conftest import KEY_A, assert_refused, assert_stayed_healthy, curl_post, watched
 
 BASE = "kerber_landnetz_kabel_1"  # a feeder with a transformer, so tap columns reach pandapower's branch model
 
@@ -249,27 +248,13 @@ def test_a_table_declaring_a_million_rows_is_refused_by_its_size(hostile_server,
     )
     body = tmp_path / "million.json"
     body.write_text(json.dumps(document))
-    # sent by curl, another process: ~40 MB encoded and pushed through httpx in this one holds the GIL the
-    # watchdog thread needs, so its /healthz times measured this process (a 104 ms sample in CI), not the server
-    command = [
-        "curl",
-        "-s",
-        "-H",
-        f"Authorization: Bearer {KEY_A}",
-        "-H",
-        "content-type: application/json",
-        "--data-binary",
-        f"@{body}",
-        "-w",
-        "\\n%{http_code}",
-        f"{hostile_server.url}/v1/networks",
-    ]
-    with watched(hostile_server) as watch:
-        done = subprocess.run(command, capture_output=True, timeout=300)
+    with watched(hostile_server) as watch:  # sent from another process (curl_post says why)
+        code, text = curl_post(
+            f"{hostile_server.url}/v1/networks", "-H", "content-type: application/json", "--data-binary", f"@{body}"
+        )
     assert_stayed_healthy(watch, hostile_server)
-    text, _, code = done.stdout.decode().rpartition("\n")
-    assert 400 <= int(code) < 500, done
-    assert json.loads(text)["status"] == int(code)
+    assert 400 <= code < 500, text
+    assert json.loads(text)["status"] == code
 
 
 def test_a_compressed_mat_bomb_is_stopped_by_the_sandbox(hostile_server, tmp_path):
