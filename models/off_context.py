@@ -17,6 +17,7 @@ fewer rows than loads the directions the context does not span count too. The an
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ from models.calibration import CALIBRATION_LEVEL, simultaneous_factor
 from models.linear import BayesianLinearRegression
 from models.physics_base import CONSTANT_LOAD_STD  # a load that never moves: a query moving it is far outside
 from models.predictive import Method, Predictive, Summary
+from models.validation import check_queries
 
 # A query farther out than the context's farthest row is flagged.
 EXTRAPOLATION_THRESHOLD = 1.0
@@ -63,7 +65,7 @@ class ContextGeometry:
 
     def leverage(self, x: np.ndarray) -> np.ndarray:
         """(m,) leverage of rows x (m, d) of raw loads."""
-        z = (np.asarray(x, dtype=np.float64) - self.mean) / self.std
+        z = (check_queries(x, self.mean.size) - self.mean) / self.std
         h: np.ndarray = np.maximum(np.einsum("md,md->m", z @ self.precision, z), 0.0)
         return h
 
@@ -95,12 +97,40 @@ def ramp(extrapolation: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class Probes:
+    """The wrapped method fitted on the network model's voltages at the context loads (with the readings'
+    noise: several fits) and the gain its miss is taken with: what the guard widens by."""
+
+    models: list[Any]
+    gain: float  # the miss's rms to the std that makes a 95 % interval hold: 1 for exact readings
+
+
+class LazyProbes:
+    """`Probes`, built on the first query beyond the context's reach and kept: most contexts are only ever
+    asked within it, and then the network model's power flow and the method's second fit are never paid."""
+
+    def __init__(self, build: Callable[[], Probes]):
+        self._build: Callable[[], Probes] | None = build
+        self._probes: Probes | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> Probes:
+        probes = self._probes
+        if probes is not None:
+            return probes
+        with self._lock:  # the service's worker threads may ask at once: build once
+            if self._probes is None:
+                assert self._build is not None
+                self._probes, self._build = self._build(), None
+            return self._probes
+
+
+@dataclass(frozen=True)
 class GuardedFit:
-    """The wrapped method's fit on the readings, its fit on the network model's voltages, the geometry."""
+    """The wrapped method's fit on the readings, the probes on the network model (lazy), the geometry."""
 
     real: Any
-    models: list[Any]  # the method fitted on the network model's voltages (with the readings' noise: several)
-    gain: float  # the miss's rms to the std that makes a 95 % interval hold: 1 for exact readings (see fit)
+    probes: LazyProbes
     geometry: ContextGeometry
 
 
@@ -138,13 +168,15 @@ class OffContextGuard(Method):
     def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> GuardedFit:
         x = np.asarray(context_x, dtype=np.float64)
         y = np.asarray(context_y, dtype=np.float64)
-        real = self.base.fit(x, y)
+        return GuardedFit(self.base.fit(x, y), LazyProbes(lambda: self._probes(x, y)), ContextGeometry.of(x))
+
+    def _probes(self, x: np.ndarray, y: np.ndarray) -> Probes:
         v = np.asarray(self.voltage_model(x), dtype=np.float64)
         if not np.isfinite(v).all() or v.shape != y.shape:
-            return GuardedFit(real, [], 1.0, ContextGeometry.of(x))
+            return Probes([], 1.0)
         noise = reading_noise(x, y - v)
         if float(noise.max()) <= NOISELESS_PU:
-            return GuardedFit(real, [self.base.fit(x, v)], 1.0, ContextGeometry.of(x))
+            return Probes([self.base.fit(x, v)], 1.0)
         rng = np.random.default_rng(0)
         models = [self.base.fit(x, v + rng.normal(0.0, noise, v.shape)) for _ in range(NOISY_PROBES)]
         # a noisy context's fit errs by a bias per bus that every query of the bus shares: the interval
@@ -152,7 +184,7 @@ class OffContextGuard(Method):
         k = v.shape[1]
         level = 0.5 + CALIBRATION_LEVEL / 2.0
         gain = simultaneous_factor(k) * float(student_t.ppf(level, NOISY_PROBES) / norm.ppf(level))
-        return GuardedFit(real, models, gain, ContextGeometry.of(x))
+        return Probes(models, gain)
 
     def predict(self, fitted: GuardedFit, query_x: np.ndarray) -> Predictive:
         """The wrapped method's predictive, unwidened (the service asks `summarize`)."""
@@ -165,13 +197,20 @@ class OffContextGuard(Method):
         query_x: np.ndarray,
         levels: Sequence[float] = (),
         band: tuple[float, float] | None = None,
+        extrapolation: np.ndarray | None = None,
     ) -> Summary:
-        """The wrapped method's own summary (bit for bit within the context's reach), widened beyond it."""
+        """The wrapped method's own summary (bit for bit within the context's reach), widened beyond it.
+        `extrapolation`: the queries' measure on this context's geometry where the caller has it already."""
         q = np.asarray(query_x, dtype=np.float64)
         own = self.base.summarize(fitted.real, q, levels, band)
-        weight = ramp(fitted.geometry.extrapolation(q)) if q.ndim == 2 and len(q) else np.zeros(len(q))
+        if extrapolation is None:
+            extrapolation = fitted.geometry.extrapolation(q) if q.ndim == 2 and len(q) else np.zeros(len(q))
+        weight = ramp(extrapolation)
         far = np.flatnonzero(weight > 0)
-        if not fitted.models or not far.size:
+        if not far.size:
+            return own
+        probes = fitted.probes.get()
+        if not probes.models:
             return own
         mean, std = own.mean.copy(), own.std.copy()
         quantiles = own.quantiles.copy()
@@ -179,9 +218,9 @@ class OffContextGuard(Method):
         for start in range(0, far.size, GUARD_BLOCK):
             rows = far[start : start + GUARD_BLOCK]
             v = np.asarray(self.voltage_model(q[rows]), dtype=np.float64)
-            misses = [self.base.summarize(model, q[rows]).mean - v for model in fitted.models]
+            misses = [self.base.summarize(model, q[rows]).mean - v for model in probes.models]
             miss = np.sqrt(np.mean([np.square(np.where(np.isfinite(m), m, 0.0)) for m in misses], axis=0))
-            widened = np.sqrt(np.square(std[rows]) + np.square(fitted.gain * weight[rows, None] * miss))
+            widened = np.sqrt(np.square(std[rows]) + np.square(probes.gain * weight[rows, None] * miss))
             factor = widened / np.maximum(std[rows], np.finfo(np.float64).tiny)
             centre = mean[rows]
             quantiles[:, rows] = centre[None] + factor[None] * (quantiles[:, rows] - centre[None])

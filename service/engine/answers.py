@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import Field
 
-from models.off_context import ContextGeometry, extrapolated
+from models.off_context import ContextGeometry, OffContextGuard, extrapolated
 from models.predictive import Method, Summary
 
 # The voltage-band rule, the one validator of every band a request or batch job gives: finite, and
@@ -56,6 +56,17 @@ class AnswerSpec:
 def answer(method: Method, fitted: Any, queries: np.ndarray, spec: AnswerSpec) -> Answer:
     """Every statistic the spec asks for, from one pass of the method over the queries."""
     return method.summarize(fitted, queries, spec.quantiles, spec.band)
+
+
+def placed_answer(
+    method: Method, fitted: Any, geometry: ContextGeometry, queries: np.ndarray, spec: AnswerSpec
+) -> tuple[Answer, OffContext]:
+    """`answer` and where each query lies (`OffContext`), the extrapolation measured once: a checkpoint
+    served behind the off-context guard reads it too (`geometry` is the same context's)."""
+    placed = OffContext.of(geometry, queries)
+    if isinstance(method, OffContextGuard):
+        return method.summarize(fitted, queries, spec.quantiles, spec.band, placed.extrapolation), placed
+    return answer(method, fitted, queries, spec), placed
 
 
 @dataclass(frozen=True)

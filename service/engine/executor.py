@@ -26,7 +26,7 @@ import numpy as np
 
 from models.errors import InputValidationError
 from models.off_context import ContextGeometry
-from service.engine.answers import Answer, AnswerSpec, OffContext, answer
+from service.engine.answers import Answer, AnswerSpec, OffContext, placed_answer
 from service.engine.errors import InputRejected, QueueFull
 
 T = TypeVar("T")
@@ -100,9 +100,8 @@ def _compute(encoded: Encoded, items: list[tuple[np.ndarray, AnswerSpec, Any]]) 
     results: list[BatchResult | None] = [None] * len(items)
     for spec, members in groups.items():
         queries = np.concatenate([items[i][0] for i in members], axis=0)
-        shared = answer(encoded.method, encoded.value, queries, spec)
+        shared, placed = placed_answer(encoded.method, encoded.value, encoded.geometry, queries, spec)
         shared.all_finite()  # here, once per pass, not per caller on the event loop
-        placed = OffContext.of(encoded.geometry, queries)
         start = 0
         for i in members:
             stop = start + items[i][0].shape[0]

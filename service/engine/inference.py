@@ -27,8 +27,8 @@ from service.engine.answers import (
     QueryAnswer,
     Statistics,
     Timing,
+    placed_answer,
 )
-from service.engine.answers import answer as answer_of
 from service.engine.context_sets import ContextSet
 from service.engine.errors import NonFiniteAnswer
 from service.engine.executor import Encoded
@@ -48,9 +48,8 @@ def _direct(
     method: Any, fitted: Any, geometry: ContextGeometry, queries: np.ndarray, spec: AnswerSpec
 ) -> tuple[Answer, OffContext, float]:
     t0 = time.perf_counter()
-    answer = answer_of(method, fitted, queries, spec)
+    answer, placed = placed_answer(method, fitted, geometry, queries, spec)
     answer.all_finite()  # checked in the worker thread; the event loop reads the cached result
-    placed = OffContext.of(geometry, queries)
     return answer, placed, time.perf_counter() - t0
 
 

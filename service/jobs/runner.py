@@ -24,8 +24,7 @@ import pyarrow.parquet as pq
 
 from models.errors import InputValidationError, RowsRefused, rows_text
 from models.off_context import ContextGeometry
-from service.engine.answers import Answer, AnswerSpec, OffContext
-from service.engine.answers import answer as answer_of
+from service.engine.answers import Answer, AnswerSpec, OffContext, placed_answer
 from service.engine.context_sets import ContextSet
 from service.jobs import results
 from service.jobs.jobspec import JobSpec, JobState
@@ -147,7 +146,7 @@ def _run_chunks(
 
     def block_answer(block: np.ndarray, first_row: int) -> tuple[Answer, OffContext]:
         try:
-            return answer_of(loaded.method, encoded, block, answer_spec), OffContext.of(geometry, block)
+            return placed_answer(loaded.method, encoded, geometry, block, answer_spec)
         except RowsRefused as exc:  # named in the file's own rows (1-based), not the block's
             rows = [first_row + r + 1 for r in exc.rows]
             raise InputValidationError("input", f"rows {rows_text(rows)}: {exc.reason}", exc.expected) from None

@@ -100,6 +100,33 @@ def test_the_readings_noise_is_inferred_and_probed_with(feeder):
     estimate = reading_noise(x, noisy - v)
     assert np.all((estimate > 0.8e-4) & (estimate < 1.2e-4))
     guard = OffContextGuard(PhysicsBaseMethod(net.load_positions), truth_of)
-    exact, noisy_fit = guard.fit(x, v), guard.fit(x, noisy)
+    exact, noisy_fit = guard.fit(x, v).probes.get(), guard.fit(x, noisy).probes.get()
     assert len(exact.models) == 1 and exact.gain == 1.0
     assert len(noisy_fit.models) == NOISY_PROBES and noisy_fit.gain > 1.0
+
+
+def test_the_probes_are_paid_only_when_a_query_lies_beyond_the_reach(feeder):
+    """Within the context's reach the network model is never solved; the first far query builds the probes
+    once, and a caller's own extrapolation measure gives the same answer as the guard's."""
+    net, x, queries, _ = feeder
+    truth_of = VoltageModel(net)
+    calls: list[int] = []
+
+    def counted(loads: np.ndarray) -> np.ndarray:
+        calls.append(len(loads))
+        return truth_of(loads)
+
+    guard = OffContextGuard(PhysicsBaseMethod(net.load_positions), counted)
+    fitted = guard.fit(x, truth_of(x))
+    near, far = queries[fitted.geometry.extrapolation(queries) <= 1.0], queries[:50] * 1.3
+    assert len(near) and (fitted.geometry.extrapolation(far) > 2.0).all()
+    guard.summarize(fitted, near, (0.05, 0.95), (0.95, 1.05))
+    assert calls == []
+    first = guard.summarize(fitted, far, (0.05, 0.95), (0.95, 1.05))
+    assert calls[0] == len(x)  # the probes: the network model at the context loads, once
+    again = guard.summarize(fitted, far, (0.05, 0.95), (0.95, 1.05), fitted.geometry.extrapolation(far))
+    assert calls.count(len(x)) == 1
+    np.testing.assert_array_equal(first.std, again.std)
+    np.testing.assert_array_equal(first.quantiles, again.quantiles)
+    assert first.p_outside is not None and again.p_outside is not None
+    np.testing.assert_array_equal(first.p_outside, again.p_outside)
