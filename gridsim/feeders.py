@@ -554,7 +554,7 @@ def snapshot(net, name: str | None = None, number_offset: int = 0, keep_source: 
     one_level = len(set(vn.values())) == 1
     out_buses = [b for b in buses if b != slack]
 
-    p, q = {}, {}
+    p, q, gen_p, gen_q, extra = {}, {}, {}, {}, {}
     for table, sign in (("load", 1.0), ("sgen", -1.0)):
         for bus, p_mw, q_mvar, scaling in _in_service(net[table])[["bus", "p_mw", "q_mvar", "scaling"]].itertuples(
             index=False
@@ -564,13 +564,18 @@ def snapshot(net, name: str | None = None, number_offset: int = 0, keep_source: 
                 continue
             p[int(bus)] = p.get(int(bus), 0.0) + sign * p_mw * scaling
             q[int(bus)] = q.get(int(bus), 0.0) + sign * q_mvar * scaling
+            if table == "sgen":
+                gen_p[int(bus)] = gen_p.get(int(bus), 0.0) + p_mw * scaling
+                gen_q[int(bus)] = gen_q.get(int(bus), 0.0) + q_mvar * scaling
     load_buses = [b for b in out_buses if b in p]
+    if gen_p:
+        extra["base_gen_p_mw"] = _frozen([gen_p.get(bus, 0.0) for bus in load_buses])
+        extra["base_gen_q_mvar"] = _frozen([gen_q.get(bus, 0.0) for bus in load_buses])
 
     lines = _closed(net, "line")
     lines = lines[lines.from_bus.isin(reached) & lines.to_bus.isin(reached)]
     ties = net.line[~net.line.in_service.astype(bool) | net.line.index.isin(list(_open_ends(net, "line")))]
     ties = ties[ties.from_bus.isin(reached) & ties.to_bus.isin(reached)]
-    extra = {}
     from_bus, to_bus, r_ohm, x_ohm, g, b = _line_branches(lines, vn, sn_mva, float(net.f_hz))
     tie_g, tie_b = _charging(ties, vn, sn_mva, float(net.f_hz))
     if np.any(g) or np.any(b) or np.any(tie_g) or np.any(tie_b):
@@ -653,7 +658,7 @@ def _self_check(network: Network, net, out_buses) -> None:
 
 # fields added after the first content ids were given out: left out of the id while empty, so a network
 # without them keeps its id
-_ID_WHEN_SET = ("tie_from_y_pu", "tie_to_y_pu")
+_ID_WHEN_SET = ("tie_from_y_pu", "tie_to_y_pu", "base_gen_p_mw", "base_gen_q_mvar")
 
 
 def network_id(network: Network) -> str:

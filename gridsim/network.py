@@ -113,6 +113,10 @@ class Network:
     bus_xy: np.ndarray = field(default_factory=lambda: _frozen(np.zeros((0, 2))))  # geodata or empty
     pandapower_index: tuple[int, ...] = ()  # pandapower bus index per bus; () = number - 1
     source_json: str = field(default="", repr=False)  # pandapower JSON of a user network
+    # generation (sgens) per load bus, MW / MVAr produced; base_p_mw / base_q_mvar are consumption minus it.
+    # Empty = no generation. Kept apart so a study scales consumption and generation separately.
+    base_gen_p_mw: np.ndarray = field(default_factory=lambda: _frozen([]))
+    base_gen_q_mvar: np.ndarray = field(default_factory=lambda: _frozen([]))
 
     def __post_init__(self):
         if not self.output_buses:
@@ -166,6 +170,18 @@ class Network:
     def base_x(self) -> np.ndarray:
         """Base load vector in feature order (P then Q)."""
         return np.concatenate([self.base_p_mw, self.base_q_mvar])
+
+    @property
+    def base_generation(self) -> np.ndarray:
+        """(2 n_load,) generation in feature order (P then Q), MW / MVAr produced; zeros without sgens."""
+        if not len(self.base_gen_p_mw):
+            return np.zeros(self.n_features)
+        return np.concatenate([self.base_gen_p_mw, self.base_gen_q_mvar])
+
+    @property
+    def base_consumption(self) -> np.ndarray:
+        """(2 n_load,) consumption in feature order: base_x plus the generation netted into it."""
+        return self.base_x + self.base_generation
 
     def zbus(self, line_scale=None) -> tuple[torch.Tensor, torch.Tensor]:
         """Reduced impedance matrix z (p.u.) of the non-slack buses and no-load voltages w.

@@ -159,3 +159,13 @@ async def gp_predict(rt: Runtime, req: Any, tenant: Tenant) -> QueryAnswer:
         off_context=placed,
         timing=Timing(time.perf_counter() - t0, gp=gp_timing),
     )
+
+
+async def model_answer(
+    rt: Runtime, loaded: Any, ctx: ContextSet, queries: np.ndarray, spec: AnswerSpec
+) -> tuple[Statistics, OffContext, ModelTiming]:
+    """A model's answer to rows the server made (a study's scenarios): the cached encoding, the pool."""
+    encoded, hit, geometry = await rt.fits.prepared(loaded, ctx)
+    answer, placed, predict_s = await _direct_split(rt, loaded.method, encoded.value, geometry, queries, spec)
+    statistics = _statistics(answer, spec.quantiles, f"model {loaded.name}")
+    return statistics, placed, ModelTiming(encoded.seconds, predict_s, hit, queries.shape[0])

@@ -19,7 +19,18 @@ from service.engine.store import open_store
 from service.http import docs_pages, openapi, problems
 from service.http.hot_routes import HotRoutes
 from service.http.middleware import BodyLimitMiddleware, HTTPMetricsMiddleware
-from service.http.routers import batch_jobs, context_sets, health, model_cards, networks, predict, simulate, ui
+from service.http.routers import (
+    batch_jobs,
+    context_sets,
+    health,
+    hosting_capacity,
+    model_cards,
+    networks,
+    predict,
+    simulate,
+    studies,
+    ui,
+)
 from service.metrics import Metrics
 from service.process_privacy import forbid_inspection
 from service.settings import Settings
@@ -80,7 +91,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     problems.install(app)
     openapi.install(app)
     docs_pages.install(app)
-    for module in (health, model_cards, context_sets, networks, predict, simulate, batch_jobs, ui):
+    for module in (
+        health,
+        model_cards,
+        context_sets,
+        networks,
+        predict,
+        simulate,
+        studies,
+        hosting_capacity,
+        batch_jobs,
+        ui,
+    ):
         app.include_router(module.router)
     # innermost of ours: body limit, metrics and Server-Timing still apply. With hot routes off it
     # still answers Arrow request bodies, which FastAPI cannot parse, and leaves JSON to FastAPI.

@@ -155,8 +155,8 @@ def _assert_logged_500(response, caplog) -> None:
 # Fault injection into the running in-process server: the engine's answer raises a plain ValueError.
 @pytest.mark.parametrize("n_queries", [1, 20], ids=["micro-batched", "direct"])
 def test_a_value_error_inside_the_engine_is_a_500_with_a_logged_id(api, cid, scenarios, monkeypatch, caplog, n_queries):
-    monkeypatch.setattr(executor, "answer", _bug)
-    monkeypatch.setattr(inference, "answer_of", _bug)
+    monkeypatch.setattr(executor, "placed_answer", _bug)
+    monkeypatch.setattr(inference, "placed_answer", _bug)
     with caplog.at_level(logging.ERROR, logger="service.http.problems"):
         _assert_logged_500(predict(api, context_id=cid, queries=rows(scenarios[0][:n_queries])), caplog)
 
@@ -172,7 +172,7 @@ def test_a_models_typed_input_error_is_a_422_naming_the_request_field(api, cid, 
     def refuses(*args, **kwargs):
         raise InputValidationError("levels", "must be inside (0, 1), got [1.5]", "levels inside (0, 1)")
 
-    monkeypatch.setattr(executor, "answer", refuses)
+    monkeypatch.setattr(executor, "placed_answer", refuses)
     body = assert_problem(predict(api, context_id=cid, queries=rows(scenarios[0][:1])), 422, "quantiles")
     assert body["type"].endswith(":input-rejected") and body["errors"][0]["expected"] == "levels inside (0, 1)"
     assert "error_id" not in body

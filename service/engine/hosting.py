@@ -1,0 +1,119 @@
+"""POST /v1/hosting-capacity's flow: a study's rows and candidates checked, the model fitted on the
+context (the same cached encoding predict uses), models.hosting_capacity run in a pool worker.
+
+A study asks the model for about (bisection steps + curve points) x candidates x rows query rows; the
+product candidates x rows is bounded by GRIDPFN_MAX_QUERIES (the limit of one predict request), so one
+study costs at most a few dozen large predicts."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from models.hosting_capacity import HostingCapacity, HostingCapacityStudy, hosting_capacity
+from service.engine.checks import load_rows
+from service.engine.errors import InvalidInput, TooLarge
+from service.engine.inference import context_of
+from service.engine.runtime import Runtime
+from service.engine.tenants import Tenant
+
+# The base loads scaled by these when a study gives no rows: light load with PV at full output is where
+# voltages rise most, full load shows whether the band holds without PV.
+DEFAULT_SCALES = (0.3, 0.6, 1.0)
+# The search's resolution, as a share of the largest size asked.
+RESOLUTION = 1.0 / 4096
+
+
+@dataclass(frozen=True)
+class StudyAnswer:
+    model: str
+    version: str | None
+    network: str
+    context_id: str
+    buses: list[int]
+    bus_names: list[str]
+    result: HostingCapacity
+    rows: int
+    max_kw: float
+    seconds: float
+    context_cached: bool
+
+
+def _rows(req: Any, net: Any) -> np.ndarray:
+    if req.loads is not None:
+        return load_rows(req.loads, net, "loads")
+    base = np.concatenate([net.base_p_mw, net.base_q_mvar])
+    scales = req.load_scales if req.load_scales is not None else DEFAULT_SCALES
+    return np.stack([base * float(s) for s in scales])
+
+
+def _candidates(req: Any, net: Any) -> tuple[list[int], np.ndarray]:
+    """Bus numbers and their P features' positions; every load bus by default."""
+    numbers = list(net.load_buses)
+    if req.buses is None:
+        return numbers, np.arange(len(numbers))
+    unknown = [b for b in req.buses if b not in numbers]
+    if unknown:
+        raise InvalidInput("buses", f"buses {unknown} are not load buses of {net.name}", f"some of {numbers}")
+    if len(set(req.buses)) != len(req.buses):
+        raise InvalidInput("buses", "a bus is named twice", "distinct bus numbers")
+    return list(req.buses), np.array([numbers.index(b) for b in req.buses])
+
+
+def _profile(req: Any, rows: int) -> np.ndarray:
+    if req.pv_profile is None:
+        return np.ones(rows)
+    if len(req.pv_profile) != rows:
+        raise InvalidInput(
+            "pv_profile", f"{len(req.pv_profile)} values for {rows} load rows", f"{rows} values in [0, 1]"
+        )
+    return np.asarray(req.pv_profile, dtype=np.float64)
+
+
+async def study(rt: Runtime, req: Any, tenant: Tenant) -> StudyAnswer:
+    """The answer to a HostingCapacityRequest from `tenant`."""
+    t0 = time.perf_counter()
+    rt.models.known(req.model)
+    ctx, net = await context_of(rt, req, tenant)
+    loaded = await rt.models.choose(req.model, net, req.version)
+    rt.checks.context_size(loaded, ctx)
+    rows = _rows(req, net)
+    buses, positions = _candidates(req, net)
+    limit = rt.settings.max_queries
+    if len(rows) * len(buses) > limit:
+        raise TooLarge(
+            "loads",
+            f"{len(rows)} load rows x {len(buses)} candidate buses is over the limit",
+            f"rows x buses at most {limit} (GRIDPFN_MAX_QUERIES): fewer rows or name `buses`",
+        )
+    max_kw = req.max_kw if req.max_kw is not None else 2e3 * float(np.sum(np.abs(net.base_p_mw)))
+    spec = HostingCapacityStudy(
+        loads=rows,
+        profile=_profile(req, len(rows)),
+        candidates=positions,
+        upper_pu=req.upper_pu,
+        alpha=req.alpha,
+        max_mw=max_kw / 1e3,
+        tolerance_mw=max_kw / 1e3 * RESOLUTION,
+        curve_points=req.curve_points,
+    )
+    encoded, hit, _ = await rt.fits.prepared(loaded, ctx)
+    result = await rt.executor.run(hosting_capacity, loaded.method, encoded.value, spec)
+    names = net.bus_names or tuple(str(b) for b in net.bus_numbers)
+    by_number = dict(zip(net.bus_numbers, names, strict=True))
+    return StudyAnswer(
+        model=loaded.name,
+        version=loaded.version,
+        network=net.name,
+        context_id=ctx.id,
+        buses=buses,
+        bus_names=[str(by_number[b]) for b in buses],
+        result=result,
+        rows=len(rows),
+        max_kw=max_kw,
+        seconds=time.perf_counter() - t0,
+        context_cached=hit,
+    )

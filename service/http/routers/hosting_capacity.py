@@ -1,0 +1,103 @@
+"""POST /v1/hosting-capacity: per candidate bus, the largest PV the feeder takes with the risk of a bus
+above the voltage limit at most `alpha` on every study row, with the risk-vs-size curve
+(models.hosting_capacity; flow in service.engine.hosting)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from pydantic import ConfigDict, Field, model_validator
+from starlette.responses import Response
+
+from service.engine import hosting
+from service.engine.runtime import Runtime
+from service.engine.tenants import Tenant
+from service.http.auth import require_api_key
+from service.http.deps import get_runtime, problems
+from service.http.fast_json import OrjsonRoute
+from service.http.responses import json_response
+from service.http.schemas import ONE_CONTEXT, ContextData, ContextId, Matrix, ModelVersion, Strict, StrictInt
+
+router = APIRouter(prefix="/v1", tags=["planning"], route_class=OrjsonRoute, dependencies=[Depends(require_api_key)])
+
+Share = Annotated[float, Field(ge=0.0, le=1.0, strict=False, allow_inf_nan=False)]
+Scale = Annotated[float, Field(ge=0.0, le=10.0, allow_inf_nan=False)]
+
+
+class HostingCapacityRequest(Strict):
+    """The context and model (as for predict), the study's load rows, PV profile and candidates."""
+
+    context: ContextData | None = None
+    context_id: ContextId | None = None
+    model: str = Field("network-fit", description="a name from GET /v1/models")
+    version: ModelVersion | None = None
+    loads: Matrix | None = Field(
+        None, description="(rows, features) load vectors (a time series or a load range); default: see load_scales"
+    )
+    load_scales: Annotated[list[Scale], Field(min_length=1, max_length=1000)] | None = Field(
+        None, description=f"rows = the network's base loads x each scale (default {list(hosting.DEFAULT_SCALES)})"
+    )
+    pv_profile: Annotated[list[Share], Field(min_length=1)] | None = Field(
+        None, description="PV output per row as a share of its size, in [0, 1] (default 1: full output)"
+    )
+    buses: Annotated[list[StrictInt], Field(min_length=1)] | None = Field(
+        None, description="candidate bus numbers (default: every load bus)"
+    )
+    upper_pu: float = Field(1.05, gt=1.0, le=1.5, allow_inf_nan=False, description="the voltage limit PV must keep")
+    alpha: float = Field(0.05, gt=0.0, lt=1.0, allow_inf_nan=False, description="risk allowed on every row")
+    max_kw: float | None = Field(
+        None, gt=0.0, le=1e7, allow_inf_nan=False, description="largest size searched (default: 2x the base load)"
+    )
+    curve_points: StrictInt = Field(11, ge=2, le=101, description="points of each risk-vs-size curve")
+
+    model_config = ConfigDict(json_schema_extra={"oneOf": ONE_CONTEXT})
+
+    @model_validator(mode="after")
+    def _check(self) -> HostingCapacityRequest:
+        if (self.context is None) == (self.context_id is None):
+            raise ValueError("give either context or context_id (exactly one)")
+        if self.loads is not None and self.load_scales is not None:
+            raise ValueError("give either loads or load_scales, not both")
+        return self
+
+
+@router.post(
+    "/hosting-capacity",
+    responses=problems(401, 404, 413, 422, 503),
+    summary="Largest PV per bus with P(a bus above the limit) <= alpha on every row",
+)
+async def hosting_capacity(
+    body: HostingCapacityRequest, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
+) -> Response:
+    """P(a bus above `upper_pu`) is bounded by the union over buses (never below the true joint risk), so the
+    capacity errs on the safe side. Voltage only: line and transformer loading are not checked."""
+    answer = await hosting.study(rt, body, tenant)
+    result = answer.result
+    return json_response(
+        {
+            "model": answer.model,
+            "version": answer.version,
+            "network": answer.network,
+            "context_id": answer.context_id,
+            "rows": answer.rows,
+            "max_kw": answer.max_kw,
+            "risk_without_pv": float(result.base_risk[0]) if len(result.base_risk) else None,
+            "buses": [
+                {
+                    "bus": bus,
+                    "name": name,
+                    "hosting_capacity_kw": float(result.capacity_mw[i] * 1e3),
+                    "at_max_kw": bool(result.at_max[i]),
+                    "curve_kw": (result.curve_mw[i] * 1e3).tolist(),
+                    "curve_risk": result.curve_risk[i].tolist(),
+                }
+                for i, (bus, name) in enumerate(zip(answer.buses, answer.bus_names, strict=True))
+            ],
+            "timing": {
+                "total_ms": answer.seconds * 1e3,
+                "context_cached": answer.context_cached,
+                "query_rows": result.rows_asked,
+            },
+        }
+    )
