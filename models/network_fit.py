@@ -223,6 +223,8 @@ class NetworkFitMethod(Method):
     """The network model's power flow plus a correction fitted on the context: one per branch
     shared by all buses below it, then what each bus still shows (module docstring)."""
 
+    accepts_missing = True  # NaN in context x (unmetered load) and y (bus not read): see fit
+
     name = "network model + context correction"
 
     def __init__(

@@ -208,6 +208,9 @@ class Method(ABC):
     """A way to turn a context into predictions: fit once, predict many query batches."""
 
     name: str = "method"
+    # whether fit takes NaN in context x / y (a load or voltage not measured); the service refuses sparse
+    # contexts to a method that does not declare it (service.engine.sparse)
+    accepts_missing: bool = False
 
     @abstractmethod
     def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> Any:

@@ -11,6 +11,7 @@ GridPFN: `pip install "gridpfn[client]"` is enough once the package is installed
     client.wait(job["id"])
     frame = client.fetch(job["id"])            # pandas DataFrame (or fetch(id, "out.parquet") to a file)
     answer[answer["extrapolated"]]             # queries farther out than the context's loads (also in results)
+    answer.attrs["metered"]                    # per bus: whether the context read it (NaN in x / y: not measured)
 
 httpx conventions: pass your own `http_client=httpx.Client(...)` (TLS, proxies, event hooks; you close
 it) or `transport=` (tests, mounts). Calls that can safely be repeated (reads, deletes, predictions,
@@ -170,15 +171,24 @@ class _Endpoints:
 
     # --- context sets ------------------------------------------------------------------------------
     def create_context(
-        self, x: Any = None, y: Any = None, simulate: dict | None = None, network: str | None = None
+        self,
+        x: Any = None,
+        y: Any = None,
+        simulate: dict | None = None,
+        network: str | None = None,
+        typical_loads: Any = None,
     ) -> Call:
         """Store a context set (arrays, or a gridsim simulate spec) on `network` (a built-in name or an
         uploaded network's id; default ieee33, or the simulate spec's); returns its id. Ids are content
-        addresses, so a repeated upload stores the same set: retried like a read."""
+        addresses, so a repeated upload stores the same set: retried like a read. x and y (arrays or
+        DataFrames) may hold NaN / None where a load or voltage was not measured (sent as null; model
+        "network-fit" accepts such a context); `typical_loads` (one per load) stand in for unmetered loads."""
         if simulate is not None:
             body: dict[str, Any] = {"simulate": {**simulate, **({"network": network} if network else {})}}
         else:
             body = {"x": _rows(x), "y": _rows(y), **({"network": network} if network else {})}
+            if typical_loads is not None:
+                body["typical_loads"] = [float(v) for v in typical_loads]
         return Call("POST", "/v1/context-sets", lambda r: r.json()["id"], options={"json": body})
 
     def get_context(self, context_id: str, include_data: bool = False) -> Call:
@@ -594,7 +604,17 @@ def _result_format(path: str | os.PathLike | None, format: str | None) -> str:
 
 
 def _frame(data: bytes, fmt: str) -> pd.DataFrame:
-    return pd.read_csv(io.BytesIO(data)) if fmt == "csv" else pd.read_parquet(io.BytesIO(data))
+    """A result as a DataFrame; a Parquet result's metadata (the context's per-bus `metered`, `readings`) in .attrs."""
+    if fmt == "csv":
+        return pd.read_csv(io.BytesIO(data))
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(io.BytesIO(data))
+    frame = table.to_pandas()
+    about = (table.schema.metadata or {}).get(b"gridpfn")
+    if about is not None:
+        frame.attrs.update(json.loads(about))
+    return frame
 
 
 def _query_fields(
@@ -659,7 +679,16 @@ def arrow_request_body(queries: Any, fields: dict[str, Any], features: Sequence[
 
 
 def _rows(a: Any) -> list:
-    return a.tolist() if hasattr(a, "tolist") else [list(map(float, row)) for row in a]
+    """Rows of numbers as JSON lists: an array's, a DataFrame's or a list's; NaN and None (a value not
+    measured) become null, which JSON has and NaN is not."""
+    import numpy as np  # pandas' own dependency
+
+    if isinstance(a, pd.DataFrame):
+        a = a.to_numpy(dtype=float, na_value=np.nan)
+    if isinstance(a, np.ndarray) and a.dtype.kind in "fiu" and not np.isnan(a).any():
+        return a.tolist()  # the common case: every value given
+    rows = a.tolist() if hasattr(a, "tolist") else [list(row) for row in a]
+    return [[None if v is None or v != v else float(v) for v in row] for row in rows]
 
 
 def _fields(

@@ -18,6 +18,7 @@ from pydantic import Field
 
 from models.off_context import ContextGeometry, OffContextGuard, extrapolated
 from models.predictive import Method, Summary
+from service.engine.sparse import Metering
 
 # The voltage-band rule, the one validator of every band a request or batch job gives: finite, and
 # holding the nominal 1.0 p.u. (low < 1 <= high), so low < high is in the types (and the schema).
@@ -188,7 +189,9 @@ class QueryAnswer:
 
 @dataclass(frozen=True)
 class PredictAnswer(QueryAnswer):
-    """A model's answer (POST /v1/predict): its version, and the exact GP's mean and std with compare_gp."""
+    """A model's answer (POST /v1/predict): its version, the exact GP's mean and std with compare_gp, and
+    which buses the context read (service.engine.sparse.Metering; from the context alone, any model)."""
 
     version: str
     gp: Statistics | None = None
+    metering: Metering | None = None

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from models.off_context import ContextGeometry
+from service.engine import sparse
 from service.engine.context_sets import ContextSet
 from service.metrics import Metrics
 
@@ -104,7 +105,7 @@ class Fits:
         """The context's load geometry (models.off_context), from the in-process LRU or computed now in the pool."""
 
         async def compute() -> ContextGeometry:
-            geometry: ContextGeometry = await self.run(ContextGeometry.of, ctx.x)
+            geometry: ContextGeometry = await self.run(sparse.geometry, ctx.x)  # over its measured loads
             return geometry
 
         geometry, hit = await self.geometry_cache.get_or_compute(ctx.id, compute)
@@ -116,7 +117,7 @@ class Fits:
 
         async def compute() -> Cached:
             t0 = time.perf_counter()
-            value = await self.run(loaded.method.fit, ctx.x, ctx.y)
+            value = await self.run(sparse.fit, loaded.method, ctx.x, ctx.y, ctx.typical_loads)
             seconds = time.perf_counter() - t0
             self.metrics.encodes.labels(loaded.name).inc()
             self.metrics.inference.labels(loaded.name, "encode").observe(seconds)

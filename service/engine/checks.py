@@ -3,7 +3,8 @@
 Row widths are the request's network's (gridsim's description of the built-in or uploaded
 feeder the context set names), limits the GRIDPFN_* settings; every refusal is a domain error
 naming the field, and a width that does not fit names both widths (InvalidInput, TooLarge,
-GPContextTooLarge).
+GPContextTooLarge). A context may miss values (NaN: service.engine.sparse), queries may not; only a
+model whose method accepts missing values is given such a context.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import numpy as np
 
 from service.engine.context_sets import ContextSet
 from service.engine.errors import GPContextTooLarge, InvalidInput, TooLarge
-from service.engine.load_table import InputError, NamedColumns
+from service.engine.load_table import LOAD_LIMIT, InputError, NamedColumns
+from service.engine.sparse import check_rows, refuse_unless_accepted
 from service.settings import Settings
 
 
@@ -62,6 +64,11 @@ def load_rows(rows: Any, net: Any, field: str) -> np.ndarray:
     return _width_check(rows, net.n_features, field, _inputs(net), "load values (P then Q of each load bus)")
 
 
+def _context_field(ctx: ContextSet) -> str | None:
+    """The request field a context came in: None for an inline one (then `context.x` / `context.y`)."""
+    return None if ctx.source.get("kind") == "inline" else "context_id"
+
+
 class Checks:
     """The configured limits, applied."""
 
@@ -83,9 +90,12 @@ class Checks:
         field: str = "context",
         source: dict[str, Any] | None = None,
         owner: str | None = None,
+        typical_loads: Any = None,
     ) -> ContextSet:
         """Validate an uploaded or inline context against its network and build its content-addressed set
-        (addressed within its owner's tenant: `owner` is the tenant tag, None when keys are off)."""
+        (addressed within its owner's tenant: `owner` is the tenant tag, None when keys are off). Values may
+        be missing (None / NaN; never infinite), though every row must read a voltage; `typical_loads` (one
+        per load feature) stand in for unmetered loads."""
         if len(x) > self.settings.max_context_rows:
             raise TooLarge(
                 f"{field}.x",
@@ -96,7 +106,31 @@ class Checks:
             raise InvalidInput(f"{field}.y", f"has {len(y)} rows but x has {len(x)}", f"{len(x)} rows, one per x row")
         xa = load_rows(x, net, f"{field}.x")
         ya = _width_check(y, net.n_outputs, f"{field}.y", _outputs(net), "voltages (|V| p.u. of each non-slack bus)")
-        return ContextSet.build(xa, ya, source, network=net.name, owner=owner)
+        for name, values in (("x", xa), ("y", ya)):
+            if np.isinf(values).any():
+                row, col = map(int, np.argwhere(np.isinf(values))[0])
+                raise InvalidInput(
+                    f"{field}.{name}[{row}][{col}]", "is infinite", "a finite number, or null if missing"
+                )
+        check_rows(ya, f"{field}.y")
+        typical = None
+        if typical_loads is not None:
+            typical = np.asarray(typical_loads, dtype=np.float64)
+            if typical.shape != (net.n_features,):
+                raise InvalidInput(
+                    f"{field}.typical_loads",
+                    f"has {typical.size} values; {_inputs(net)}",
+                    f"{net.n_features} finite numbers: a typical value per load feature, in x's order",
+                )
+            if not (np.isfinite(typical).all() and (np.abs(typical) <= LOAD_LIMIT).all()):
+                raise InvalidInput(
+                    f"{field}.typical_loads", "holds a value that is not finite", f"MW or Mvar within +-{LOAD_LIMIT:g}"
+                )
+        return ContextSet.build(xa, ya, source, network=net.name, owner=owner, typical_loads=typical)
+
+    def accepts(self, loaded: Any, ctx: ContextSet) -> None:
+        """A context with missing values only for a model whose method accepts them (it declares so)."""
+        refuse_unless_accepted(loaded.method, loaded.name, ctx.missing, _context_field(ctx))
 
     def context_size(self, loaded: Any, ctx: ContextSet) -> None:
         """The context's rows within what the model's card supports."""
@@ -110,7 +144,9 @@ class Checks:
             )
 
     def gp(self, ctx: ContextSet, queries: np.ndarray) -> None:
-        """GP work within the configured sizes: the context (else a batch job's work), then the queries."""
+        """GP work within the configured sizes: the context (else a batch job's work), then the queries;
+        a context with missing values is refused (the exact GP interpolates every reading it is given)."""
+        refuse_unless_accepted(None, "exact-gp (compare_gp, /v1/gp/predict)", ctx.missing, _context_field(ctx))
         if ctx.rows > self.settings.gp_max_context:
             raise GPContextTooLarge(ctx.rows, self.settings.gp_max_context)
         if queries.shape[0] > self.settings.gp_max_queries:

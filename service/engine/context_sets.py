@@ -2,7 +2,10 @@
 
 The id is the sha256 of the network's name, the shapes and the canonical bytes (float64
 little-endian, C order), so the same data uploaded twice (or sent inline) gets the same id and
-shares every cache, while the same numbers on two networks are two sets. The network (a built-in
+shares every cache, while the same numbers on two networks are two sets. A sparse context (NaN
+where a value was not measured: service.engine.sparse) also hashes where its values are missing,
+every NaN written as the one canonical NaN, and its typical loads when given, so a missing value
+never collides with a number and a full context keeps the id it always had. The network (a built-in
 name or an uploaded network's id) is kept in the set's `source`. With API keys configured the set
 belongs to the tenant that stored it (service.engine.tenants): its id mixes in the tenant's tag
 (same data, same tenant -> same id; another tenant gets another id) and another tenant is told it
@@ -16,12 +19,14 @@ import struct
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 import orjson
 
 from service.engine.errors import NotFound, StoreUnavailable
+from service.engine.sparse import Metering, missing_in
 from service.engine.store import Store
 from service.engine.tenants import KEYS_OFF, Tenant, scoped_id
 
@@ -31,27 +36,41 @@ _CANON = np.dtype("<f8")
 
 
 def canonical(a: Any) -> np.ndarray:
-    """float64 little-endian C-contiguous copy: the one byte layout that is hashed and stored."""
-    return np.ascontiguousarray(np.asarray(a, dtype=_CANON))
+    """float64 little-endian C-contiguous copy: the one byte layout that is hashed and stored (every NaN,
+    a missing value, as numpy's one quiet NaN, whatever its sign or payload was)."""
+    out = np.ascontiguousarray(np.asarray(a, dtype=_CANON))
+    missing = np.isnan(out)
+    if missing.any():
+        out = np.where(missing, np.nan, out).astype(_CANON)
+    return out
 
 
 DEFAULT_NETWORK = "ieee33"  # the network of a set stored before sets named theirs
 
 
-def context_id(x: np.ndarray, y: np.ndarray, network: str = DEFAULT_NETWORK) -> str:
-    """sha256 over the network, the shapes and the canonical bytes of x then y."""
+def context_id(
+    x: np.ndarray, y: np.ndarray, network: str = DEFAULT_NETWORK, typical_loads: np.ndarray | None = None
+) -> str:
+    """sha256 over the network, the shapes and the canonical bytes of x then y; a sparse context's
+    missing-value masks and its typical loads follow (a full one hashes as it always did)."""
     x, y = canonical(x), canonical(y)
     digest = hashlib.sha256(b"gridpfn-context-v2")
     digest.update(network.encode() + b"\0")
     digest.update(struct.pack("<4q", *x.shape, *y.shape))
     digest.update(x.tobytes())
     digest.update(y.tobytes())
+    if missing_in(x, y) is not None:
+        digest.update(b"missing\0" + np.packbits(np.isnan(x)).tobytes() + np.packbits(np.isnan(y)).tobytes())
+    if typical_loads is not None:
+        digest.update(b"typical\0" + canonical(typical_loads).tobytes())
     return digest.hexdigest()
 
 
 @dataclass(frozen=True)
 class ContextSet:
-    """A context (x (n, d), y (n, k)) with its id, where it came from and its owner's tenant tag (None: keys off)."""
+    """A context (x (n, d), y (n, k); NaN where not measured) with its id, where it came from, its owner's
+    tenant tag (None: keys off) and the typical loads (d,) that stand in for unmetered ones (None: the
+    network's base loads)."""
 
     x: np.ndarray
     y: np.ndarray
@@ -59,6 +78,7 @@ class ContextSet:
     source: dict[str, Any] = field(default_factory=dict)
     created_at: float = 0.0
     owner: str | None = None
+    typical_loads: np.ndarray | None = None
 
     @classmethod
     def build(
@@ -68,17 +88,30 @@ class ContextSet:
         source: dict[str, Any] | None = None,
         network: str = DEFAULT_NETWORK,
         owner: str | None = None,
+        typical_loads: Any = None,
     ) -> ContextSet:
         x, y = canonical(x), canonical(y)
+        typical = None if typical_loads is None else canonical(typical_loads)
         source = {**(source or {"kind": "inline"}), "network": network}
         return cls(
             x=x,
             y=y,
-            id=scoped_id(context_id(x, y, network), owner, "context"),
+            id=scoped_id(context_id(x, y, network, typical), owner, "context"),
             source=source,
             created_at=time.time(),
             owner=owner,
+            typical_loads=typical,
         )
+
+    @cached_property
+    def missing(self) -> str | None:
+        """'x', 'y' or 'x and y': where the context has missing values; None for a full context."""
+        return missing_in(self.x, self.y)
+
+    @cached_property
+    def metering(self) -> Metering:
+        """Per output bus: the context's readings of it (computed once per set, read by every answer)."""
+        return Metering.of(self.y)
 
     @property
     def network(self) -> str:
@@ -92,6 +125,8 @@ class ContextSet:
         meta = {"x": list(self.x.shape), "y": list(self.y.shape), "source": self.source, "created_at": self.created_at}
         if self.owner is not None:
             meta["owner"] = self.owner
+        if self.typical_loads is not None:
+            meta["typical_loads"] = self.typical_loads.tolist()
         packed = orjson.dumps(meta)
         return _MAGIC + struct.pack("<I", len(packed)) + packed + self.x.tobytes() + self.y.tobytes()
 
@@ -105,7 +140,16 @@ class ContextSet:
         nx = int(np.prod(meta["x"]))
         x = np.frombuffer(blob, dtype=_CANON, count=nx, offset=start).reshape(meta["x"]).copy()
         y = np.frombuffer(blob, dtype=_CANON, offset=start + nx * 8).reshape(meta["y"]).copy()
-        return cls(x=x, y=y, id=cid, source=meta["source"], created_at=meta["created_at"], owner=meta.get("owner"))
+        typical = meta.get("typical_loads")
+        return cls(
+            x=x,
+            y=y,
+            id=cid,
+            source=meta["source"],
+            created_at=meta["created_at"],
+            owner=meta.get("owner"),
+            typical_loads=None if typical is None else canonical(typical),
+        )
 
 
 class ContextSets:

@@ -80,6 +80,7 @@ async def study(rt: Runtime, req: Any, tenant: Tenant) -> StudyAnswer:
     ctx, net = await context_of(rt, req, tenant)
     loaded = await rt.models.choose(req.model, net, req.version)
     rt.checks.context_size(loaded, ctx)
+    rt.checks.accepts(loaded, ctx)  # a sparse context only for a model that accepts missing values
     rows = _rows(req, net)
     buses, positions = _candidates(req, net)
     limit = rt.settings.max_queries

@@ -91,7 +91,8 @@ async def context_of(rt: Runtime, request: Any, tenant: Tenant) -> tuple[Context
     tenant's context set or uploaded network is NotFound; an inline context is addressed within the tenant)."""
     if request.context is not None:
         net = await rt.networks.resolve(request.context.network, "context.network", tenant=tenant)
-        return rt.checks.context(request.context.x, request.context.y, net, owner=tenant.tag), net
+        inline = request.context
+        return rt.checks.context(inline.x, inline.y, net, owner=tenant.tag, typical_loads=inline.typical_loads), net
     ctx = await rt.contexts.stored(request.context_id, tenant=tenant)
     return ctx, await rt.networks.resolve(ctx.network, "context_id", tenant=tenant)
 
@@ -111,6 +112,7 @@ async def predict(rt: Runtime, req: Any, tenant: Tenant) -> PredictAnswer:
     ctx, net = await context_of(rt, req, tenant)
     loaded = await rt.models.choose(req.model, net, req.version)
     rt.checks.context_size(loaded, ctx)
+    rt.checks.accepts(loaded, ctx)  # a sparse context only for a model that accepts missing values
     queries = rt.checks.queries(req.queries, net)
     spec = _spec(req)
     if req.compare_gp:
@@ -138,6 +140,7 @@ async def predict(rt: Runtime, req: Any, tenant: Tenant) -> PredictAnswer:
         timing=Timing(time.perf_counter() - t0, ModelTiming(encoded.seconds, predict_s, hit, batch_rows), gp_timing),
         version=loaded.version,
         gp=gp,
+        metering=ctx.metering,
     )
 
 

@@ -1,6 +1,7 @@
 """Tables of load vectors (batch-job uploads, Arrow predict bodies): column and cell checks.
 
-Both refuse the first bad column or cell with its row (1-based) and column named, so a planning
+Both refuse the first bad column or cell with its row (1-based) and column named (a context file may
+leave a value out: null, an empty cell or NaN, read as NaN where `missing` is asked), so a planning
 tool sees the same wording whichever way it sent the table, and both hold loads to the range JSON
 bodies get (LOAD_LIMIT), so a file cannot carry a value that a JSON request could not.
 """
@@ -93,27 +94,34 @@ def first_non_number(values: pa.Array) -> int | None:
     return None
 
 
-def as_float(column: pa.ChunkedArray | pa.Array, name: str, offset: int) -> np.ndarray:
-    """float64 values of one batch column, refusing non-numbers, missing values, NaN and infinity."""
+def as_float(column: pa.ChunkedArray | pa.Array, name: str, offset: int, missing: bool = False) -> np.ndarray:
+    """float64 values of one batch column, refusing non-numbers, missing values, NaN and infinity;
+    `missing` (a context's column: a value not measured): null, an empty cell and NaN are NaN, allowed."""
     kind = column.type
+    if missing and pa.types.is_null(kind):  # a column left empty throughout (a CSV's reads as type null)
+        return np.full(len(column), np.nan)
     if not (pa.types.is_floating(kind) or pa.types.is_integer(kind) or pa.types.is_decimal(kind)):
         bad = first_non_number(column) if pa.types.is_string(kind) or pa.types.is_large_string(kind) else 0
         row = offset + (bad or 0) + 1
         raise InputError(f"type {kind} is not numeric", "numbers (float64)", row, name)
-    if column.null_count:
+    if column.null_count and not missing:
         idx = pc.index(pc.is_null(column), True).as_py()
         raise InputError("missing value (empty or NaN)", "a finite number", offset + idx + 1, name)
+    if column.null_count:
+        column = pc.fill_null(pc.cast(column, pa.float64()), float("nan"))
     values = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.float64)
     finite = np.isfinite(values)
+    if missing:
+        finite |= np.isnan(values)
     if not finite.all():
         idx = int(np.argmin(finite))
         raise InputError(f"value {values[idx]} is not finite", "a finite number", offset + idx + 1, name)
     return values
 
 
-def as_load(column: pa.ChunkedArray | pa.Array, name: str, offset: int) -> np.ndarray:
+def as_load(column: pa.ChunkedArray | pa.Array, name: str, offset: int, missing: bool = False) -> np.ndarray:
     """`as_float`, and within +-LOAD_LIMIT: the first value outside is refused with its row and column."""
-    values = as_float(column, name, offset)
+    values = as_float(column, name, offset, missing)
     outside = np.abs(values) > LOAD_LIMIT
     if outside.any():
         row = int(np.argmax(outside))

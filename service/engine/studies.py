@@ -104,6 +104,7 @@ async def study(rt: Runtime, req: Any, tenant: Tenant) -> StudyAnswer:
     ctx, net = await context_of(rt, req, tenant)
     loaded = await rt.models.choose(req.model, net, req.version)
     rt.checks.context_size(loaded, ctx)
+    rt.checks.accepts(loaded, ctx)  # a sparse context only for a model that accepts missing values
     try:
         expanded = expand(net, _scenarios(req), _series(req))
     except NetworkError as exc:

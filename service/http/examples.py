@@ -2,7 +2,8 @@
 queries and the simulate example's loads, its power flows as the inline contexts.
 
 They are real requests: the simulate example creates a context set whose id the by-id example
-carries, and every inline context is a set of converged power flows, so each example runs as shown.
+carries, and every inline context is a set of converged power flows, so each example runs as shown
+(one sparse, with nulls where a bus or load is not metered, for network-fit).
 They are built on the first schema request (service.http.openapi), when the server's warm-up has
 already built the feeder, never at import.
 """
@@ -34,6 +35,16 @@ def _simulated(n: int, seed: int) -> dict[str, list]:
     return {"x": result.x[ok].round(5).tolist(), "y": result.vm_pu[ok].round(6).tolist()}
 
 
+def _sparse(n: int, seed: int) -> dict[str, list]:
+    """An inline context metered sparsely (null: not measured): bus 7 never read, bus 5's P never metered."""
+    context = _simulated(n, seed)
+    for row in context["y"]:
+        row[5] = None
+    for row in context["x"]:
+        row[3] = None
+    return context
+
+
 @functools.lru_cache(maxsize=1)
 def simulated_context_id() -> str:
     """The content-addressed id of CONTEXT_SIMULATE's context set."""
@@ -61,6 +72,7 @@ def live(model: str, min_rows: int) -> dict[str, list[dict]]:
                 **_ASKED,
                 "compare_gp": True,
             },
+            {"model": "network-fit", "context": _sparse(max(min_rows, 20), seed=3), "queries": queries, **_ASKED},
         ],
         "GPPredictRequest": [
             {"context": small, "queries": queries, "quantiles": [0.05, 0.95], "voltage_band": _ASKED["voltage_band"]}

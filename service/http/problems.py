@@ -146,6 +146,8 @@ def _expected_from(err: dict[str, Any]) -> str | None:
         return "no such field: unknown fields are refused (see the schema's properties)"
     if kind == "finite_number":
         return "a finite number (no NaN or infinity)"
+    if kind == "float_type" and "input" in err and err["input"] is None:  # a null where a value must be given
+        return "a number: every value here must be given (null marks a value not measured only in a context's x or y)"
     if kind.endswith("_type") or kind.endswith("_parsing"):
         return kind.removesuffix("_type").removesuffix("_parsing")
     return None
@@ -169,6 +171,8 @@ def validation_problem(pydantic_errors: Iterable[dict[str, Any]], location: str 
         loc = ([location] if location else []) + list(err.get("loc", ()))
         where = str(loc.pop(0)) if loc and loc[0] in ("body", "query", "path", "header") else "body"
         message = err.get("msg", "invalid")
+        if err.get("type") == "float_type" and "input" in err and err["input"] is None:
+            message = "is null (missing): queries and options must be complete"
         if err.get("type") == "json_invalid":  # FastAPI's loc is a character offset, not a field: name the body
             loc, reason = [], (err.get("ctx") or {}).get("error")
             message = f"Invalid JSON: {reason}" if reason and reason not in message else message

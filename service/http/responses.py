@@ -11,7 +11,8 @@ per statistic and bus (voltages float64, spreads and probabilities float32, as i
 answer), named as in batch-job results (`mean_vm_pu_bus2`, `std_...`,
 `q0.05_...`, `p_outside_...`, and `gp_mean_...`, `gp_std_...` with compare_gp), then the query's
 `extrapolation` (float64) and `extrapolated` (bool); everything else of the JSON answer (model,
-context_id, outputs, timing) is JSON in the schema metadata under `gridpfn`.
+context_id, outputs, timing, the per-bus `metered` and `readings`) is JSON in the schema metadata
+under `gridpfn`.
 
 Both are written from the engine's typed answer (service.engine.answers.QueryAnswer / PredictAnswer),
 whose arrays already have their wire dtypes.
@@ -65,6 +66,11 @@ def _about(answer: QueryAnswer) -> dict[str, Any]:
     return about
 
 
+def _metering(answer: PredictAnswer) -> dict[str, Any]:
+    """Per output bus: `metered` (the context read it) and `readings` (how many of its rows did)."""
+    return {} if answer.metering is None else answer.metering.json()
+
+
 def json_body(answer: QueryAnswer) -> dict[str, Any]:
     """The JSON answer (schemas.PredictResponse), its arrays still numpy for orjson."""
     stats = answer.statistics
@@ -79,6 +85,7 @@ def json_body(answer: QueryAnswer) -> dict[str, Any]:
     )
     if isinstance(answer, PredictAnswer):
         body["gp"] = None if answer.gp is None else {"mean": answer.gp.mean, "std": answer.gp.std}
+        body.update(_metering(answer))
     body["timing"] = timing_json(answer.timing)
     return body
 
@@ -91,6 +98,8 @@ def arrow_response(answer: QueryAnswer) -> Response:
     named += answer.off_context.columns()
     arrays = [pa.array(values) for _, values in named]
     rest = {**_about(answer), "timing": timing_json(answer.timing)}
+    if isinstance(answer, PredictAnswer):
+        rest.update(_metering(answer))
     rest["quantiles"] = [label for label, _ in answer.statistics.quantiles]
     schema = pa.schema(
         [pa.field(name, array.type) for (name, _), array in zip(named, arrays)],

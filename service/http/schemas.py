@@ -1,6 +1,7 @@
 """Request and response bodies of the /v1 API (the examples shown at /docs: service.http.examples).
 
-Numbers must be finite and in physical range; rows must be as long as their network's load and
+Numbers must be finite and in physical range (a context may give null for a value not measured, see
+service.engine.sparse; queries may not); rows must be as long as their network's load and
 voltage vectors (gridsim's description: 64 loads, 32 voltages on IEEE 33), which the engine checks
 once it knows the network (a context set names its own): anything else is a 422 naming the field
 and the expected shape or range, and for a width both widths.
@@ -94,6 +95,39 @@ VoltageRow = Annotated[
 ]
 Matrix = Annotated[list[LoadRow], Field(min_length=1)]
 VoltageMatrix = Annotated[list[VoltageRow], Field(min_length=1)]
+# A context's rows may miss values (null: a load not metered, a voltage not read in that row or never;
+# service.engine.sparse): only a model that accepts them (network-fit) is given such a context.
+SparseLoadRow = Annotated[
+    list[Load | None],
+    _within(1, 2 * (MAX_BUSES - 1), "loads (P then Q of each load bus; null: not metered)"),
+    Field(json_schema_extra={"minItems": 1, "maxItems": 2 * (MAX_BUSES - 1)}),
+]
+SparseVoltageRow = Annotated[
+    list[Voltage | None],
+    _within(1, MAX_BUSES - 1, "voltages (|V| of each non-slack bus; null: not read)"),
+    Field(json_schema_extra={"minItems": 1, "maxItems": MAX_BUSES - 1}),
+]
+ContextX = Annotated[
+    list[SparseLoadRow],
+    Field(min_length=1, description="(n, loads) in the network's feature order; null where a load was not metered"),
+]
+ContextY = Annotated[
+    list[SparseVoltageRow],
+    Field(
+        min_length=1,
+        description="(n, voltages) p.u.; null where a bus was not read (every row reads at least one); "
+        'a context with nulls is for model "network-fit"',
+    ),
+]
+TypicalLoads = Annotated[
+    list[Load],
+    _within(1, 2 * (MAX_BUSES - 1), "loads (a typical value per load feature, in x's order)"),
+    Field(
+        json_schema_extra={"minItems": 1, "maxItems": 2 * (MAX_BUSES - 1)},
+        description="pseudo-measurements: a typical value per load feature, used where x is null "
+        "(default: the network's base loads)",
+    ),
+]
 ContextId = Annotated[str, Field(pattern=SHA256_ID, description="sha256 id from POST /v1/context-sets")]
 Level = Annotated[float, Field(gt=0.0, lt=1.0, strict=True)]
 
@@ -123,9 +157,10 @@ ONE_SOURCE = [
 class ContextData(Strict):
     """An inline context on `network`: x (n, the network's loads in feature order), y (n, its voltages p.u.)."""
 
-    x: Matrix
-    y: VoltageMatrix
+    x: ContextX
+    y: ContextY
     network: NetworkName = DEFAULT_NETWORK
+    typical_loads: TypicalLoads | None = None
 
 
 class SimulateSpec(Strict):
@@ -142,11 +177,12 @@ class ContextSetCreate(Strict):
 
     model_config = ConfigDict(json_schema_extra={"oneOf": ONE_SOURCE})
 
-    x: Matrix | None = None
-    y: VoltageMatrix | None = None
+    x: ContextX | None = None
+    y: ContextY | None = None
     network: NetworkName | None = Field(
         None, description="the network of x and y (default ieee33); with simulate, simulate.network names it"
     )
+    typical_loads: TypicalLoads | None = None
     simulate: SimulateSpec | None = None
 
     @model_validator(mode="after")
@@ -156,6 +192,8 @@ class ContextSetCreate(Strict):
             raise ValueError("give either x and y, or simulate (exactly one)")
         if uploaded and (self.x is None or self.y is None):
             raise ValueError("an uploaded context needs both x and y")
+        if self.simulate is not None and self.typical_loads is not None:
+            raise ValueError("typical_loads is for uploaded x and y (a simulated context measures every load)")
         if self.simulate is not None and self.network not in (None, self.simulate.network):
             raise ValueError(
                 f"network {self.network} differs from simulate.network {self.simulate.network} "
@@ -244,6 +282,10 @@ class PredictResponse(BaseModel):
     )
     timing: Timing
     gp: GPAnswer | None = None
+    metered: list[bool] | None = Field(
+        None, description="per output bus: whether the context read its voltage in any row (absent for the exact GP)"
+    )
+    readings: list[int] | None = Field(None, description="per output bus: how many context rows read its voltage")
 
 
 class ContextSetInfo(BaseModel):
@@ -255,8 +297,14 @@ class ContextSetInfo(BaseModel):
     source: dict[str, Any]
     created_at: float
     expires_in_s: int | None
-    x: list[list[float]] | None = None
-    y: list[list[float]] | None = None
+    missing: str | None = Field(
+        None, description='where the context has missing values (null): "x", "y" or "x and y"; null when none'
+    )
+    metered: list[bool] = Field(description="per output bus: whether the context read its voltage in any row")
+    readings: list[int] = Field(description="per output bus: how many context rows read its voltage")
+    typical_loads: list[float] | None = None
+    x: list[list[float | None]] | None = None
+    y: list[list[float | None]] | None = None
 
 
 class SimulateResponse(BaseModel):

@@ -16,17 +16,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
 from service.engine.answers import Answer, OffContext, Statistics, on_the_wire
+from service.engine.sparse import Metering
 from service.jobs.jobspec import JobSpec, result_columns
 
 # Float columns barely compress and never repeat: no compression and no dictionary encoding (a
 # dictionary attempt per float column made writing several times slower: bench/results/service-notes.md).
 # Column statistics stay on, so query engines can skip row groups (say, where p_outside is 0).
 WRITE_OPTIONS = dict(compression="none", use_dictionary=False)
+METADATA_KEY = b"gridpfn"  # the result's schema metadata: the context's per-bus `metered` and `readings`
 
 
 class JobFiles:
@@ -55,9 +58,11 @@ def chunk_table(
     answer: Answer,
     placed: OffContext,
     truth: tuple[np.ndarray, np.ndarray] | None = None,
+    metering: Metering | None = None,
 ) -> pa.Table:
     """Input columns then the statistics in `result_columns` order (voltages float64, the rest float32,
-    as in an Arrow answer: service.engine.answers.Statistics), then each row's extrapolation measure."""
+    as in an Arrow answer: service.engine.answers.Statistics), then each row's extrapolation measure;
+    which buses the context read (`metering`) in the schema metadata `gridpfn`, as in Arrow answers."""
     arrays = list(inputs.columns)
     arrays += [pa.array(column) for _, column in Statistics.of(answer, spec.quantiles).columns(spec.outputs)]
     if spec.with_ground_truth:
@@ -68,7 +73,11 @@ def chunk_table(
             arrays += [pa.array(column, mask=missing) for column in columns]
         arrays.append(pa.array(converged))
     arrays += [pa.array(column) for _, column in placed.columns()]
-    return pa.Table.from_arrays(arrays, names=result_columns(spec))
+    table = pa.Table.from_arrays(arrays, names=result_columns(spec))
+    if metering is None:
+        return table
+    about = {"context_id": spec.context_id, "outputs": list(spec.outputs), **metering.json()}
+    return table.replace_schema_metadata({METADATA_KEY: orjson.dumps(about)})
 
 
 def write_part(files: JobFiles, index: int, table: pa.Table) -> None:

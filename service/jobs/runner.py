@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from models.errors import InputValidationError, RowsRefused, rows_text
-from models.off_context import ContextGeometry
+from service.engine import sparse
 from service.engine.answers import Answer, AnswerSpec, OffContext, placed_answer
 from service.engine.context_sets import ContextSet
 from service.jobs import results
@@ -137,8 +137,9 @@ def _run_chunks(
         )
     t0 = time.perf_counter()
     context = ContextSet.from_bytes(spec.context_id, files.context.read_bytes())
-    encoded = loaded.method.fit(context.x, context.y)  # once per job (per process), reused by every chunk
-    geometry = ContextGeometry.of(context.x)  # each row's extrapolation measure is read from it
+    # once per job (per process), reused by every chunk; a sparse context's typical loads go with it
+    encoded = sparse.fit(loaded.method, context.x, context.y, context.typical_loads)
+    geometry = sparse.geometry(context.x)  # each row's extrapolation measure is read from it (its measured loads)
     times.encode += time.perf_counter() - t0
     ctx.heartbeat()
     answer_spec = AnswerSpec(spec.quantiles, spec.voltage_band)
@@ -154,7 +155,7 @@ def _run_chunks(
     def finish(index: int, inputs: Any, answer: Answer, placed: OffContext, truth: Any) -> bool:
         """Write chunk `index` and record it; runs beside the next chunk's forward pass."""
         t0 = time.perf_counter()
-        table = results.chunk_table(spec, inputs, answer, placed, truth)
+        table = results.chunk_table(spec, inputs, answer, placed, truth, context.metering)
         results.write_part(files, index, table)
         if streamed is not None:
             streamed.append(index, table)

@@ -93,6 +93,7 @@ async function loadModels() {
 
 // The model picked first when the network has it: the README's choice for accuracy.
 const PREFERRED_MODEL = "transformer-dva";
+const SPARSE_MODEL = "network-fit";  // the model that accepts a context with missing values
 
 // A model answers for the networks its entry lists (versions: network -> version, "*" for any network;
 // entries before networks were listed: the network its card names, else ieee33).
@@ -169,10 +170,18 @@ function setContext(info) {
   const src = info.source || {};
   const how = src.kind === "simulated" ? `simulated ±${src.delta}, seed ${src.seed}` : (src.kind || "uploaded");
   const box = $("ctx-info");
-  box.textContent = `${info.rows} rows · ${how} · id ${info.id.slice(0, 12)}…`;
+  // a sparse context (buses never read): say how many were, and pick the model that accepts it
+  const metered = info.metered || [], unread = metered.filter((m) => !m).length;
+  box.textContent = `${info.rows} rows · ${how} · id ${info.id.slice(0, 12)}…` +
+    (unread ? ` · ${metered.length - unread} of ${metered.length} buses metered` : "");
   box.title = info.id;
   box.dataset.contextId = info.id;
   box.dataset.rows = info.rows;
+  box.dataset.unmetered = unread;
+  if (info.missing && [...$("model").options].some((o) => o.value === SPARSE_MODEL)) {
+    $("model").value = SPARSE_MODEL;
+    showModelInfo();
+  }
   refreshButtons();
 }
 
@@ -327,6 +336,8 @@ function busData(answer, row) {
     map.set(bus, { mean: answer.mean[row][j], std: answer.std[row][j],
       q05: q(0.05)[row][j], q25: q(0.25)[row][j], q50: q(0.5)[row][j], q75: q(0.75)[row][j], q95: q(0.95)[row][j],
       p: answer.p_outside_band[row][j],
+      // whether the context read this bus (absent from answers of servers before sparse contexts: read)
+      metered: answer.metered ? answer.metered[j] : true, readings: answer.readings ? answer.readings[j] : null,
       gpMean: answer.gp ? answer.gp.mean[row][j] : undefined, gpStd: answer.gp ? answer.gp.std[row][j] : undefined });
   });
   return map;
@@ -364,6 +375,9 @@ function legend(data) {
   const items = [["var(--accent)", "PFN mean"], ["#1f5fbf44", "50 % band"], ["#1f5fbf22", "90 % band"],
                  ["var(--risk)", `at risk (red, shaded): P(outside ${data.band[0]}–${data.band[1]}) > ${pct(data.threshold)}`]];
   if (data.gp) items.push(["var(--gp)", "exact GP mean and 90 % band (±1.645σ), dashed"]);
+  if ([...data.bus.values()].some((d) => !d.slack && !d.metered)) {
+    items.push(["transparent", "hollow: a bus the context never read (predicted from the network model)"]);
+  }
   const box = $("profile-legend");
   box.textContent = "";
   for (const [colour, text] of items) {
@@ -404,14 +418,16 @@ function busTable(data) {
   const t = $("bus-table");
   const gp = data.gp;
   t.innerHTML = `<thead><tr><th>bus</th><th>mean p.u.</th><th>5 %</th><th>25 %</th><th>75 %</th><th>95 %</th>` +
-                `<th>P(outside)</th>${gp ? "<th>GP mean</th><th>GP std</th>" : ""}</tr></thead>`;
+                `<th>P(outside)</th><th>context readings</th>${gp ? "<th>GP mean</th><th>GP std</th>" : ""}</tr></thead>`;
   const body = document.createElement("tbody");
   for (const [bus, d] of [...data.bus.entries()].sort((a, b) => a[0] - b[0])) {
     if (d.slack) continue;
     const tr = document.createElement("tr");
-    if (d.p > data.threshold) tr.className = "at-risk";
+    tr.className = [d.p > data.threshold ? "at-risk" : "", d.metered ? "" : "unmetered"].join(" ").trim();
+    tr.dataset.metered = String(d.metered);
     // the API's numbers as they arrived (String: the shortest text that reads back as the same double)
-    const cells = [bus, d.mean, d.q05, d.q25, d.q75, d.q95, d.p, ...(gp ? [d.gpMean, d.gpStd] : [])];
+    const read = d.metered ? (d.readings === null ? "yes" : String(d.readings)) : "not metered";
+    const cells = [bus, d.mean, d.q05, d.q25, d.q75, d.q95, d.p, read, ...(gp ? [d.gpMean, d.gpStd] : [])];
     for (const c of cells) { const td = document.createElement("td"); td.textContent = String(c); tr.appendChild(td); }
     body.appendChild(tr);
   }

@@ -204,13 +204,17 @@ export function drawProfile(svg, data) {
        axis, String(p.bus));
     if (!p.primary) { el("circle", { class: "branch", cx: sx(p.x), cy: sy(d.mean), r: 2.5 }, svg); continue; }
     const atRisk = !d.slack && d.p > data.threshold;
-    const c = el("circle", { class: `bus-mean${atRisk ? " at-risk" : ""}`, cx: sx(p.x), cy: sy(d.mean), r: atRisk ? 5 : 3,
+    const unmetered = !d.slack && d.metered === false;  // a bus the context never read: drawn hollow
+    const c = el("circle", { class: `bus-mean${atRisk ? " at-risk" : ""}${unmetered ? " unmetered" : ""}`,
+      cx: sx(p.x), cy: sy(d.mean), r: atRisk ? 5 : 3,
       "data-bus": p.bus, "data-mean": String(d.mean), "data-slack": d.slack ? "true" : null,
+      "data-metered": d.slack ? null : String(d.metered !== false),
       "data-q05": d.slack ? null : String(d.q05), "data-q25": d.slack ? null : String(d.q25),
       "data-q75": d.slack ? null : String(d.q75), "data-q95": d.slack ? null : String(d.q95),
       "data-p-outside": d.slack ? null : String(d.p), "data-at-risk": atRisk ? "true" : "false" }, svg);
     el("title", {}, c, d.slack ? `bus ${p.bus} (substation, slack): ${d.mean} p.u.`
-      : `bus ${p.bus}: mean ${d.mean} p.u.\n90 % band ${d.q05} – ${d.q95}\nP(outside band) ${d.p}`);
+      : `bus ${p.bus}: mean ${d.mean} p.u.\n90 % band ${d.q05} – ${d.q95}\nP(outside band) ${d.p}` +
+        (unmetered ? "\nnot metered in the context" : ""));
     if (data.gp && !d.slack) {
       el("circle", { class: "gp-point", cx: sx(p.x), cy: sy(d.gpMean), r: 2, fill: "var(--gp)",
         "data-bus": p.bus, "data-gp-mean": String(d.gpMean), "data-gp-std": String(d.gpStd) }, svg);

@@ -256,3 +256,34 @@ def test_submit_wait_fetch_sync_and_async_give_the_same_result(memory_server, sc
     pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "sync.parquet"), frame)
     numbers = frame.columns.drop("extrapolated")
     np.testing.assert_allclose(pd.read_csv(written)[numbers].to_numpy(), frame[numbers].to_numpy(), rtol=1e-6)
+
+
+def test_sparse_contexts_from_numpy_and_pandas_nan_and_none(memory_server, scenarios):
+    """NaN (numpy, pandas) and None (lists) in a context go as null; the answer's frame says which buses the
+    context read (`metered`, `readings` in its attrs), stored or inline; a refused model raises the 422."""
+    x, y = scenarios
+    xs, ys = x[:60].copy(), y[:60].copy()
+    ys[:, 2] = np.nan  # vm_pu_bus4 never read
+    xs[::2, 5] = np.nan
+    frame_x = pd.DataFrame(xs, columns=LOAD_FEATURES)
+    frame_y = pd.DataFrame(ys, columns=[f"vm_pu_bus{bus}" for bus in range(2, 34)])
+    listed_y = [[None if v != v else v for v in row] for row in ys.tolist()]
+    with GridPFNClient(memory_server.url) as client:
+        cid = client.create_context(frame_x, frame_y)
+        assert client.create_context(xs, listed_y) == cid  # the same content however it was given
+        assert client.get_context(cid)["metered"][2] is False
+        stored = client.predict(x[70:73], "network-fit", context_id=cid, quantiles=[0.05, 0.95])
+        inline = client.predict(x[70:73], "network-fit", context=(xs, ys))
+        for answer in (stored, inline):
+            assert answer.attrs["metered"][2] is False and answer.attrs["readings"][2] == 0
+            assert answer.attrs["readings"][3] == 60 and answer.filter(like="mean_").notna().all().all()
+        assert np.isfinite(stored.filter(regex="^(mean|std|q)").to_numpy(dtype=float)).all()
+        typical = client.create_context(xs, ys, typical_loads=np.nan_to_num(x[0]))
+        assert typical != cid and client.get_context(typical)["typical_loads"] == np.nan_to_num(x[0]).tolist()
+        job = client.submit(pd.DataFrame(x[80:90], columns=LOAD_FEATURES), "network-fit", cid, quantiles=[0.5])
+        assert client.wait(job["id"], poll_s=0.05)["state"] == "done"
+        result = client.fetch(job["id"])
+        assert result.attrs["metered"] == stored.attrs["metered"] and result.attrs["readings"][2] == 0
+        with pytest.raises(GridPFNError) as refused:
+            client.predict(x[70:71], "physics-fit", context_id=cid)
+        assert refused.value.status == 422 and "network-fit" in refused.value.problem["errors"][0]["expected"]

@@ -141,6 +141,7 @@ async def _resolve(rt: Runtime, options: BatchOptions, tenant: Tenant) -> tuple[
     net = await rt.networks.resolve(ctx.network, "context_id", tenant=tenant)
     loaded = await rt.models.choose(options.model, net, options.version)
     rt.checks.context_size(loaded, ctx)
+    rt.checks.accepts(loaded, ctx)  # a sparse context only for a model that accepts missing values
     return loaded, ctx, net
 
 

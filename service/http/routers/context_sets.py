@@ -4,7 +4,8 @@ Each set is its tenant's (the caller's key, service.engine.tenants): its id mixe
 another key reading, using or deleting it gets the 404 of an id that never existed.
 
 A set names its network (a built-in or an upload): its widths are checked against it here, and
-every later predict, GP or batch job on the set takes the network from it.
+every later predict, GP or batch job on the set takes the network from it. Its x and y may hold null
+where a value was not measured (service.engine.sparse); its description says which buses it reads.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ def _info(ctx: ContextSet, ttl: int | None, with_data: bool = False) -> dict:
         "source": ctx.source,
         "created_at": ctx.created_at,
         "expires_in_s": ttl,
+        "missing": ctx.missing,
+        **ctx.metering.json(),
+        "typical_loads": None if ctx.typical_loads is None else ctx.typical_loads.tolist(),
     }
     if with_data:
         info.update(x=ctx.x, y=ctx.y)
@@ -72,7 +76,15 @@ async def create(
         ctx = ContextSet.build(x, y, source, network=net.name, owner=tenant.tag)
     else:
         net = await rt.networks.resolve(body.network_name, "network", tenant=tenant)
-        ctx = rt.checks.context(body.x, body.y, net, field="body", source={"kind": "uploaded"}, owner=tenant.tag)
+        ctx = rt.checks.context(
+            body.x,
+            body.y,
+            net,
+            field="body",
+            source={"kind": "uploaded"},
+            owner=tenant.tag,
+            typical_loads=body.typical_loads,
+        )
     await rt.contexts.put(ctx)
     await rt.networks.keep(net.name)
     response = json_response(_info(ctx, rt.settings.context_ttl_s), status=201)

@@ -3,7 +3,8 @@ the page needs beyond the /v1 API (which gives it models, networks, context sets
 
 - `POST /ui/api/context-sets`: a measured context uploaded as a CSV or Parquet file (the 64 load columns
   and the 32 `vm_pu_bus*` columns, as `gridpfn simulate -o` writes them) stored exactly as
-  `POST /v1/context-sets` stores `{x, y}`; a bad cell is a 422 naming its row and column. The file is
+  `POST /v1/context-sets` stores `{x, y}` (an empty or NaN cell is a value not measured, as null there);
+  a bad cell is a 422 naming its row and column. The file is
   decoded only up to `GRIDPFN_MAX_CONTEXT_ROWS` rows (a Parquet file is sized from its footer first).
 - `GET /ui/api/batch-jobs/{id}/risk-histogram`: the histogram of each row's worst-bus P(outside band)
   over a finished job's result, and how many rows are extrapolated (and the largest extrapolation),
@@ -116,7 +117,8 @@ def context_arrays(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(x, y, rows) of an uploaded context file of at most `max_rows` rows; rows whose `converged` column
     is false are left out, and `rows` are the file's data rows (1-based) that x and y hold. Loads are
-    held to +-LOAD_LIMIT as batch files are: a bad cell is named by its row in the file and its column."""
+    held to +-LOAD_LIMIT as batch files are: a bad cell is named by its row in the file and its column.
+    An empty or NaN cell is NaN: a load or voltage not measured (service.engine.sparse)."""
     names, table = _read_table(data, filename, [*features, *outputs, CONVERGED], max_rows)
     missing = [c for c in (*features, *outputs) if c not in names]
     if missing:
@@ -133,13 +135,21 @@ def context_arrays(
     if table.num_rows == 0:
         raise InputError("no data rows", "at least one load -> voltage row")
     try:
-        x = np.column_stack([as_load(table[c], c, 0) for c in features])
-        y = np.column_stack([as_float(table[c], c, 0) for c in outputs])
+        x = np.column_stack([as_load(table[c], c, 0, missing=True) for c in features])
+        y = np.column_stack([as_float(table[c], c, 0, missing=True) for c in outputs])
     except InputError as exc:  # its row counts the rows kept: name the file's
         if exc.row is not None:
             raise InputError(exc.message, exc.expected, int(rows[exc.row - 1]), exc.column) from exc
         raise
     return x, y, rows
+
+
+def _nulled(values: np.ndarray) -> list[list[float | None]]:
+    """Rows as ContextSetCreate takes them: NaN (an empty cell, a value not measured) as None (null)."""
+    rows: list[list[float | None]] = values.tolist()
+    if np.isnan(values).any():
+        rows = [[None if v != v else v for v in row] for row in rows]
+    return rows
 
 
 def _cell_problem(exc: ValidationError, rows: np.ndarray, features: list[str], outputs: list[str]) -> ProblemError:
@@ -179,7 +189,7 @@ async def upload_context(
     except InputError as exc:
         raise batch_jobs._file_problem(exc) from exc
     try:
-        body = ContextSetCreate(x=x.tolist(), y=y.tolist(), network=net.name)
+        body = ContextSetCreate(x=_nulled(x), y=_nulled(y), network=net.name)
     except ValidationError as exc:  # e.g. a voltage the API refuses: named by its row and column
         raise _cell_problem(exc, rows, features, outputs) from exc
     return await context_sets.create(body, rt, tenant)

@@ -185,8 +185,9 @@ def test_documented_examples_work(client):
     from service.http import examples
 
     schemas = client.get("/openapi.json").json()["components"]["schemas"]
-    by_id, inline = schemas["PredictRequest"]["examples"]
+    by_id, inline, sparse = schemas["PredictRequest"]["examples"]
     assert by_id["model"] == inline["model"] == MODEL and len(inline["context"]["x"]) >= 8
+    assert sparse["model"] == "network-fit" and sparse["context"]["y"][0][5] is None  # a bus never metered
     for body in schemas["ContextSetCreate"]["examples"]:
         created = client.post("/v1/context-sets", json=body)
         assert created.status_code == 201, created.text
@@ -194,6 +195,7 @@ def test_documented_examples_work(client):
     for path, body in (
         ("/v1/predict", by_id),
         ("/v1/predict", inline),
+        ("/v1/predict", sparse),
         ("/v1/gp/predict", schemas["GPPredictRequest"]["examples"][0]),
         ("/v1/simulate", schemas["SimulateRequest"]["examples"][0]),
     ):

@@ -387,3 +387,39 @@ def test_an_extrapolated_load_case_is_flagged_with_its_value(ui_server, api, bro
         assert f"{answer['extrapolation'][0]:.2f}" in box.text
         assert ("warning" in box.get_attribute("class")) == flagged and ("Extrapolated" in box.text) == flagged
     shot(driver, "extrapolated")
+
+
+def test_a_sparse_context_upload_picks_network_fit_and_marks_the_buses_it_never_read(
+    ui_server, api, browser, tmp_path, scenarios
+):
+    driver = browser
+    open_page(driver, ui_server)
+    x, vm = scenarios
+    frame = pd.DataFrame(np.hstack([x[:60], vm[:60]]), columns=[*NET.feature_names, *NET.output_names])
+    frame["vm_pu_bus7"] = np.nan  # never read: empty cells in the CSV
+    frame.loc[::3, "vm_pu_bus12"] = np.nan
+    frame.loc[:, "p_mw_bus5"] = np.nan  # an unmetered load
+    path = tmp_path / "sparse-context.csv"
+    frame.to_csv(path, index=False)
+    driver.find_element("css selector", 'input[name="ctx-mode"][value="upload"]').click()
+    by_id(driver, "ctx-file").send_keys(str(path))
+    by_id(driver, "ctx-upload-btn").click()
+    info = wait(
+        driver,
+        lambda d: by_id(d, "ctx-info").get_attribute("data-unmetered") == "1" and by_id(d, "ctx-info"),
+        what="sparse context",
+    )
+    assert "31 of 32 buses metered" in info.text
+    assert by_id(driver, "model").get_attribute("value") == "network-fit"  # the model that accepts it
+    predict_and_wait(driver)
+    shot(driver, "sparse-context")
+    hollow = [int(e.get_attribute("data-bus")) for e in css(driver, "#profile circle.bus-mean.unmetered")]
+    assert hollow == [7]
+    rows = {
+        int(r.find_element("css selector", "td").get_attribute("textContent")): r.get_attribute("data-metered")
+        for r in css(driver, "#bus-table tbody tr")
+    }
+    assert rows[7] == "false" and rows[12] == "true" and list(rows.values()).count("false") == 1
+    cid = info.get_attribute("data-context-id")
+    answer = api.post("/v1/predict", json={"model": "network-fit", "context_id": cid, "queries": [list(x[0])]}).json()
+    assert answer["readings"][NET.output_names.index("vm_pu_bus12")] == 40

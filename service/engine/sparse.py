@@ -1,0 +1,108 @@
+"""Sparse contexts: readings missing (NaN) where a feeder is not metered, and what the service says of them.
+
+Real feeders are metered at a few buses and loads: a context's x and y may hold NaN (null in JSON,
+NaN or an empty cell in Arrow, Parquet and CSV) for a load or a voltage not read in that row, or
+never read. Only a method that declares `accepts_missing` (network-fit: the network model stands in
+for what the context does not show) is given such a context; every other one is refused with a 422
+naming the field and the model that accepts it. Answers carry `Metering`, computed from the
+context's voltages alone (the same whichever model answers), so a user sees which buses the
+prediction rests on readings at. The extrapolation measure is taken over the loads the context
+measured (a load never metered cannot place a query relative to it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from models.off_context import ContextGeometry
+from service.engine.errors import InvalidInput
+
+ACCEPTING_MODEL = "network-fit"  # named in refusals: the served model whose method accepts missing values
+
+
+@dataclass(frozen=True)
+class Metering:
+    """Per output bus: how many context rows read its voltage, and whether any did."""
+
+    readings: np.ndarray  # (k,) int64
+    metered: np.ndarray  # (k,) bool
+
+    @classmethod
+    def of(cls, y: np.ndarray) -> Metering:
+        readings = np.ascontiguousarray((~np.isnan(y)).sum(axis=0), dtype=np.int64)
+        return cls(readings, readings > 0)
+
+    def json(self) -> dict[str, list[Any]]:
+        """The answer's `metered` and `readings` fields (plain lists: also written into Arrow metadata)."""
+        return {"metered": self.metered.tolist(), "readings": self.readings.tolist()}
+
+
+def missing_in(x: np.ndarray, y: np.ndarray) -> str | None:
+    """'x', 'y' or 'x and y': which of a context's arrays hold missing values; None for a full context."""
+    where = [name for name, a in (("x", x), ("y", y)) if np.isnan(a).any()]
+    return " and ".join(where) or None
+
+
+def refuse_unless_accepted(method: Any, model: str, where: str | None, field: str | None) -> None:
+    """InvalidInput when the context has missing values (`where`) and `model`'s method does not declare
+    `accepts_missing` (a declared capability, not a name check); `field` names the context (None: inline,
+    then the field is `context.x` or `context.y`)."""
+    if where is None or getattr(method, "accepts_missing", False):
+        return
+    raise InvalidInput(
+        field or f"context.{where.split(' and ')[0]}",
+        f"the context has missing values (null) in {where}, which model {model} does not accept",
+        f'model: "{ACCEPTING_MODEL}" (it accepts missing readings: unmetered loads and buses), '
+        "or a context with every value given",
+    )
+
+
+def check_rows(y: np.ndarray, field: str) -> None:
+    """Every context row reads at least one voltage: a row of nulls carries nothing to learn from."""
+    empty = np.flatnonzero(np.isnan(y).all(axis=1))
+    if empty.size:
+        raise InvalidInput(
+            f"{field}[{int(empty[0])}]",
+            f"has no reading (every voltage is null; {empty.size} such row(s))",
+            "at least one voltage per row (null marks a bus not read in that row)",
+        )
+
+
+@dataclass(frozen=True)
+class MeteredGeometry(ContextGeometry):
+    """ContextGeometry over the loads the context measured: `columns` of x (a partly metered load's missing
+    rows take its mean, which adds no spread); no measured load at all places every query at 0."""
+
+    columns: np.ndarray  # (d_metered,) the measured loads' columns of x
+
+    def leverage(self, x: np.ndarray) -> np.ndarray:
+        rows = np.asarray(x, dtype=np.float64)
+        if self.columns.size == 0:
+            return np.zeros(rows.shape[0])
+        return super().leverage(rows[:, self.columns])
+
+
+def geometry(x: np.ndarray) -> ContextGeometry:
+    """The context's load geometry (models.off_context), over its measured loads when some are missing."""
+    unread = np.isnan(x)
+    if not unread.any():
+        return ContextGeometry.of(x)
+    columns = np.flatnonzero(~unread.all(axis=0))
+    if columns.size == 0:
+        empty = np.zeros(0)
+        return MeteredGeometry(empty, empty, np.zeros((0, 0)), 1.0, columns)
+    measured = x[:, columns]
+    filled = np.where(np.isnan(measured), np.nanmean(measured, axis=0), measured)
+    base = ContextGeometry.of(filled)
+    return MeteredGeometry(base.mean, base.std, base.precision, base.reference, columns)
+
+
+def fit(method: Any, x: np.ndarray, y: np.ndarray, typical_loads: np.ndarray | None) -> Any:
+    """`method.fit` on a context, given its typical loads (the pseudo-measurements of unmetered loads) when
+    it has them: network-fit takes them as `typical_loads`, else the network's base loads."""
+    if typical_loads is None:
+        return method.fit(x, y)
+    return method.fit(x, y, typical_loads=typical_loads)

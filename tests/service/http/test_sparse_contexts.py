@@ -1,0 +1,278 @@
+"""Sparse contexts over real HTTP: null (JSON) / NaN or an empty cell (Arrow, CSV, Parquet) where a load or
+a voltage was not measured. network-fit answers every bus, finite, and every answer says which buses the
+context read; every other model, and the exact GP, is refused with a 422 naming the field and network-fit;
+queries stay complete. Real uvicorn server, real pandapower truth (gridsim), both stores."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import orjson
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import gridsim
+from service.client import arrow_request_body
+from tests.service.conftest import MODEL, assert_problem
+
+NET = gridsim.network("ieee33")
+NEVER = 5  # vm_pu_bus7: never metered
+SOMETIMES = 10  # vm_pu_bus12: read in two rows of three
+UNMETERED_LOAD = 3  # p_mw_bus5: never metered
+ARROW = "application/vnd.apache.arrow.stream"
+
+
+def nulled(a: np.ndarray) -> list:
+    return [[None if np.isnan(v) else float(v) for v in row] for row in np.asarray(a)]
+
+
+@pytest.fixture(scope="module")
+def sparse(scenarios):
+    """(x, y) of the first 150 scenarios with a bus never read, one read in 2 of 3 rows, a load never
+    metered and one metered in 3 of 4 rows; the other 50 are queries with their power-flow truth."""
+    x, y = scenarios[0][:150].copy(), scenarios[1][:150].copy()
+    y[:, NEVER] = np.nan
+    y[::3, SOMETIMES] = np.nan
+    x[:, UNMETERED_LOAD] = np.nan
+    x[::4, 40] = np.nan
+    return x, y
+
+
+@pytest.fixture(scope="module")
+def queries(scenarios):
+    return scenarios[0][150:160], scenarios[1][150:160]
+
+
+def assert_finite_answer(body: dict) -> None:
+    """No NaN or infinity anywhere in an answer's numbers (JSON would show them as null)."""
+    arrays = [body["mean"], body["std"], *body["quantiles"].values(), body["extrapolation"]]
+    if body.get("p_outside_band") is not None:
+        arrays.append(body["p_outside_band"])
+    for values in arrays:
+        a = np.asarray(values, dtype=np.float64)  # a null would be NaN here
+        assert np.isfinite(a).all(), values
+
+
+def test_inline_nulls_in_x_and_y_predict_every_bus_and_say_which_were_metered(client, sparse, queries):
+    x, y = sparse
+    q, truth = queries
+    body = {
+        "model": "network-fit",
+        "context": {"x": nulled(x), "y": nulled(y)},
+        "queries": q.tolist(),
+        "quantiles": [0.05, 0.95],
+        "voltage_band": [0.95, 1.05],
+    }
+    response = client.post("/v1/predict", json=body)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert_finite_answer(answer)
+    expected_readings = (~np.isnan(y)).sum(axis=0)
+    assert answer["readings"] == expected_readings.tolist()
+    assert answer["readings"][NEVER] == 0 and answer["readings"][SOMETIMES] == 100
+    assert answer["metered"] == (expected_readings > 0).tolist() and answer["metered"].count(False) == 1
+    mean, std = np.asarray(answer["mean"]), np.asarray(answer["std"])
+    # the never-metered bus is predicted from the network model: close to the power flow's truth, with a spread
+    assert np.abs(mean[:, NEVER] - truth[:, NEVER]).max() < 2e-3
+    assert (std[:, NEVER] > 0).all()
+    assert np.abs(mean - truth).max() < 5e-3
+    # the same context sent with the bus column read everywhere changes the answer's metering
+    full = client.post("/v1/predict", json={**body, "context": {"x": nulled(x), "y": sparse_y_read(y)}})
+    assert full.status_code == 200, full.text
+    assert all(full.json()["metered"]) and full.json()["readings"][NEVER] == 150
+
+
+def sparse_y_read(y: np.ndarray) -> list:
+    """y with the never-read bus filled (any plausible value): a context that reads it."""
+    filled = y.copy()
+    filled[:, NEVER] = 0.97
+    return nulled(filled)
+
+
+def test_stored_sparse_context_round_trips_nulls_and_answers_like_inline(client, sparse, queries):
+    x, y = sparse
+    created = client.post("/v1/context-sets", json={"x": nulled(x), "y": nulled(y)})
+    assert created.status_code == 201, created.text
+    info = created.json()
+    assert info["readings"][NEVER] == 0 and info["metered"][NEVER] is False and info["typical_loads"] is None
+    again = client.post("/v1/context-sets", json={"x": nulled(x), "y": nulled(y)})
+    assert again.json()["id"] == info["id"]  # content-addressed, nulls included
+    data = client.get(f"/v1/context-sets/{info['id']}", params={"include_data": "true"}).json()
+    assert data["y"] == nulled(y) and data["x"] == nulled(x)  # null stays null, numbers stay numbers
+    # a missing value never collides with a number: the same cell as 0.0 (or as a value) is another set
+    zeroed = y.copy()
+    zeroed[np.isnan(zeroed)] = 0.97
+    other = client.post("/v1/context-sets", json={"x": nulled(x), "y": nulled(zeroed)})
+    assert other.status_code == 201 and other.json()["id"] != info["id"]
+    q = queries[0].tolist()
+    stored = client.post("/v1/predict", json={"model": "network-fit", "context_id": info["id"], "queries": q})
+    inline = client.post(
+        "/v1/predict", json={"model": "network-fit", "context": {"x": nulled(x), "y": nulled(y)}, "queries": q}
+    )
+    assert stored.status_code == inline.status_code == 200, stored.text
+    assert stored.json()["mean"] == inline.json()["mean"] and stored.json()["metered"] == inline.json()["metered"]
+    assert_finite_answer(stored.json())
+    assert client.delete(f"/v1/context-sets/{info['id']}").status_code == 204
+
+
+def test_models_that_do_not_accept_missing_values_are_refused_naming_the_field(client, sparse, queries):
+    x, y = sparse
+    q = queries[0].tolist()
+    only_y = {"x": x_full(x), "y": nulled(y)}
+    for model in ("physics-fit", MODEL):
+        body = assert_problem(
+            client.post("/v1/predict", json={"model": model, "context": only_y, "queries": q}), 422, "context.y"
+        )
+        assert "network-fit" in body["errors"][0]["expected"] and model in body["detail"]
+    body = assert_problem(
+        client.post(
+            "/v1/predict", json={"model": "physics-fit", "context": {"x": nulled(x), "y": nulled(y)}, "queries": q}
+        ),
+        422,
+        "context.x",
+    )
+    assert "x and y" in body["detail"]
+    cid = client.post("/v1/context-sets", json=only_y).json()["id"]
+    body = assert_problem(
+        client.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": q}), 422, "context_id"
+    )
+    assert "network-fit" in body["errors"][0]["expected"]
+    # the exact GP, alone or beside network-fit, interpolates every reading: refused too
+    assert_problem(client.post("/v1/gp/predict", json={"context_id": cid, "queries": q}), 422, "context_id")
+    compare = {"model": "network-fit", "context_id": cid, "queries": q, "compare_gp": True}
+    assert "exact-gp" in assert_problem(client.post("/v1/predict", json=compare), 422, "context_id")["detail"]
+    # a full context still works for every model
+    full = client.post(
+        "/v1/predict", json={"model": "physics-fit", "context": {"x": x_full(x), "y": y_full(y)}, "queries": q}
+    )
+    assert full.status_code == 200, full.text
+
+
+def x_full(x: np.ndarray) -> list:
+    filled = x.copy()
+    filled[np.isnan(filled)] = 0.05
+    return filled.tolist()
+
+
+def y_full(y: np.ndarray) -> list:
+    filled = y.copy()
+    filled[np.isnan(filled)] = 0.97
+    return filled.tolist()
+
+
+def test_queries_stay_complete_and_contexts_keep_their_rules(client, sparse, queries):
+    x, y = sparse
+    q = queries[0].tolist()
+    q[1][7] = None
+    ctx = {"x": nulled(x), "y": nulled(y)}
+    body = assert_problem(
+        client.post("/v1/predict", json={"model": "network-fit", "context": ctx, "queries": q}), 422, "queries[1][7]"
+    )
+    assert "null" in body["errors"][0]["message"]
+    # a row reading no voltage at all carries nothing
+    empty = y.copy()
+    empty[4] = np.nan
+    body = assert_problem(client.post("/v1/context-sets", json={"x": nulled(x), "y": nulled(empty)}), 422, "body.y[4]")
+    assert "no reading" in body["detail"]
+    # infinity is still no value (JSON has none; Python's json writes it as Infinity)
+    text = orjson.dumps({"x": nulled(x), "y": nulled(y)}).replace(b"0.", b"Infinity, 0.", 1)
+    bad = client.post("/v1/context-sets", content=text, headers={"content-type": "application/json"})
+    assert bad.status_code == 422, bad.text
+    # typical loads are one per load feature
+    wrong = {"x": nulled(x), "y": nulled(y), "typical_loads": [0.1] * 10}
+    assert "64" in assert_problem(client.post("/v1/context-sets", json=wrong), 422, "body.typical_loads")["detail"]
+    simulated = {"simulate": {"n": 20}, "typical_loads": [0.1] * 64}
+    assert_problem(client.post("/v1/context-sets", json=simulated), 422)
+
+
+def test_typical_loads_stand_in_for_unmetered_loads(client, sparse, queries):
+    x, y = sparse
+    q = queries[0].tolist()
+    base = np.asarray(NET.base_x, dtype=np.float64)
+    answers = {}
+    for name, typical in (("default", None), ("base", base), ("heavier", base * 1.5)):
+        context = {"x": nulled(x), "y": nulled(y), **({} if typical is None else {"typical_loads": typical.tolist()})}
+        created = client.post("/v1/context-sets", json=context)
+        assert created.status_code == 201, created.text
+        assert created.json()["typical_loads"] == (None if typical is None else typical.tolist())
+        response = client.post(
+            "/v1/predict", json={"model": "network-fit", "context_id": created.json()["id"], "queries": q}
+        )
+        assert response.status_code == 200, response.text
+        assert_finite_answer(response.json())
+        answers[name] = (created.json()["id"], np.asarray(response.json()["mean"]))
+    assert len({cid for cid, _ in answers.values()}) == 3  # typical loads are part of the content id
+    heavier = {"x": nulled(x), "y": nulled(y), "typical_loads": (base * 1.5).tolist()}
+    inline = client.post("/v1/predict", json={"model": "network-fit", "context": heavier, "queries": q})
+    assert inline.status_code == 200 and inline.json()["mean"] == answers["heavier"][1].tolist()
+    np.testing.assert_allclose(answers["base"][1], answers["default"][1], rtol=0, atol=1e-12)  # base is the default
+    assert np.abs(answers["heavier"][1] - answers["default"][1]).max() > 1e-7
+
+
+def test_arrow_request_with_a_sparse_inline_context_and_its_answer_metadata(client, sparse, queries):
+    x, y = sparse
+    fields = {
+        "model": "network-fit",
+        "context": {"x": nulled(x), "y": nulled(y), "network": "ieee33"},
+        "quantiles": [0.05],
+    }
+    body = arrow_request_body(queries[0], fields, NET.feature_names)
+    response = client.post("/v1/predict", content=body, headers={"content-type": ARROW, "accept": ARROW})
+    assert response.status_code == 200, response.text
+    table = pa.ipc.open_stream(response.content).read_all()
+    about = orjson.loads(table.schema.metadata[b"gridpfn"])
+    assert about["metered"][NEVER] is False and about["readings"][SOMETIMES] == 100
+    assert len(about["metered"]) == len(NET.output_names)
+    values = np.column_stack(
+        [table.column(i).to_numpy() for i in range(table.num_columns) if table.schema.field(i).type == pa.float64()]
+    )
+    assert np.isfinite(values).all()
+    # a NaN query cell is refused, naming its row and column
+    bad = queries[0].copy()
+    bad[2, 9] = np.nan
+    refused = client.post(
+        "/v1/predict", content=arrow_request_body(bad, fields, NET.feature_names), headers={"content-type": ARROW}
+    )
+    problem = assert_problem(refused, 422, "queries")
+    assert problem["errors"][0]["row"] == 3 and problem["errors"][0]["column"] == NET.feature_names[9]
+
+
+def _context_file(x: np.ndarray, y: np.ndarray) -> pd.DataFrame:
+    return pd.DataFrame(np.hstack([x, y]), columns=[*NET.feature_names, *NET.output_names])
+
+
+def test_csv_and_parquet_context_uploads_take_empty_and_nan_cells(client, sparse, queries):
+    x, y = sparse
+    frame = _context_file(x, y)
+    parquet = io.BytesIO()
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), parquet)
+    csv = frame.to_csv(index=False, na_rep="").encode()  # missing values as empty cells
+    csv_nan = frame.to_csv(index=False, na_rep="NaN").encode()
+    ids = set()
+    for name, data in (("c.parquet", parquet.getvalue()), ("c.csv", csv), ("n.csv", csv_nan)):
+        response = client.post("/ui/api/context-sets", files={"file": (name, data)})
+        assert response.status_code == 201, (name, response.text)
+        info = response.json()
+        assert info["metered"][NEVER] is False and info["readings"][SOMETIMES] == 100, name
+        ids.add(info["id"])
+    assert len(ids) == 1  # the same data whichever way it came (CSV text round-trips float64)
+    answer = client.post(
+        "/v1/predict", json={"model": "network-fit", "context_id": ids.pop(), "queries": queries[0].tolist()}
+    )
+    assert answer.status_code == 200 and answer.json()["metered"][NEVER] is False
+    # a column never filled at all (type null in CSV) is a bus never read; infinity is still refused
+    blank = frame.copy()
+    blank[NET.output_names[NEVER]] = None
+    assert (
+        client.post("/ui/api/context-sets", files={"file": ("b.csv", blank.to_csv(index=False).encode())}).status_code
+        == 201
+    )
+    infinite = frame.copy()
+    infinite.iloc[6, 2] = np.inf
+    problem = assert_problem(
+        client.post("/ui/api/context-sets", files={"file": ("i.csv", infinite.to_csv(index=False).encode())}), 422
+    )
+    assert problem["errors"][0]["row"] == 7 and problem["errors"][0]["column"] == NET.feature_names[2]
