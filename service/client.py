@@ -12,6 +12,9 @@ GridPFN: `pip install "gridpfn[client]"` is enough once the package is installed
     frame = client.fetch(job["id"])            # pandas DataFrame (or fetch(id, "out.parquet") to a file)
     answer[answer["extrapolated"]]             # queries farther out than the context's loads (also in results)
     answer.attrs["metered"]                    # per bus: whether the context read it (NaN in x / y: not measured)
+    study = client.study([{"load_scale": 1.4, "der": [{"bus": 18, "kw": 250}]}], context_id=cid)
+    study.summary.sort_values("max_p_outside")  # per bus: P(outside 0.95-1.05), worst row, quantiles
+    client.hosting_capacity(context_id=cid)    # per bus: the largest PV (kW) with the risk <= 5 % on every row
 
 httpx conventions: pass your own `http_client=httpx.Client(...)` (TLS, proxies, event hooks; you close
 it) or `transport=` (tests, mounts). Calls that can safely be repeated (reads, deletes, predictions,
@@ -280,6 +283,54 @@ class _Endpoints:
         """POST /v1/simulate: AC power flow of (m, features) load vectors; the answer as the service gives it."""
         return Call("POST", "/v1/simulate", options={"json": {"network": network, "loads": _rows(loads)}})
 
+    # --- planning studies ----------------------------------------------------------------------------
+    def study(
+        self,
+        scenarios: Sequence[dict[str, Any]],
+        context_id: str | None = None,
+        context: tuple[Any, Any] | None = None,
+        model: str = "network-fit",
+        time_series: dict[str, Any] | None = None,
+        voltage_band: Sequence[float] | None = None,
+        quantiles: Sequence[float] = (),
+        detail: str = "long",
+        network: str | None = None,
+    ) -> Call:
+        """POST /v1/studies: scenarios in a planner's terms (dicts: `name`, `load_scale`, `bus_load_scale`,
+        `generation_scale`, `der` [{bus, kw, kvar}], `growth_rate`, `years`), optionally over a `time_series`
+        ({timestamps, load, pv, step_hours}). Returns a `Study`: `summary` (a DataFrame indexed by bus: the
+        largest and mean P(outside the band), where it is largest, expected hours outside, extreme quantiles)
+        and `long` (a row per scenario row and bus, as pandapower's res_bus is a row per bus)."""
+        fields = _query_fields(context_id, context, quantiles, voltage_band, network)
+        fields.update(model=model, scenarios=list(scenarios), time_series=time_series, detail=detail)
+        return Call("POST", "/v1/studies", _study, options={"json": fields})
+
+    def hosting_capacity(
+        self,
+        context_id: str | None = None,
+        context: tuple[Any, Any] | None = None,
+        model: str = "network-fit",
+        buses: Sequence[int] | None = None,
+        loads: Any = None,
+        load_scales: Sequence[float] | None = None,
+        pv_profile: Sequence[float] | None = None,
+        upper_pu: float = 1.05,
+        alpha: float = 0.05,
+        max_kw: float | None = None,
+        network: str | None = None,
+    ) -> Call:
+        """POST /v1/hosting-capacity: per candidate bus the largest PV (kW) with P(a bus above `upper_pu`)
+        <= alpha on every row; a DataFrame indexed by bus (capacity, whether max_kw still held, the
+        risk-vs-kW curve as lists), the request's facts in `.attrs`."""
+        fields = _query_fields(context_id, context, (), None, network)
+        fields.pop("quantiles")
+        fields.update(model=model, upper_pu=upper_pu, alpha=alpha, max_kw=max_kw)
+        optional = {"buses": buses, "load_scales": load_scales, "pv_profile": pv_profile}
+        fields.update({k: [float(v) if k != "buses" else int(v) for v in vs] for k, vs in optional.items() if vs})
+        if loads is not None:
+            fields["loads"] = _rows(loads)
+        return Call("POST", "/v1/hosting-capacity", _hosting, options={"json": fields})
+
     # --- batch jobs ----------------------------------------------------------------------------------
     def submit_simulated(
         self,
@@ -471,6 +522,8 @@ _ENDPOINTS = (
     "network",
     "upload_network",
     "simulate",
+    "study",
+    "hosting_capacity",
     "submit_simulated",
     "status",
     "cancel",
@@ -614,6 +667,29 @@ def _frame(data: bytes, fmt: str) -> pd.DataFrame:
     about = (table.schema.metadata or {}).get(b"gridpfn")
     if about is not None:
         frame.attrs.update(json.loads(about))
+    return frame
+
+
+@dataclass(frozen=True)
+class Study:
+    """A study's answer: the per-bus `summary`, the `long` table (None when detail="summary"), the rest."""
+
+    summary: pd.DataFrame
+    long: pd.DataFrame | None
+    info: dict[str, Any]
+
+
+def _study(response: httpx.Response) -> Study:
+    answer = response.json()
+    summary = pd.DataFrame(answer.pop("summary")).set_index("bus")
+    long = answer.pop("long")
+    return Study(summary, None if long is None else pd.DataFrame(long), answer)
+
+
+def _hosting(response: httpx.Response) -> pd.DataFrame:
+    answer = response.json()
+    frame = pd.DataFrame(answer.pop("buses")).set_index("bus")
+    frame.attrs.update(answer)
     return frame
 
 

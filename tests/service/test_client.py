@@ -287,3 +287,33 @@ def test_sparse_contexts_from_numpy_and_pandas_nan_and_none(memory_server, scena
         with pytest.raises(GridPFNError) as refused:
             client.predict(x[70:71], "physics-fit", context_id=cid)
         assert refused.value.status == 422 and "network-fit" in refused.value.problem["errors"][0]["expected"]
+
+
+def test_the_planners_question_is_a_few_lines_with_the_client(server):
+    """Issue 31's planner: loads +40 %, 250 kW of PV at 5 buses: which buses risk leaving 0.95-1.05 p.u.?
+    The lines between the markers are all a planner writes; the checks after them hold the answer to the truth."""
+    # --- what the planner writes -----------------------------------------------------------------
+    with GridPFNClient(server.url) as client:
+        cid = client.create_context(simulate={"network": "ieee33", "delta": 0.1, "n": 300, "seed": 1})
+        plan = {
+            "name": "+40 % with PV",
+            "load_scale": 1.4,
+            "der": [{"bus": b, "kw": 250} for b in (14, 18, 25, 30, 33)],
+        }
+        study = client.study([plan], context_id=cid, voltage_band=[0.95, 1.05])
+        at_risk = study.summary[study.summary["max_p_outside"] > 0.5]
+        capacity = client.hosting_capacity(context_id=cid, buses=[3, 18], load_scales=[0.3])
+    # --- checks ----------------------------------------------------------------------------------
+    import gridsim
+    from gridsim.api import VoltageModel
+    from gridsim.scenarios import DER, Scenario, expand
+
+    net = gridsim.network("ieee33")
+    row = expand(net, [Scenario("q", load_scale=1.4, der=tuple(DER(b, 250.0) for b in (14, 18, 25, 30, 33)))]).rows
+    truth = pd.Series(VoltageModel(net)(row)[0], index=list(net.output_buses))
+    clearly_out, clearly_in = truth[(truth < 0.945)].index, truth[(truth > 0.955) & (truth < 1.045)].index
+    assert len(clearly_out) and set(clearly_out) <= set(at_risk.index) and not set(clearly_in) & set(at_risk.index)
+    assert list(study.long.columns[:4]) == ["scenario", "year", "bus", "bus_name"] and len(study.long) == 32
+    assert study.info["model"] == "network-fit" and study.info["network"] == "ieee33"
+    assert list(capacity.index) == [3, 18] and (capacity["hosting_capacity_kw"] > 0).all()
+    assert capacity.loc[18, "hosting_capacity_kw"] < capacity.loc[3, "hosting_capacity_kw"]  # far end vs the head
