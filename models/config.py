@@ -141,6 +141,55 @@ class PowerFlowPriorConfig(_FileConfig):
     noise_range: tuple[float, float] = (1e-7, 1e-4)  # their noise std (p.u.), log-uniform
     p_reconfigured: float = 0.0  # share of datasets on a reconfigured feeder (tie switches)
     exchanges: tuple[int, int] = (1, 3)  # branch exchanges of a reconfigured feeder
+    # Operating data (issue 29, models/priors/profiles.py, shift.py, meter.py). Every default leaves
+    # a config written before these fields drawing exactly the datasets it drew then.
+    p_profiles: float = 0.0  # share of datasets whose loads follow correlated daily profiles, not iid draws
+    profile_amplitude: tuple[float, float] = (0.1, 0.6)  # a load's daily swing around its mean (relative)
+    profile_jitter: tuple[float, float] = (0.005, 0.05)  # iid relative noise around the profile
+    season_amplitude: tuple[float, float] = (0.0, 0.3)  # the load level's swing over the year (relative)
+    pv_cloud: tuple[float, float] = (0.0, 0.6)  # how deep clouds cut PV output below the daylight bell
+    # share of datasets whose queries leave the context's regime (needs the caller's context size)
+    p_shifted: float = 0.0
+    shift_growth: tuple[float, float] = (1.2, 1.6)  # largest load growth of a shifted dataset's queries
+    shift_pv_buses: tuple[int, int] = (2, 8)  # buses that export PV in a shifted dataset's queries
+    shift_pv_export: tuple[float, float] = (0.5, 2.0)  # their net export, x the bus's base P
+    shift_wider: tuple[float, float] = (1.5, 3.0)  # queries' perturbation half-width, x the context's
+    season_window: tuple[float, float] = (0.05, 0.25)  # share of the year a shifted profile context spans
+    p_load_noise: float = 0.0  # share of datasets whose context load readings carry relative noise
+    load_noise: tuple[float, float] = (0.0, 0.02)  # that noise's relative std, uniform
+    # voltage-reading noise on the queries' targets too (True, as before); False: queries keep the
+    # true voltages, so a model learns to predict the voltage rather than the next reading
+    noisy_queries: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("p_correlated", "p_dg", "p_noisy", "p_reconfigured", "p_profiles", "p_shifted", "p_load_noise"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name}: expected a share in [0, 1], got {value}")
+        for name in (
+            "profile_amplitude",
+            "profile_jitter",
+            "season_amplitude",
+            "pv_cloud",
+            "shift_growth",
+            "shift_pv_buses",
+            "shift_pv_export",
+            "shift_wider",
+            "season_window",
+            "load_noise",
+        ):
+            lo, hi = getattr(self, name)
+            if not 0.0 <= lo <= hi:
+                raise ValueError(f"{name}: expected a range [low, high] with 0 <= low <= high, got {[lo, hi]}")
+        if self.pv_cloud[1] > 1.0 or self.season_window[1] > 1.0 or self.season_amplitude[1] >= 1.0:
+            raise ValueError(
+                "pv_cloud, season_window: expected shares up to 1 and season_amplitude below 1, got "
+                f"{list(self.pv_cloud)}, {list(self.season_window)}, {list(self.season_amplitude)}"
+            )
+        if self.shift_growth[0] < 1.0 or self.shift_wider[0] < 1.0:
+            raise ValueError(
+                f"shift_growth, shift_wider: expected factors >= 1, got {list(self.shift_growth)}, {list(self.shift_wider)}"
+            )
 
 
 @dataclass(frozen=True)

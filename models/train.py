@@ -115,7 +115,7 @@ class Trainer:
         self.config = config
         self.run_dir = Path(run_dir)
         self.device = resolve_device(config.device)
-        self.prior = make_prior(config.prior_config())
+        self.prior = make_prior(config.prior_config(), device=str(self.device))  # a GPU run draws there
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)  # the initial weights are part of the run's identity
             self.model = DVAPFN(config.model).to(self.device)
@@ -142,7 +142,10 @@ class Trainer:
             self.teacher.check_student(self.model)
         self.bar = BarDistribution(self.model.borders)  # built once: borders are fixed from here on
         self.val_batch = self.prior.sample(
-            config.val_datasets, max(config.n_context) + config.n_query, _generator(config.seed, -1)
+            config.val_datasets,
+            max(config.n_context) + config.n_query,
+            _generator(config.seed, -1),
+            n_context=max(config.n_context),
         )
 
     # -- data -----------------------------------------------------------------------------
@@ -176,7 +179,7 @@ class Trainer:
         samples = []
         for _ in range(max(1, cfg.border_samples // cfg.batch_size)):
             n_context = self._context_size(g)
-            batch = self.prior.sample(cfg.batch_size, n_context + cfg.n_query, g)
+            batch = self.prior.sample(cfg.batch_size, n_context + cfg.n_query, g, n_context=n_context)
             cx, cy, qx, qy, pick = self._split(batch.x, batch.y, n_context, g)
             with torch.no_grad():
                 stats = self.model.encode_context(cx, cy, pick).stats
@@ -238,7 +241,7 @@ class Trainer:
             t0 = time.monotonic()
             g = _generator(cfg.seed, p.step)
             n_context = self._context_size(g)
-            batch = self.prior.sample(cfg.batch_size, n_context + cfg.n_query, g)
+            batch = self.prior.sample(cfg.batch_size, n_context + cfg.n_query, g, n_context=n_context)
             for group in self.optimizer.param_groups:
                 group["lr"] = self._lr(p.step)
             loss = self.loss(*self._split(batch.x, batch.y, n_context, g))

@@ -20,4 +20,9 @@ class Prior(Protocol):
     d_in: int
     n_outputs: int
 
-    def sample(self, batch_size: int, n_points: int, generator: torch.Generator) -> PriorBatch: ...
+    def sample(
+        self, batch_size: int, n_points: int, generator: torch.Generator, n_context: int | None = None
+    ) -> PriorBatch:
+        """`n_context`: where the caller's context ends and its queries begin (priors that shift
+        queries off the context's regime need it; None: unknown)."""
+        ...

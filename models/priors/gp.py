@@ -27,7 +27,10 @@ class GPPrior:
         self.d_in = config.dim
         self.device = torch.device(device or "cpu")
 
-    def sample(self, batch_size: int, n_points: int, generator: torch.Generator) -> PriorBatch:
+    def sample(
+        self, batch_size: int, n_points: int, generator: torch.Generator, n_context: int | None = None
+    ) -> PriorBatch:
+        """`n_context` is ignored: every point is drawn alike."""
         cfg = self.config
         x = torch.rand(batch_size, n_points, cfg.dim, generator=generator, dtype=torch.float64)
         sq = torch.cdist(x, x).pow(2)
