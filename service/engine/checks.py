@@ -138,8 +138,8 @@ class Checks:
         low, high = int(sizes.get("min", 1)), int(sizes.get("max", self.settings.max_context_rows))
         if not low <= ctx.rows <= high:
             raise InvalidInput(
-                "context",
-                f"{ctx.rows} context rows is outside what {loaded.name} supports",
+                _context_field(ctx) or "context",
+                f"{ctx.rows} context rows is outside what {loaded.name} supports: {low} to {high} rows",
                 f"between {low} and {high} rows (model card context_size)",
             )
 

@@ -90,6 +90,7 @@ def test_context_size_outside_model_range(api, scenarios):
     response = predict(api, context={"x": rows(x[:5]), "y": rows(y[:5])}, queries=[rows(x[0])])
     body = assert_problem(response, 422, "context")
     assert body["errors"][0]["expected"] == "between 8 and 2000 rows (model card context_size)"
+    assert "5 context rows" in body["detail"] and "8 to 2000 rows" in body["detail"]  # the range in the message too
 
 
 def test_limits_answer_413(api, cid, scenarios):
