@@ -67,6 +67,8 @@ log = logging.getLogger(__name__)
 MAX_BUSES = 500
 # agreement of the snapshot's batched solution with pandapower at base load, checked on every snapshot
 SELF_CHECK_PU = 1e-6
+# characters of a network's title kept (its own name or the one its uploader gave)
+MAX_TITLE = 120
 # element tables the constant-power Z-bus solver cannot represent
 _UNSUPPORTED = {
     "gen": "PV generators (voltage-controlled) are not supported: one slack, loads and sgens only",
@@ -626,12 +628,19 @@ def snapshot(net, name: str | None = None, number_offset: int = 0, keep_source: 
         bus_names=tuple(names),
         bus_xy=_frozen(_geodata(net, buses)),
         source_json=source,
+        title=_title(net),
         **extra,
     )
     _self_check(result, net, out_buses)
     if name is None:
         result = dataclasses.replace(result, name=network_id(result))
     return result
+
+
+def _title(net) -> str:
+    """The net's own name (pandapower's `net.name`), stripped; "" when it has none."""
+    name = getattr(net, "name", None)
+    return "" if not isinstance(name, str) else " ".join(name.split())[:MAX_TITLE]
 
 
 def _self_check(network: Network, net, out_buses) -> None:
@@ -665,7 +674,7 @@ def network_id(network: Network) -> str:
     """sha256 of the canonical form: every modelled number, bus names and coordinates (not the name)."""
     canon = {}
     for f in dataclasses.fields(network):
-        if f.name in ("name", "source_json"):
+        if f.name in ("name", "source_json", "title"):
             continue
         value = getattr(network, f.name)
         if f.name in _ID_WHEN_SET and not len(value):
@@ -757,6 +766,7 @@ def describe(network: Network) -> dict:
     ]
     return {
         "name": network.name,
+        "title": network.title,
         "slack_bus": network.slack_bus,
         "sn_mva": network.sn_mva,
         "n_buses": len(network.bus_numbers),

@@ -113,6 +113,7 @@ class Network:
     bus_xy: np.ndarray = field(default_factory=lambda: _frozen(np.zeros((0, 2))))  # geodata or empty
     pandapower_index: tuple[int, ...] = ()  # pandapower bus index per bus; () = number - 1
     source_json: str = field(default="", repr=False)  # pandapower JSON of a user network
+    title: str = ""  # what the net calls itself (pandapower's net.name) or its uploader named it; not in the id
     # generation (sgens) per load bus, MW / MVAr produced; base_p_mw / base_q_mvar are consumption minus it.
     # Empty = no generation. Kept apart so a study scales consumption and generation separately.
     base_gen_p_mw: np.ndarray = field(default_factory=lambda: _frozen([]))

@@ -57,6 +57,7 @@ def detect_format(data: bytes, filename: str | None) -> str:
 def summary(info: dict[str, Any], ttl: int | None) -> dict[str, Any]:
     return {
         "id": info["id"],
+        "title": info.get("title", ""),
         "kind": info["kind"],
         "n_buses": info["n_buses"],
         "n_loads": len(info["loads"]),

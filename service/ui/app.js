@@ -74,6 +74,9 @@ async function loadModels() {
   try {
     const [models, listed] = await Promise.all([call("GET", "/v1/models"), call("GET", "/v1/networks")]);
     const nets = { networks: listed.networks.map((n) => n.id) };
+    // an upload is shown by its title (the net's own name or the one given at upload), a built-in by its id
+    const label = Object.fromEntries(listed.networks.map((n) =>
+      [n.id, n.kind === "uploaded" && n.title ? `${n.title} · ${n.id.slice(0, 8)}…` : n.id]));
     state.models = models.models;
     const nsel = $("network");
     const previous = nsel.value;
@@ -82,7 +85,7 @@ async function loadModels() {
       const count = state.models.filter((m) => servesNetwork(m, n) && !("*" in (m.versions || {}))).length;
       const o = document.createElement("option");
       o.value = n;
-      o.textContent = count ? n : `${n} (physics-fit only)`;
+      o.textContent = count ? label[n] : `${label[n]} (physics-fit only)`;
       nsel.appendChild(o);
     }
     nsel.value = previous || (nets.networks.includes("ieee33") ? "ieee33" : nets.networks[0]);

@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Path, Request
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
+from gridsim.feeders import MAX_TITLE
 from service.engine.errors import InvalidInput, NotFound, StoreUnavailable
 from service.engine.networks import built_in, built_in_names, summary
 from service.engine.runtime import Runtime
@@ -51,6 +52,7 @@ class NetworkSummary(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     id: str
+    title: str = Field("", description="the net's own name (pandapower net.name) or the upload's `name`")
     kind: str
     n_buses: int
     n_loads: int
@@ -72,6 +74,7 @@ class NetworkInfo(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     id: str
+    title: str = Field("", description="the net's own name (pandapower net.name) or the upload's `name`")
     kind: str
     slack_bus: int
     n_buses: int
@@ -90,14 +93,27 @@ def _store_down(exc: StoreUnavailable) -> StoreUnavailable:
     return exc.about(what="network")
 
 
-async def _upload(request: Request) -> tuple[bytes, str | None]:
+async def _upload(request: Request) -> tuple[bytes, str | None, str | None]:
+    """(data, filename, title): a multipart `file` (and optional `name` field), or the raw body (`?name=`)."""
     if request.headers.get("content-type", "").startswith("multipart/form-data"):
         form = await request.form()
         upload = form.get("file")
         if upload is None or isinstance(upload, str):
             raise InvalidInput("file", "no file in the multipart body", "the feeder as the multipart field 'file'")
-        return await upload.read(), upload.filename
-    return await request.body(), None
+        name = form.get("name")
+        if name is not None and not isinstance(name, str):
+            raise InvalidInput("name", "not a text field", f"a title of at most {MAX_TITLE} characters")
+        return await upload.read(), upload.filename, _title(name)
+    return await request.body(), None, _title(request.query_params.get("name"))
+
+
+def _title(name: str | None) -> str | None:
+    if name is None:
+        return None
+    title = " ".join(name.split())
+    if len(title) > MAX_TITLE or not title.isprintable():
+        raise InvalidInput("name", "too long or not printable text", f"a title of at most {MAX_TITLE} characters")
+    return title
 
 
 @router.post(
@@ -111,10 +127,12 @@ async def _upload(request: Request) -> tuple[bytes, str | None]:
 async def create(
     request: Request, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
 ) -> Response:
-    data, filename = await _upload(request)
+    data, filename, title = await _upload(request)
     if not data.strip():
         raise InvalidInput("body", "empty upload", "pandapower JSON or a MATPOWER case")
     info, source = await rt.uploads.snapshot(data, filename)  # in the upload sandbox (service.engine.upload_sandbox)
+    if title is not None:
+        info = {**info, "title": title}
     try:
         info = await rt.networks.put(info, source, tenant=tenant)  # its id: the content's, scoped to the tenant
     except StoreUnavailable as exc:

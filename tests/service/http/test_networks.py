@@ -100,3 +100,21 @@ def test_upload_over_the_body_limit_is_413(memory_server):
             headers={"content-type": "application/json"},
         )
     assert_problem(response, 413, "body")
+
+
+def test_an_upload_keeps_its_nets_name_or_the_one_given(client: httpx.Client):
+    net = small_feeder()
+    net.name = "  Feeder   North "
+    made = client.post("/v1/networks", content=pp.to_json(net), headers={"content-type": "application/json"})
+    assert made.status_code == 201, made.text
+    nid = made.json()["id"]
+    assert made.json()["title"] == "Feeder North"
+    assert {n["id"]: n["title"] for n in client.get("/v1/networks").json()["networks"]}[nid] == "Feeder North"
+    assert client.get(f"/v1/networks/{nid}").json()["title"] == "Feeder North"
+    net.load.loc[0, "p_mw"] = 0.41  # another feeder (another content id), named by its uploader
+    named = client.post("/v1/networks", files={"file": ("f.json", pp.to_json(net).encode())}, data={"name": "Ring 7"})
+    assert named.status_code == 201 and named.json()["title"] == "Ring 7" and named.json()["id"] != nid
+    assert client.get(f"/v1/networks/{named.json()['id']}").json()["title"] == "Ring 7"
+    long = client.post("/v1/networks?name=" + "x" * 121, content=pp.to_json(net))
+    assert "121" not in assert_problem(long, 422, "name")["detail"]
+    assert client.get("/v1/networks/ieee33").json()["title"] == "case33bw"  # pandapower's name for it
