@@ -9,7 +9,7 @@ scaling one leaves the other. Each row of a scenario, in the network's feature o
 where consumption keeps each bus's power factor (Q scales with P), `profile_t` is a time series'
 consumption factor at step t (one per step, or one per step and load bus) and `pv_t` its PV output
 share (1 without a time series). A scenario with several `years` gives one row per year; with a
-time series, one row per year and step.
+time series, one row per year and step. Every factor may be one per step or one per step and load bus.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ class Scenario:
 
 @dataclass(frozen=True)
 class TimeSeries:
-    """Steps with their consumption factor (steps,) or (steps, n_load) and PV output share (steps,)."""
+    """Steps with their consumption factor and their generation's output share (PV: the network's own
+    generation and the added DER), each (steps,) or (steps, n_load) per load bus."""
 
     timestamps: tuple[str, ...]
     load: np.ndarray
@@ -69,6 +70,11 @@ def _position(net: Network, bus: int, field_name: str) -> int:
     return net.load_buses.index(bus)
 
 
+def _per_bus(factor: np.ndarray, n: int) -> np.ndarray:
+    """(steps, n) from a factor per step (steps,) or per step and load bus (steps, n)."""
+    return np.broadcast_to(factor.reshape(len(factor), -1), (len(factor), n))
+
+
 def _one(net: Network, scenario: Scenario, index: int, series: TimeSeries | None) -> np.ndarray:
     """(years x steps, 2 n_load) rows of one scenario."""
     n = net.n_load
@@ -83,16 +89,13 @@ def _one(net: Network, scenario: Scenario, index: int, series: TimeSeries | None
         added[n + at] += der.kvar / 1e3
     consumption = net.base_consumption * np.tile(bus_scale, 2)
     generation = net.base_generation * scenario.generation_scale + added
-    profile = (
-        np.ones((1, n))
-        if series is None
-        else np.broadcast_to(series.load.reshape(len(series.load), -1), (len(series.load), n))
+    profile, pv = (
+        (np.ones((1, n)), np.ones((1, n))) if series is None else (_per_bus(series.load, n), _per_bus(series.pv, n))
     )
-    pv = np.ones(1) if series is None else series.pv
     per_year = []
     for year in scenario.years:
         level = scenario.load_scale * (1.0 + scenario.growth_rate) ** year
-        per_year.append(consumption[None] * level * np.tile(profile, 2) - generation[None] * pv[:, None])
+        per_year.append(consumption[None] * level * np.tile(profile, 2) - generation[None] * np.tile(pv, 2))
     return np.concatenate(per_year)
 
 
@@ -106,8 +109,10 @@ def expand(net: Network, scenarios: Sequence[Scenario], series: TimeSeries | Non
                 f"shape {series.load.shape} for {steps} steps",
                 f"({steps},) or ({steps}, {net.n_load})",
             )
-        if series.pv.shape != (steps,):
-            raise NetworkError("time_series.pv", f"shape {series.pv.shape} for {steps} steps", f"({steps},)")
+        if series.pv.shape not in ((steps,), (steps, net.n_load)):
+            raise NetworkError(
+                "time_series.pv", f"shape {series.pv.shape} for {steps} steps", f"({steps},) or ({steps}, {net.n_load})"
+            )
     rows, names, years, stamps = [], [], [], []
     for i, scenario in enumerate(scenarios):
         block = _one(net, scenario, i, series)

@@ -168,6 +168,13 @@ def _normal_bus(normal, table: str, idx, bus: int) -> int:
 
 def _feature_matrix(code: str, network: Network, index: np.ndarray) -> np.ndarray:
     """(len(index), 2 n_load) net load in the Network's feature layout."""
+    consumption, generation = consumption_and_generation(code, network, index)
+    return consumption - generation
+
+
+def consumption_and_generation(code: str, network: Network, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(len(index), 2 n_load) each: what the loads (and storage, as `simbench_year` counts it) consume and
+    what the sgens produce at each step, in the Network's feature layout (MW / MVAr)."""
     from gridsim.feeders import normalise
 
     net = _raw_net(code)
@@ -177,9 +184,9 @@ def _feature_matrix(code: str, network: Network, index: np.ndarray) -> np.ndarra
     slack = int(normal.ext_grid[normal.ext_grid.in_service.astype(bool)].bus.iloc[0])
     prof = simbench_profiles(code, index)
     n = network.n_load
-    x = np.zeros((len(index), 2 * n))
+    consumption, generation = np.zeros((len(index), 2 * n)), np.zeros((len(index), 2 * n))
 
-    def add(table, p, q, sign):
+    def add(table, p, q, x):
         elements = net[table]
         for j, idx in enumerate(elements.index):
             if not bool(elements.in_service.at[idx]):
@@ -190,16 +197,17 @@ def _feature_matrix(code: str, network: Network, index: np.ndarray) -> np.ndarra
             if bus not in position:
                 raise ValueError(f"{code}: {table} {idx} on bus {bus}, which is not a load bus of the network")
             scaling = float(elements.scaling.at[idx])
-            x[:, position[bus]] += sign * scaling * p[:, j]
-            x[:, n + position[bus]] += sign * scaling * q[:, j]
+            x[:, position[bus]] += scaling * p[:, j]
+            x[:, n + position[bus]] += scaling * q[:, j]
 
-    add("load", prof[("load", "p_mw")], prof[("load", "q_mvar")], 1.0)
+    add("load", prof[("load", "p_mw")], prof[("load", "q_mvar")], consumption)
     sgen_q = np.broadcast_to(net.sgen.q_mvar.to_numpy(dtype=np.float64), prof[("sgen", "p_mw")].shape)
-    add("sgen", prof[("sgen", "p_mw")], sgen_q, -1.0)
+    add("sgen", prof[("sgen", "p_mw")], sgen_q, generation)
     if "storage" in net and not net.storage.empty:
         storage_p = prof[("storage", "p_mw")]
-        add("storage", storage_p, np.broadcast_to(net.storage.q_mvar.to_numpy(dtype=np.float64), storage_p.shape), 1.0)
-    return x
+        storage_q = np.broadcast_to(net.storage.q_mvar.to_numpy(dtype=np.float64), storage_p.shape)
+        add("storage", storage_p, storage_q, consumption)
+    return consumption, generation
 
 
 def _timestamps(code: str, index: np.ndarray) -> np.ndarray:

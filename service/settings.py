@@ -58,6 +58,9 @@ class Settings(GridPFNSettings):
     )
 
     max_queries: int = Field(10_000, ge=1, description="most query rows in one /v1/predict or /v1/gp/predict request")
+    max_study_rows: int = Field(
+        100_000, ge=1, description="most rows a /v1/studies request expands to (a year of 15-minute steps: 35,040)"
+    )
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="largest request body accepted")
     max_context_rows: int = Field(
         MAX_CONTEXT_ROWS,

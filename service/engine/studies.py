@@ -37,6 +37,7 @@ class BusSummary:
     mean_p_outside: np.ndarray
     worst_row: np.ndarray  # (k,) int: the row where P(outside) is largest
     hours_outside: np.ndarray | None  # the largest expected hours over scenario-years; None without a time series
+    hours_outside_std: np.ndarray | None  # its std if the steps' outcomes were independent (a lower bound)
     lowest: np.ndarray  # the lowest quantile's smallest value
     highest: np.ndarray  # the highest quantile's largest value
 
@@ -61,15 +62,19 @@ class StudyAnswer:
 
 def summarize_buses(statistics: Statistics, expanded: Expanded, step_hours: float | None) -> BusSummary:
     p = np.asarray(statistics.p_outside_band, dtype=np.float64)  # (rows, k)
-    hours = None
+    hours = spread = None
     if step_hours is not None and expanded.timestamp is not None:
         keys = list(zip(expanded.scenario, expanded.year, strict=True))
         groups: dict[tuple[str, int], list[int]] = {}
         for i, key in enumerate(keys):
             groups.setdefault(key, []).append(i)
-        hours = np.max([p[rows].sum(axis=0) * step_hours for rows in groups.values()], axis=0)
+        expected = np.stack([p[rows].sum(axis=0) * step_hours for rows in groups.values()])  # (groups, k)
+        variance = np.stack([(p[rows] * (1.0 - p[rows])).sum(axis=0) * step_hours**2 for rows in groups.values()])
+        worst = expected.argmax(axis=0)
+        buses = np.arange(p.shape[1])
+        hours, spread = expected[worst, buses], np.sqrt(variance[worst, buses])
     low, high = statistics.quantiles[0][1], statistics.quantiles[-1][1]
-    return BusSummary(p.max(axis=0), p.mean(axis=0), p.argmax(axis=0), hours, low.min(axis=0), high.max(axis=0))
+    return BusSummary(p.max(axis=0), p.mean(axis=0), p.argmax(axis=0), hours, spread, low.min(axis=0), high.max(axis=0))
 
 
 def _scenarios(req: Any) -> list[Scenario]:
@@ -92,9 +97,21 @@ def _series(req: Any) -> TimeSeries | None:
     if ts is None:
         return None
     steps = len(ts.timestamps)
-    pv = np.ones(steps) if ts.pv is None else np.asarray(ts.pv, dtype=np.float64)
-    load = np.ones(steps) if ts.load is None else np.asarray(ts.load, dtype=np.float64)
-    return TimeSeries(tuple(ts.timestamps), load, pv, ts.step_hours)
+    return TimeSeries(
+        tuple(ts.timestamps), _factors(ts.load, steps, "load"), _factors(ts.pv, steps, "pv"), ts.step_hours
+    )
+
+
+def _factors(values: Any, steps: int, name: str) -> np.ndarray:
+    """A time series' factors as an array (ones when not given); rows of unequal length are the caller's."""
+    if values is None:
+        return np.ones(steps)
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except ValueError:
+        raise InvalidInput(
+            f"time_series.{name}", "rows of different lengths", "one value per step, or one row per step"
+        ) from None
 
 
 async def study(rt: Runtime, req: Any, tenant: Tenant) -> StudyAnswer:
@@ -109,12 +126,12 @@ async def study(rt: Runtime, req: Any, tenant: Tenant) -> StudyAnswer:
         expanded = expand(net, _scenarios(req), _series(req))
     except NetworkError as exc:
         raise InvalidInput(exc.field, exc.problem, exc.expected) from None
-    limit = rt.settings.max_queries
+    limit = rt.settings.max_study_rows
     if len(expanded.rows) > limit:
         raise TooLarge(
             "scenarios",
             f"the study expands to {len(expanded.rows)} rows, over the limit",
-            f"at most {limit} rows (GRIDPFN_MAX_QUERIES); more: POST /v1/batch-jobs",
+            f"at most {limit} rows (GRIDPFN_MAX_STUDY_ROWS); more: POST /v1/batch-jobs",
         )
     if req.detail == "long" and len(expanded.rows) * net.n_outputs > MAX_LONG_ENTRIES:
         raise TooLarge(

@@ -58,6 +58,11 @@ def test_der_per_bus_scaling_growth_years_and_a_time_series_expand_in_order():
     assert row[n + at33] == pytest.approx(c[n + at33] * 1.2 * 1.21 * 0.5 - 0.02)
     assert out.rows[0][at18] == pytest.approx(c[at18] * 1.2 * 2.0)  # step t0: no PV
     np.testing.assert_allclose(out.rows[6], c * 1.0)  # "base" at t0
+    # factors per step and load bus: bus 18's consumption and PV follow their own profiles
+    per_bus = TimeSeries(("t0",), np.full((1, n), 0.5), np.zeros((1, n)))
+    per_bus.load[0, at18], per_bus.pv[0, at18] = 2.0, 1.0
+    row = expand(net, [scenario], per_bus).rows[0]
+    assert row[at18] == pytest.approx(c[at18] * 1.2 * 2.0 * 2.0 - 0.25) and row[at33] == pytest.approx(c[at33] * 0.6)
 
 
 def test_a_bus_that_is_not_a_load_bus_is_named_in_the_error():

@@ -26,6 +26,7 @@ PROBLEM = "application/problem+json"
 # Small limits so every limit can be hit cheaply; the same for both stores.
 LIMITS = dict(
     max_queries=200,
+    max_study_rows=200,
     max_body_bytes=2_000_000,
     max_context_rows=600,
     max_simulate=500,

@@ -24,7 +24,6 @@ from service.http.schemas import ONE_CONTEXT, ContextData, ContextId, Level, Mod
 router = APIRouter(prefix="/v1", tags=["planning"], route_class=OrjsonRoute, dependencies=[Depends(require_api_key)])
 
 Factor = Annotated[float, Field(ge=0.0, le=100.0, allow_inf_nan=False)]
-Share = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 Power = Annotated[float, Field(ge=-1e7, le=1e7, allow_inf_nan=False)]
 Year = Annotated[int, Field(ge=0, le=100, strict=True)]
 MAX_STEPS = 100_000
@@ -58,7 +57,9 @@ class TimeSeriesSpec(Strict):
     load: list[Factor] | list[list[Factor]] | None = Field(
         None, description="consumption factor per step, or per step and load bus (feature order); default 1"
     )
-    pv: list[Share] | None = Field(None, description="PV output share per step (generation and added DER); default 1")
+    pv: list[Factor] | list[list[Factor]] | None = Field(
+        None, description="generation output share per step, or per step and load bus (own and added DER); default 1"
+    )
     step_hours: float = Field(0.25, gt=0.0, le=24.0, allow_inf_nan=False)
 
 
@@ -134,6 +135,7 @@ async def study(
             "worst_year": rows.year[int(s.worst_row[i])],
             "worst_timestamp": None if rows.timestamp is None else rows.timestamp[int(s.worst_row[i])],
             "hours_outside": None if s.hours_outside is None else float(s.hours_outside[i]),
+            "hours_outside_std": None if s.hours_outside_std is None else float(s.hours_outside_std[i]),
             "lowest_vm_pu": float(s.lowest[i]),
             "highest_vm_pu": float(s.highest[i]),
         }

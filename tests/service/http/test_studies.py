@@ -61,6 +61,8 @@ def test_a_time_series_gives_expected_hours_outside(client, scenarios):
     out_year5 = (v[4:] < 0.95).sum(axis=0) * 0.25  # the hours the power flow is outside in the worse year
     hours = np.array([s["hours_outside"] for s in answer["summary"]])
     assert np.all(np.abs(hours - out_year5) <= 0.25 * 0.5)  # within half a step of the truth at every bus
+    spread = np.array([s["hours_outside_std"] for s in answer["summary"]])
+    assert np.all(spread >= 0) and np.all(spread <= 0.25 * 2)  # 4 steps of 0.25 h: at most 0.5 h
     long = client.post("/v1/studies", json={**body, "detail": "long"}).json()["long"]
     for s in answer["summary"]:  # the worst row named is one where the bus's P(outside) is largest
         at = [
@@ -82,5 +84,8 @@ def test_a_study_the_service_cannot_run_names_the_field(client, scenarios):
     steps = {"timestamps": ["a", "b"], "pv": [1.0]}
     bad_pv = client.post("/v1/studies", json={"context": context, "scenarios": [{}], "time_series": steps})
     assert_problem(bad_pv, 422, "time_series.pv")
-    big = {"timestamps": [str(i) for i in range(201)]}  # 201 rows > the test server's 200 queries
+    ragged = {"timestamps": ["a", "b"], "load": [[1.0] * 32, [1.0] * 31]}
+    bad_rows = client.post("/v1/studies", json={"context": context, "scenarios": [{}], "time_series": ragged})
+    assert "different lengths" in assert_problem(bad_rows, 422, "time_series.load")["detail"]
+    big = {"timestamps": [str(i) for i in range(201)]}  # 201 rows > the test server's 200 study rows
     assert_problem(client.post("/v1/studies", json={"context": context, "scenarios": [{}], "time_series": big}), 413)

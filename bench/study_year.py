@@ -1,0 +1,111 @@
+"""A year of 15-minute steps as one planning study through the HTTP API (issue 31's time-series target).
+
+The SimBench grid (default 1-LV-rural1--0-sw, a development grid) is uploaded as pandapower JSON; the
+context is the year's first 500 steps (loads and the network model's voltages); the study is the whole
+year (35,040 steps) as a time series: per step and load bus, the consumption factor (the SimBench
+profiles' consumption over the bus's base consumption) and the generation's output share (sgen profiles
+over the bus's base generation), sent in one JSON request to POST /v1/studies with "detail": "summary".
+Prints the client's wall time (JSON encode, send, server, decode; target <= 10 s on this host), the
+server's own time, and per bus the expected hours outside the band against the network model's power
+flow on the same rows (the truth the context agrees with).
+
+    .venv/bin/python bench/study_year.py [--grid 1-LV-rural1--0-sw] [--band 0.97 1.03]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import orjson
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.http_accuracy import served  # noqa: E402
+from gridsim import simbench_data  # noqa: E402
+from gridsim.api import VoltageModel  # noqa: E402
+from gridsim.scenarios import Scenario, TimeSeries, expand  # noqa: E402
+from models.registry import DEFAULT_ROOT  # noqa: E402
+
+log = logging.getLogger("study_year")
+
+
+def _share(values: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """values / base per bus, 0 where the bus has no base (P columns only)."""
+    safe = np.where(np.abs(base) > 0, base, 1.0)
+    return np.where(np.abs(base) > 0, values / safe, 0.0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--grid", default=simbench_data.DEV_GRIDS[0])
+    parser.add_argument("--steps", type=int, default=simbench_data.YEAR_STEPS)
+    parser.add_argument("--band", nargs=2, type=float, default=[0.95, 1.05])
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    code = args.grid
+    net = simbench_data.simbench_network(code)
+    n = net.n_load
+    x, y, stamps = simbench_data.simbench_year(code, steps=args.steps)
+    index = simbench_data.step_indices(args.steps)
+    consumption, generation = simbench_data.consumption_and_generation(code, net, index)
+    load = _share(consumption[:, :n], net.base_consumption[:n])
+    pv = _share(generation[:, :n], net.base_generation[:n]) if len(net.base_gen_p_mw) else np.zeros((len(index), n))
+    timestamps = [str(t) for t in np.asarray(stamps).astype("datetime64[m]")]
+    series = TimeSeries(tuple(timestamps), load, pv, 0.25)
+    rows = expand(net, [Scenario("year")], series).rows
+    truth = VoltageModel(net)(rows)
+    outside = (truth < args.band[0]) | (truth > args.band[1])
+    gap = float(np.max(np.abs(rows[:, :n] - x[:, :n])))
+    log.info(
+        "%s: %d steps, %d load buses; the study's rows differ from SimBench's P by at most %.2e MW",
+        code,
+        len(rows),
+        n,
+        gap,
+    )
+    body = {
+        "context": {"x": x[:500].tolist(), "y": y[:500].tolist()},
+        "scenarios": [{"name": "year"}],
+        "time_series": {"timestamps": timestamps, "load": load.tolist(), "pv": pv.tolist(), "step_hours": 0.25},
+        "voltage_band": list(args.band),
+        "detail": "summary",
+    }
+    with (
+        served(DEFAULT_ROOT, max_rows=max(10_000, len(rows))) as url,
+        httpx.Client(base_url=url, timeout=600.0) as client,
+    ):
+        made = client.post(
+            "/v1/networks", content=simbench_data.simbench_pandapower_json(code), params={"name": code}
+        ).raise_for_status()
+        body["context"]["network"] = made.json()["id"]
+        runs = []
+        for _ in range(3):  # the first pays the context's fit; later ones find it cached
+            t0 = time.perf_counter()
+            content = orjson.dumps(body)
+            response = client.post("/v1/studies", content=content, headers={"content-type": "application/json"})
+            answer = orjson.loads(response.content) if response.status_code == 200 else response.raise_for_status()
+            runs.append((time.perf_counter() - t0, answer["timing"]["total_ms"] / 1e3, len(content)))
+    print(f"{code}: a year of {len(rows)} steps, {n} load buses, band {args.band}, context = the first 500 steps")
+    for i, (wall, server, size) in enumerate(runs):
+        print(f"  run {i + 1}: client wall {wall:.2f} s (server {server:.2f} s, request {size / 1e6:.1f} MB)")
+    got = np.array([s["hours_outside"] for s in answer["summary"]])
+    std = np.array([s["hours_outside_std"] for s in answer["summary"]])
+    want = outside.sum(axis=0) * 0.25
+    print("  bus | hours outside: study (std) | power flow on the same rows")
+    for bus, g, s, w in zip(net.output_buses, got, std, want, strict=True):
+        if g > 0 or w > 0:
+            print(f"  {bus} | {g:.2f} ({s:.2f}) | {w:.2f}")
+    print(
+        f"  buses with any hour outside: study {int((got > 0.125).sum())}, power flow {int((want > 0).sum())}; "
+        f"largest |study - power flow| {np.max(np.abs(got - want)):.2f} h"
+    )
+
+
+if __name__ == "__main__":
+    main()
