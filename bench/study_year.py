@@ -89,7 +89,9 @@ def main() -> None:
             t0 = time.perf_counter()
             content = orjson.dumps(body)
             response = client.post("/v1/studies", content=content, headers={"content-type": "application/json"})
-            answer = orjson.loads(response.content) if response.status_code == 200 else response.raise_for_status()
+            if response.status_code != 200:
+                raise SystemExit(f"POST /v1/studies answered {response.status_code}: {response.text[:2000]}")
+            answer = orjson.loads(response.content)
             runs.append((time.perf_counter() - t0, answer["timing"]["total_ms"] / 1e3, len(content)))
     print(f"{code}: a year of {len(rows)} steps, {n} load buses, band {args.band}, context = the first 500 steps")
     for i, (wall, server, size) in enumerate(runs):

@@ -4,11 +4,11 @@ query rows, answered per bus as a risk summary and, optionally, a long table (se
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from fastapi import APIRouter, Depends
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 from starlette.responses import Response
 
 from service.engine import studies
@@ -52,15 +52,49 @@ class ScenarioSpec(Strict):
         return self
 
 
+Number = Annotated[float, Field(allow_inf_nan=False)]
+# A time series' factors: consumption >= 0; generation output may dip just below 0 (inverters at night).
+LOAD_RANGE, PV_RANGE = (0.0, 100.0), (-1.0, 100.0)
+
+
+def _in_range(values: list[Any] | None, low: float, high: float) -> list[Any] | None:
+    """The first value outside [low, high] named by its index (the union's own errors would name both arms)."""
+    if not values:
+        return values
+    try:
+        table = np.asarray(values, dtype=np.float64)
+    except ValueError:
+        raise ValueError("rows of different lengths: one value per step, or one row of values per step") from None
+    bad = np.argwhere((table < low) | (table > high))
+    if len(bad):
+        at = "".join(f"[{int(i)}]" for i in bad[0])
+        raise ValueError(f"{at}: {table[tuple(bad[0])]} is outside [{low}, {high}]")
+    return values
+
+
 class TimeSeriesSpec(Strict):
     timestamps: Annotated[list[Annotated[str, Field(max_length=64)]], Field(min_length=1, max_length=MAX_STEPS)]
-    load: list[Factor] | list[list[Factor]] | None = Field(
-        None, description="consumption factor per step, or per step and load bus (feature order); default 1"
+    load: list[Number] | list[list[Number]] | None = Field(
+        None,
+        description=f"consumption factor per step, or per step and load bus (feature order), in {list(LOAD_RANGE)}; "
+        "default 1",
     )
-    pv: list[Factor] | list[list[Factor]] | None = Field(
-        None, description="generation output share per step, or per step and load bus (own and added DER); default 1"
+    pv: list[Number] | list[list[Number]] | None = Field(
+        None,
+        description="generation output share per step, or per step and load bus (own and added DER), in "
+        f"{list(PV_RANGE)}; default 1",
     )
     step_hours: float = Field(0.25, gt=0.0, le=24.0, allow_inf_nan=False)
+
+    @field_validator("load")
+    @classmethod
+    def _load_range(cls, values: list[Any] | None) -> list[Any] | None:
+        return _in_range(values, *LOAD_RANGE)
+
+    @field_validator("pv")
+    @classmethod
+    def _pv_range(cls, values: list[Any] | None) -> list[Any] | None:
+        return _in_range(values, *PV_RANGE)
 
 
 class StudyRequest(Strict):

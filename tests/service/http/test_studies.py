@@ -87,5 +87,13 @@ def test_a_study_the_service_cannot_run_names_the_field(client, scenarios):
     ragged = {"timestamps": ["a", "b"], "load": [[1.0] * 32, [1.0] * 31]}
     bad_rows = client.post("/v1/studies", json={"context": context, "scenarios": [{}], "time_series": ragged})
     assert "different lengths" in assert_problem(bad_rows, 422, "time_series.load")["detail"]
+    negative = {"timestamps": ["a", "b"], "load": [[1.0] * 32, [1.0] * 31 + [-0.5]]}
+    out_of_range = client.post("/v1/studies", json={"context": context, "scenarios": [{}], "time_series": negative})
+    assert "[1][31]: -0.5 is outside [0.0, 100.0]" in assert_problem(out_of_range, 422, "time_series.load")["detail"]
+    night = {"timestamps": ["a", "b"], "pv": [-1e-5, 0.5]}  # inverters draw a little at night: accepted
+    assert (
+        client.post("/v1/studies", json={"context": context, "scenarios": [{}], "time_series": night}).status_code
+        == 200
+    )
     big = {"timestamps": [str(i) for i in range(201)]}  # 201 rows > the test server's 200 study rows
     assert_problem(client.post("/v1/studies", json={"context": context, "scenarios": [{}], "time_series": big}), 413)
