@@ -7,7 +7,7 @@ V(x) are a prior, not the answer. This method fits only what the context shows t
 
     y(x) = V(x) + r(x),
 
-in two stages: one correction per branch shared by every bus below it (`BranchCorrection`), then
+in two stages: one correction per branch shared by every bus below it (models.branch_correction), then
 per bus, on the loads and the branches' squared flows, by Bayesian linear regression
 (models.linear: prior and noise precision by maximum evidence, so r shrinks to nothing when the
 readings are noise around the model), kept as far as it is signal. Why it is trustworthy where a
@@ -17,21 +17,24 @@ fit of y alone is not:
   reversing flows); only the correction r is extrapolated, and r is small and nearly linear.
 - Under meter noise, the fit estimates a correction shrunk toward zero (the model itself), shared
   across the buses below each branch: noise averages out instead of being fitted per bus.
-- A model whose impedances are off leaves a correction that bends with the losses: the per-bus stage
-  takes every branch's squared flows (DistFlow's second-order terms, on the network's own tree)
-  beside the loads, so it follows that bend beyond the context.
+- Sparse meters: the branch stage is DistFlow's, in |V|^2 / 2 (where an impedance error on a branch
+  adds its flow times the error; losses, line charging and the losses the errors move counted), with
+  one prior for every branch's *relative* impedance error. A meter pins the branches on its path (its readings' response to each load is
+  the impedance shared with that load's path); a branch no meter lies below keeps that prior, and
+  the posterior over branches is joint, so an unmetered bus's spread says what the meters leave open.
 
 The spread per bus and query has two parts. The posterior std of r at the query (the function,
 not a new reading: the truth has no meter noise), which grows with the query's distance from the
 context; it is shared by every query of a bus (an error in the correction moves them all), so it
 is widened to hold for all k buses at once (Bonferroni: a 95 % interval for the worst bus, not
-the average one). And a model-error term the context cannot show: how far a linear fit of
-the network model's own voltages on the same context misses V at the query (e(q), known exactly:
-large off the context, small within it), scaled by the correction's share of the feeder's response
-(rho, the largest over buses, since every bus's losses flow through the branches above it: a
-model 30 % off leaves a correction 30 % of the response, whose nonlinear part a linear correction
-misses) and by MODEL_ERROR_GAIN (second-order terms scale with the impedances squared:
-a relative error rho in them is ~2 rho in those terms).
+the average one); on a bus no meter reads it is also widened by how much held-out meters' errors
+exceed their posterior std (models.branch_correction). `NetworkFitted.determined` says per bus how far
+the meters pin its correction (1 - posterior std / prior std). And a model-error term the context
+cannot show: how far a linear fit of the network model's own voltages on the same context misses V at the query
+(e(q), known exactly: large off the context, small within it), scaled by the correction's share of
+the feeder's response (rho, the largest over buses: a model 30 % off leaves a correction 30 % of
+the response, whose nonlinear part a linear correction misses) and by MODEL_ERROR_GAIN
+(second-order terms scale with the impedances squared: a relative error rho in them is ~2 rho).
 """
 
 from __future__ import annotations
@@ -41,8 +44,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.linalg import cho_solve, solve_triangular
 
+from models.branch_correction import BranchCorrection, flows
 from models.calibration import simultaneous_factor
 from models.errors import InputValidationError, RowsRefused
 from models.linear import BayesianLinearRegression, LinearFit, posterior
@@ -64,21 +67,26 @@ RESPONSE_FLOOR_PU = 1e-9
 SHARE_CAP = 10.0
 # The smallest spread (p.u.): the network model's power flow and a reference solver agree to ~1e-9.
 SPREAD_FLOOR_PU = 2e-9
+# Above this many buses the per-branch stage is skipped (its (2k + 1)^2 system grows as k^3 to solve).
+MAX_BRANCH_BUSES = 400
+# Readings' relative precisions (where loads are guessed) are kept within [this, 1 / this].
+WEIGHT_RANGE = 1e-3
+# Refits with the losses the fitted impedance errors move (one: the next changes nothing that matters).
+LOSS_PASSES = 1
 
 
 @dataclass(frozen=True)
 class NetworkFitted:
     """The fitted correction, the probe fit of the model's own voltages, and the widening factors."""
 
-    branches: (
-        BranchCorrection | None
-    )  # r = y - V(x), one per branch shared by the buses below it (None: too many buses)
+    branches: BranchCorrection | None  # one correction per branch shared by the buses below it (None: too many)
     per_bus: LinearFit  # what each bus's readings still show beyond it
     keep: np.ndarray  # (k,) how much of that per-bus part is signal (positive-part James-Stein factor)
     probe: LinearFit  # V(x) itself, linear on the same context: its miss at a query is e(q)
     share: float  # rho: the fitted correction's variation relative to the model's, largest over buses
     simultaneous: float  # the epistemic std's factor for a 95 % interval on all k buses at once
     metered: np.ndarray  # (k,) the share of context rows in which each bus's voltage was read
+    determined: np.ndarray  # (k,) in [0, 1]: 1 - the correction's posterior std / its prior std, per bus
 
 
 def _solved(model: VoltageModel, x: np.ndarray, field: str) -> np.ndarray:
@@ -95,164 +103,52 @@ def _solved(model: VoltageModel, x: np.ndarray, field: str) -> np.ndarray:
     return v
 
 
-# Prior precision grid of the branch corrections (standardised, times the stacked rows) searched by evidence.
-BRANCH_PRIOR_GRID = tuple(10.0**e for e in np.arange(-12.0, 6.5, 0.5))
-# A branch whose flows' mean square over the context is below this share of the typical branch's has none.
-UNSEEN_FLOW = 1e-12
-# Above this many buses the per-branch stage is skipped (its (2k + 1)^2 system grows as k^3 to solve).
-MAX_BRANCH_BUSES = 400
-# Queries per block for the posterior variance (memory ~ QUERY_BLOCK * k * 2k floats).
-QUERY_BLOCK = 256
-# The offset's penalty relative to the stacked rows: (nearly) flat, as a voltage set point is not small.
-OFFSET_PENALTY = 1e-12
-
-
-@dataclass(frozen=True)
-class BranchCorrection:
-    """r[t, j] = c + sum over branches b on bus j's path of (a_b P_b[t] + q_b Q_b[t]): one correction
-    per branch shared by every bus below it (linearised DistFlow: an impedance error on a branch moves
-    every voltage downstream by its flow times the error), fitted jointly on all buses' readings."""
-
-    downstream: np.ndarray  # (k, k) float: [c, j] = 1 where bus j is c or below it
-    load_positions: np.ndarray  # (m,) output index of each load
-    scale: np.ndarray  # (2k + 1,) raw feature -> standardised feature factor
-    theta: np.ndarray  # (2k + 1,) posterior mean on standardised features [P flows, Q flows, 1]
-    factor: np.ndarray  # (2k + 1, 2k + 1) L with L L^T the posterior covariance of theta
-    noise_var: float  # the readings' variance around the fitted correction (meter noise plus what it misses)
-
-    @staticmethod
-    def flows(x: np.ndarray, downstream: np.ndarray, load_positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """P and Q (n, k) through the branch into every output bus, lossless, from load rows x (n, 2m)."""
-        m, k = len(load_positions), downstream.shape[0]
-        p, q = np.zeros((x.shape[0], k)), np.zeros((x.shape[0], k))
-        p[:, load_positions], q[:, load_positions] = x[:, :m], x[:, m:]
-        return p @ downstream.T, q @ downstream.T
-
-    @classmethod
-    def fit(
-        cls,
-        x: np.ndarray,
-        r: np.ndarray,
-        downstream: np.ndarray,
-        load_positions: np.ndarray,
-        observed: np.ndarray | None = None,
-    ) -> BranchCorrection:
-        """Fit on corrections r (n, k) at loads x (n, 2m); `observed` (n, k) bool: which readings
-        exist (None: all; r must be 0 where one does not)."""
-        n, k = r.shape
-        downstream = np.asarray(downstream, dtype=np.float64)
-        observed = np.ones((n, k), dtype=bool) if observed is None else observed
-        fp, fq = cls.flows(x, downstream, load_positions)
-        path = downstream.T  # [j, c]: branch c is on bus j's path
-        flows = np.concatenate([fp, fq], axis=1)  # (n, 2k)
-        every = observed.all(axis=0)  # buses read in every row: their share of the gram in one product
-        on_path = np.concatenate([path, path], axis=1)  # (k, 2k): feature c of bus j is on its path
-        paths = on_path[every].T @ on_path[every]
-        gram_flows = paths * (flows.T @ flows)
-        for j in np.flatnonzero(~every & observed.any(axis=0)):  # buses read in some rows
-            seen = flows[observed[:, j]]
-            gram_flows += np.outer(on_path[j], on_path[j]) * (seen.T @ seen)
-        with_offset = (on_path * (observed.astype(np.float64).T @ flows)).sum(axis=0)  # (2k,)
-        gram = np.block(
-            [[gram_flows, with_offset[:, None]], [with_offset[None, :], np.array([[float(observed.sum())]])]]
-        )
-        ra = r @ path  # (n, k): sum over the buses below c of their correction
-        rhs = np.concatenate([(fp * ra).sum(0), (fq * ra).sum(0), [r.sum()]])
-        rows = int(observed.sum())
-        dof = max(rows - 1, 1)
-        # each feature standardised as if every bus were read in every row, so a branch no meter sees
-        # keeps the prior an average branch has (not one scaled by nothing)
-        full_diag = np.append(on_path.sum(axis=0) * np.square(flows).sum(axis=0), n * k) / (n * k)
-        # a branch no load in the context ever flows through gets the typical branch's scale (all-zero
-        # loads: unit scale), so its prior stays finite in physical units
-        flowing = full_diag[:-1][full_diag[:-1] > 0]
-        typical = float(np.median(flowing)) if flowing.size else 1.0
-        full_diag[:-1] = np.where(full_diag[:-1] > UNSEEN_FLOW * typical, full_diag[:-1], typical)
-        scale = 1.0 / np.sqrt(np.maximum(full_diag, np.finfo(np.float64).tiny))
-        gram_s, rhs_s = gram * scale[:, None] * scale[None, :], rhs * scale
-        rows = n * k  # the penalty's scale: as for a fully read context (the prior is per branch, not per reading)
-        total = float(np.square(r).sum())
-        best: tuple[float, np.ndarray, np.ndarray, float] | None = None
-        for prior in BRANCH_PRIOR_GRID:  # profile evidence, the noise variance maximised out
-            penalty = np.full(len(rhs), prior * rows)
-            penalty[-1] = OFFSET_PENALTY * rows  # the offset is (nearly) unpenalised
-            try:
-                chol = np.linalg.cholesky(gram_s + np.diag(penalty))
-            except np.linalg.LinAlgError:  # too weak a prior for what the readings leave undetermined
-                continue
-            theta = cho_solve((chol, True), rhs_s)
-            energy = max(total - float(rhs_s @ theta), np.finfo(np.float64).tiny)
-            evidence = 0.5 * np.log(penalty[:-1]).sum() - np.log(np.diag(chol)).sum() - 0.5 * dof * np.log(energy)
-            if best is None or evidence > best[0]:
-                best = (evidence, chol, theta, energy)
-        assert best is not None
-        _, chol, theta, energy = best
-        noise_var = energy / dof
-        # covariance noise_var (C C^T)^-1 = L L^T with L = sqrt(noise_var) C^-T
-        factor = np.sqrt(noise_var) * solve_triangular(chol, np.eye(len(rhs)), lower=True).T
-        return cls(downstream.astype(np.float64), load_positions, scale, theta, factor, noise_var)
-
-    def posterior(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and std (m, k) of the correction at load rows x (m, 2m).
-
-        A bus's feature row sums its path's branch flows, so with the covariance's factor L its
-        variance is |sum over the path of (P_c L_P[c] + Q_c L_Q[c]) + L_1|^2: accumulated down the
-        tree from the substation, one bus at a time (m k p work, not m k^2 p)."""
-        fp, fq = self.flows(x, self.downstream, self.load_positions)
-        k = self.downstream.shape[0]
-        weights = self.scale * self.theta
-        mean = (fp * weights[:k] + fq * weights[k : 2 * k]) @ self.downstream + weights[-1]
-        rows = self.scale[:, None] * self.factor  # raw features' rows of L
-        depth = self.downstream.sum(axis=0)  # buses on each bus's path, itself included
-        parent = np.where(self.downstream > 0.5, depth[:, None], -1.0)
-        np.fill_diagonal(parent, -1.0)
-        above = parent.argmax(axis=0)  # the deepest strict ancestor
-        has_parent = parent.max(axis=0) > 0
-        var = np.empty_like(mean)
-        for start in range(0, x.shape[0], QUERY_BLOCK):
-            block = slice(start, start + QUERY_BLOCK)
-            along = np.empty((fp[block].shape[0], k, rows.shape[1]))
-            for j in np.argsort(depth, kind="stable"):
-                step = fp[block, j, None] * rows[j] + fq[block, j, None] * rows[k + j]
-                along[:, j] = step + (along[:, above[j]] if has_parent[j] else rows[-1])
-            var[block] = np.square(along).sum(axis=-1)
-        return mean, np.sqrt(var)
-
-
 class NetworkFitMethod(Method):
     """The network model's power flow plus a correction fitted on the context: one per branch
     shared by all buses below it, then what each bus still shows (module docstring)."""
 
-    accepts_missing = True  # NaN in context x (unmetered load) and y (bus not read): see fit
-
     name = "network model + context correction"
+    accepts_missing = True  # NaN in context x (unmetered load) and y (bus not read): see fit
 
     def __init__(
         self,
         voltage_model: VoltageModel,
         downstream: np.ndarray,
         load_positions: np.ndarray,
+        impedance: np.ndarray,
         typical_loads: np.ndarray | None = None,
+        shunts: np.ndarray | None = None,
     ):
         self.voltage_model = voltage_model
+        # (k,) complex: MW + j MVAr each output bus's shunts draw at 1 p.u. (line charging, transformer
+        # magnetising, bus shunts), drawn through the branches above it at |V|^2; None: none
+        self.shunts = None if shunts is None else np.asarray(shunts, dtype=np.complex128)
         self.downstream = np.asarray(downstream, dtype=np.float64)
         self.load_positions = np.asarray(load_positions, dtype=np.int64)
+        self.impedance = np.asarray(impedance, dtype=np.float64)
         self.typical_loads = None if typical_loads is None else np.asarray(typical_loads, dtype=np.float64)
         self.linear = BayesianLinearRegression()
+
+    def complete(self, context_x: np.ndarray, typical_loads: np.ndarray | None = None) -> np.ndarray:
+        """Context loads with every unmetered (NaN) value replaced by its typical one (`typical_loads` (d,),
+        else the network's base loads: a pseudo-measurement)."""
+        x = np.asarray(context_x, dtype=np.float64)
+        unmetered = np.isnan(x)
+        if not unmetered.any():
+            return x
+        typical = self.typical_loads if typical_loads is None else np.asarray(typical_loads, dtype=np.float64)
+        if typical is None or typical.shape != (x.shape[1],):
+            raise InputValidationError("context.x", "a load is not metered (null) and no typical values are known")
+        return np.where(unmetered, typical[None, :], x)
 
     def fit(
         self, context_x: np.ndarray, context_y: np.ndarray, typical_loads: np.ndarray | None = None
     ) -> NetworkFitted:
         """Fit on a context whose unmeasured values are NaN: a load never or not always metered takes
-        its typical value (`typical_loads` (d,), else the network's base loads: a pseudo-measurement),
-        a voltage not read is simply absent (the network model stands in for it)."""
+        its typical value (`complete`), a voltage not read is simply absent (the network model stands in)."""
         x, y = check_context(context_x, context_y, missing=True)
-        typical = self.typical_loads if typical_loads is None else np.asarray(typical_loads, dtype=np.float64)
-        unmetered = np.isnan(x)
-        if unmetered.any():
-            if typical is None or typical.shape != (x.shape[1],):
-                raise InputValidationError("context.x", "a load is not metered (null) and no typical values are known")
-            x = np.where(unmetered, typical[None, :], x)
+        guessed = bool(np.isnan(x).any())
+        x = self.complete(x, typical_loads)
         read = ~np.isnan(y)
         if not read.any():
             raise InputValidationError("context.y", "no voltage is read in any row", "at least one reading")
@@ -261,14 +157,22 @@ class NetworkFitMethod(Method):
             raise InputValidationError("context.y", f"expected {v.shape[1]} buses per row, got {y.shape[1]}")
         k = y.shape[1]
         r = np.where(read, y - v, 0.0)
-        branches = None
+        branches, shared = None, np.zeros_like(r)
         if k <= MAX_BRANCH_BUSES:
-            branches = BranchCorrection.fit(x, r, self.downstream, self.load_positions, read)
-        shared = branches.posterior(x)[0] if branches is not None else np.zeros_like(r)
+            fp, fq, losses = self.branch_inputs(x, v)
+            half_square = np.where(read, (np.square(np.where(read, y, v)) - np.square(v)) / 2.0, 0.0)
+            branches = BranchCorrection.fit(fp, fq, half_square, self.downstream, self.impedance, read, False)
+            weights = _weights(branches, fp, fq, half_square, read) if guessed else None
+            for _ in range(LOSS_PASSES):  # the losses an impedance error changes move every bus above them
+                moved = np.where(read, self.moved_losses(branches.theta, losses), 0.0)
+                branches = BranchCorrection.fit(
+                    fp, fq, half_square - moved, self.downstream, self.impedance, read, weights=weights
+                )
+            half = branches.posterior(fp, fq, with_std=False)[0] + self.moved_losses(branches.theta, losses)
+            shared = np.sqrt(np.maximum(np.square(v) + 2.0 * half, 0.01 * np.square(v))) - v
         per_bus = self.linear.fit(self._features(x), np.where(read, r - shared, 0.0))
-        probe = self.linear.fit(
-            x, v
-        )  # linear in the loads: its miss measures the nonlinearity a correction must follow
+        # linear in the loads: its miss measures the nonlinearity a correction must follow
+        probe = self.linear.fit(x, v)
         own = posterior(per_bus, self._features(x), readings=False)
         keep = _positive_part(own.mean, own.sigma, read)
         fitted_r = shared + keep * own.mean
@@ -278,31 +182,119 @@ class NetworkFitMethod(Method):
         # a context whose loads barely move shows nothing of the feeder's response: share taken as at most
         # SHARE_CAP, its response as at least RESPONSE_FLOOR_PU (identical rows would divide by 0)
         share = np.minimum(spread_r / np.maximum(v.std(axis=0), RESPONSE_FLOOR_PU), SHARE_CAP)
+        metered = read.mean(axis=0)
+        determined = branches.determined(fp, fq, metered) if branches is not None else np.where(metered > 0, 1.0, 0.0)
         # every bus's losses flow through the branches above it: the largest share anywhere counts everywhere
         return NetworkFitted(
-            branches, per_bus, keep, probe, float(share.max()), simultaneous_factor(k), read.mean(axis=0)
+            branches, per_bus, keep, probe, float(share.max()), simultaneous_factor(k), metered, determined
         )
+
+    def moved_losses(self, theta: np.ndarray, losses: np.ndarray) -> np.ndarray:
+        """(n, k) what relative impedance errors -theta move |V|^2 / 2 by through the losses they change
+        (each branch's loss grows with its error and is drawn through every branch above it)."""
+        k = self.downstream.shape[0]
+        through = (theta[:k] * losses[:, :k]) @ self.downstream.T * self.impedance[:k]
+        through += (theta[k : 2 * k] * losses[:, k:]) @ self.downstream.T * self.impedance[k:]
+        moved: np.ndarray = through @ self.downstream
+        return moved
+
+    def branch_inputs(self, x: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(n, k) each the branch stage's P and Q inputs at loads x and the model's voltages v: the flows
+        with every branch's losses (from the lossless flows) drawn through the branches above it, less
+        the loss term's own share (d/d error of |z|^2 S^2 / 2V^2 is each branch's own loss)."""
+        k = self.downstream.shape[0]
+        fp, fq = flows(x, self.downstream, self.load_positions)
+        if self.shunts is not None:
+            fp = fp + (np.square(v) * self.shunts.real) @ self.downstream.T
+            fq = fq + (np.square(v) * self.shunts.imag) @ self.downstream.T
+        apparent = (np.square(fp) + np.square(fq)) / np.square(v)
+        lp, lq = apparent * self.impedance[:k], apparent * self.impedance[k:]
+        fp, fq = fp + lp @ self.downstream.T, fq + lq @ self.downstream.T
+        apparent = (np.square(fp) + np.square(fq)) / np.square(v)
+        lp, lq = apparent * self.impedance[:k], apparent * self.impedance[k:]
+        return fp - lp, fq - lq, np.concatenate([lp, lq], axis=1)
 
     def _features(self, x: np.ndarray) -> np.ndarray:
         """The per-bus stage's inputs: the loads and every branch's squared flows (DistFlow's
         second-order terms, from the network's own tree), so a correction may bend as the losses do."""
-        fp, fq = BranchCorrection.flows(x, self.downstream, self.load_positions)
+        fp, fq = flows(x, self.downstream, self.load_positions)
         return np.concatenate([x, fp * fp, fq * fq, fp * fq], axis=1)
 
     def predict(self, fitted: NetworkFitted, query_x: np.ndarray) -> GaussianPredictive:
+        parts = self.at_queries(fitted, query_x)
+        std = parts.branch_std(fitted.branches.posterior(parts.fp, parts.fq)[1]) if fitted.branches else None
+        return parts.predictive(fitted, std, fitted.metered)
+
+    def at_queries(self, fitted: NetworkFitted, query_x: np.ndarray) -> QueryParts:
+        """Everything the predictive at `query_x` needs but the branch posterior's std (models.meter_placement
+        swaps in the std a meter more would leave)."""
         q = check_queries(query_x, d=self.load_positions.shape[0] * 2)
         v = _solved(self.voltage_model, q, "queries")
-        shared, shared_std = (
-            fitted.branches.posterior(q) if fitted.branches is not None else (np.zeros_like(v), np.zeros_like(v))
-        )
-        features = self._features(q)
-        r = posterior(fitted.per_bus, features, readings=False)
+        shared, fp, fq = np.zeros_like(v), np.zeros_like(v), np.zeros_like(v)
+        if fitted.branches is not None:
+            fp, fq, losses = self.branch_inputs(q, v)
+            half_square = fitted.branches.posterior(fp, fq, with_std=False)[0]
+            half_square = half_square + self.moved_losses(fitted.branches.theta, losses)
+            shared = np.sqrt(np.maximum(np.square(v) + 2.0 * half_square, 0.01 * np.square(v))) - v
+        r = posterior(fitted.per_bus, self._features(q), readings=False)
         probe_error = posterior(fitted.probe, q, readings=False).mean - v
-        model_error = MODEL_ERROR_GAIN * fitted.share * np.abs(probe_error)
         dropped = (1.0 - fitted.keep) * r.mean  # what the positive-part factor left out may be signal after all
-        epistemic = np.square(shared_std) + np.square(r.sigma) + np.square(dropped)
-        spread = np.sqrt(np.square(fitted.simultaneous) * epistemic + np.square(model_error))
-        return GaussianPredictive(v + shared + fitted.keep * r.mean, np.maximum(spread, SPREAD_FLOOR_PU))
+        return QueryParts(
+            mean=v + shared + fitted.keep * r.mean,
+            corrected=v + shared,
+            fp=fp,
+            fq=fq,
+            other=np.square(r.sigma) + np.square(dropped),
+            model_error=MODEL_ERROR_GAIN * fitted.share * np.abs(probe_error),
+        )
+
+
+@dataclass(frozen=True)
+class QueryParts:
+    """network-fit's predictive at some queries (m, k each), its branch stage's std left to be given."""
+
+    mean: np.ndarray
+    corrected: np.ndarray  # the model's voltages with the branch correction: |V|^2 / 2's std over it is |V|'s
+    fp: np.ndarray  # the branch stage's inputs (m, k) at the queries
+    fq: np.ndarray
+    other: np.ndarray  # the per-bus stage's epistemic variance
+    model_error: np.ndarray  # what a linear correction misses off the context
+
+    def branch_std(self, half_square_std: np.ndarray) -> np.ndarray:
+        """The branch stage's std of |V| from that of |V|^2 / 2 (first order: d|V| = d(|V|^2 / 2) / |V|)."""
+        std: np.ndarray = half_square_std / self.corrected
+        return std
+
+    def predictive(
+        self, fitted: NetworkFitted, branch_std: np.ndarray | None, metered: np.ndarray
+    ) -> GaussianPredictive:
+        """The predictive with this branch std (None: no branch stage); `metered` (k,): the buses read."""
+        epistemic = self.other
+        if branch_std is not None and fitted.branches is not None:
+            # a bus no meter reads: its branch correction is as uncertain as held-out meters' errors say, and at
+            # least as uncertain as the linearisation (models.branch_correction)
+            unseen = np.hypot(branch_std * fitted.branches.unseen, fitted.branches.unseen_floor / self.corrected)
+            epistemic = epistemic + np.square(np.where(metered > 0, branch_std, unseen))
+        spread = np.sqrt(np.square(fitted.simultaneous) * epistemic + np.square(self.model_error))
+        return GaussianPredictive(self.mean, np.maximum(spread, SPREAD_FLOOR_PU))
+
+
+def _weights(
+    branches: BranchCorrection, fp: np.ndarray, fq: np.ndarray, half_square: np.ndarray, read: np.ndarray
+) -> np.ndarray:
+    """(k,) each bus's readings' precision relative to the others', from their misfit to a first fit: where
+    loads are guessed (unmetered, at typical values) a bus whose path carries more of them reads more of
+    their spread, so readings near the substation are trusted more than those at the feeder's ends."""
+    misfit = np.where(read, np.square(half_square - branches.posterior(fp, fq, with_std=False)[0]), 0.0)
+    var = misfit.sum(axis=0) / np.maximum(read.sum(axis=0), 1)
+    seen = read.any(axis=0) & (var > 0)
+    if not seen.any():
+        return np.ones(read.shape[1])
+    typical = float(np.mean(var[seen]))
+    weights: np.ndarray = np.clip(
+        np.where(seen, typical / np.maximum(var, typical * WEIGHT_RANGE), 1.0), WEIGHT_RANGE, 1.0 / WEIGHT_RANGE
+    )
+    return weights
 
 
 def _positive_part(fitted: np.ndarray, std: np.ndarray, read: np.ndarray) -> np.ndarray:
@@ -320,8 +312,9 @@ def _positive_part(fitted: np.ndarray, std: np.ndarray, read: np.ndarray) -> np.
 def general_card(max_context: int) -> dict[str, Any]:
     return width_free_card(
         NAME,
-        "the network's own AC power flow plus a correction fitted on the context: one per branch, shared by "
-        "every bus below it, then per bus (Bayesian linear, maximum evidence); the spread is the correction's "
+        "the network's own AC power flow plus a correction fitted on the context: one per branch (DistFlow, a "
+        "relative impedance error each), shared by every bus below it, then per bus (Bayesian linear, maximum "
+        "evidence); contexts may leave voltages and loads unmetered (null); the spread is the correction's "
         "posterior (for all buses at once) plus the network-model error a linear correction misses, which "
         "grows off the context (models.network_fit)",
         "network power flow",
@@ -333,8 +326,49 @@ def card_for(network: Any, max_context: int) -> dict[str, Any]:
     return on_network(general_card(max_context), network)
 
 
+def branch_impedance(network: Any, below: np.ndarray) -> np.ndarray:
+    """(2k,) the voltage drop (p.u.) per MW, then per MVAr, through the branch into each output bus.
+
+    On a radial feeder the reduced impedance matrix's diagonal sums the branches from the substation,
+    so a branch's own impedance is its bus's entry less its parent's (transformers and lines alike)."""
+    z = np.asarray(network.zbus()[0].numpy()).diagonal()
+    depth = below.sum(axis=0)
+    parent = np.where(below, depth[:, None], -1)
+    np.fill_diagonal(parent, -1)
+    own = z - np.where(parent.max(axis=0) > 0, z[parent.argmax(axis=0)], 0.0)
+    return np.concatenate([np.abs(own.real), np.abs(own.imag)]) / float(network.sn_mva)
+
+
 def method_for(network: Any) -> NetworkFitMethod:
     from gridsim.api import VoltageModel as NetworkVoltages
     from gridsim.tree import downstream
 
-    return NetworkFitMethod(NetworkVoltages(network), downstream(network), network.load_positions, network.base_x)
+    below = downstream(network)
+    impedance = branch_impedance(network, below)
+    return NetworkFitMethod(
+        NetworkVoltages(network), below, network.load_positions, impedance, network.base_x, bus_shunts(network)
+    )
+
+
+def bus_shunts(network: Any) -> np.ndarray:
+    """(k,) complex MW + j MVAr that each output bus's shunts draw at 1 p.u.: half of each line's charging and
+    each transformer's magnetising at either end (pi model), and bus shunts (a capacitance draws -j B)."""
+    index = {int(b): i for i, b in enumerate(network.output_buses)}
+    drawn = np.zeros(len(index), dtype=np.complex128)
+
+    def add(buses: Any, admittance: np.ndarray) -> None:
+        for bus, y in zip(np.asarray(buses).tolist(), admittance.tolist(), strict=True):
+            if int(bus) in index:  # at the slack it changes no flow
+                drawn[index[int(bus)]] += np.conj(y) * network.sn_mva
+
+    for ends, g, b in (
+        ((network.from_bus, network.to_bus), network.line_g_pu, network.line_b_pu),
+        ((network.trafo_hv_bus, network.trafo_lv_bus), network.trafo_g_pu, network.trafo_b_pu),
+    ):
+        count = len(ends[0])
+        half = (np.resize(np.asarray(g, dtype=np.float64), count) if len(g) else np.zeros(count)) / 2.0
+        half = half + 1j * (np.resize(np.asarray(b, dtype=np.float64), count) if len(b) else np.zeros(count)) / 2.0
+        for side in ends:
+            add(side, half)
+    add(network.shunt_bus, np.asarray(network.shunt_y_pu, dtype=np.complex128))
+    return drawn

@@ -24,6 +24,7 @@ from service.http.routers import (
     context_sets,
     health,
     hosting_capacity,
+    meter_placement,
     model_cards,
     networks,
     predict,
@@ -100,6 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         simulate,
         studies,
         hosting_capacity,
+        meter_placement,
         batch_jobs,
         ui,
     ):

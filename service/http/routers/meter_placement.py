@@ -1,0 +1,77 @@
+"""POST /v1/meter-placement: the buses no meter reads, ranked by how much one meter there would shrink
+the largest predictive spread over the given queries (models.meter_placement; flow in
+service.engine.placement).
+
+A route of its own rather than a predict option: its answer is a ranking of buses, not a distribution
+per query, it costs a posterior update per candidate, and only network-fit has a posterior to update."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from pydantic import ConfigDict, Field, model_validator
+from starlette.responses import Response
+
+from service.engine import placement as engine
+from service.engine.runtime import Runtime
+from service.engine.tenants import Tenant
+from service.http.auth import require_api_key
+from service.http.deps import get_runtime, problems
+from service.http.fast_json import OrjsonRoute
+from service.http.responses import json_response
+from service.http.schemas import ONE_CONTEXT, ContextData, ContextId, Matrix, ModelVersion, Strict, StrictInt
+
+router = APIRouter(prefix="/v1", tags=["planning"], route_class=OrjsonRoute, dependencies=[Depends(require_api_key)])
+
+
+class MeterPlacementRequest(Strict):
+    """The context (as for predict: it may leave buses and loads unmetered, null), the queries to predict
+    well, and how many ranked buses to answer."""
+
+    context: ContextData | None = None
+    context_id: ContextId | None = None
+    model: str = Field(engine.PLACING_MODEL, description="network-fit (the model whose posterior placement updates)")
+    version: ModelVersion | None = None
+    queries: Matrix = Field(description="(queries, features) load vectors the next meter should serve")
+    top: StrictInt = Field(5, ge=1, le=10_000, description="how many ranked buses to answer")
+
+    model_config = ConfigDict(json_schema_extra={"oneOf": ONE_CONTEXT})
+
+    @model_validator(mode="after")
+    def _check(self) -> MeterPlacementRequest:
+        if (self.context is None) == (self.context_id is None):
+            raise ValueError("give either context or context_id (exactly one)")
+        return self
+
+
+@router.post(
+    "/meter-placement",
+    responses=problems(401, 404, 413, 422, 503),
+    summary="Unmetered buses ranked by the largest predictive spread a meter there would leave",
+)
+async def meter_placement(
+    body: MeterPlacementRequest, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
+) -> Response:
+    """`largest_std` is the largest predictive std (p.u.) over every query and bus; `current_largest_std`
+    with today's meters. Empty `buses` when the context reads every bus."""
+    answer = await engine.placement(rt, body, tenant)
+    result = answer.result
+    return json_response(
+        {
+            "model": answer.model,
+            "version": answer.version,
+            "network": answer.network,
+            "context_id": answer.context_id,
+            "queries": answer.queries,
+            "current_largest_std": result.current,
+            "buses": [
+                {
+                    "bus": answer.buses[int(j)],
+                    "output": answer.outputs[int(j)],
+                    "largest_std": float(spread),
+                    "largest_at": answer.outputs[int(worst)],
+                }
+                for j, spread, worst in zip(result.candidates, result.largest_spread, result.worst_bus, strict=True)
+            ],
+            "timing": {"total_ms": answer.seconds * 1e3, "context_cached": answer.context_cached},
+        }
+    )
