@@ -21,12 +21,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from models.errors import RowsRefused
 from models.predictive import Method
 
 # The band's low limit as the method is asked it: far below any real voltage, so p_outside is P(above).
 _NO_LOW_LIMIT = 1e-6
 # Rows the method is asked at once (a candidate's rows times the buses still unresolved).
 CHUNK_ROWS = 65_536
+# Halvings of [0, max_mw] the search makes at most: its resolution is max_mw / 2**BISECTION_STEPS.
+BISECTION_STEPS = 12
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class HostingCapacity:
     curve_mw: np.ndarray  # (c, curve_points)
     curve_risk: np.ndarray  # (c, curve_points)
     rows_asked: int  # query rows the method answered: the study's cost
+    resolution_mw: float  # the search's step: the capacity is within this below the size where the risk passes alpha
 
 
 class _Risk:
@@ -69,13 +73,20 @@ class _Risk:
         self.dark_risk = float(self._row_risk(dark).max()) if len(dark) else 0.0
 
     def _row_risk(self, rows: np.ndarray) -> np.ndarray:
-        """(n,) P(some bus above the limit) per row, union bound."""
-        out = np.empty(len(rows))
+        """(n,) P(some bus above the limit) per row, union bound; a row whose power flow has no solution
+        (more PV than the feeder can carry) is as far over the limit as it gets: risk 1."""
+        out = np.ones(len(rows))
         for start in range(0, len(rows), CHUNK_ROWS):
-            block = rows[start : start + CHUNK_ROWS]
-            summary = self.method.summarize(self.fitted, block, (), (_NO_LOW_LIMIT, self.study.upper_pu))
-            assert summary.p_outside is not None
-            out[start : start + CHUNK_ROWS] = np.minimum(summary.p_outside.sum(axis=1), 1.0)
+            block = np.arange(start, min(start + CHUNK_ROWS, len(rows)))
+            while block.size:
+                try:
+                    summary = self.method.summarize(self.fitted, rows[block], (), (_NO_LOW_LIMIT, self.study.upper_pu))
+                except RowsRefused as exc:
+                    block = np.delete(block, exc.rows)  # those stay at 1; the rest are asked again
+                    continue
+                assert summary.p_outside is not None
+                out[block] = np.minimum(summary.p_outside.sum(axis=1), 1.0)
+                break
         self.rows_asked += len(rows)
         return out
 
@@ -91,21 +102,28 @@ class _Risk:
         return out
 
 
+def passes(study: HostingCapacityStudy) -> int:
+    """How many times the search asks the method for every candidate's rows, at most: the size check, the
+    bisection, the curve. A study's cost in query rows is this x candidates x rows."""
+    return 2 + BISECTION_STEPS + study.curve_points
+
+
 def hosting_capacity(method: Method, fitted: object, study: HostingCapacityStudy) -> HostingCapacity:
     """The study's answer (see the module docstring)."""
     risk = _Risk(method, fitted, study)
     c = len(study.candidates)
     base = risk(study.candidates[:1], np.zeros(1))[0] if c else 0.0
     lo, hi = np.zeros(c), np.full(c, float(study.max_mw))
+    tolerance = max(study.tolerance_mw, study.max_mw / 2**BISECTION_STEPS)
     at_max = risk(study.candidates, hi) <= study.alpha if base <= study.alpha else np.zeros(c, dtype=bool)
     lo[at_max] = hi[at_max]
     open_ = np.flatnonzero(~at_max) if base <= study.alpha else np.zeros(0, dtype=int)
-    while open_.size and float(np.max(hi[open_] - lo[open_])) > study.tolerance_mw:
+    while open_.size and float(np.max(hi[open_] - lo[open_])) > tolerance:
         mid = 0.5 * (lo[open_] + hi[open_])
         held = risk(study.candidates[open_], mid) <= study.alpha
         lo[open_[held]] = mid[held]
         hi[open_[~held]] = mid[~held]
-        open_ = open_[hi[open_] - lo[open_] > study.tolerance_mw]
+        open_ = open_[hi[open_] - lo[open_] > tolerance]
     top = np.minimum(np.maximum(2.0 * lo, 0.1 * study.max_mw), study.max_mw)
     curve_mw = top[:, None] * np.linspace(0.0, 1.0, study.curve_points)[None, :]
     flat = risk(np.repeat(study.candidates, study.curve_points), curve_mw.ravel()) if c else np.zeros(0)
@@ -116,4 +134,5 @@ def hosting_capacity(method: Method, fitted: object, study: HostingCapacityStudy
         curve_mw=curve_mw,
         curve_risk=flat.reshape(c, study.curve_points),
         rows_asked=risk.rows_asked,
+        resolution_mw=tolerance,
     )

@@ -317,6 +317,7 @@ class _Endpoints:
         upper_pu: float = 1.05,
         alpha: float = 0.05,
         max_kw: float | None = None,
+        curve_points: int = 11,
         network: str | None = None,
     ) -> Call:
         """POST /v1/hosting-capacity: per candidate bus the largest PV (kW) with P(a bus above `upper_pu`)
@@ -324,7 +325,7 @@ class _Endpoints:
         risk-vs-kW curve as lists), the request's facts in `.attrs`."""
         fields = _query_fields(context_id, context, (), None, network)
         fields.pop("quantiles")
-        fields.update(model=model, upper_pu=upper_pu, alpha=alpha, max_kw=max_kw)
+        fields.update(model=model, upper_pu=upper_pu, alpha=alpha, max_kw=max_kw, curve_points=curve_points)
         optional = {"buses": buses, "load_scales": load_scales, "pv_profile": pv_profile}
         fields.update({k: [float(v) if k != "buses" else int(v) for v in vs] for k, vs in optional.items() if vs})
         if loads is not None:

@@ -1,9 +1,9 @@
 """POST /v1/hosting-capacity's flow: a study's rows and candidates checked, the model fitted on the
 context (the same cached encoding predict uses), models.hosting_capacity run in a pool worker.
 
-A study asks the model for about (bisection steps + curve points) x candidates x rows query rows; the
-product candidates x rows is bounded by GRIDPFN_MAX_QUERIES (the limit of one predict request), so one
-study costs at most a few dozen large predicts."""
+A study asks the model for at most (2 + bisection steps + curve points) x candidates x rows query rows
+(models.hosting_capacity.passes); that product is bounded by GRIDPFN_MAX_STUDY_ROWS before any work,
+so a small body cannot ask for minutes of model time."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from models.hosting_capacity import HostingCapacity, HostingCapacityStudy, hosting_capacity
+from models.hosting_capacity import HostingCapacity, HostingCapacityStudy, hosting_capacity, passes
 from service.engine.checks import load_rows
 from service.engine.errors import InvalidInput, TooLarge
 from service.engine.inference import context_of
@@ -43,11 +43,13 @@ class StudyAnswer:
 
 
 def _rows(req: Any, net: Any) -> np.ndarray:
+    """The study's rows: as given, or the base consumption x each scale with the network's own generation
+    at full output (scaling consumption leaves generation: light load with every PV producing is the
+    case that lifts voltages most)."""
     if req.loads is not None:
         return load_rows(req.loads, net, "loads")
-    base = np.concatenate([net.base_p_mw, net.base_q_mvar])
     scales = req.load_scales if req.load_scales is not None else DEFAULT_SCALES
-    return np.stack([base * float(s) for s in scales])
+    return np.stack([net.base_consumption * float(s) - net.base_generation for s in scales])
 
 
 def _candidates(req: Any, net: Any) -> tuple[list[int], np.ndarray]:
@@ -83,14 +85,7 @@ async def study(rt: Runtime, req: Any, tenant: Tenant) -> StudyAnswer:
     rt.checks.accepts(loaded, ctx)  # a sparse context only for a model that accepts missing values
     rows = _rows(req, net)
     buses, positions = _candidates(req, net)
-    limit = rt.settings.max_queries
-    if len(rows) * len(buses) > limit:
-        raise TooLarge(
-            "loads",
-            f"{len(rows)} load rows x {len(buses)} candidate buses is over the limit",
-            f"rows x buses at most {limit} (GRIDPFN_MAX_QUERIES): fewer rows or name `buses`",
-        )
-    max_kw = req.max_kw if req.max_kw is not None else 2e3 * float(np.sum(np.abs(net.base_p_mw)))
+    max_kw = req.max_kw if req.max_kw is not None else 2e3 * float(np.sum(np.abs(net.base_consumption[: net.n_load])))
     spec = HostingCapacityStudy(
         loads=rows,
         profile=_profile(req, len(rows)),
@@ -101,6 +96,15 @@ async def study(rt: Runtime, req: Any, tenant: Tenant) -> StudyAnswer:
         tolerance_mw=max_kw / 1e3 * RESOLUTION,
         curve_points=req.curve_points,
     )
+    limit, work = rt.settings.max_study_rows, len(rows) * len(buses) * passes(spec)
+    if work > limit:
+        raise TooLarge(
+            "loads",
+            f"{len(rows)} load rows x {len(buses)} candidate buses x {passes(spec)} search passes is {work} "
+            "model rows, over the limit",
+            f"rows x buses x (14 + curve_points) at most {limit} (GRIDPFN_MAX_STUDY_ROWS): fewer rows, name "
+            "`buses`, or fewer curve_points",
+        )
     encoded, hit, _ = await rt.fits.prepared(loaded, ctx)
     result = await rt.executor.run(hosting_capacity, loaded.method, encoded.value, spec)
     names = net.bus_names or tuple(str(b) for b in net.bus_numbers)

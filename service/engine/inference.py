@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from models.errors import RowsRefused
 from models.off_context import ContextGeometry
 from service.engine.answers import (
     Answer,
@@ -30,7 +31,7 @@ from service.engine.answers import (
     placed_answer,
 )
 from service.engine.context_sets import ContextSet
-from service.engine.errors import NonFiniteAnswer
+from service.engine.errors import InputRejected, NonFiniteAnswer
 from service.engine.executor import Encoded
 from service.engine.runtime import Runtime
 from service.engine.tenants import Tenant
@@ -62,7 +63,19 @@ async def _direct_split(
         return await rt.executor.run(_direct, method, fitted, geometry, queries, spec)
     t0 = time.perf_counter()
     blocks = np.array_split(queries, parts)
-    done = await asyncio.gather(*(rt.executor.run(_direct, method, fitted, geometry, block, spec) for block in blocks))
+    starts = np.cumsum([0] + [len(b) for b in blocks[:-1]])
+
+    async def part(block: np.ndarray, start: int) -> tuple[Answer, OffContext, float]:
+        try:
+            return await rt.executor.run(_direct, method, fitted, geometry, block, spec)
+        except InputRejected as exc:  # the rows in the request's numbering, not the block's
+            refused = exc.__cause__
+            if not isinstance(refused, RowsRefused) or not start:
+                raise
+            moved = RowsRefused(refused.field, [start + r for r in refused.rows], refused.reason, refused.expected)
+            raise InputRejected(moved) from moved
+
+    done = await asyncio.gather(*(part(block, int(start)) for block, start in zip(blocks, starts, strict=True)))
     answer = Answer.concat([a for a, _, _ in done])
     return answer, OffContext.concat([placed for _, placed, _ in done]), time.perf_counter() - t0
 
@@ -140,7 +153,7 @@ async def predict(rt: Runtime, req: Any, tenant: Tenant) -> PredictAnswer:
         timing=Timing(time.perf_counter() - t0, ModelTiming(encoded.seconds, predict_s, hit, batch_rows), gp_timing),
         version=loaded.version,
         gp=gp,
-        metering=ctx.metering,
+        metering=ctx.metering.with_fit(encoded.value),
     )
 
 

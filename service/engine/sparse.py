@@ -12,7 +12,7 @@ measured (a load never metered cannot place a query relative to it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -25,19 +25,31 @@ ACCEPTING_MODEL = "network-fit"  # named in refusals: the served model whose met
 
 @dataclass(frozen=True)
 class Metering:
-    """Per output bus: how many context rows read its voltage, and whether any did."""
+    """Per output bus: how many context rows read its voltage, whether any did, and (from a model whose fit
+    says so: network-fit) how well the context determines it."""
 
     readings: np.ndarray  # (k,) int64
     metered: np.ndarray  # (k,) bool
+    determined: np.ndarray | None = None  # (k,) in [0, 1]: 1 - the correction's posterior std / its prior std
 
     @classmethod
     def of(cls, y: np.ndarray) -> Metering:
         readings = np.ascontiguousarray((~np.isnan(y)).sum(axis=0), dtype=np.int64)
         return cls(readings, readings > 0)
 
+    def with_fit(self, fitted: Any) -> Metering:
+        """With the fit's `determined` where the model's fit has one (network-fit's NetworkFitted)."""
+        determined = getattr(fitted, "determined", None)
+        if determined is None:
+            return self
+        return replace(self, determined=np.clip(np.asarray(determined, dtype=np.float64), 0.0, 1.0))
+
     def json(self) -> dict[str, list[Any]]:
-        """The answer's `metered` and `readings` fields (plain lists: also written into Arrow metadata)."""
-        return {"metered": self.metered.tolist(), "readings": self.readings.tolist()}
+        """The answer's `metered`, `readings` (and `determined`) fields (plain lists: also in Arrow metadata)."""
+        out = {"metered": self.metered.tolist(), "readings": self.readings.tolist()}
+        if self.determined is not None:
+            out["determined"] = [round(float(v), 6) for v in self.determined]
+        return out
 
 
 def missing_in(x: np.ndarray, y: np.ndarray) -> str | None:
@@ -102,7 +114,8 @@ def geometry(x: np.ndarray) -> ContextGeometry:
 
 def fit(method: Any, x: np.ndarray, y: np.ndarray, typical_loads: np.ndarray | None) -> Any:
     """`method.fit` on a context, given its typical loads (the pseudo-measurements of unmetered loads) when
-    it has them: network-fit takes them as `typical_loads`, else the network's base loads."""
-    if typical_loads is None:
+    it has them: network-fit takes them as `typical_loads`, else the network's base loads. A method that does not
+    accept missing values is only ever given a full context, where typical loads stand in for nothing."""
+    if typical_loads is None or not getattr(method, "accepts_missing", False):
         return method.fit(x, y)
     return method.fit(x, y, typical_loads=typical_loads)

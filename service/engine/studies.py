@@ -16,9 +16,11 @@ import numpy as np
 
 from gridsim.errors import NetworkError
 from gridsim.scenarios import DER, Expanded, Scenario, TimeSeries, expand
+from models.errors import RowsRefused
 from service.engine.answers import AnswerSpec, ModelTiming, OffContext, Statistics
-from service.engine.errors import InvalidInput, TooLarge
+from service.engine.errors import InputRejected, InvalidInput, TooLarge
 from service.engine.inference import context_of, model_answer
+from service.engine.load_table import LOAD_LIMIT
 from service.engine.runtime import Runtime
 from service.engine.tenants import Tenant
 
@@ -114,6 +116,42 @@ def _factors(values: Any, steps: int, name: str) -> np.ndarray:
         ) from None
 
 
+def _check_size(rt: Runtime, req: Any, net: Any) -> None:
+    """The rows the study would expand to (scenarios x years x steps), counted before any is built."""
+    steps = 1 if req.time_series is None else len(req.time_series.timestamps)
+    rows = sum(len(s.years) for s in req.scenarios) * steps
+    limit = rt.settings.max_study_rows
+    if rows > limit:
+        raise TooLarge(
+            "scenarios",
+            f"the study expands to {rows} rows (scenarios x years x steps), over the limit",
+            f"at most {limit} rows (GRIDPFN_MAX_STUDY_ROWS); more: POST /v1/batch-jobs",
+        )
+    if req.detail == "long" and rows * net.n_outputs > MAX_LONG_ENTRIES:
+        raise TooLarge(
+            "detail",
+            f"{rows} rows x {net.n_outputs} buses is too long an answer",
+            f'at most {MAX_LONG_ENTRIES} entries in the long format: "detail": "summary"',
+        )
+
+
+def _row_name(expanded: Expanded, row: int) -> str:
+    stamp = "" if expanded.timestamp is None else f", step {expanded.timestamp[row]}"
+    return f"scenario {expanded.scenario[row]!r}, year {expanded.year[row]}{stamp}"
+
+
+def _check_loads(expanded: Expanded) -> None:
+    """The rows within the loads a request may send (LOAD_LIMIT): growth over a century or a DER of 10 GW
+    is not a question any model can answer."""
+    bad = np.flatnonzero(~(np.abs(expanded.rows) <= LOAD_LIMIT).all(axis=1))
+    if bad.size:
+        raise InvalidInput(
+            "scenarios",
+            f"{_row_name(expanded, int(bad[0]))}: a load beyond {LOAD_LIMIT:g} MW ({bad.size} such row(s))",
+            f"loads within +-{LOAD_LIMIT:g} MW / Mvar after scaling, growth and DER",
+        )
+
+
 async def study(rt: Runtime, req: Any, tenant: Tenant) -> StudyAnswer:
     """The answer to a StudyRequest from `tenant`."""
     t0 = time.perf_counter()
@@ -122,27 +160,23 @@ async def study(rt: Runtime, req: Any, tenant: Tenant) -> StudyAnswer:
     loaded = await rt.models.choose(req.model, net, req.version)
     rt.checks.context_size(loaded, ctx)
     rt.checks.accepts(loaded, ctx)  # a sparse context only for a model that accepts missing values
+    _check_size(rt, req, net)  # before any row is built: a small body can ask for billions
     try:
-        expanded = expand(net, _scenarios(req), _series(req))
+        expanded = await rt.executor.run(expand, net, _scenarios(req), _series(req))
     except NetworkError as exc:
         raise InvalidInput(exc.field, exc.problem, exc.expected) from None
-    limit = rt.settings.max_study_rows
-    if len(expanded.rows) > limit:
-        raise TooLarge(
-            "scenarios",
-            f"the study expands to {len(expanded.rows)} rows, over the limit",
-            f"at most {limit} rows (GRIDPFN_MAX_STUDY_ROWS); more: POST /v1/batch-jobs",
-        )
-    if req.detail == "long" and len(expanded.rows) * net.n_outputs > MAX_LONG_ENTRIES:
-        raise TooLarge(
-            "detail",
-            f"{len(expanded.rows)} rows x {net.n_outputs} buses is too long an answer",
-            f'at most {MAX_LONG_ENTRIES} entries in the long format: "detail": "summary"',
-        )
+    _check_loads(expanded)
     band = tuple(req.voltage_band) if req.voltage_band is not None else DEFAULT_BAND
     levels = tuple(sorted(req.quantiles)) if req.quantiles else DEFAULT_QUANTILES
     spec = AnswerSpec(levels, (float(band[0]), float(band[1])))
-    statistics, placed, timing = await model_answer(rt, loaded, ctx, expanded.rows, spec)
+    try:
+        statistics, placed, timing = await model_answer(rt, loaded, ctx, expanded.rows, spec)
+    except InputRejected as exc:  # rows the model refused: named by the study's rows, not as "queries"
+        refused = exc.__cause__
+        if not isinstance(refused, RowsRefused):
+            raise
+        where = _row_name(expanded, refused.rows[0])
+        raise InvalidInput("scenarios", f"{where}: {refused.reason}", refused.expected) from None
     names = net.bus_names or tuple(str(b) for b in net.bus_numbers)
     by_number = dict(zip(net.bus_numbers, names, strict=True))
     step_hours = None if req.time_series is None else req.time_series.step_hours

@@ -286,6 +286,11 @@ class PredictResponse(BaseModel):
         None, description="per output bus: whether the context read its voltage in any row (absent for the exact GP)"
     )
     readings: list[int] | None = Field(None, description="per output bus: how many context rows read its voltage")
+    determined: list[float] | None = Field(
+        None,
+        description="per output bus, network-fit only: how well the context determines its correction, "
+        "1 - posterior std / prior std (0: the network model alone, 1: pinned by readings)",
+    )
 
 
 class ContextSetInfo(BaseModel):

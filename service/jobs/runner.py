@@ -155,7 +155,7 @@ def _run_chunks(
     def finish(index: int, inputs: Any, answer: Answer, placed: OffContext, truth: Any) -> bool:
         """Write chunk `index` and record it; runs beside the next chunk's forward pass."""
         t0 = time.perf_counter()
-        table = results.chunk_table(spec, inputs, answer, placed, truth, context.metering)
+        table = results.chunk_table(spec, inputs, answer, placed, truth, context.metering.with_fit(encoded))
         results.write_part(files, index, table)
         if streamed is not None:
             streamed.append(index, table)

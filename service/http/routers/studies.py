@@ -4,6 +4,7 @@ query rows, answered per bus as a risk summary and, optionally, a long table (se
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -27,6 +28,7 @@ Factor = Annotated[float, Field(ge=0.0, le=100.0, allow_inf_nan=False)]
 Power = Annotated[float, Field(ge=-1e7, le=1e7, allow_inf_nan=False)]
 Year = Annotated[int, Field(ge=0, le=100, strict=True)]
 MAX_STEPS = 100_000
+BUS_KEY = re.compile(r"[0-9]{1,9}", re.ASCII)  # a bus number as a JSON object key
 
 
 class DERAddition(Strict):
@@ -46,9 +48,13 @@ class ScenarioSpec(Strict):
 
     @model_validator(mode="after")
     def _buses(self) -> ScenarioSpec:
+        seen: set[int] = set()
         for key in self.bus_load_scale or {}:
-            if not key.lstrip("-").isdigit():
-                raise ValueError(f"bus_load_scale: key {key!r} is not a bus number")
+            if not BUS_KEY.fullmatch(key):
+                raise ValueError(f"bus_load_scale: key {key[:20]!r} is not a bus number")
+            if int(key) in seen:
+                raise ValueError(f"bus_load_scale: bus {int(key)} is named twice")
+            seen.add(int(key))
         return self
 
 

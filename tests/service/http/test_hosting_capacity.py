@@ -58,4 +58,38 @@ def test_a_study_the_service_cannot_run_is_refused_naming_the_field(client, scen
     many = client.post(
         "/v1/hosting-capacity", json={"context": context, "load_scales": [0.1 * i for i in range(1, 11)]}
     )
-    assert "GRIDPFN_MAX_QUERIES" in str(assert_problem(many, 413, "loads")["errors"])  # 10 rows x 32 buses > 200
+    assert "GRIDPFN_MAX_STUDY_ROWS" in str(assert_problem(many, 413, "loads")["errors"])  # 10 x 32 x 25 > 200
+
+
+def test_a_feeders_own_generation_stays_at_full_output_and_too_large_a_search_still_answers(client):
+    """Red-team findings: load_scales scaled the net's own PV with its loads (an unsafe capacity); a search
+    ceiling where the power flow has no solution was a 422; a tiny body could ask for minutes of work."""
+    import pandapower as pp
+
+    from gridsim.feeders import from_pandapower_json
+    from tests.gridsim.feeder_cases import small_feeder
+
+    net = small_feeder()
+    pp.create_sgen(net, 3, p_mw=0.6)  # more PV on the far bus: the base case already lifts voltages
+    text = pp.to_json(net)
+    nid = client.post("/v1/networks", content=text, headers={"content-type": "application/json"}).json()["id"]
+    feeder = from_pandapower_json(text)
+    rng = np.random.default_rng(3)
+    x = feeder.base_x * (1 + 0.2 * rng.uniform(-1, 1, (60, feeder.n_features)))
+    context = {"x": rows(x), "y": rows(VoltageModel(feeder)(x)), "network": nid}
+    body = {"context": context, "load_scales": [0.3], "max_kw": 20_000.0, "upper_pu": 1.03}
+    response = client.post("/v1/hosting-capacity", json=body)
+    assert response.status_code == 200, response.text
+    light = (feeder.base_consumption * 0.3 - feeder.base_generation)[None]
+    for entry in response.json()["buses"]:
+        at = list(feeder.load_buses).index(entry["bus"])
+        exact = _exact(feeder, light, at, 1.03, 20.0) * 1e3
+        assert abs(entry["hosting_capacity_kw"] - exact) <= max(0.05 * exact, 2 * response.json()["resolution_kw"])
+    assert response.json()["resolution_kw"] == 20_000.0 / 4096
+    scenarios_x = gridsim.simulate(100, 0.1, 4)
+    big = {
+        "context": {"x": rows(scenarios_x.x), "y": rows(scenarios_x.vm_pu)},
+        "load_scales": [0.1 * i for i in range(1, 6)],
+        "curve_points": 101,
+    }
+    assert "GRIDPFN_MAX_STUDY_ROWS" in str(assert_problem(client.post("/v1/hosting-capacity", json=big), 413)["errors"])

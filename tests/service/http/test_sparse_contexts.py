@@ -78,6 +78,10 @@ def test_inline_nulls_in_x_and_y_predict_every_bus_and_say_which_were_metered(cl
     # the never-metered bus is predicted from the network model: close to the power flow's truth, with a spread
     assert np.abs(mean[:, NEVER] - truth[:, NEVER]).max() < 2e-3
     assert (std[:, NEVER] > 0).all()
+    # network-fit says per bus how well the context determines it: the bus no meter reads, least of all
+    determined = np.asarray(answer["determined"])
+    assert determined.shape == (32,) and np.all((determined >= 0) & (determined <= 1))
+    assert determined[NEVER] < np.median(determined)
     assert np.abs(mean - truth).max() < 5e-3
     # the same context sent with the bus column read everywhere changes the answer's metering
     full = client.post("/v1/predict", json={**body, "context": {"x": nulled(x), "y": sparse_y_read(y)}})
@@ -276,3 +280,13 @@ def test_csv_and_parquet_context_uploads_take_empty_and_nan_cells(client, sparse
         client.post("/ui/api/context-sets", files={"file": ("i.csv", infinite.to_csv(index=False).encode())}), 422
     )
     assert problem["errors"][0]["row"] == 7 and problem["errors"][0]["column"] == NET.feature_names[2]
+
+
+def test_typical_loads_with_a_full_context_and_a_model_that_needs_none_are_ignored(client, scenarios):
+    """Red-team finding: typical loads sent with every value given reached a checkpoint's fit (a 500)."""
+    x, y = scenarios
+    for model in (MODEL, "physics-fit"):
+        body = {"model": model, "context": {"x": x.tolist(), "y": y.tolist(), "typical_loads": [0.1] * 64}}
+        response = client.post("/v1/predict", json={**body, "queries": x[:3].tolist()})
+        assert response.status_code == 200, response.text
+        assert "determined" not in response.json()  # only network-fit's fit says how well each bus is known

@@ -97,3 +97,28 @@ def test_a_study_the_service_cannot_run_names_the_field(client, scenarios):
     )
     big = {"timestamps": [str(i) for i in range(201)]}  # 201 rows > the test server's 200 study rows
     assert_problem(client.post("/v1/studies", json={"context": context, "scenarios": [{}], "time_series": big}), 413)
+
+
+def test_a_small_body_cannot_ask_for_a_huge_or_impossible_study(client, scenarios):
+    """Red-team findings: rows are counted before any is built; loads beyond the request limit and power
+    flows with no solution are named by scenario, not as queries the user never sent; bus keys are numbers."""
+    x, y = scenarios
+    context = {"x": rows(x), "y": rows(y)}
+    huge = {
+        "context": context,
+        "scenarios": [{"years": list(range(100))}] * 1000,
+        "time_series": {"timestamps": [str(i) for i in range(1000)]},
+        "detail": "summary",
+    }
+    assert "100000000 rows" in assert_problem(client.post("/v1/studies", json=huge), 413, "scenarios")["detail"]
+    century = {"context": context, "scenarios": [{"name": "doubling", "growth_rate": 1.0, "years": [100]}]}
+    detail = assert_problem(client.post("/v1/studies", json=century), 422, "scenarios")["detail"]
+    assert "'doubling', year 100" in detail and "beyond 1000 MW" in detail
+    too_much_pv = {"context": context, "scenarios": [{"name": "500 MW", "der": [{"bus": 18, "kw": 5e5}]}]}
+    detail = assert_problem(client.post("/v1/studies", json=too_much_pv), 422, "scenarios")["detail"]
+    assert "'500 MW', year 0" in detail
+    for key in ("²", "1" * 5000):
+        odd = {"context": context, "scenarios": [{"bus_load_scale": {key: 1.5}}]}
+        assert_problem(client.post("/v1/studies", json=odd), 422)
+    twice = {"context": context, "scenarios": [{"bus_load_scale": {"18": 1.5, "018": 2.0}}]}
+    assert "named twice" in assert_problem(client.post("/v1/studies", json=twice), 422)["detail"]
