@@ -16,7 +16,7 @@ import numpy as np
 from models.hosting_capacity import HostingCapacity, HostingCapacityStudy, hosting_capacity, passes
 from service.engine.checks import load_rows
 from service.engine.errors import InvalidInput, TooLarge
-from service.engine.inference import context_of
+from service.engine.inference import model_and_context
 from service.engine.runtime import Runtime
 from service.engine.tenants import Tenant
 
@@ -28,7 +28,7 @@ RESOLUTION = 1.0 / 4096
 
 
 @dataclass(frozen=True)
-class StudyAnswer:
+class HostingAnswer:
     model: str
     version: str | None
     network: str
@@ -75,14 +75,10 @@ def _profile(req: Any, rows: int) -> np.ndarray:
     return np.asarray(req.pv_profile, dtype=np.float64)
 
 
-async def study(rt: Runtime, req: Any, tenant: Tenant) -> StudyAnswer:
+async def study(rt: Runtime, req: Any, tenant: Tenant) -> HostingAnswer:
     """The answer to a HostingCapacityRequest from `tenant`."""
     t0 = time.perf_counter()
-    rt.models.known(req.model)
-    ctx, net = await context_of(rt, req, tenant)
-    loaded = await rt.models.choose(req.model, net, req.version)
-    rt.checks.context_size(loaded, ctx)
-    rt.checks.accepts(loaded, ctx)  # a sparse context only for a model that accepts missing values
+    loaded, ctx, net = await model_and_context(rt, req, tenant)
     rows = _rows(req, net)
     buses, positions = _candidates(req, net)
     max_kw = req.max_kw if req.max_kw is not None else 2e3 * float(np.sum(np.abs(net.base_consumption[: net.n_load])))
@@ -109,7 +105,7 @@ async def study(rt: Runtime, req: Any, tenant: Tenant) -> StudyAnswer:
     result = await rt.executor.run(hosting_capacity, loaded.method, encoded.value, spec)
     names = net.bus_names or tuple(str(b) for b in net.bus_numbers)
     by_number = dict(zip(net.bus_numbers, names, strict=True))
-    return StudyAnswer(
+    return HostingAnswer(
         model=loaded.name,
         version=loaded.version,
         network=net.name,

@@ -110,6 +110,17 @@ async def context_of(rt: Runtime, request: Any, tenant: Tenant) -> tuple[Context
     return ctx, await rt.networks.resolve(ctx.network, "context_id", tenant=tenant)
 
 
+async def model_and_context(rt: Runtime, req: Any, tenant: Tenant) -> tuple[Any, ContextSet, Any]:
+    """The request's model (`model`, `version`) on its context's network, and the context, checked for that
+    model (its row range; missing values only for a model that accepts them): every model route starts here."""
+    rt.models.known(req.model)
+    ctx, net = await context_of(rt, req, tenant)
+    loaded = await rt.models.choose(req.model, net, req.version)
+    rt.checks.context_size(loaded, ctx)
+    rt.checks.accepts(loaded, ctx)  # a sparse context only for a model that accepts missing values
+    return loaded, ctx, net
+
+
 async def _gp_answer(
     rt: Runtime, ctx: Any, queries: np.ndarray, spec: AnswerSpec, field: str
 ) -> tuple[Statistics, GPTiming]:
@@ -121,11 +132,7 @@ async def _gp_answer(
 async def predict(rt: Runtime, req: Any, tenant: Tenant) -> PredictAnswer:
     """The answer to a PredictRequest from `tenant` (see the module docstring)."""
     t0 = time.perf_counter()
-    rt.models.known(req.model)
-    ctx, net = await context_of(rt, req, tenant)
-    loaded = await rt.models.choose(req.model, net, req.version)
-    rt.checks.context_size(loaded, ctx)
-    rt.checks.accepts(loaded, ctx)  # a sparse context only for a model that accepts missing values
+    loaded, ctx, net = await model_and_context(rt, req, tenant)
     queries = rt.checks.queries(req.queries, net)
     spec = _spec(req)
     if req.compare_gp:

@@ -12,7 +12,7 @@ from typing import Any
 
 from models.meter_placement import MeterPlacement, rank_meters
 from service.engine.errors import InvalidInput, TooLarge
-from service.engine.inference import context_of
+from service.engine.inference import model_and_context
 from service.engine.runtime import Runtime
 from service.engine.tenants import Tenant
 
@@ -36,17 +36,13 @@ class PlacementAnswer:
 async def placement(rt: Runtime, req: Any, tenant: Tenant) -> PlacementAnswer:
     """The answer to a MeterPlacementRequest from `tenant`."""
     t0 = time.perf_counter()
-    rt.models.known(req.model)
-    ctx, net = await context_of(rt, req, tenant)
-    loaded = await rt.models.choose(req.model, net, req.version)
+    loaded, ctx, net = await model_and_context(rt, req, tenant)
     if loaded.name != PLACING_MODEL or not hasattr(loaded.method, "branch_inputs"):
         raise InvalidInput(
             "model",
             f"meter placement updates network-fit's posterior; {loaded.name} has none to update",
             f'model: "{PLACING_MODEL}"',
         )
-    rt.checks.context_size(loaded, ctx)
-    rt.checks.accepts(loaded, ctx)
     queries = rt.checks.queries(req.queries, net)
     candidates = int((ctx.metering.readings == 0).sum())
     limit = rt.settings.max_queries

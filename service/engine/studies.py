@@ -19,7 +19,7 @@ from gridsim.scenarios import DER, Expanded, Scenario, TimeSeries, expand
 from models.errors import RowsRefused
 from service.engine.answers import AnswerSpec, ModelTiming, OffContext, Statistics
 from service.engine.errors import InputRejected, InvalidInput, TooLarge
-from service.engine.inference import context_of, model_answer
+from service.engine.inference import model_and_context, model_answer
 from service.engine.load_table import LOAD_LIMIT
 from service.engine.runtime import Runtime
 from service.engine.tenants import Tenant
@@ -155,11 +155,7 @@ def _check_loads(expanded: Expanded) -> None:
 async def study(rt: Runtime, req: Any, tenant: Tenant) -> StudyAnswer:
     """The answer to a StudyRequest from `tenant`."""
     t0 = time.perf_counter()
-    rt.models.known(req.model)
-    ctx, net = await context_of(rt, req, tenant)
-    loaded = await rt.models.choose(req.model, net, req.version)
-    rt.checks.context_size(loaded, ctx)
-    rt.checks.accepts(loaded, ctx)  # a sparse context only for a model that accepts missing values
+    loaded, ctx, net = await model_and_context(rt, req, tenant)
     _check_size(rt, req, net)  # before any row is built: a small body can ask for billions
     try:
         expanded = await rt.executor.run(expand, net, _scenarios(req), _series(req))

@@ -13,7 +13,7 @@ other JSON types (a seed of "1" or true is a 422, as the schema's `integer` says
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
@@ -206,22 +206,27 @@ class ContextSetCreate(Strict):
         return self.simulate.network if self.simulate is not None else (self.network or DEFAULT_NETWORK)
 
 
-class QueryOptions(Strict):
-    """Context, queries and the statistics wanted; shared by the PFN and the GP endpoints."""
+class OneContext(Strict):
+    """A request answered from one context: inline (`context`) or stored (`context_id`), exactly one."""
 
     context: ContextData | None = None
     context_id: ContextId | None = None
-    queries: Matrix
-    quantiles: Annotated[list[Level], Field(max_length=99)] = []
-    voltage_band: VoltageBand | None = Field(None, description="[low, high] p.u., low < 1 <= high; adds p_outside_band")
 
     model_config = ConfigDict(json_schema_extra={"oneOf": ONE_CONTEXT})
 
     @model_validator(mode="after")
-    def _check(self) -> QueryOptions:
+    def _one_context(self) -> Self:
         if (self.context is None) == (self.context_id is None):
             raise ValueError("give either context or context_id (exactly one)")
         return self
+
+
+class QueryOptions(OneContext):
+    """Context, queries and the statistics wanted; shared by the PFN and the GP endpoints."""
+
+    queries: Matrix
+    quantiles: Annotated[list[Level], Field(max_length=99)] = []
+    voltage_band: VoltageBand | None = Field(None, description="[low, high] p.u., low < 1 <= high; adds p_outside_band")
 
 
 class PredictRequest(QueryOptions):

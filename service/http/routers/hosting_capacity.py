@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 from starlette.responses import Response
 
 from service.engine import hosting
@@ -17,7 +17,7 @@ from service.http.auth import require_api_key
 from service.http.deps import get_runtime, problems
 from service.http.fast_json import OrjsonRoute
 from service.http.responses import json_response
-from service.http.schemas import ONE_CONTEXT, ContextData, ContextId, Matrix, ModelVersion, Strict, StrictInt
+from service.http.schemas import Matrix, ModelVersion, OneContext, StrictInt
 
 router = APIRouter(prefix="/v1", tags=["planning"], route_class=OrjsonRoute, dependencies=[Depends(require_api_key)])
 
@@ -25,11 +25,9 @@ Share = Annotated[float, Field(ge=0.0, le=1.0, strict=False, allow_inf_nan=False
 Scale = Annotated[float, Field(ge=0.0, le=10.0, allow_inf_nan=False)]
 
 
-class HostingCapacityRequest(Strict):
+class HostingCapacityRequest(OneContext):
     """The context and model (as for predict), the study's load rows, PV profile and candidates."""
 
-    context: ContextData | None = None
-    context_id: ContextId | None = None
     model: str = Field("network-fit", description="a name from GET /v1/models")
     version: ModelVersion | None = None
     loads: Matrix | None = Field(
@@ -51,12 +49,8 @@ class HostingCapacityRequest(Strict):
     )
     curve_points: StrictInt = Field(11, ge=2, le=101, description="points of each risk-vs-size curve")
 
-    model_config = ConfigDict(json_schema_extra={"oneOf": ONE_CONTEXT})
-
     @model_validator(mode="after")
-    def _check(self) -> HostingCapacityRequest:
-        if (self.context is None) == (self.context_id is None):
-            raise ValueError("give either context or context_id (exactly one)")
+    def _one_kind_of_rows(self) -> HostingCapacityRequest:
         if self.loads is not None and self.load_scales is not None:
             raise ValueError("give either loads or load_scales, not both")
         return self

@@ -8,7 +8,7 @@ per query, it costs a posterior update per candidate, and only network-fit has a
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field
 from starlette.responses import Response
 
 from service.engine import placement as engine
@@ -18,29 +18,19 @@ from service.http.auth import require_api_key
 from service.http.deps import get_runtime, problems
 from service.http.fast_json import OrjsonRoute
 from service.http.responses import json_response
-from service.http.schemas import ONE_CONTEXT, ContextData, ContextId, Matrix, ModelVersion, Strict, StrictInt
+from service.http.schemas import Matrix, ModelVersion, OneContext, StrictInt
 
 router = APIRouter(prefix="/v1", tags=["planning"], route_class=OrjsonRoute, dependencies=[Depends(require_api_key)])
 
 
-class MeterPlacementRequest(Strict):
+class MeterPlacementRequest(OneContext):
     """The context (as for predict: it may leave buses and loads unmetered, null), the queries to predict
     well, and how many ranked buses to answer."""
 
-    context: ContextData | None = None
-    context_id: ContextId | None = None
     model: str = Field(engine.PLACING_MODEL, description="network-fit (the model whose posterior placement updates)")
     version: ModelVersion | None = None
     queries: Matrix = Field(description="(queries, features) load vectors the next meter should serve")
     top: StrictInt = Field(5, ge=1, le=10_000, description="how many ranked buses to answer")
-
-    model_config = ConfigDict(json_schema_extra={"oneOf": ONE_CONTEXT})
-
-    @model_validator(mode="after")
-    def _check(self) -> MeterPlacementRequest:
-        if (self.context is None) == (self.context_id is None):
-            raise ValueError("give either context or context_id (exactly one)")
-        return self
 
 
 @router.post(

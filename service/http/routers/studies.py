@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 from fastapi import APIRouter, Depends
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from starlette.responses import Response
 
 from service.engine import studies
@@ -20,7 +20,7 @@ from service.http.auth import require_api_key
 from service.http.deps import get_runtime, problems
 from service.http.fast_json import OrjsonRoute
 from service.http.responses import json_response
-from service.http.schemas import ONE_CONTEXT, ContextData, ContextId, Level, ModelVersion, Strict, StrictInt
+from service.http.schemas import Level, ModelVersion, OneContext, Strict, StrictInt
 
 router = APIRouter(prefix="/v1", tags=["planning"], route_class=OrjsonRoute, dependencies=[Depends(require_api_key)])
 
@@ -103,9 +103,7 @@ class TimeSeriesSpec(Strict):
         return _in_range(values, *PV_RANGE)
 
 
-class StudyRequest(Strict):
-    context: ContextData | None = None
-    context_id: ContextId | None = None
+class StudyRequest(OneContext):
     model: str = Field("network-fit", description="a name from GET /v1/models")
     version: ModelVersion | None = None
     scenarios: Annotated[list[ScenarioSpec], Field(min_length=1, max_length=1000)]
@@ -115,14 +113,6 @@ class StudyRequest(Strict):
         [], description="default [0.05, 0.95]; the summary's lowest/highest use the first and last"
     )
     detail: Literal["summary", "long"] = Field("long", description="long: also every row x bus")
-
-    model_config = ConfigDict(json_schema_extra={"oneOf": ONE_CONTEXT})
-
-    @model_validator(mode="after")
-    def _check(self) -> StudyRequest:
-        if (self.context is None) == (self.context_id is None):
-            raise ValueError("give either context or context_id (exactly one)")
-        return self
 
 
 def _floats(values: np.ndarray) -> list[float]:
