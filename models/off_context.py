@@ -205,6 +205,20 @@ class OffContextGuard(Method):
         own = self.base.summarize(fitted.real, q, levels, band)
         if extrapolation is None:
             extrapolation = fitted.geometry.extrapolation(q) if q.ndim == 2 and len(q) else np.zeros(len(q))
+        return self.widen(fitted, q, own, extrapolation, band)
+
+    def widen(
+        self,
+        fitted: GuardedFit,
+        query_x: np.ndarray,
+        own: Summary,
+        extrapolation: np.ndarray,
+        band: tuple[float, float] | None = None,
+    ) -> Summary:
+        """`own` (the wrapped method's summary of these queries) widened where they lie beyond the context's
+        reach. Apart from `summarize` so a caller that splits a big answer over threads widens it once, after
+        the split: the few far rows' small calls are slow beside another thread's big forward pass."""
+        q = np.asarray(query_x, dtype=np.float64)
         weight = ramp(extrapolation)
         far = np.flatnonzero(weight > 0)
         if not far.size:

@@ -68,9 +68,10 @@ def run_worker(args: argparse.Namespace) -> int:
         raise ValueError("worker: GRIDPFN_REDIS_URL is not set; without Redis the server runs jobs itself")
     import torch
 
-    from service.engine.warmup import registry_from
+    from service.engine.warmup import one_blas_thread, registry_from
 
     torch.set_num_threads(1)  # parallel blocks instead: intra-op threads contend badly on small shared CPUs
+    one_blas_thread()
     registry = registry_from(settings)
     if not registry.checkpoints:
         raise ValueError(f"worker: no usable model under {settings.model_dir}: {registry.errors}")

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import Field
 
-from models.off_context import ContextGeometry, OffContextGuard, extrapolated
+from models.off_context import ContextGeometry, OffContextGuard, extrapolated, ramp
 from models.predictive import Method, Summary
 from service.engine.sparse import Metering
 
@@ -60,14 +60,32 @@ def answer(method: Method, fitted: Any, queries: np.ndarray, spec: AnswerSpec) -
 
 
 def placed_answer(
-    method: Method, fitted: Any, geometry: ContextGeometry, queries: np.ndarray, spec: AnswerSpec
+    method: Method, fitted: Any, geometry: ContextGeometry, queries: np.ndarray, spec: AnswerSpec, widen: bool = True
 ) -> tuple[Answer, OffContext]:
     """`answer` and where each query lies (`OffContext`), the extrapolation measured once: a checkpoint
-    served behind the off-context guard reads it too (`geometry` is the same context's)."""
+    served behind the off-context guard reads it too (`geometry` is the same context's). `widen=False`
+    leaves a guarded answer unwidened: its caller widens the whole answer once (`widened`)."""
     placed = OffContext.of(geometry, queries)
     if isinstance(method, OffContextGuard):
+        if not widen:
+            return answer(method.base, fitted.real, queries, spec), placed
         return method.summarize(fitted, queries, spec.quantiles, spec.band, placed.extrapolation), placed
     return answer(method, fitted, queries, spec), placed
+
+
+def needs_widening(method: Method, placed: OffContext) -> bool:
+    """Whether a guarded method's answer has rows beyond the context's reach (`widened` changes it)."""
+    return isinstance(method, OffContextGuard) and bool(np.any(ramp(placed.extrapolation) > 0))
+
+
+def widened(
+    method: Method, fitted: Any, queries: np.ndarray, own: Answer, placed: OffContext, spec: AnswerSpec
+) -> Answer:
+    """A guarded method's unwidened answer (`placed_answer(..., widen=False)`) widened where it lies far out."""
+    assert isinstance(method, OffContextGuard)
+    out = method.widen(fitted, queries, own, placed.extrapolation, spec.band)
+    out.all_finite()  # in the worker thread, as `placed_answer`'s callers check theirs
+    return out
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,9 @@ from service.engine.answers import (
     QueryAnswer,
     Statistics,
     Timing,
+    needs_widening,
     placed_answer,
+    widened,
 )
 from service.engine.context_sets import ContextSet
 from service.engine.errors import InputRejected, NonFiniteAnswer
@@ -46,10 +48,10 @@ INLINE_WORK = 1 << 17
 
 
 def _direct(
-    method: Any, fitted: Any, geometry: ContextGeometry, queries: np.ndarray, spec: AnswerSpec
+    method: Any, fitted: Any, geometry: ContextGeometry, queries: np.ndarray, spec: AnswerSpec, widen: bool = True
 ) -> tuple[Answer, OffContext, float]:
     t0 = time.perf_counter()
-    answer, placed = placed_answer(method, fitted, geometry, queries, spec)
+    answer, placed = placed_answer(method, fitted, geometry, queries, spec, widen)
     answer.all_finite()  # checked in the worker thread; the event loop reads the cached result
     return answer, placed, time.perf_counter() - t0
 
@@ -57,7 +59,9 @@ def _direct(
 async def _direct_split(
     rt: Runtime, method: Any, fitted: Any, geometry: ContextGeometry, queries: np.ndarray, spec: AnswerSpec
 ) -> tuple[Answer, OffContext, float]:
-    """_direct over blocks in parallel pool workers; the time is the wall time of the whole answer."""
+    """_direct over blocks in parallel pool workers, a guarded method's answer widened once after them (its
+    few far rows' small calls would crawl beside the other block's forward pass); the time is the wall
+    time of the whole answer."""
     parts = min(rt.settings.workers, max(1, len(queries) // (SPLIT_ROWS // 2)))
     if parts < 2 or len(queries) < SPLIT_ROWS:
         return await rt.executor.run(_direct, method, fitted, geometry, queries, spec)
@@ -67,7 +71,7 @@ async def _direct_split(
 
     async def part(block: np.ndarray, start: int) -> tuple[Answer, OffContext, float]:
         try:
-            return await rt.executor.run(_direct, method, fitted, geometry, block, spec)
+            return await rt.executor.run(_direct, method, fitted, geometry, block, spec, False)
         except InputRejected as exc:  # the rows in the request's numbering, not the block's
             refused = exc.__cause__
             if not isinstance(refused, RowsRefused) or not start:
@@ -76,8 +80,10 @@ async def _direct_split(
             raise InputRejected(moved) from moved
 
     done = await asyncio.gather(*(part(block, int(start)) for block, start in zip(blocks, starts, strict=True)))
-    answer = Answer.concat([a for a, _, _ in done])
-    return answer, OffContext.concat([placed for _, placed, _ in done]), time.perf_counter() - t0
+    answer, placed = Answer.concat([a for a, _, _ in done]), OffContext.concat([p for _, p, _ in done])
+    if needs_widening(method, placed):
+        answer = await rt.executor.run(widened, method, fitted, queries, answer, placed, spec)
+    return answer, placed, time.perf_counter() - t0
 
 
 async def _off_context(rt: Runtime, geometry: ContextGeometry, queries: np.ndarray) -> OffContext:

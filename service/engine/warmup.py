@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from models.limits import MIN_CONTEXT_ROWS
 from service.engine import gridsim_calls
@@ -17,6 +18,13 @@ from service.engine.runtime import Runtime
 from service.settings import Settings
 
 log = logging.getLogger(__name__)
+
+
+def one_blas_thread() -> None:
+    """numpy's BLAS on one thread for the whole process. The service's parallelism is its worker threads
+    (one block each, torch beside them); OpenBLAS's own threads spin while they wait, and a (2250, 64) @
+    (64, 64) product in one worker then took ~30 ms instead of ~1 ms beside the other's forward pass."""
+    threadpool_limits(limits=1, user_api="blas")
 
 
 def registry_from(settings: Settings) -> Any:

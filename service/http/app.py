@@ -47,6 +47,7 @@ async def lifespan(app: FastAPI):
         import torch
 
         torch.set_num_threads(settings.torch_threads)
+    warmup.one_blas_thread()
     registry = await asyncio.to_thread(warmup.load_registry, settings)
     store = open_store(settings.redis_url, settings.store_timeout_s)
     rt = Runtime(settings, registry, store, warmup.gp_method(settings), app.state.metrics)
