@@ -37,6 +37,10 @@ class AsyncLRU:
     def peek(self, key: Hashable) -> Any | None:
         return self._values.get(key)
 
+    def touch(self, key: Hashable) -> None:
+        """Mark a value read (the least recently read one goes first)."""
+        self._values.move_to_end(key)
+
     def discard(self, key: Hashable) -> None:
         self._values.pop(key, None)
 
@@ -93,13 +97,32 @@ class Fits:
         self.run, self.metrics = run, metrics
         self.encoded_cache = AsyncLRU(encoded_size)
         self.geometry_cache = AsyncLRU(encoded_size)
+        # every request counts a hit or a miss of each: the labelled counters looked up once
+        self._counted = {
+            (cache, outcome): metrics.cache.labels(cache, outcome)
+            for cache in ("context_geometry", "encoded_context")
+            for outcome in ("hit", "miss")
+        }
 
     async def prepared(self, loaded: Any, ctx: ContextSet) -> tuple[Cached, bool, ContextGeometry]:
         """`encoded` and `geometry` of ctx. One after the other: a request holds at most one pool slot at a
-        time (the pool's admission counts them), and the geometry is a small part of a new context's cost."""
+        time (the pool's admission counts them), and the geometry is a small part of a new context's cost.
+        Both cached (every request on a context after its first): read without awaiting."""
+        key = self._key(loaded, ctx)
+        geometry, cached = self.geometry_cache.peek(ctx.id), self.encoded_cache.peek(key)
+        if geometry is not None and cached is not None:
+            self.encoded_cache.touch(key)
+            self.geometry_cache.touch(ctx.id)
+            self._counted[("context_geometry", "hit")].inc()
+            self._counted[("encoded_context", "hit")].inc()
+            return cached, True, geometry
         geometry = await self.geometry(ctx)
         cached, hit = await self.encoded(loaded, ctx)
         return cached, hit, geometry
+
+    @staticmethod
+    def _key(loaded: Any, ctx: ContextSet) -> tuple[Any, ...]:
+        return (loaded.name, loaded.version, ctx.network, ctx.id)
 
     async def geometry(self, ctx: ContextSet) -> ContextGeometry:
         """The context's load geometry (models.off_context), from the in-process LRU or computed now in the pool."""
@@ -109,7 +132,7 @@ class Fits:
             return geometry
 
         geometry, hit = await self.geometry_cache.get_or_compute(ctx.id, compute)
-        self.metrics.cache.labels("context_geometry", "hit" if hit else "miss").inc()
+        self._counted[("context_geometry", "hit" if hit else "miss")].inc()
         return cast(ContextGeometry, geometry)
 
     async def encoded(self, loaded: Any, ctx: ContextSet) -> tuple[Cached, bool]:
@@ -123,9 +146,8 @@ class Fits:
             self.metrics.inference.labels(loaded.name, "encode").observe(seconds)
             return Cached(value, seconds)
 
-        key = (loaded.name, loaded.version, ctx.network, ctx.id)
-        cached, hit = await self.encoded_cache.get_or_compute(key, compute)
-        self.metrics.cache.labels("encoded_context", "hit" if hit else "miss").inc()
+        cached, hit = await self.encoded_cache.get_or_compute(self._key(loaded, ctx), compute)
+        self._counted[("encoded_context", "hit" if hit else "miss")].inc()
         return cached, hit
 
     def forget(self, context_id: str) -> None:
