@@ -47,8 +47,9 @@ import numpy as np
 
 from models.branch_correction import BranchCorrection, flows
 from models.calibration import simultaneous_factor
-from models.errors import InputValidationError, RowsRefused
+from models.errors import InputValidationError
 from models.linear import BayesianLinearRegression, LinearFit, posterior
+from models.network_voltages import solved
 from models.physics_fit import VERSION as VERSION  # built in, as physics-fit
 from models.physics_fit import on_network, width_free_card
 from models.predictive import GaussianPredictive, Method
@@ -87,20 +88,6 @@ class NetworkFitted:
     simultaneous: float  # the epistemic std's factor for a 95 % interval on all k buses at once
     metered: np.ndarray  # (k,) the share of context rows in which each bus's voltage was read
     determined: np.ndarray  # (k,) in [0, 1]: 1 - the correction's posterior std / its prior std, per bus
-
-
-def _solved(model: VoltageModel, x: np.ndarray, field: str) -> np.ndarray:
-    v = np.asarray(model(x), dtype=np.float64)
-    bad = ~np.isfinite(v).all(axis=1)
-    if bad.any():
-        rows = np.flatnonzero(bad)
-        raise RowsRefused(
-            field,
-            rows.tolist(),
-            "the network model's power flow does not converge at these loads: beyond what the feeder can carry",
-            "loads the feeder can carry",
-        )
-    return v
 
 
 class NetworkFitMethod(Method):
@@ -152,7 +139,7 @@ class NetworkFitMethod(Method):
         read = ~np.isnan(y)
         if not read.any():
             raise InputValidationError("context.y", "no voltage is read in any row", "at least one reading")
-        v = _solved(self.voltage_model, x, "context.x")
+        v = solved(self.voltage_model, x, "context.x")
         if v.shape != y.shape:
             raise InputValidationError("context.y", f"expected {v.shape[1]} buses per row, got {y.shape[1]}")
         k = y.shape[1]
@@ -229,7 +216,7 @@ class NetworkFitMethod(Method):
         """Everything the predictive at `query_x` needs but the branch posterior's std (models.meter_placement
         swaps in the std a meter more would leave)."""
         q = check_queries(query_x, d=self.load_positions.shape[0] * 2)
-        v = _solved(self.voltage_model, q, "queries")
+        v = solved(self.voltage_model, q, "queries")
         shared, fp, fq = np.zeros_like(v), np.zeros_like(v), np.zeros_like(v)
         if fitted.branches is not None:
             fp, fq, losses = self.branch_inputs(q, v)

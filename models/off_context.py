@@ -27,7 +27,9 @@ from scipy.stats import norm
 from scipy.stats import t as student_t
 
 from models.calibration import CALIBRATION_LEVEL, simultaneous_factor
+from models.errors import RowsRefused
 from models.linear import BayesianLinearRegression
+from models.network_voltages import solved
 from models.physics_base import CONSTANT_LOAD_STD  # a load that never moves: a query moving it is far outside
 from models.predictive import Method, Predictive, Summary
 from models.validation import check_queries
@@ -231,7 +233,10 @@ class OffContextGuard(Method):
         p_outside = None if own.p_outside is None else own.p_outside.copy()
         for start in range(0, far.size, GUARD_BLOCK):
             rows = far[start : start + GUARD_BLOCK]
-            v = np.asarray(self.voltage_model(q[rows]), dtype=np.float64)
+            try:  # a row with no power flow is no query any model can answer: refused, as network-fit does
+                v = solved(self.voltage_model, q[rows], "query_x")
+            except RowsRefused as exc:
+                raise RowsRefused(exc.field, [int(rows[r]) for r in exc.rows], exc.reason, exc.expected) from None
             misses = [self.base.summarize(model, q[rows]).mean - v for model in probes.models]
             miss = np.sqrt(np.mean([np.square(np.where(np.isfinite(m), m, 0.0)) for m in misses], axis=0))
             widened = np.sqrt(np.square(std[rows]) + np.square(probes.gain * weight[rows, None] * miss))

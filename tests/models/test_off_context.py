@@ -130,3 +130,23 @@ def test_the_probes_are_paid_only_when_a_query_lies_beyond_the_reach(feeder):
     np.testing.assert_array_equal(first.quantiles, again.quantiles)
     assert first.p_outside is not None and again.p_outside is not None
     np.testing.assert_array_equal(first.p_outside, again.p_outside)
+
+
+def test_loads_the_feeder_cannot_carry_are_refused_not_answered_with_a_tiny_spread(feeder):
+    """Where the network model's power flow has no solution (IEEE 33 at 6x its loads: voltage collapse) the
+    guard took the miss as 0 and kept the method's tiny spread. Those rows are refused (as network-fit
+    does); the other far rows are answered."""
+    from models.errors import RowsRefused
+
+    net, x, queries, _ = feeder
+    truth_of = VoltageModel(net)
+    guard = OffContextGuard(PhysicsBaseMethod(net.load_positions), truth_of)
+    fitted = guard.fit(x, truth_of(x))
+    impossible = queries[:6] * 1.3
+    impossible[[2, 4]] *= 6.0 / 1.3  # six times the loads: no power-flow solution
+    assert not np.isfinite(truth_of(impossible[[2, 4]])).any()
+    with pytest.raises(RowsRefused) as refused:
+        guard.summarize(fitted, impossible, (0.05, 0.95), (0.95, 1.05))
+    assert refused.value.rows == [2, 4] and refused.value.field == "query_x"
+    answered = guard.summarize(fitted, np.delete(impossible, [2, 4], axis=0), (0.05, 0.95), (0.95, 1.05))
+    assert np.isfinite(answered.std).all()
