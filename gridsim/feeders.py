@@ -637,10 +637,15 @@ def snapshot(net, name: str | None = None, number_offset: int = 0, keep_source: 
     return result
 
 
+def normal_title(text: str) -> str:
+    """A network's title as kept: runs of whitespace one space, no leading or trailing."""
+    return " ".join(text.split())
+
+
 def _title(net) -> str:
-    """The net's own name (pandapower's `net.name`), stripped; "" when it has none."""
+    """The net's own name (pandapower's `net.name`), normalised and cut to MAX_TITLE; "" when it has none."""
     name = getattr(net, "name", None)
-    return "" if not isinstance(name, str) else " ".join(name.split())[:MAX_TITLE]
+    return "" if not isinstance(name, str) else normal_title(name)[:MAX_TITLE]
 
 
 def _self_check(network: Network, net, out_buses) -> None:

@@ -172,6 +172,11 @@ class Network:
         """Base load vector in feature order (P then Q)."""
         return np.concatenate([self.base_p_mw, self.base_q_mvar])
 
+    def bus_name(self, number: int) -> str:
+        """Bus `number`'s own name, else its number as text."""
+        names = self.bus_names or tuple(str(b) for b in self.bus_numbers)
+        return str(names[self.bus_numbers.index(int(number))])
+
     @property
     def base_generation(self) -> np.ndarray:
         """(2 n_load,) generation in feature order (P then Q), MW / MVAr produced; zeros without sgens."""

@@ -23,8 +23,6 @@ from service.engine.tenants import Tenant
 # The base loads scaled by these when a study gives no rows: light load with PV at full output is where
 # voltages rise most, full load shows whether the band holds without PV.
 DEFAULT_SCALES = (0.3, 0.6, 1.0)
-# The search's resolution, as a share of the largest size asked.
-RESOLUTION = 1.0 / 4096
 
 
 @dataclass(frozen=True)
@@ -89,7 +87,7 @@ async def study(rt: Runtime, req: Any, tenant: Tenant) -> HostingAnswer:
         upper_pu=req.upper_pu,
         alpha=req.alpha,
         max_mw=max_kw / 1e3,
-        tolerance_mw=max_kw / 1e3 * RESOLUTION,
+        tolerance_mw=0.0,  # the search's own step: max_kw / 2**BISECTION_STEPS (answered as resolution_kw)
         curve_points=req.curve_points,
     )
     limit, work = rt.settings.max_study_rows, len(rows) * len(buses) * passes(spec)
@@ -103,15 +101,13 @@ async def study(rt: Runtime, req: Any, tenant: Tenant) -> HostingAnswer:
         )
     encoded, hit, _ = await rt.fits.prepared(loaded, ctx)
     result = await rt.executor.run(hosting_capacity, loaded.method, encoded.value, spec)
-    names = net.bus_names or tuple(str(b) for b in net.bus_numbers)
-    by_number = dict(zip(net.bus_numbers, names, strict=True))
     return HostingAnswer(
         model=loaded.name,
         version=loaded.version,
         network=net.name,
         context_id=ctx.id,
         buses=buses,
-        bus_names=[str(by_number[b]) for b in buses],
+        bus_names=[net.bus_name(b) for b in buses],
         result=result,
         rows=len(rows),
         max_kw=max_kw,

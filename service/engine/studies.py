@@ -99,21 +99,12 @@ def _series(req: Any) -> TimeSeries | None:
     if ts is None:
         return None
     steps = len(ts.timestamps)
-    return TimeSeries(
-        tuple(ts.timestamps), _factors(ts.load, steps, "load"), _factors(ts.pv, steps, "pv"), ts.step_hours
-    )
+    return TimeSeries(tuple(ts.timestamps), _factors(ts.load, steps), _factors(ts.pv, steps), ts.step_hours)
 
 
-def _factors(values: Any, steps: int, name: str) -> np.ndarray:
-    """A time series' factors as an array (ones when not given); rows of unequal length are the caller's."""
-    if values is None:
-        return np.ones(steps)
-    try:
-        return np.asarray(values, dtype=np.float64)
-    except ValueError:
-        raise InvalidInput(
-            f"time_series.{name}", "rows of different lengths", "one value per step, or one row per step"
-        ) from None
+def _factors(values: Any, steps: int) -> np.ndarray:
+    """A time series' factors as an array (ones when not given; the schema refused ragged rows)."""
+    return np.ones(steps) if values is None else np.asarray(values, dtype=np.float64)
 
 
 def _check_size(rt: Runtime, req: Any, net: Any) -> None:
@@ -173,8 +164,6 @@ async def study(rt: Runtime, req: Any, tenant: Tenant) -> StudyAnswer:
             raise
         where = _row_name(expanded, refused.rows[0])
         raise InvalidInput("scenarios", f"{where}: {refused.reason}", refused.expected) from None
-    names = net.bus_names or tuple(str(b) for b in net.bus_numbers)
-    by_number = dict(zip(net.bus_numbers, names, strict=True))
     step_hours = None if req.time_series is None else req.time_series.step_hours
     return StudyAnswer(
         model=loaded.name,
@@ -182,7 +171,7 @@ async def study(rt: Runtime, req: Any, tenant: Tenant) -> StudyAnswer:
         network=net.name,
         context_id=ctx.id,
         buses=tuple(net.output_buses),
-        bus_names=tuple(str(by_number[b]) for b in net.output_buses),
+        bus_names=tuple(net.bus_name(b) for b in net.output_buses),
         band=spec.band or DEFAULT_BAND,
         quantiles=levels,
         expanded=expanded,

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
-from gridsim.feeders import MAX_TITLE
+from gridsim.feeders import MAX_TITLE, normal_title
 from service.engine.errors import InvalidInput, NotFound, StoreUnavailable
 from service.engine.networks import built_in, built_in_names, summary
 from service.engine.runtime import Runtime
@@ -110,7 +110,7 @@ async def _upload(request: Request) -> tuple[bytes, str | None, str | None]:
 def _title(name: str | None) -> str | None:
     if name is None:
         return None
-    title = " ".join(name.split())
+    title = normal_title(name)
     if len(title) > MAX_TITLE or not title.isprintable():
         raise InvalidInput("name", "too long or not printable text", f"a title of at most {MAX_TITLE} characters")
     return title
