@@ -77,6 +77,31 @@ def spawn(model_dir: str | None, tiny: bool, env_extra: dict[str, str]) -> tuple
     raise SystemExit("server did not become ready in 180 s")
 
 
+def process_tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, every thread) used so far by process `pid` and its descendants (Linux /proc).
+
+    Per request this is the server's own cost, which a busy or drifting host changes far less than req/s."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        times[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [child for child, p in parents.items() if p == parent and child not in tree]
+        tree.update(children)
+        frontier += children
+    return sum(times.get(p, 0.0) for p in tree)
+
+
 def server_timing_ms(headers) -> float:
     """The `app;dur=` of a Server-Timing header (ms), NaN when absent."""
     for part in headers.get("server-timing", "").split(","):
@@ -499,9 +524,13 @@ def main() -> None:
             args.clients,
         )
         before = batch_stats(url)
+        cpu_before = process_tree_cpu_s(proc.pid) if proc is not None else None
         result = run_load(single, args.clients, args.seconds)
+        cpu_used = process_tree_cpu_s(proc.pid) - cpu_before if cpu_before is not None else None
         single_s = report(f"single-query predicts ({args.client} client)", result, args.clients)
         after = batch_stats(url)
+        if cpu_used is not None:
+            print(f"  server CPU per single-query request: {cpu_used / max(len(result['latencies']), 1) * 1e3:.3f} ms")
         batches, rows = after[0] - before[0], after[1] - before[1]
         print(
             f"  micro-batches{' (summed over the server processes)' if args.processes > 1 else ''}: {batches:.0f} forward passes for {rows:.0f} query rows "

@@ -4,7 +4,8 @@
 `Network` the batched solver uses, after checking it (each failure a `NetworkError` naming the
 net's table and the problem). What it models, exactly as pandapower's power flow does:
 
-- one slack (the in-service `ext_grid`); buses numbered by their pandapower index;
+- one slack (the in-service `ext_grid`); buses numbered by their pandapower index (an uploaded net that is
+  a built-in unchanged, e.g. pandapower's case33bw, as the built-in numbers it: `BUILT_IN_TWINS`);
 - lines: series impedance and charging (`c_nf_per_km`, `g_us_per_km`, half at each end);
   out-of-service lines, and lines cut by an open switch, whose two ends are energised are the
   tie lines (`tie_*`) that reconfigurations may close;
@@ -33,7 +34,9 @@ a disconnected bus with load, zero-impedance lines, more than `MAX_BUSES` buses,
 load whose power flow does not converge.
 
 Features are P then Q of every bus with a load or sgen (`p_mw_bus<k>`, `q_mvar_bus<k>`),
-outputs the voltage magnitude of every non-slack bus (`vm_pu_bus<k>`), k the bus number.
+outputs the voltage magnitude of every non-slack bus (`vm_pu_bus<k>`), k the bus number. Each load and
+sgen's customer class (its `profile`, else its `type`) splits the consumption and generation per class
+(`Network.class_names`), so a study can scale a class or give it a profile.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ __all__ = [
     "from_matpower",
     "network_id",
     "describe",
+    "numbering",
     "tree_layout",
 ]
 
@@ -69,6 +73,8 @@ MAX_BUSES = 500
 SELF_CHECK_PU = 1e-6
 # characters of a network's title kept (its own name or the one its uploader gave)
 MAX_TITLE = 120
+# pandapower's load `type` default says how a load is connected, not who it serves: no customer class
+_CONNECTION_TYPES = {"wye", "delta"}
 # element tables the constant-power Z-bus solver cannot represent
 _UNSUPPORTED = {
     "gen": "PV generators (voltage-controlled) are not supported: one slack, loads and sgens only",
@@ -557,10 +563,12 @@ def snapshot(net, name: str | None = None, number_offset: int = 0, keep_source: 
     out_buses = [b for b in buses if b != slack]
 
     p, q, gen_p, gen_q, extra = {}, {}, {}, {}, {}
+    # class -> table -> bus -> [P, Q] of that class's elements (consumption for loads, production for sgens)
+    by_class: dict[str, dict[str, dict[int, list[float]]]] = {}
     for table, sign in (("load", 1.0), ("sgen", -1.0)):
-        for bus, p_mw, q_mvar, scaling in _in_service(net[table])[["bus", "p_mw", "q_mvar", "scaling"]].itertuples(
-            index=False
-        ):
+        elements = _in_service(net[table])
+        columns = elements[["bus", "p_mw", "q_mvar", "scaling"]].itertuples(index=False)
+        for (bus, p_mw, q_mvar, scaling), label in zip(columns, _class_labels(elements)):
             if int(bus) == slack:
                 log.info("%s at the slack bus %d left out of the features (it changes no voltage)", table, slack)
                 continue
@@ -569,10 +577,15 @@ def snapshot(net, name: str | None = None, number_offset: int = 0, keep_source: 
             if table == "sgen":
                 gen_p[int(bus)] = gen_p.get(int(bus), 0.0) + p_mw * scaling
                 gen_q[int(bus)] = gen_q.get(int(bus), 0.0) + q_mvar * scaling
+            if label is not None:
+                at = by_class.setdefault(label, {}).setdefault(table, {}).setdefault(int(bus), [0.0, 0.0])
+                at[0] += p_mw * scaling
+                at[1] += q_mvar * scaling
     load_buses = [b for b in out_buses if b in p]
     if gen_p:
         extra["base_gen_p_mw"] = _frozen([gen_p.get(bus, 0.0) for bus in load_buses])
         extra["base_gen_q_mvar"] = _frozen([gen_q.get(bus, 0.0) for bus in load_buses])
+    extra.update(_class_arrays(by_class, load_buses))
 
     lines = _closed(net, "line")
     lines = lines[lines.from_bus.isin(reached) & lines.to_bus.isin(reached)]
@@ -637,6 +650,39 @@ def snapshot(net, name: str | None = None, number_offset: int = 0, keep_source: 
     return result
 
 
+def _class_labels(elements) -> list[str | None]:
+    """Each element's customer class: its `profile` (SimBench's H0-A, PV5, ...), else its `type` unless that is
+    pandapower's connection type (wye, delta), else None (no class)."""
+    labels: list[str | None] = []
+    for i in range(len(elements)):
+        label = None
+        for column in ("profile", "type"):
+            value = elements[column].iloc[i] if column in elements else None
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                continue
+            text = str(value).strip()
+            if text and not (column == "type" and text.lower() in _CONNECTION_TYPES):
+                label = text
+                break
+        labels.append(label)
+    return labels
+
+
+def _class_arrays(by_class: dict[str, dict[str, dict[int, list[float]]]], load_buses: list[int]) -> dict:
+    """The Network's class fields: names in sorted order, (n_classes, 2 n_load) consumption and generation."""
+    if not by_class:
+        return {}
+    names = sorted(by_class)
+    arrays = {}
+    for table, key in (("load", "class_consumption"), ("sgen", "class_generation")):
+        rows = []
+        for name in names:
+            at = by_class[name].get(table, {})
+            rows.append([at.get(b, (0.0, 0.0))[0] for b in load_buses] + [at.get(b, (0.0, 0.0))[1] for b in load_buses])
+        arrays[key] = _frozen(np.array(rows, dtype=np.float64).reshape(len(names), 2 * len(load_buses)))
+    return {"class_names": tuple(names), **arrays}
+
+
 def normal_title(text: str) -> str:
     """A network's title as kept: runs of whitespace one space, no leading or trailing."""
     return " ".join(text.split())
@@ -670,9 +716,27 @@ def _self_check(network: Network, net, out_buses) -> None:
         )
 
 
+# Built-ins numbered other than by pandapower index, known by the content id their own pandapower net gets
+# when uploaded (numbered by index) -> (name, number offset, their content id as built in). An upload that is
+# one of them, unchanged, is numbered as the built-in is (tests/gridsim/test_numbering.py holds the ids).
+BUILT_IN_TWINS: dict[str, tuple[str, int, str]] = {
+    "cd23c991d0f9153dbdd04d14b07220197a275420b06e84b17598b59f4d50038d": (
+        "ieee33",
+        1,
+        "df43e3906022472237bef3f9b0fd8896a9ec7c5ac5020fbb450fe4623116c167",
+    ),
+}
 # fields added after the first content ids were given out: left out of the id while empty, so a network
 # without them keeps its id
-_ID_WHEN_SET = ("tie_from_y_pu", "tie_to_y_pu", "base_gen_p_mw", "base_gen_q_mvar")
+_ID_WHEN_SET = (
+    "tie_from_y_pu",
+    "tie_to_y_pu",
+    "base_gen_p_mw",
+    "base_gen_q_mvar",
+    "class_names",
+    "class_consumption",
+    "class_generation",
+)
 
 
 def network_id(network: Network) -> str:
@@ -695,10 +759,35 @@ def network_id(network: Network) -> str:
 
 def from_pandapower_json(text: str | bytes, name: str | None = None) -> Network:
     """A user network from `pandapower.to_json(net)` output, read as data (`gridsim.pandapower_json`: no
-    object decoder, an allow-list of tables and columns) and validated (see `snapshot`)."""
+    object decoder, an allow-list of tables and columns) and validated (see `snapshot`). Buses are numbered
+    by pandapower index, or as a built-in numbers them when the net is that built-in unchanged (`numbering`)."""
     from gridsim.pandapower_json import read_pandapower_json
 
-    return snapshot(read_pandapower_json(text), name=name)
+    net = read_pandapower_json(text)
+    network = snapshot(net, name=name)
+    twin = BUILT_IN_TWINS.get(network.name if name is None else network_id(network))
+    if twin is not None:  # a built-in's own net: its bus numbers, so the built-in's column names fit it
+        network = snapshot(net, name=name, number_offset=twin[1])
+    return network
+
+
+def numbering(network: Network, uploaded: bool = False) -> str:
+    """How the network's buses are numbered, in words (GET /v1/networks/{id}); for an `uploaded` pandapower
+    net numbered by index, why it does not take a built-in's numbering."""
+    first = network.bus_numbers[0]
+    offset = first - network.pandapower_bus(first)
+    twin = next((t for t in BUILT_IN_TWINS.values() if t[2] == network_id(network)), None)
+    if twin is not None and offset == twin[1]:
+        return f"as the built-in {twin[0]}: pandapower bus index + {offset} (the slack is bus {network.slack_bus})"
+    if offset != 0:
+        return f"pandapower bus index + {offset} (a MATPOWER case: row k of mpc.bus is bus k)"
+    text = f"pandapower bus index (the slack is bus {network.slack_bus})"
+    if uploaded:
+        text += (
+            "; an upload is numbered as a built-in only when it is that built-in unchanged (pandapower's "
+            "case33bw: as ieee33, from 1), and this one is not"
+        )
+    return text
 
 
 def from_matpower(data: str | bytes, name: str | None = None, f_hz: float = 50.0) -> Network:
@@ -805,4 +894,23 @@ def describe(network: Network) -> dict:
         "features": list(network.feature_names),
         "outputs": list(network.output_names),
         "layout": "geodata" if geo else "tree",
+        "numbering": numbering(network),
+        "classes": _class_entries(network),
     }
+
+
+def _class_entries(network: Network) -> list[dict]:
+    """Per customer class: its name, the load buses where it consumes or produces, and its base P."""
+    n = network.n_load
+    entries = []
+    for name, consumption, generation in zip(network.class_names, network.class_consumption, network.class_generation):
+        present = (consumption.reshape(2, n) != 0).any(axis=0) | (generation.reshape(2, n) != 0).any(axis=0)
+        entries.append(
+            {
+                "name": name,
+                "load_buses": [int(network.load_buses[i]) for i in np.flatnonzero(present)],
+                "consumption_p_mw": float(consumption[:n].sum()),
+                "generation_p_mw": float(generation[:n].sum()),
+            }
+        )
+    return entries

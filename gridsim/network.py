@@ -118,6 +118,12 @@ class Network:
     # Empty = no generation. Kept apart so a study scales consumption and generation separately.
     base_gen_p_mw: np.ndarray = field(default_factory=lambda: _frozen([]))
     base_gen_q_mvar: np.ndarray = field(default_factory=lambda: _frozen([]))
+    # customer classes (a load's or sgen's `profile`, else its `type`; gridsim.feeders): per class, what its
+    # loads consume and its sgens produce at each load bus, (n_classes, 2 n_load) in feature order. Empty = none.
+    # Kept so a study scales a class, or gives it a profile, apart from the rest.
+    class_names: tuple[str, ...] = ()
+    class_consumption: np.ndarray = field(default_factory=lambda: _frozen(np.zeros((0, 0))))
+    class_generation: np.ndarray = field(default_factory=lambda: _frozen(np.zeros((0, 0))))
 
     def __post_init__(self):
         if not self.output_buses:
@@ -155,15 +161,15 @@ class Network:
     def z_base_ohm(self) -> float:
         return self.vn_kv**2 / self.sn_mva
 
-    @property
+    @functools.cached_property  # the names (every answer carries them) are built once per network
     def feature_names(self) -> tuple[str, ...]:
         return tuple(f"p_mw_bus{b}" for b in self.load_buses) + tuple(f"q_mvar_bus{b}" for b in self.load_buses)
 
-    @property
+    @functools.cached_property
     def output_names(self) -> tuple[str, ...]:
         return tuple(f"vm_pu_bus{b}" for b in self.output_buses)
 
-    @property
+    @functools.cached_property
     def angle_names(self) -> tuple[str, ...]:
         return tuple(f"va_degree_bus{b}" for b in self.output_buses)
 

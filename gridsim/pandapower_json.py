@@ -213,6 +213,7 @@ TABLES: dict[str, dict[str, _Column]] = {
         "scaling": (_number, "float64"),
         "in_service": (_flag, "bool"),
         "type": (_name, "object"),
+        "profile": (_name, "object"),  # a customer class (SimBench: H0-A, ...), read by studies
         "controllable": (_optional_flag, "bool"),
     },
     "sgen": {
@@ -230,6 +231,7 @@ TABLES: dict[str, dict[str, _Column]] = {
         "curve_style": (_name, "object"),
         "in_service": (_flag, "bool"),
         "type": (_name, "object"),
+        "profile": (_name, "object"),  # a generation class (SimBench: PV5, ...), read by studies
         "current_source": (_optional_flag, "bool"),
         "k": (_optional_number, "float64"),
         "rx": (_optional_number, "float64"),

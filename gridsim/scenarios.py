@@ -1,15 +1,21 @@
 """Scenarios in a planner's terms, expanded into the load rows a model answers.
 
 A network keeps consumption and generation apart (`Network.base_consumption`, `base_generation`), so
-scaling one leaves the other. Each row of a scenario, in the network's feature order (P then Q), is
+scaling one leaves the other, and splits both by customer class (`Network.class_names`: a load's or
+sgen's `profile`, else its `type`; or classes a request defines as lists of load buses, `Classes.of_buses`).
+Each row of a scenario, in the network's feature order (P then Q), is
 
-    x = consumption * load_scale * (1 + growth_rate)^year * bus_scale * profile_t
-        - generation * generation_scale * pv_t - added DER (kW, kvar) * pv_t
+    x = sum over classes k of consumption_k * class_scale_k * profile_k,t   (the rest: x 1)
+          * load_scale * (1 + growth_rate)^year * bus_scale * load_t
+        - sum over classes k of generation_k * class_scale_k * profile_k,t   (the rest: x 1)
+          * generation_scale * pv_t
+        - added DER (kW, kvar) * (its profile_t, or 1) * pv_t
 
-where consumption keeps each bus's power factor (Q scales with P), `profile_t` is a time series'
-consumption factor at step t (one per step, or one per step and load bus) and `pv_t` its PV output
-share (1 without a time series). A scenario with several `years` gives one row per year; with a
-time series, one row per year and step. Every factor may be one per step or one per step and load bus.
+where consumption keeps each bus's power factor (Q scales with P) unless a class's profile gives Q its
+own factor (SimBench's `<class>_qload`), `load_t` / `pv_t` are a time series' consumption factor and PV
+output share at step t (one per step, or one per step and load bus) and `profile_k,t` a class's own
+profile (all 1 without a time series). A scenario with several `years` gives one row per year; with a
+time series, one row per year and step.
 """
 
 from __future__ import annotations
@@ -22,14 +28,19 @@ import numpy as np
 from gridsim.errors import NetworkError
 from gridsim.network import Network
 
+# Suffixes of a SimBench load profile's P and Q factor columns (`H0-A_pload`, `H0-A_qload`).
+P_SUFFIX, Q_SUFFIX = "_pload", "_qload"
+
 
 @dataclass(frozen=True)
 class DER:
-    """Generation added at a load bus: kW (and kvar) produced at full output."""
+    """Generation added at a load bus: kW (and kvar) produced at full output; `profile` names the time
+    series' profile its output follows (a generation class's, e.g. SimBench's PV5; None: full output)."""
 
     bus: int
     kw: float
     kvar: float = 0.0
+    profile: str | None = None
 
 
 @dataclass(frozen=True)
@@ -41,27 +52,72 @@ class Scenario:
     der: tuple[DER, ...] = ()
     growth_rate: float = 0.0
     years: tuple[int, ...] = (0,)
+    class_scaling: Mapping[str, float] = field(default_factory=dict)  # per customer class: its loads and sgens x this
+
+
+@dataclass(frozen=True)
+class Classes:
+    """Customer classes: per class, what its loads consume and its sgens produce per load bus, (k, 2 n_load)."""
+
+    names: tuple[str, ...]
+    consumption: np.ndarray
+    generation: np.ndarray
+
+    @staticmethod
+    def of(net: Network) -> Classes:
+        """The network's own classes (none: an empty split)."""
+        empty = np.zeros((0, net.n_features))
+        if not net.class_names:
+            return Classes((), empty, empty)
+        return Classes(tuple(net.class_names), np.asarray(net.class_consumption), np.asarray(net.class_generation))
+
+    @staticmethod
+    def of_buses(net: Network, buses: Mapping[str, Sequence[int]], field_name: str = "classes") -> Classes:
+        """Classes a request defines as lists of load buses: a bus's whole consumption and generation is its
+        class's; a bus in two classes, or not a load bus, is refused naming it."""
+        names = tuple(buses)
+        consumption, generation = np.zeros((len(names), net.n_features)), np.zeros((len(names), net.n_features))
+        owner: dict[int, str] = {}
+        for k, name in enumerate(names):
+            for bus in buses[name]:
+                at = _position(net, int(bus), f"{field_name}.{name}")
+                if int(bus) in owner:
+                    raise NetworkError(
+                        f"{field_name}.{name}",
+                        f"bus {bus} is also in class {owner[int(bus)]!r}",
+                        "each load bus in at most one class",
+                    )
+                owner[int(bus)] = name
+                for column in (at, net.n_load + at):
+                    consumption[k, column] = net.base_consumption[column]
+                    generation[k, column] = net.base_generation[column]
+        return Classes(names, consumption, generation)
 
 
 @dataclass(frozen=True)
 class TimeSeries:
     """Steps with their consumption factor and their generation's output share (PV: the network's own
-    generation and the added DER), each (steps,) or (steps, n_load) per load bus."""
+    generation and the added DER), each (steps,) or (steps, n_load) per load bus, and profiles by name
+    (steps,): a class's (its consumption's P and Q, and its generation), `<class>_pload` / `<class>_qload`
+    for a load class's P and Q apart (SimBench), or one a DER names."""
 
     timestamps: tuple[str, ...]
     load: np.ndarray
     pv: np.ndarray
     step_hours: float = 0.25
+    profiles: Mapping[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Expanded:
-    """The query rows and, per row, its scenario, year and time step (None without a time series)."""
+    """The query rows and, per row, its scenario, year and time step (None without a time series); the
+    profiles no class or DER took (a name that matched nothing is reported, not silently dropped)."""
 
     rows: np.ndarray  # (m, 2 n_load)
     scenario: tuple[str, ...]
     year: tuple[int, ...]
     timestamp: tuple[str, ...] | None
+    unused_profiles: tuple[str, ...] = ()
 
 
 def _position(net: Network, bus: int, field_name: str) -> int:
@@ -75,51 +131,129 @@ def _per_bus(factor: np.ndarray, n: int) -> np.ndarray:
     return np.broadcast_to(factor.reshape(len(factor), -1), (len(factor), n))
 
 
-def _one(net: Network, scenario: Scenario, index: int, series: TimeSeries | None) -> np.ndarray:
+@dataclass(frozen=True)
+class _ClassProfiles:
+    """(steps, k) factors per class: its consumption's P and Q, its generation; the profile names used."""
+
+    p: np.ndarray
+    q: np.ndarray
+    gen: np.ndarray
+    used: frozenset[str]
+
+
+def _class_profiles(classes: Classes, series: TimeSeries | None, steps: int) -> _ClassProfiles:
+    k = len(classes.names)
+    p, q, gen = np.ones((steps, k)), np.ones((steps, k)), np.ones((steps, k))
+    used: set[str] = set()
+    if series is None:
+        return _ClassProfiles(p, q, gen, frozenset())
+    given = series.profiles
+    for j, name in enumerate(classes.names):
+        both = given.get(name)
+        if both is not None:
+            p[:, j] = q[:, j] = gen[:, j] = both
+            used.add(name)
+        if name + P_SUFFIX in given:  # SimBench's load profile: P, and Q apart (Q follows P when only P is given)
+            p[:, j] = given[name + P_SUFFIX]
+            q[:, j] = given.get(name + Q_SUFFIX, given[name + P_SUFFIX])
+            used.add(name + P_SUFFIX)
+        if name + Q_SUFFIX in given:
+            q[:, j] = given[name + Q_SUFFIX]
+            used.add(name + Q_SUFFIX)
+    return _ClassProfiles(p, q, gen, frozenset(used))
+
+
+def _class_factors(classes: Classes, scenario: Scenario, where: str) -> np.ndarray:
+    """(k,) the scenario's factor per class; a class it names that the study does not have is refused."""
+    factors = np.ones(len(classes.names))
+    for name, factor in scenario.class_scaling.items():
+        if name not in classes.names:
+            known = list(classes.names) or "none: define them as lists of load buses (classes)"
+            raise NetworkError(f"{where}.class_scaling", f"no customer class {name!r}", f"one of {known}")
+        factors[classes.names.index(name)] = factor
+    return factors
+
+
+def _one(
+    net: Network, scenario: Scenario, index: int, series: TimeSeries | None, classes: Classes, shaped: _ClassProfiles
+) -> np.ndarray:
     """(years x steps, 2 n_load) rows of one scenario."""
     n = net.n_load
     where = f"scenarios[{index}]"
+    steps = 1 if series is None else len(series.timestamps)
     bus_scale = np.ones(n)
     for bus, factor in scenario.bus_load_scale.items():
         bus_scale[_position(net, int(bus), f"{where}.bus_load_scale")] *= factor
-    added = np.zeros(2 * n)
+    scale = _class_factors(classes, scenario, where)
+    # consumption and generation per step (steps, 2n): the classes' with their factors and profiles, the rest x 1
+    rest_c = net.base_consumption - classes.consumption.sum(axis=0)
+    rest_g = net.base_generation - classes.generation.sum(axis=0)
+    c, g = classes.consumption * scale[:, None], classes.generation * scale[:, None]
+    consumption = rest_c[None] + np.concatenate([shaped.p @ c[:, :n], shaped.q @ c[:, n:]], axis=1)
+    generation = (rest_g[None] + shaped.gen @ g) * scenario.generation_scale
     for k, der in enumerate(scenario.der):
         at = _position(net, der.bus, f"{where}.der[{k}].bus")
-        added[at] += der.kw / 1e3
-        added[n + at] += der.kvar / 1e3
-    consumption = net.base_consumption * np.tile(bus_scale, 2)
-    generation = net.base_generation * scenario.generation_scale + added
-    profile, pv = (
+        output = np.ones(steps)
+        if der.profile is not None and series is not None:
+            if der.profile not in series.profiles:
+                raise NetworkError(
+                    f"{where}.der[{k}].profile",
+                    f"no profile {der.profile!r} in the time series",
+                    f"one of {sorted(series.profiles)[:20]}",
+                )
+            output = series.profiles[der.profile]
+        generation[:, at] += der.kw / 1e3 * output
+        generation[:, n + at] += der.kvar / 1e3 * output
+    load_t, pv_t = (
         (np.ones((1, n)), np.ones((1, n))) if series is None else (_per_bus(series.load, n), _per_bus(series.pv, n))
     )
+    consumption = consumption * np.tile(bus_scale, 2) * np.tile(load_t, 2)
+    generation = generation * np.tile(pv_t, 2)
     per_year = []
     for year in scenario.years:
         level = scenario.load_scale * (1.0 + scenario.growth_rate) ** year
-        per_year.append(consumption[None] * level * np.tile(profile, 2) - generation[None] * np.tile(pv, 2))
+        per_year.append(consumption * level - generation)
     return np.concatenate(per_year)
 
 
-def expand(net: Network, scenarios: Sequence[Scenario], series: TimeSeries | None = None) -> Expanded:
-    """Every scenario's rows, in order: scenario, then year, then time step."""
-    if series is not None:
-        steps = len(series.timestamps)
-        if series.load.shape not in ((steps,), (steps, net.n_load)):
+def _check_series(net: Network, series: TimeSeries) -> None:
+    steps = len(series.timestamps)
+    for name, factor in (("load", series.load), ("pv", series.pv)):
+        if factor.shape not in ((steps,), (steps, net.n_load)):
             raise NetworkError(
-                "time_series.load",
-                f"shape {series.load.shape} for {steps} steps",
+                f"time_series.{name}",
+                f"shape {factor.shape} for {steps} steps",
                 f"({steps},) or ({steps}, {net.n_load})",
             )
-        if series.pv.shape not in ((steps,), (steps, net.n_load)):
+    for name, profile in series.profiles.items():
+        if np.shape(profile) != (steps,):
             raise NetworkError(
-                "time_series.pv", f"shape {series.pv.shape} for {steps} steps", f"({steps},) or ({steps}, {net.n_load})"
+                f"time_series.profiles.{name}", f"{np.size(profile)} values for {steps} steps", f"{steps} values"
             )
+
+
+def expand(
+    net: Network, scenarios: Sequence[Scenario], series: TimeSeries | None = None, classes: Classes | None = None
+) -> Expanded:
+    """Every scenario's rows, in order: scenario, then year, then time step. `classes`: the network's own
+    (`Classes.of`) unless given."""
+    classes = Classes.of(net) if classes is None else classes
+    if series is not None:
+        _check_series(net, series)
+    steps = 1 if series is None else len(series.timestamps)
+    shaped = _class_profiles(classes, series, steps)
     rows, names, years, stamps = [], [], [], []
     for i, scenario in enumerate(scenarios):
-        block = _one(net, scenario, i, series)
-        per_year = len(block) // len(scenario.years)
+        block = _one(net, scenario, i, series, classes, shaped)
         rows.append(block)
         names += [scenario.name] * len(block)
-        years += [y for y in scenario.years for _ in range(per_year)]
+        years += [y for y in scenario.years for _ in range(steps)]
         if series is not None:
             stamps += list(series.timestamps) * len(scenario.years)
-    return Expanded(np.concatenate(rows), tuple(names), tuple(years), tuple(stamps) if series is not None else None)
+    unused: tuple[str, ...] = ()
+    if series is not None:
+        named = {d.profile for s in scenarios for d in s.der}
+        unused = tuple(name for name in series.profiles if name not in shaped.used and name not in named)
+    return Expanded(
+        np.concatenate(rows), tuple(names), tuple(years), tuple(stamps) if series is not None else None, unused
+    )

@@ -7,9 +7,12 @@ GridPFN: `pip install "gridpfn[client]"` is enough once the package is installed
     cid = client.create_context(simulate={"network": "ieee33", "delta": 0.1, "n": 500, "seed": 0})
     answer = client.predict(loads, model="transformer-dva", context_id=cid, quantiles=[0.05, 0.95])  # DataFrame
     # another feeder: nid = client.upload_network("feeder.json")["id"], then create_context(..., network=nid)
+    client.delete_network(nid)                 # the upload, when done with it (context sets on it then 404)
     job = client.submit("loads.parquet", model="transformer-dva", context_id=cid, quantiles=[0.05, 0.95])
     client.wait(job["id"])
     frame = client.fetch(job["id"])            # pandas DataFrame (or fetch(id, "out.parquet") to a file)
+    client.fetch(job["id"], layout="long")     # a row per input row and bus: row, bus, bus_name, mean, std, ...
+    client.summary(job["id"])                  # per bus: P(outside the band), the worst row, extreme quantiles
     answer[answer["extrapolated"]]             # queries farther out than the context's loads (also in results)
     answer.attrs["metered"]                    # per bus: whether the context read it (NaN in x / y: not measured)
     study = client.study([{"load_scale": 1.4, "der": [{"bus": 18, "kw": 250}]}], context_id=cid)
@@ -279,6 +282,11 @@ class _Endpoints:
             name, content = Path(data).name, Path(data).read_bytes()
         return Call("POST", "/v1/networks", options={"files": {"file": (name, content, "application/octet-stream")}})
 
+    def delete_network(self, network_id: str) -> Call:
+        """DELETE /v1/networks/{id}: one of your uploads (a built-in is a 422); returns None. Context sets on
+        it then answer 404 naming it; another key's upload of the same file is its own and stays."""
+        return Call("DELETE", f"/v1/networks/{network_id}", lambda r: None)
+
     def simulate(self, loads: Any, network: str = "ieee33") -> Call:
         """POST /v1/simulate: AC power flow of (m, features) load vectors; the answer as the service gives it."""
         return Call("POST", "/v1/simulate", options={"json": {"network": network, "loads": _rows(loads)}})
@@ -295,15 +303,31 @@ class _Endpoints:
         quantiles: Sequence[float] = (),
         detail: str = "long",
         network: str | None = None,
+        classes: dict[str, Sequence[int]] | None = None,
+        profiles: pd.DataFrame | None = None,
+        step_hours: float = 0.25,
     ) -> Call:
         """POST /v1/studies: scenarios in a planner's terms (dicts: `name`, `load_scale`, `bus_load_scale`,
-        `generation_scale`, `der` [{bus, kw, kvar}], `growth_rate`, `years`), optionally over a `time_series`
-        ({timestamps, load, pv, step_hours}). Returns a `Study`: `summary` (a DataFrame indexed by bus: the
-        largest and mean P(outside the band), where it is largest, expected hours outside, extreme quantiles)
-        and `long` (a row per scenario row and bus, as pandapower's res_bus is a row per bus)."""
+        `class_scaling`, `generation_scale`, `der` [{bus, kw, kvar, profile}], `growth_rate`, `years`),
+        optionally over a `time_series` ({timestamps, load, pv, profiles, step_hours}) or a `profiles` table (a
+        DataFrame: a `time` column, or a datetime index, and factor columns, SimBench-style: `H0-A_pload`,
+        `H0-A_qload`, `PV5`, `load`, `pv`, `load_bus<k>`; sent as Parquet, each row `step_hours` long).
+        `classes`: customer classes as load-bus lists, in place of the network's own. Returns a `Study`:
+        `summary` (a DataFrame indexed by bus: the largest and mean P(outside the band), where it is largest,
+        expected hours outside, extreme quantiles) and `long` (a row per scenario row and bus, as pandapower's
+        res_bus is a row per bus)."""
         fields = _query_fields(context_id, context, quantiles, voltage_band, network)
         fields.update(model=model, scenarios=list(scenarios), time_series=time_series, detail=detail)
-        return Call("POST", "/v1/studies", _study, options={"json": fields})
+        if classes is not None:
+            fields["classes"] = {name: [int(b) for b in buses] for name, buses in classes.items()}
+        if profiles is None:
+            return Call("POST", "/v1/studies", _study, options={"json": fields})
+        if time_series is not None:
+            raise ValueError("give the time series either as time_series or as a profiles table, not both")
+        fields.pop("time_series")
+        spec = json.dumps({**fields, "step_hours": float(step_hours)})
+        table = ("profiles.parquet", _profile_parquet(profiles), "application/vnd.apache.parquet")
+        return Call("POST", "/v1/studies", _study, options={"data": {"spec": spec}, "files": {"file": table}})
 
     def hosting_capacity(
         self,
@@ -361,6 +385,13 @@ class _Endpoints:
         """Cancel an active job (returns its status) or delete a finished one (returns None)."""
         return Call("DELETE", f"/v1/batch-jobs/{job_id}", lambda r: r.json() if r.status_code == 202 else None)
 
+    def summary(self, job_id: str, hours_per_row: float | None = None) -> Call:
+        """GET /v1/batch-jobs/{id}/summary: a done job's per-bus risk as a DataFrame indexed by bus (as a study's
+        `summary`: largest and mean P(outside the band), `worst_row`, extreme quantiles; `hours_outside` with
+        `hours_per_row`, the hours each row stands for); the job's facts in `.attrs`."""
+        params = {} if hours_per_row is None else {"hours_per_row": float(hours_per_row)}
+        return Call("GET", f"/v1/batch-jobs/{job_id}/summary", _by_bus("summary"), options={"params": params})
+
     @staticmethod
     def _upload_call(handle: Any, name: str, fields: dict[str, str]) -> Call:
         return Call(
@@ -407,14 +438,19 @@ class _Endpoints:
             await self._io_sleep(delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic())))
         raise AssertionError("unreachable")
 
-    async def fetch(self, job_id: str, path: str | os.PathLike | None = None, format: str | None = None) -> Any:
-        """The result: written to `path` (format from its suffix) and the path returned, or a DataFrame."""
+    async def fetch(
+        self, job_id: str, path: str | os.PathLike | None = None, format: str | None = None, layout: str = "wide"
+    ) -> Any:
+        """The result: written to `path` (format from its suffix) and the path returned, or a DataFrame.
+        layout="long": a row per input row and bus (row, bus, bus_name, mean, std, q<level>..., p_outside, ...),
+        as pandapower's res_bus is a row per bus; "wide" (default): a column per statistic and bus."""
         fmt = _result_format(path, format)
+        params = {"format": fmt} if layout == "wide" else {"format": fmt, "layout": layout}
         call = Call(
             "GET",
             f"/v1/batch-jobs/{job_id}/result",
             lambda r: _frame(r.content, fmt),
-            options={"params": {"format": fmt}},
+            options={"params": params},
         )
         if path is None:
             return await self._io_call(call)
@@ -522,12 +558,14 @@ _ENDPOINTS = (
     "networks",
     "network",
     "upload_network",
+    "delete_network",
     "simulate",
     "study",
     "hosting_capacity",
     "submit_simulated",
     "status",
     "cancel",
+    "summary",
 )
 
 
@@ -680,6 +718,23 @@ class Study:
     info: dict[str, Any]
 
 
+def _profile_parquet(profiles: pd.DataFrame) -> bytes:
+    """A profile table as Parquet: a datetime index becomes the `time` column, datetimes are sent as ISO text."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    frame = profiles
+    if not {"time", "timestamp", "timestamps"} & set(map(str, frame.columns)):
+        frame = frame.rename_axis("time").reset_index()
+    frame = frame.copy()
+    for column in frame.columns:
+        if pd.api.types.is_datetime64_any_dtype(frame[column]):
+            frame[column] = frame[column].dt.strftime("%Y-%m-%dT%H:%M:%S")
+    sink = io.BytesIO()
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), sink)
+    return sink.getvalue()
+
+
 def _study(response: httpx.Response) -> Study:
     answer = response.json()
     summary = pd.DataFrame(answer.pop("summary")).set_index("bus")
@@ -687,11 +742,19 @@ def _study(response: httpx.Response) -> Study:
     return Study(summary, None if long is None else pd.DataFrame(long), answer)
 
 
-def _hosting(response: httpx.Response) -> pd.DataFrame:
-    answer = response.json()
-    frame = pd.DataFrame(answer.pop("buses")).set_index("bus")
-    frame.attrs.update(answer)
-    return frame
+def _by_bus(key: str) -> Callable[[httpx.Response], pd.DataFrame]:
+    """An answer's per-bus list `key` as a DataFrame indexed by bus, the rest of the answer in .attrs."""
+
+    def parse(response: httpx.Response) -> pd.DataFrame:
+        answer = response.json()
+        frame = pd.DataFrame(answer.pop(key)).set_index("bus")
+        frame.attrs.update(answer)
+        return frame
+
+    return parse
+
+
+_hosting = _by_bus("buses")
 
 
 def _query_fields(

@@ -11,6 +11,7 @@ for gauges (`livesum`). service.commands.supervisor marks a process dead when it
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -33,6 +34,7 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self._inference_children: dict[tuple[str, str], Any] = {}
         self.inference = Histogram(
             "gridpfn_model_inference_seconds",
             "model time per call",
@@ -71,6 +73,14 @@ class Metrics:
             registry=r,
         )
         self.batch_requests = Counter("gridpfn_microbatch_requests", "requests served by micro-batches", registry=r)
+
+    def inference_time(self, model: str, stage: str) -> Any:
+        """The inference histogram's child for (model, stage), looked up once: every request observes one,
+        and prometheus_client's .labels() takes a lock and builds a key on every call."""
+        child = self._inference_children.get((model, stage))
+        if child is None:
+            child = self._inference_children[(model, stage)] = self.inference.labels(model, stage)
+        return child
 
     def depth(self, running: int, waiting: int) -> None:
         self.running.set(running)

@@ -137,9 +137,9 @@ class Settings(GridPFNSettings):
     context_recheck_s: float = Field(
         1.0,
         ge=0,
-        description="how long the in-process copy of a stored context set "
-        "is used before the store is asked again whether it still exists: one deleted or "
-        "expired in the store (by another replica) stops being answered here within this "
+        description="how long the in-process copy of a stored context set, or of an uploaded network "
+        "rebuilt from the store, is used before the store is asked again whether it still exists: one deleted "
+        "or expired in the store (by another replica) stops being answered here within this "
         "time; 0 = ask on every request (a Redis round trip per predict)",
     )
     encoded_cache_size: int = Field(32, ge=1, description="encoded contexts (per model+context) kept in process")

@@ -143,7 +143,7 @@ class Fits:
             value = await self.run(sparse.fit, loaded.method, ctx.x, ctx.y, ctx.typical_loads)
             seconds = time.perf_counter() - t0
             self.metrics.encodes.labels(loaded.name).inc()
-            self.metrics.inference.labels(loaded.name, "encode").observe(seconds)
+            self.metrics.inference_time(loaded.name, "encode").observe(seconds)
             return Cached(value, seconds)
 
         cached, hit = await self.encoded_cache.get_or_compute(self._key(loaded, ctx), compute)

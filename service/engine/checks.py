@@ -139,7 +139,8 @@ class Checks:
         if not low <= ctx.rows <= high:
             raise InvalidInput(
                 _context_field(ctx) or "context",
-                f"{ctx.rows} context rows is outside what {loaded.name} supports: {low} to {high} rows",
+                f"{ctx.rows} context rows is too {'few' if ctx.rows < low else 'many'} for {loaded.name}: "
+                f"it takes {low} to {high} rows",
                 f"between {low} and {high} rows (model card context_size)",
             )
 

@@ -98,6 +98,7 @@ def _compute(encoded: Encoded, items: list[tuple[np.ndarray, AnswerSpec, Any]]) 
     for i, (_, spec, _) in enumerate(items):
         groups.setdefault(spec, []).append(i)
     results: list[BatchResult | None] = [None] * len(items)
+    batch_rows = sum(qx.shape[0] for qx, _, _ in items)
     for spec, members in groups.items():
         queries = np.concatenate([items[i][0] for i in members], axis=0)
         shared, placed = placed_answer(encoded.method, encoded.value, encoded.geometry, queries, spec)
@@ -109,7 +110,7 @@ def _compute(encoded: Encoded, items: list[tuple[np.ndarray, AnswerSpec, Any]]) 
                 shared.rows(start, stop),
                 placed.rows(start, stop),
                 0.0,
-                sum(qx.shape[0] for qx, _, _ in items),
+                batch_rows,
                 len(items),
             )
             start = stop

@@ -113,7 +113,7 @@ async def context_of(rt: Runtime, request: Any, tenant: Tenant) -> tuple[Context
         inline = request.context
         return rt.checks.context(inline.x, inline.y, net, owner=tenant.tag, typical_loads=inline.typical_loads), net
     ctx = await rt.contexts.stored(request.context_id, tenant=tenant)
-    return ctx, await rt.networks.resolve(ctx.network, "context_id", tenant=tenant)
+    return ctx, await rt.networks.for_context(ctx.network, ctx.id, tenant=tenant)
 
 
 async def model_and_context(rt: Runtime, req: Any, tenant: Tenant) -> tuple[Any, ContextSet, Any]:
@@ -151,7 +151,7 @@ async def predict(rt: Runtime, req: Any, tenant: Tenant) -> PredictAnswer:
     else:
         answer, placed, predict_s = await _direct_split(rt, loaded.method, encoded.value, geometry, queries, spec)
         batch_rows = queries.shape[0]
-    rt.metrics.inference.labels(loaded.name, "predict").observe(predict_s)
+    rt.metrics.inference_time(loaded.name, "predict").observe(predict_s)
     statistics = _statistics(answer, spec.quantiles, f"model {loaded.name}")
     gp, gp_timing = None, None
     if req.compare_gp:

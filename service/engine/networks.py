@@ -9,7 +9,9 @@ sets' TTL; the built-ins are always there and never stored.
 
 Requests name their network by that id; `Networks.resolve` gives the gridsim `Network` behind it
 (an upload rebuilt once per process from its stored JSON, then kept in a small LRU), which every
-width check, model pick and power flow uses.
+width check, model pick and power flow uses. `Networks.delete` removes an upload from the store; every
+server process sharing that store stops answering from its rebuilt copy within `recheck_s`
+(GRIDPFN_CONTEXT_RECHECK_S, as for context sets), the deleting process at once.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 import orjson
 
 from service.constants import SHA256_ID
-from service.engine.errors import InvalidInput, NotFound
+from service.engine.errors import InvalidInput, NotFound, StoreUnavailable
 from service.engine.store import Store
 from service.engine.tenants import Tenant, scoped_id
 
@@ -73,7 +75,7 @@ def snapshot_upload(data: bytes, filename: str | None) -> tuple[dict[str, Any], 
     """(description, normalised pandapower JSON) of an upload; a bad network is an InvalidInput naming the problem.
 
     Runs in a worker thread (a power flow at base load and the layout)."""
-    from gridsim.feeders import NetworkError, describe, from_matpower, from_pandapower_json
+    from gridsim.feeders import NetworkError, describe, from_matpower, from_pandapower_json, numbering
 
     fmt = detect_format(data, filename)
     try:
@@ -81,6 +83,7 @@ def snapshot_upload(data: bytes, filename: str | None) -> tuple[dict[str, Any], 
     except NetworkError as exc:
         raise InvalidInput(exc.field, exc.problem, exc.expected) from exc
     info = {"id": net.name, "kind": "uploaded", "format": fmt, "created_at": time.time(), **describe(net)}
+    info["numbering"] = numbering(net, uploaded=True)  # says why its bus numbers are, or are not, a built-in's
     return info, net.source_json
 
 
@@ -119,16 +122,30 @@ class Networks:
 
     An upload belongs to the tenant that made it (service.engine.tenants): its id is the content id
     mixed with the tenant's tag (the content id itself when keys are off), the description keeps the
-    tag under `owner`, and every read, list and use by another tenant finds nothing (NotFound, None).
-    The built-ins are everyone's."""
+    tag under `owner`, and every read, list, use and delete by another tenant finds nothing (NotFound,
+    None). So two keys uploading the same file hold two ids and two stored copies, and one deleting its
+    own never touches the other's. The built-ins are everyone's."""
 
-    def __init__(self, store: Store, ttl_s: int, run: Callable[..., Awaitable[Any]] | None = None) -> None:
-        self.store, self.ttl_s, self.run = store, ttl_s, run
-        self.resolved: OrderedDict[str, tuple[Any, str | None]] = OrderedDict()  # id -> (Network, owner)
+    def __init__(
+        self,
+        store: Store,
+        ttl_s: int,
+        run: Callable[..., Awaitable[Any]] | None = None,
+        recheck_s: float = 0.0,
+    ) -> None:
+        self.store, self.ttl_s, self.run, self.recheck_s = store, ttl_s, run, recheck_s
+        # id -> (Network, owner, when the store last said it exists (monotonic))
+        self.resolved: OrderedDict[str, tuple[Any, str | None, float]] = OrderedDict()
+        self._rechecking: set[str] = set()  # ids whose existence one request is asking the store now
 
     async def resolve(self, network_id: str, field: str = "network", location: str = "body", *, tenant: Tenant) -> Any:
         """The gridsim Network named by a request: a built-in, or an upload `tenant` sees (NotFound when
-        it is not stored or is another tenant's)."""
+        it is not stored or is another tenant's).
+
+        A rebuilt upload is kept in process; whether it is still stored (deleted by another server
+        process, or expired) is asked again once that copy is older than `recheck_s`, by one request at a
+        time, as ContextSets.stored does: a deleted upload stops being answered everywhere within that
+        time, for one store round trip per period rather than one per request."""
         import gridsim
 
         if network_id in built_in_names():
@@ -136,6 +153,9 @@ class Networks:
         if not UPLOAD_ID.match(network_id):
             raise unknown_network(network_id, field)
         entry = self.resolved.get(network_id)
+        if entry is not None and not await self._still_stored(network_id, entry):
+            self.resolved.pop(network_id, None)
+            entry = None
         if entry is None:  # keys on: the owner is checked before anything is rebuilt for this caller
             info = None if tenant.tag is None else await self.get(network_id, tenant=None)
             owner = None if info is None else info.get("owner")
@@ -145,13 +165,69 @@ class Networks:
             if source is None:
                 raise NotFound("network", network_id, field, location)
             net = await self.run(_rebuild, source, network_id) if self.run else _rebuild(source, network_id)
-            entry = self.resolved[network_id] = (net, owner)
+            entry = self.resolved[network_id] = (net, owner, time.monotonic())
             while len(self.resolved) > RESOLVED_KEEP:
                 self.resolved.popitem(last=False)
         if not tenant.sees(entry[1]):
             raise NotFound("network", network_id, field, location)
         self.resolved.move_to_end(network_id)
         return entry[0]
+
+    async def _still_stored(self, network_id: str, entry: tuple[Any, str | None, float]) -> bool:
+        """False when the store says the upload is gone; True while its copy is younger than `recheck_s`,
+        while another request is asking, or when the store cannot be reached (the copy is the upload's
+        exact data, so requests on it go on; the next period asks again)."""
+        if time.monotonic() - entry[2] < self.recheck_s or network_id in self._rechecking:
+            return True
+        self._rechecking.add(network_id)
+        try:
+            gone = await self.store.ttl(KEY_PREFIX + network_id) is None
+        except StoreUnavailable:
+            gone = False
+        finally:
+            self._rechecking.discard(network_id)
+        if not gone and network_id in self.resolved:
+            self.resolved[network_id] = (entry[0], entry[1], time.monotonic())
+        return not gone
+
+    async def for_context(self, network_id: str, context_id: str, *, tenant: Tenant) -> Any:
+        """The network a stored context set was made on. The set outlives its upload when the upload is
+        deleted (or expires first): that is a NotFound naming `context_id` whose detail says which network
+        is gone and what to do, rather than a bare unknown id the caller never sent."""
+        try:
+            return await self.resolve(network_id, "context_id", tenant=tenant)
+        except NotFound as exc:
+            exc.detail = (
+                f"context set {context_id!r} was stored on network {network_id!r}, which is no longer stored "
+                "(deleted or expired): upload the same feeder again (it gets the same id) or use a context set "
+                "on another network"
+            )
+            for entry in exc.entries:
+                entry["message"] = f"its network {network_id!r} is deleted or expired"
+            raise
+
+    async def delete(self, network_id: str, tenant: Tenant) -> None:
+        """Delete `tenant`'s upload: its description and source in the store, and this process's rebuilt
+        copy (other processes drop theirs within `recheck_s`; see resolve). A built-in is an InvalidInput
+        naming `network_id`; an unknown id or another tenant's upload is NotFound, exactly as an id that
+        never existed (one key never learns of another's data). Another tenant's upload of the same file
+        has its own id (scoped to its owner) and stays. Context sets stored on the upload are left to
+        their TTL: using one is a NotFound naming the deleted network (for_context); a batch job keeps its
+        own copy of the upload's JSON in its directory and runs, and is summarised, as before."""
+        if network_id in built_in_names():
+            raise InvalidInput(
+                "network_id",
+                "a built-in network cannot be deleted",
+                "the id of one of your uploaded networks (GET /v1/networks: kind 'uploaded')",
+                "path",
+            )
+        info = await self.get(network_id, tenant=tenant) if UPLOAD_ID.match(network_id) else None
+        if info is None:
+            raise NotFound("network", network_id, "network_id")
+        # the description first: it is what every process's recheck, the list and GET ask for
+        await self.store.delete(KEY_PREFIX + network_id)
+        await self.store.delete(SOURCE_PREFIX + network_id)
+        self.resolved.pop(network_id, None)
 
     async def keep(self, network_id: str) -> None:
         """Restart an upload's TTL (a context set was just stored on it, and needs it as long)."""

@@ -43,6 +43,8 @@ class Models:
 
     def known(self, name: str, field: str = "model") -> None:
         """NotFound (naming a refused checkpoint's reason) when no network has a model by that name."""
+        if name in self.registry.models or name in self.registry.width_free:  # every request: no list built
+            return
         if name not in self.registry.names():
             problem = NotFound("model", name, field, "path" if field == "name" else "body")
             refused = [why for key, why in self.registry.errors.items() if key.split("/")[0] == name]
@@ -97,7 +99,7 @@ class Runtime:
         self.checks = Checks(s)
         self.contexts = ContextSets(self.store, s.context_ttl_s, s.context_recheck_s, s.encoded_cache_size)
         self.executor = Executor(s.workers, s.queue_size, s.batch_window_ms / 1000.0, s.batch_max_queries, self.metrics)
-        self.networks = Networks(self.store, s.context_ttl_s, self.executor.run)
+        self.networks = Networks(self.store, s.context_ttl_s, self.executor.run, s.context_recheck_s)
         self.uploads = UploadSandbox(
             SandboxLimits(s.upload_memory_mb * 2**20, s.upload_cpu_s, s.upload_timeout_s, s.max_network_bytes),
             s.upload_concurrency,

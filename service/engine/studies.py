@@ -15,12 +15,14 @@ from typing import Any
 import numpy as np
 
 from gridsim.errors import NetworkError
-from gridsim.scenarios import DER, Expanded, Scenario, TimeSeries, expand
+from gridsim.scenarios import DER, Classes, Expanded, Scenario, TimeSeries, expand
 from models.errors import RowsRefused
 from service.engine.answers import AnswerSpec, ModelTiming, OffContext, Statistics
+from service.engine.bus_summary import BusSummary, BusSummaryAccumulator
 from service.engine.errors import InputRejected, InvalidInput, TooLarge
 from service.engine.inference import model_and_context, model_answer
 from service.engine.load_table import LOAD_LIMIT
+from service.engine.profile_table import ProfileFile, column_limit, read, time_series, wanted_columns
 from service.engine.runtime import Runtime
 from service.engine.tenants import Tenant
 
@@ -29,19 +31,6 @@ DEFAULT_QUANTILES = (0.05, 0.95)
 # Entries (rows x buses) a JSON answer carries in the long format; a bigger study asks for the summary
 # alone or runs as a batch job.
 MAX_LONG_ENTRIES = 200_000
-
-
-@dataclass(frozen=True)
-class BusSummary:
-    """Per output bus (k,) arrays."""
-
-    max_p_outside: np.ndarray
-    mean_p_outside: np.ndarray
-    worst_row: np.ndarray  # (k,) int: the row where P(outside) is largest
-    hours_outside: np.ndarray | None  # the largest expected hours over scenario-years; None without a time series
-    hours_outside_std: np.ndarray | None  # its std if the steps' outcomes were independent (a lower bound)
-    lowest: np.ndarray  # the lowest quantile's smallest value
-    highest: np.ndarray  # the highest quantile's largest value
 
 
 @dataclass(frozen=True)
@@ -60,23 +49,17 @@ class StudyAnswer:
     summary: BusSummary
     timing: ModelTiming
     seconds: float
+    classes: tuple[str, ...] = ()  # the customer classes the study split the loads by
+    ignored_columns: tuple[str, ...] = ()  # an uploaded profile table's columns no part of the study reads
 
 
 def summarize_buses(statistics: Statistics, expanded: Expanded, step_hours: float | None) -> BusSummary:
-    p = np.asarray(statistics.p_outside_band, dtype=np.float64)  # (rows, k)
-    hours = spread = None
-    if step_hours is not None and expanded.timestamp is not None:
-        keys = list(zip(expanded.scenario, expanded.year, strict=True))
-        groups: dict[tuple[str, int], list[int]] = {}
-        for i, key in enumerate(keys):
-            groups.setdefault(key, []).append(i)
-        expected = np.stack([p[rows].sum(axis=0) * step_hours for rows in groups.values()])  # (groups, k)
-        variance = np.stack([(p[rows] * (1.0 - p[rows])).sum(axis=0) * step_hours**2 for rows in groups.values()])
-        worst = expected.argmax(axis=0)
-        buses = np.arange(p.shape[1])
-        hours, spread = expected[worst, buses], np.sqrt(variance[worst, buses])
-    low, high = statistics.quantiles[0][1], statistics.quantiles[-1][1]
-    return BusSummary(p.max(axis=0), p.mean(axis=0), p.argmax(axis=0), hours, spread, low.min(axis=0), high.max(axis=0))
+    """The study's rows in one block; the hours per scenario and year when it is a time series."""
+    hours = step_hours if expanded.timestamp is not None else None
+    summary = BusSummaryAccumulator(hours)
+    groups = list(zip(expanded.scenario, expanded.year, strict=True))
+    summary.add(statistics.p_outside_band, statistics.quantiles[0][1], statistics.quantiles[-1][1], groups)
+    return summary.result()
 
 
 def _scenarios(req: Any) -> list[Scenario]:
@@ -86,9 +69,10 @@ def _scenarios(req: Any) -> list[Scenario]:
             load_scale=s.load_scale,
             bus_load_scale={int(bus): factor for bus, factor in (s.bus_load_scale or {}).items()},
             generation_scale=s.generation_scale,
-            der=tuple(DER(d.bus, d.kw, d.kvar) for d in s.der),
+            der=tuple(DER(d.bus, d.kw, d.kvar, d.profile) for d in s.der),
             growth_rate=s.growth_rate,
             years=tuple(s.years),
+            class_scaling=dict(s.class_scaling or {}),
         )
         for i, s in enumerate(req.scenarios)
     ]
@@ -99,7 +83,24 @@ def _series(req: Any) -> TimeSeries | None:
     if ts is None:
         return None
     steps = len(ts.timestamps)
-    return TimeSeries(tuple(ts.timestamps), _factors(ts.load, steps), _factors(ts.pv, steps), ts.step_hours)
+    profiles = {name: np.asarray(values, dtype=np.float64) for name, values in (ts.profiles or {}).items()}
+    return TimeSeries(tuple(ts.timestamps), _factors(ts.load, steps), _factors(ts.pv, steps), ts.step_hours, profiles)
+
+
+def _classes(req: Any, net: Any) -> Classes:
+    """The request's classes (lists of load buses) in place of the network's own, when it defines any."""
+    return Classes.of(net) if req.classes is None else Classes.of_buses(net, req.classes)
+
+
+async def _table_series(
+    rt: Runtime, req: Any, net: Any, classes: Classes, scenarios: list[Scenario], table: ProfileFile
+) -> tuple[TimeSeries, tuple[str, ...]]:
+    """An uploaded profile table as the study's time series (only the columns it uses are read), and the
+    columns it left unread."""
+    wanted = wanted_columns(net, classes, [d.profile for s in scenarios for d in s.der if d.profile is not None])
+    limit = rt.settings.max_study_rows
+    read_table = await rt.executor.run(read, table.path, table.filename, wanted, limit, column_limit(net))
+    return time_series(read_table, net, req.step_hours), read_table.ignored
 
 
 def _factors(values: Any, steps: int) -> np.ndarray:
@@ -107,9 +108,8 @@ def _factors(values: Any, steps: int) -> np.ndarray:
     return np.ones(steps) if values is None else np.asarray(values, dtype=np.float64)
 
 
-def _check_size(rt: Runtime, req: Any, net: Any) -> None:
+def _check_size(rt: Runtime, req: Any, net: Any, steps: int) -> None:
     """The rows the study would expand to (scenarios x years x steps), counted before any is built."""
-    steps = 1 if req.time_series is None else len(req.time_series.timestamps)
     rows = sum(len(s.years) for s in req.scenarios) * steps
     limit = rt.settings.max_study_rows
     if rows > limit:
@@ -143,13 +143,19 @@ def _check_loads(expanded: Expanded) -> None:
         )
 
 
-async def study(rt: Runtime, req: Any, tenant: Tenant) -> StudyAnswer:
-    """The answer to a StudyRequest from `tenant`."""
+async def study(rt: Runtime, req: Any, tenant: Tenant, table: ProfileFile | None = None) -> StudyAnswer:
+    """The answer to a StudyRequest from `tenant`; its time series from `table` (a profile table upload)
+    when given (a bad cell: load_table.InputError naming its row and column)."""
     t0 = time.perf_counter()
     loaded, ctx, net = await model_and_context(rt, req, tenant)
-    _check_size(rt, req, net)  # before any row is built: a small body can ask for billions
+    scenarios = _scenarios(req)
     try:
-        expanded = await rt.executor.run(expand, net, _scenarios(req), _series(req))
+        classes = _classes(req, net)
+        series, ignored = (
+            (_series(req), ()) if table is None else await _table_series(rt, req, net, classes, scenarios, table)
+        )
+        _check_size(rt, req, net, 1 if series is None else len(series.timestamps))  # before any row is built
+        expanded = await rt.executor.run(expand, net, scenarios, series, classes)
     except NetworkError as exc:
         raise InvalidInput(exc.field, exc.problem, exc.expected) from None
     _check_loads(expanded)
@@ -164,7 +170,7 @@ async def study(rt: Runtime, req: Any, tenant: Tenant) -> StudyAnswer:
             raise
         where = _row_name(expanded, refused.rows[0])
         raise InvalidInput("scenarios", f"{where}: {refused.reason}", refused.expected) from None
-    step_hours = None if req.time_series is None else req.time_series.step_hours
+    step_hours = None if series is None else series.step_hours
     return StudyAnswer(
         model=loaded.name,
         version=loaded.version,
@@ -180,4 +186,6 @@ async def study(rt: Runtime, req: Any, tenant: Tenant) -> StudyAnswer:
         summary=summarize_buses(statistics, expanded, step_hours),
         timing=timing,
         seconds=time.perf_counter() - t0,
+        classes=classes.names,
+        ignored_columns=ignored,
     )

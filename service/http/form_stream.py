@@ -62,6 +62,11 @@ class FormStream:
         self.filename: str | None = None  # the file part's, once fields_before_file() found it
         self._file_too_large: Callable[[int], TooLarge] | None = None
         self._file_start = 0
+        # where the file part's data begins in the body (None until the parser reached it) and where the
+        # chunk being parsed begins: uvicorn hands over what arrived while the route was busy as one chunk,
+        # which may hold the fields and much of the file, so the fields' limit is checked at that offset
+        self._file_data_at: int | None = None
+        self._chunk_at = 0
         self.chunks: AsyncIterator[bytes] = request.stream()
         self.events: deque[tuple[Any, ...]] = deque()
         self.received, self.byte_limit, self.ended = 0, max_fields * (FIELD_MAX_BYTES + 1024) + FRAMING_BYTES, False
@@ -110,6 +115,8 @@ class FormStream:
 
     def _part_data(self, data: bytes, start: int, end: int) -> None:
         if self._is_file:
+            if self._file_data_at is None:
+                self._file_data_at = self._chunk_at + start
             self.events.append(("data", bytes(data[start:end])))
             return
         self._data += data[start:end]
@@ -132,16 +139,21 @@ class FormStream:
                 self.ended = True
                 self._feed(None)
                 continue
+            self._chunk_at = self.received
             self.received += len(chunk)
-            if self.received > self.byte_limit:
-                if self._file_too_large is not None:  # the file part's own refusal, when it is the file
+            if self._file_too_large is not None:  # the file part is being saved: its own limit
+                if self.received > self.byte_limit:
                     raise self._file_too_large(self.received - self._file_start)
+                self._feed(chunk)
+                continue
+            self._feed(chunk)  # the chunk is in memory already; each field is bounded as it is parsed
+            before_file = self.received if self._file_data_at is None else self._file_data_at
+            if before_file > self.byte_limit:
                 raise TooLarge(
                     "body",
                     f"form fields of more than {self.byte_limit} bytes",
                     f"at most {self.max_fields} form fields of at most {FIELD_MAX_BYTES} bytes each",
                 )
-            self._feed(chunk)
         return self.events.popleft()
 
     def _feed(self, chunk: bytes | None) -> None:
@@ -168,8 +180,9 @@ class FormStream:
 
     async def save_file(self, dest: Path, max_bytes: int, too_large: Callable[[int], TooLarge]) -> int:
         """Write the file part to `dest`; `too_large(bytes so far)` is raised past `max_bytes`, at once."""
-        self.byte_limit = self.received + max_bytes + FRAMING_BYTES
-        self._file_too_large, self._file_start = too_large, self.received
+        start = self.received if self._file_data_at is None else self._file_data_at
+        self.byte_limit = start + max_bytes + FRAMING_BYTES
+        self._file_too_large, self._file_start = too_large, start
         size, block = 0, bytearray()
         with open(dest, "wb") as out:
             while (event := await self._next()) is not None and event[0] == "data":

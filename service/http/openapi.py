@@ -1,12 +1,16 @@
 """/openapi.json saying exactly what this server accepts, with examples that run as shown.
 
-Examples: the served model's name, inline contexts of a size its card accepts, and the real
-content-addressed id of the simulate example's context set (built with gridsim once, on the first
-schema request). Contract: `model` is an enum of the served models, the configured limits (rows per
+Examples (service.http.examples): the served model's name and inline contexts of a size its card accepts,
+so each runs on its own on a fresh server; the batch-job example, which by design names a stored context
+set, carries the real content-addressed id of the context-set example's simulate spec and says so. The
+description names what the server serves (every radial feeder, IEEE 33 among the built-ins), replacing the
+app's constructor text. Contract: `model` is an enum of the served models, the configured limits (rows per
 request, context rows, simulated rows: each a 413 past it) are the schema's maxima, read from the
 app's Settings (so they hold before start-up too), and OpenAPI links chain the routes
-that create a resource to those that read or delete it (POST /v1/context-sets -> GET/DELETE,
-POST /v1/batch-jobs -> status/result/DELETE, POST /v1/networks -> GET, GET /v1/models -> GET one)."""
+that create a resource to those that use, read or delete it (POST /v1/context-sets -> GET/DELETE and a batch
+job on it, POST /v1/batch-jobs -> status/result/summary/DELETE, POST /v1/networks -> GET/DELETE, GET
+/v1/models -> GET one), so schemathesis' stateful phase can call each with a real id, not only with ids that
+answer 404 (tests/service/http/test_contract.py walks the context set -> job -> summary chain itself)."""
 
 from __future__ import annotations
 
@@ -21,8 +25,18 @@ from service.http import examples
 
 log = logging.getLogger(__name__)
 
+DESCRIPTION = (
+    "Power-flow surrogates for radial distribution feeders (the built-in IEEE 33-bus, Kerber LV and MV Oberrhein "
+    "feeders, or your own uploaded as pandapower JSON or a MATPOWER case: GET /v1/networks): per-bus voltage "
+    "distributions for load vectors, conditioned on a context set of known load -> voltage examples, from "
+    "pretrained DVA-PFNs and network-fit / physics-fit; planning studies, hosting capacity, meter placement and "
+    "batch jobs. The examples run on the IEEE 33-bus feeder (`ieee33`), each on its own. Errors are RFC 9457 "
+    "problem+json. With GRIDPFN_API_KEYS set, /v1 needs `Authorization: Bearer <key>`."
+)
 
-def _live_examples(app: FastAPI) -> dict[str, list[dict]]:
+
+def _example_model(app: FastAPI) -> tuple[str, int]:
+    """The model the examples name and the fewest context rows it takes."""
     runtime = getattr(app.state, "runtime", None)
     # the examples are on IEEE 33: a checkpoint for it, else physics-fit (which serves every network)
     registry = runtime.registry if runtime is not None else None
@@ -35,10 +49,33 @@ def _live_examples(app: FastAPI) -> dict[str, list[dict]]:
         min_rows = int(card["context_size"]["min"])
     else:
         name, min_rows = examples.DEFAULT_MODEL, 8
-    return examples.live(name, min_rows)
+    return name, min_rows
+
+
+def _add_examples(app: FastAPI, schema: dict[str, Any]) -> None:
+    """Each request schema's examples, and the batch job's (its body's schema is not a component)."""
+    components = schema["components"]["schemas"]
+    model, min_rows = _example_model(app)
+    for model_name, model_examples in examples.live(model, min_rows).items():
+        if model_name in components:
+            components[model_name]["examples"] = model_examples
+    batch = schema["paths"]["/v1/batch-jobs"]["post"]["requestBody"]["content"]["application/json"]
+    batch.pop("example", None)
+    batch["examples"] = {
+        "simulated": {
+            "summary": "1000 simulated load cases; needs the context set of POST /v1/context-sets' simulate example",
+            "description": "A batch job names a stored context set: run POST /v1/context-sets with its first "
+            "example, then this (the id here is that set's without API keys; with keys, use the id it answered).",
+            "value": examples.batch_job(model),
+        }
+    }
 
 
 def _link(operation_id: str, parameter: str, expression: str) -> dict[str, Any]:
+    """A link setting one parameter of the target, or with `body.<field>` one field of its JSON body (schemathesis
+    merges that field into the body it generates: a batch job on the context set just stored)."""
+    if parameter.startswith("body."):
+        return {"operationId": operation_id, "requestBody": {parameter.removeprefix("body."): expression}}
     return {"operationId": operation_id, "parameters": {parameter: expression}}
 
 
@@ -47,14 +84,19 @@ LINKS: dict[tuple[str, str, str], dict[str, tuple[str, str, str]]] = {
     ("/v1/context-sets", "post", "201"): {
         "GetContextSet": ("read_v1_context_sets__context_id__get", "context_id", "$response.body#/id"),
         "DeleteContextSet": ("delete_v1_context_sets__context_id__delete", "context_id", "$response.body#/id"),
+        # the batch-job example's context id is the keys-off one: with keys, only this link can submit a real
+        # job, whose id the links below then carry to the status, result, summary and delete routes
+        "SubmitBatchJob": ("submit_v1_batch_jobs_post", "body.context_id", "$response.body#/id"),
     },
     ("/v1/batch-jobs", "post", "202"): {
         "GetBatchJob": ("status_v1_batch_jobs__job_id__get", "job_id", "$response.body#/id"),
         "GetBatchJobResult": ("result_v1_batch_jobs__job_id__result_get", "job_id", "$response.body#/id"),
+        "GetBatchJobSummary": ("summary_v1_batch_jobs__job_id__summary_get", "job_id", "$response.body#/id"),
         "DeleteBatchJob": ("cancel_v1_batch_jobs__job_id__delete", "job_id", "$response.body#/id"),
     },
     ("/v1/networks", "post", "201"): {
-        "GetNetwork": ("read_v1_networks__network_id__get", "network_id", "$response.body#/id")
+        "GetNetwork": ("read_v1_networks__network_id__get", "network_id", "$response.body#/id"),
+        "DeleteNetwork": ("delete_v1_networks__network_id__delete", "network_id", "$response.body#/id"),
     },
     ("/v1/models", "get", "200"): {
         "GetModel": ("get_model_v1_models__name__get", "name", "$response.body#/models/0/name")
@@ -136,10 +178,9 @@ def install(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = build()
+            schema["info"]["description"] = DESCRIPTION
             try:
-                components = schema["components"]["schemas"]
-                for model_name, model_examples in _live_examples(app).items():
-                    components[model_name]["examples"] = model_examples
+                _add_examples(app, schema)
             except Exception:  # the docs still work, without examples
                 log.exception("could not build the live examples")
             _add_links(schema)

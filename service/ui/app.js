@@ -1,10 +1,10 @@
-// The operator's page: talks to the service's own /v1 API (and three /ui/api helpers) from the browser.
-import { drawHistogram, drawProfile, drawRiskMap, fmt, pct } from "/ui/static/charts.js";
+// The operator's page: talks to the service's own /v1 API (and the /ui/api helpers of routers/ui.py) from the browser.
+import { drawHistogram, drawProfile, drawRiskMap, fmt, ms, pct, prob, sig, volt } from "/ui/static/charts.js";
 
 const $ = (id) => document.getElementById(id);
 const QUANTILES = [0.05, 0.25, 0.5, 0.75, 0.95];
 const KEY_STORE = "gridpfn-api-key";
-const state = { models: [], topo: null, context: null, rows: null, answer: null, busy: false };
+const state = { models: [], networks: [], topo: null, context: null, rows: null, answer: null, study: null, busy: false };
 
 // ---------------------------------------------------------------- API calls and problem+json errors
 class Problem extends Error {
@@ -69,29 +69,79 @@ async function guarded(box, button, work) {
 }
 
 // ---------------------------------------------------------------- models, network, context
-async function loadModels() {
+// A network as the page names it: an upload by its title (the net's own name or the one given at upload;
+// text from the uploader, only ever set as textContent) and the start of its id, a built-in by its id and title.
+function networkLabel(n) {
+  if (n.kind === "uploaded") return `${n.title || "untitled upload"} · ${n.id.slice(0, 8)}…`;
+  return n.title && n.title !== n.id ? `${n.id} (${n.title})` : n.id;
+}
+
+function currentNetwork() { return state.networks.find((n) => n.id === $("network").value); }
+
+// Models and networks; `select` picks a network (a fresh upload), else the one picked before while it exists.
+async function loadModels(select = null) {
   showProblem($("banner"), null);
   try {
     const [models, listed] = await Promise.all([call("GET", "/v1/models"), call("GET", "/v1/networks")]);
-    const nets = { networks: listed.networks.map((n) => n.id) };
-    // an upload is shown by its title (the net's own name or the one given at upload), a built-in by its id
-    const label = Object.fromEntries(listed.networks.map((n) =>
-      [n.id, n.kind === "uploaded" && n.title ? `${n.title} · ${n.id.slice(0, 8)}…` : n.id]));
     state.models = models.models;
+    state.networks = listed.networks;
+    const ids = listed.networks.map((n) => n.id);
     const nsel = $("network");
     const previous = nsel.value;
     nsel.textContent = "";
-    for (const n of nets.networks) {
-      const count = state.models.filter((m) => servesNetwork(m, n) && !("*" in (m.versions || {}))).length;
+    for (const n of listed.networks) {
+      const count = state.models.filter((m) => servesNetwork(m, n.id) && !("*" in (m.versions || {}))).length;
       const o = document.createElement("option");
-      o.value = n;
-      o.textContent = count ? label[n] : `${label[n]} (physics-fit only)`;
+      o.value = n.id;
+      o.title = n.id;
+      o.dataset.kind = n.kind;
+      o.textContent = count ? networkLabel(n) : `${networkLabel(n)} (no trained checkpoint)`;
       nsel.appendChild(o);
     }
-    nsel.value = previous || (nets.networks.includes("ieee33") ? "ieee33" : nets.networks[0]);
+    nsel.value = [select, previous, "ieee33"].find((id) => id && ids.includes(id)) || ids[0];
     await networkChanged();
   } catch (err) { showProblem($("banner"), err); }
   refreshButtons();
+}
+
+async function uploadNetwork() {
+  await guarded($("net-error"), $("net-upload-btn"), async () => {
+    const file = $("net-file").files[0];
+    if (!file) throw new Problem({ title: "No file chosen", detail: "choose a pandapower JSON or MATPOWER (.m, .mat) file first", errors: [] });
+    const form = new FormData();
+    const name = $("net-name").value.trim();
+    if (name) form.append("name", name);
+    form.append("file", file, file.name);
+    $("net-info").textContent = "reading and checking the feeder…";
+    let info;
+    try { info = await call("POST", "/v1/networks", form); } catch (err) { $("net-info").textContent = ""; throw err; }
+    $("net-file").value = "";
+    $("net-name").value = "";
+    await loadModels(info.id);
+    const box = $("net-info");
+    box.textContent = `uploaded “${networkLabel({ ...info, kind: "uploaded" })}”: ${info.n_buses} buses, ` +
+      `${info.loads.length} load buses, ${info.outputs.length} voltages to predict`;
+    box.dataset.uploaded = info.id;
+  });
+}
+
+function askDeleteNetwork() {
+  const n = currentNetwork();
+  if (!n || n.kind !== "uploaded") return;
+  $("net-delete-what").textContent = `Delete “${networkLabel(n)}”?`;
+  $("net-delete-confirm").hidden = false;
+}
+
+async function deleteNetwork() {
+  const n = currentNetwork();
+  $("net-delete-confirm").hidden = true;
+  if (!n || n.kind !== "uploaded") return;
+  await guarded($("net-error"), $("net-delete-btn"), async () => {
+    await call("DELETE", `/v1/networks/${encodeURIComponent(n.id)}`);
+    await loadModels();
+    $("net-info").textContent = `deleted “${networkLabel(n)}”`;
+    $("net-info").dataset.deleted = n.id;
+  });
 }
 
 // The model picked first when the network has it: the README's choice for accuracy.
@@ -108,6 +158,11 @@ function servesNetwork(m, net) {
 // The models of the chosen network, its topology and nominal loads; a context of another network is dropped.
 async function networkChanged() {
   const net = $("network").value;
+  const entry = currentNetwork();
+  $("net-delete-btn").disabled = !entry || entry.kind !== "uploaded";
+  $("net-delete-confirm").hidden = true;
+  $("net-info").textContent = entry ? `${entry.n_buses} buses, ${entry.n_loads} loads, ${entry.n_outputs} voltages to predict` +
+    (entry.expires_in_s ? ` · kept ${Math.round(entry.expires_in_s / 3600)} h more` : "") : "";
   const sel = $("model");
   const previous = sel.value;
   sel.textContent = "";
@@ -127,6 +182,8 @@ async function networkChanged() {
   showModelInfo();
   if (!state.topo || state.topo.name !== net) {
     await loadNetwork();
+    state.study = null;
+    $("study-card").hidden = true;
     if (state.context && state.context.network !== net) {
       state.context = null;
       $("ctx-info").textContent = "no context yet";
@@ -146,26 +203,66 @@ function showModelInfo() {
 }
 
 // The page's view of a feeder described by GET /v1/networks/{id}: closed lines and transformers form
-// the tree, open lines are its ties, nominal loads in feature order (P of each load bus, then Q).
-function topologyOf(desc) {
+// the tree, open lines are its ties; per load bus in feature order (P of each load bus, then Q) its base
+// consumption and generation, apart (/ui/api/networks/{id}/loads), so the load level scales consumption only.
+function topologyOf(desc, loads) {
   const closed = desc.lines.filter((l) => l.closed), open = desc.lines.filter((l) => !l.closed);
   const busOf = (name) => +name.replace(/^\D+/, "");
-  const p = new Map(), q = new Map();
-  for (const l of desc.loads) { p.set(l.bus, (p.get(l.bus) || 0) + l.p_mw); q.set(l.bus, (q.get(l.bus) || 0) + l.q_mvar); }
   const loadBuses = desc.features.slice(0, desc.features.length / 2).map(busOf);
+  const busNames = new Map(desc.buses.map((b) => [b.bus, b.name]));
   return {
     name: desc.id, slack_bus: desc.slack_bus, slack_vm_pu: desc.slack_vm_pu ?? null,
     from_bus: [...closed.map((l) => l.from_bus), ...desc.transformers.map((t) => t.hv_bus)],
     to_bus: [...closed.map((l) => l.to_bus), ...desc.transformers.map((t) => t.lv_bus)],
     tie_from_bus: open.map((l) => l.from_bus), tie_to_bus: open.map((l) => l.to_bus),
-    load_buses: loadBuses, base_p_mw: loadBuses.map((b) => p.get(b) || 0), base_q_mvar: loadBuses.map((b) => q.get(b) || 0),
+    load_buses: loadBuses,
+    cons_p: loads.consumption_p_mw, cons_q: loads.consumption_q_mvar, gen_p: loads.generation_p_mw, gen_q: loads.generation_q_mvar,
+    has_generation: [...loads.generation_p_mw, ...loads.generation_q_mvar].some((g) => g !== 0),
+    bus_names: busNames,
+    // names shown beside bus numbers only where they say more than a number (ieee33's are pandapower indices)
+    named: [...busNames.values()].some((n) => n && !/^\d+$/.test(n)),
     feature_names: desc.features, output_names: desc.outputs,
   };
 }
 
 async function loadNetwork() {
-  state.topo = topologyOf(await call("GET", `/v1/networks/${encodeURIComponent($("network").value)}`));
+  const id = encodeURIComponent($("network").value);
+  const [desc, loads] = await Promise.all([call("GET", `/v1/networks/${id}`), call("GET", `/ui/api/networks/${id}/loads`)]);
+  state.topo = topologyOf(desc, loads);
   resetNominal();
+  describeLoadVector();
+  resetPv();
+}
+
+// Bus numbers as short ranges: [2, 3, 4, 7] -> "2–4, 7" (at most `most` pieces, then "…").
+function busRanges(buses, most = 8) {
+  const pieces = [];
+  for (let i = 0; i < buses.length; i++) {
+    let j = i;
+    while (j + 1 < buses.length && buses[j + 1] === buses[j] + 1) j++;
+    pieces.push(j > i ? `${buses[i]}–${buses[j]}` : `${buses[i]}`);
+    i = j;
+  }
+  return pieces.length > most ? `${pieces.slice(0, most).join(", ")}, …` : pieces.join(", ");
+}
+
+// The texts that name the load vector and the file columns follow the selected network.
+function describeLoadVector() {
+  const t = state.topo, f = t.feature_names, o = t.output_names, n = t.load_buses.length;
+  t.vector_order = `P (MW) at the ${n} load bus${n === 1 ? "" : "es"} ${busRanges(t.load_buses)}, then Q (Mvar) at the same`;
+  const columns = `${f[0]} … ${f[f.length - 1]}`;
+  $("rows-hint").textContent = `Paste or upload rows (${f.length} numbers each: ${t.vector_order}; net of generation)`;
+  $("rows-hint").dataset.numbers = f.length;
+  $("rows-text").placeholder = `one load case per line; a header row naming the columns ${columns} is allowed`;
+  $("ctx-upload-hint").textContent = `CSV or Parquet: the ${f.length} load columns ${columns} and the ${o.length} voltage ` +
+    `columns ${o[0]} … ${o[o.length - 1]} (as gridpfn simulate -o writes)`;
+  $("batch-hint").textContent = `File: CSV (header row) or Parquet with the ${f.length} columns ${columns}. ` +
+    "Uses the model, context, band and quantiles above.";
+}
+
+function busLabel(bus) {
+  const name = state.topo.bus_names.get(bus);
+  return state.topo.named && name ? `${bus} · ${name}` : String(bus);
 }
 
 function setContext(info) {
@@ -209,38 +306,68 @@ async function uploadContext() {
 }
 
 // ---------------------------------------------------------------- load case
+// Per load bus: its consumption (P, Q; scaled by the load level) and, where the network has generation,
+// its generation (P, Q produced; kept). The load vector sent is consumption x level - generation.
+const LOAD_KINDS = [["p", "cons_p", "P MW"], ["q", "cons_q", "Q Mvar"]];
+const GEN_KINDS = [["pg", "gen_p", "gen P MW"], ["qg", "gen_q", "gen Q Mvar"]];
+
 function resetNominal() {
   const t = state.topo;
-  const body = $("load-table").tBodies[0];
+  const kinds = t.has_generation ? [...LOAD_KINDS, ...GEN_KINDS] : LOAD_KINDS;
+  const head = $("load-table").tHead, body = $("load-table").tBodies[0];
+  head.textContent = "";
   body.textContent = "";
+  const hr = head.insertRow();
+  for (const label of ["bus", ...(t.named ? ["name"] : []), ...kinds.map((k) => k[2])]) {
+    const th = document.createElement("th");
+    th.textContent = label;
+    hr.appendChild(th);
+  }
   t.load_buses.forEach((bus, i) => {
-    const tr = document.createElement("tr");
-    tr.innerHTML = `<td>${bus}</td><td><input type="number" step="0.005" data-kind="p" data-i="${i}"></td>` +
-                   `<td><input type="number" step="0.005" data-kind="q" data-i="${i}"></td>`;
-    tr.querySelector('[data-kind="p"]').value = t.base_p_mw[i];
-    tr.querySelector('[data-kind="q"]').value = t.base_q_mvar[i];
-    body.appendChild(tr);
+    const tr = body.insertRow();
+    tr.insertCell().textContent = String(bus);
+    if (t.named) { const td = tr.insertCell(); td.className = "name"; td.textContent = t.bus_names.get(bus) || ""; td.title = td.textContent; }
+    for (const [kind, key] of kinds) {
+      const input = document.createElement("input");
+      Object.assign(input, { type: "number", step: "0.005", value: t[key][i] });
+      input.dataset.kind = kind;
+      input.dataset.i = i;
+      tr.insertCell().appendChild(input);
+    }
   });
   $("level").value = 1;
   updateTotals();
 }
 
+// (consumption, generation) in feature order, as the table holds them (before the level).
+function caseParts() {
+  const t = state.topo, n = t.load_buses.length;
+  const cons = [...t.cons_p, ...t.cons_q], gen = [...t.gen_p, ...t.gen_q];
+  for (const input of $("load-table").querySelectorAll("input")) {
+    const i = +input.dataset.i, x = parseFloat(input.value), k = input.dataset.kind;
+    const value = Number.isFinite(x) ? x : 0;
+    if (k === "p" || k === "q") cons[k === "p" ? i : n + i] = value;
+    else gen[k === "pg" ? i : n + i] = value;
+  }
+  return { cons, gen };
+}
+
 function caseVector() {
   const level = +$("level").value;
-  const n = state.topo.load_buses.length;
-  const v = new Array(2 * n);
-  for (const input of $("load-table").querySelectorAll("input")) {
-    const i = +input.dataset.i, x = parseFloat(input.value);
-    v[input.dataset.kind === "p" ? i : n + i] = level * (Number.isFinite(x) ? x : 0);
-  }
-  return v;
+  const { cons, gen } = caseParts();
+  return cons.map((c, i) => level * c - gen[i]);
 }
 
 function updateTotals() {
-  $("level-out").textContent = `${(+$("level").value).toFixed(2)}×`;
-  const v = caseVector(), n = v.length / 2;
+  const level = +$("level").value;
+  $("level-out").textContent = `${level.toFixed(2)}×`;
+  const { cons, gen } = caseParts(), n = cons.length / 2;
   const sum = (a) => a.reduce((s, x) => s + x, 0);
-  $("load-total").textContent = `total ${sum(v.slice(0, n)).toFixed(3)} MW, ${sum(v.slice(n)).toFixed(3)} Mvar`;
+  const text = [`consumption ${(level * sum(cons.slice(0, n))).toFixed(3)} MW, ${(level * sum(cons.slice(n))).toFixed(3)} Mvar`];
+  if (state.topo.has_generation) {
+    text.push(`generation ${sum(gen.slice(0, n)).toFixed(3)} MW kept`);
+  }
+  $("load-total").textContent = text.join(" · ");
 }
 
 // Rows pasted or read from a file: 64 numbers a line (comma, semicolon, tab or space separated); a header
@@ -263,7 +390,7 @@ function parseRows(text) {
     const nums = cells.map(Number);
     const picked = order ? order.map((i) => nums[i]) : nums;
     if (!order && picked.length !== names.length) {
-      throw new Problem({ title: "Invalid rows", detail: `line ${li + 1}: ${picked.length} numbers, expected ${names.length} (P bus 2–33, then Q bus 2–33)`, errors: [] });
+      throw new Problem({ title: "Invalid rows", detail: `line ${li + 1}: ${picked.length} numbers, expected ${names.length} (${state.topo.vector_order})`, errors: [] });
     }
     const bad = picked.findIndex((x) => !Number.isFinite(x));
     if (bad >= 0) throw new Problem({ title: "Invalid rows", detail: `line ${li + 1}, column ${names[bad]}: not a number`, errors: [] });
@@ -300,19 +427,47 @@ async function predict() {
     await new Promise((done) => requestAnimationFrame(() => setTimeout(done, 0)));  // after the frame is painted
     performance.mark("predict-drawn");
     const m = performance.measure("predict-round-trip", "predict-start", "predict-drawn");
-    const rt = $("timing");
-    rt.dataset.roundTripMs = m.duration.toFixed(1);
-    rt.textContent = timingText(answer.timing) + ` · round trip in the browser ${m.duration.toFixed(0)} ms`;
+    showTiming(answer, m.duration);
   });
 }
 
-function timingText(t) {
-  const parts = [`PFN ${fmt(t.pfn_ms, 1)} ms${t.context_cached ? " (context cached)" : ` (incl. encoding ${fmt(t.pfn_encode_ms, 1)} ms)`}`];
-  if (t.gp_fit_ms !== null && t.gp_fit_ms !== undefined) {
-    parts.push(`GP ${fmt(t.gp_fit_ms + t.gp_predict_ms, 1)} ms (fit ${fmt(t.gp_fit_ms, 1)}${t.gp_fit_cached ? ", cached" : ""} + predict ${fmt(t.gp_predict_ms, 1)})`);
-    parts.push(`speedup ${fmt(t.speedup, 1)}×`);
+// Where this request's time went, saying what was paid now and what came from a cache: the context's
+// encoding (or fit) and the exact GP's fit are cached per context, and then cost nothing this time.
+// The API's `speedup` counts both as if paid (the cold path); the time paid now is shown beside it.
+function showTiming(answer, roundTripMs) {
+  const t = answer.timing, model = answer.model, box = $("timing");
+  box.textContent = "";
+  const line = (parts) => {
+    const div = document.createElement("div");
+    for (const [text, cls] of parts) {
+      const span = document.createElement("span");
+      span.textContent = text;
+      if (cls) span.className = cls;
+      div.appendChild(span);
+    }
+    box.appendChild(div);
+  };
+  line(t.context_cached
+    ? [[`${model} ${ms(t.pfn_ms)} now · `], ["context encoding cached", "cached"], [` (not paid this time; it took ${ms(t.pfn_encode_ms)} when done)`]]
+    : [[`${model} ${ms(t.pfn_ms)} now (context encoded now ${ms(t.pfn_encode_ms)} + predict ${ms(t.pfn_predict_ms)})`]]);
+  const gp = t.gp_fit_ms !== null && t.gp_fit_ms !== undefined;
+  box.dataset.contextCached = String(!!t.context_cached);
+  box.dataset.gpFitCached = gp ? String(!!t.gp_fit_cached) : "";
+  if (gp) {
+    const gpPaid = t.gp_predict_ms + (t.gp_fit_cached ? 0 : t.gp_fit_ms);
+    line(t.gp_fit_cached
+      ? [[`exact GP ${ms(gpPaid)} now · `], ["GP fit cached", "cached"], [` (not paid this time; it took ${ms(t.gp_fit_ms)} when done)`]]
+      : [[`exact GP ${ms(gpPaid)} now (fit ${ms(t.gp_fit_ms)} + predict ${ms(t.gp_predict_ms)})`]]);
+    const paidRatio = gpPaid / Math.max(t.pfn_ms, 1e-6);
+    box.dataset.speedup = String(t.speedup);
+    box.dataset.paidRatio = String(paidRatio);
+    line(t.context_cached || t.gp_fit_cached
+      ? [[`time paid in this request: exact GP ${sig(paidRatio, 3)}× ${model}'s · from scratch on a new context ` +
+          `(GP fit + predict vs encoding + predict): ${model} ${sig(t.speedup, 3)}× faster`]]
+      : [[`both from scratch: ${model} ${sig(t.speedup, 3)}× faster than the exact GP (fit and encoding paid now)`]]);
   }
-  return parts.join(" · ");
+  line([[`round trip in the browser ${ms(roundTripMs)}`]]);
+  box.dataset.roundTripMs = roundTripMs.toFixed(1);
 }
 
 function fillRowPicker(answer) {
@@ -350,7 +505,8 @@ function draw() {
   const a = state.answer;
   if (!a) return;
   const row = +($("row-select").value || 0);
-  const data = { topo: state.topo, bus: busData(a, row), band: a.band, threshold: +$("risk-threshold").value / 100, gp: !!a.gp };
+  const data = { topo: state.topo, bus: busData(a, row), band: a.band, threshold: +$("risk-threshold").value / 100, gp: !!a.gp,
+                 model: a.model };
   showExtrapolation(a, row);
   drawProfile($("profile"), data);
   drawRiskMap($("riskmap"), data, (bus, e) => hover(data, bus, e));
@@ -375,7 +531,7 @@ function showExtrapolation(a, row) {
 }
 
 function legend(data) {
-  const items = [["var(--accent)", "PFN mean"], ["#1f5fbf44", "50 % band"], ["#1f5fbf22", "90 % band"],
+  const items = [["var(--accent)", `${data.model} mean`], ["#1f5fbf44", "50 % band"], ["#1f5fbf22", "90 % band"],
                  ["var(--risk)", `at risk (red, shaded): P(outside ${data.band[0]}–${data.band[1]}) > ${pct(data.threshold)}`]];
   if (data.gp) items.push(["var(--gp)", "exact GP mean and 90 % band (±1.645σ), dashed"]);
   if ([...data.bus.values()].some((d) => !d.slack && !d.metered)) {
@@ -402,10 +558,11 @@ function hover(data, bus, e) {
   if (bus === null) { tip.hidden = true; return; }
   const d = data.bus.get(bus) || { slack: true, mean: "set by the grid" };
   tip.textContent = "";
-  const lines = d.slack ? [`Bus ${bus}: substation (slack), ${d.mean}${typeof d.mean === "number" ? " p.u." : ""}`] : [
-    `Bus ${bus}`, `P(outside ${data.band[0]}–${data.band[1]} p.u.): ${d.p} (${pct(d.p)})`,
-    `mean ${d.mean} p.u.`, `50 % band ${fmt(d.q25, 5)} – ${fmt(d.q75, 5)}`, `90 % band ${fmt(d.q05, 5)} – ${fmt(d.q95, 5)}`];
-  if (!d.slack && d.gpMean !== undefined) lines.push(`GP mean ${d.gpMean} ± ${fmt(d.gpStd, 6)}`);
+  const name = state.topo.named && state.topo.bus_names.get(bus) ? ` · ${state.topo.bus_names.get(bus)}` : "";
+  const lines = d.slack ? [`Bus ${bus}${name}: substation (slack), ${typeof d.mean === "number" ? `${volt(d.mean)} p.u.` : d.mean}`] : [
+    `Bus ${bus}${name}`, `P(outside ${data.band[0]}–${data.band[1]} p.u.): ${prob(d.p)} (${pct(d.p)})`,
+    `mean ${volt(d.mean)} p.u.`, `50 % band ${volt(d.q25)} – ${volt(d.q75)}`, `90 % band ${volt(d.q05)} – ${volt(d.q95)}`];
+  if (!d.slack && d.gpMean !== undefined) lines.push(`GP mean ${volt(d.gpMean)} ± ${sig(d.gpStd)}`);
   lines.forEach((l, i) => { const div = document.createElement("div"); div.textContent = l; if (!i) div.style.fontWeight = 600; tip.appendChild(div); });
   tip.hidden = false;
   // beside the pointer, flipped to the other side where the window's edge would cut it off
@@ -420,18 +577,28 @@ function hover(data, bus, e) {
 function busTable(data) {
   const t = $("bus-table");
   const gp = data.gp;
-  t.innerHTML = `<thead><tr><th>bus</th><th>mean p.u.</th><th>5 %</th><th>25 %</th><th>75 %</th><th>95 %</th>` +
-                `<th>P(outside)</th><th>context readings</th>${gp ? "<th>GP mean</th><th>GP std</th>" : ""}</tr></thead>`;
+  t.textContent = "";
+  const hr = t.createTHead().insertRow();
+  for (const label of ["bus", "mean p.u.", "5 %", "25 %", "75 %", "95 %", "P(outside)", "context readings", ...(gp ? ["GP mean", "GP std"] : [])]) {
+    const th = document.createElement("th");
+    th.textContent = label;
+    hr.appendChild(th);
+  }
   const body = document.createElement("tbody");
   for (const [bus, d] of [...data.bus.entries()].sort((a, b) => a[0] - b[0])) {
     if (d.slack) continue;
     const tr = document.createElement("tr");
     tr.className = [d.p > data.threshold ? "at-risk" : "", d.metered ? "" : "unmetered"].join(" ").trim();
     tr.dataset.metered = String(d.metered);
-    // the API's numbers as they arrived (String: the shortest text that reads back as the same double)
+    // rounded for reading; the API's exact numbers in data-value and the cell's title (and in the download)
     const read = d.metered ? (d.readings === null ? "yes" : String(d.readings)) : "not metered";
-    const cells = [bus, d.mean, d.q05, d.q25, d.q75, d.q95, d.p, read, ...(gp ? [d.gpMean, d.gpStd] : [])];
-    for (const c of cells) { const td = document.createElement("td"); td.textContent = String(c); tr.appendChild(td); }
+    const cells = [[busLabel(bus)], [d.mean, volt], [d.q05, volt], [d.q25, volt], [d.q75, volt], [d.q95, volt], [d.p, prob], [read],
+                   ...(gp ? [[d.gpMean, volt], [d.gpStd, sig]] : [])];
+    for (const [value, format] of cells) {
+      const td = tr.insertCell();
+      td.textContent = format ? format(value) : String(value);
+      if (format) { td.dataset.value = String(value); td.title = String(value); }
+    }
     body.appendChild(tr);
   }
   t.appendChild(body);
@@ -510,7 +677,8 @@ async function finished(box, s) {
   box.querySelector(".actions").hidden = false;
   const errBox = box.querySelector(".problem");
   await guarded(errBox, null, async () => {
-    const hist = await call("GET", `/ui/api/batch-jobs/${s.id}/risk-histogram?bins=20`);
+    const [hist, summary] = await Promise.all([call("GET", `/ui/api/batch-jobs/${s.id}/risk-histogram?bins=20`),
+                                              call("GET", `/v1/batch-jobs/${s.id}/summary`)]);
     const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
     svg.classList.add("histogram");
     box.appendChild(svg);
@@ -523,18 +691,211 @@ async function finished(box, s) {
       ` · max ${pct(hist.max)} · ${over.toLocaleString("en")} rows in bins from ${pct(threshold)} up${outside}`;
     box.dataset.histRows = hist.rows;
     box.dataset.extrapolatedRows = hist.extrapolated;
+    jobRiskTable(box, summary);
   });
+}
+
+// A finished job's per-bus risk (GET /v1/batch-jobs/{id}/summary) as the study's table: the riskiest bus first,
+// re-sorted by a header click, redrawn when the risk threshold changes; its worst row is 0-based, as the
+// result's long layout numbers rows. Bus names are the job's network's, which may not be the one picked now.
+function jobRiskTable(box, a) {
+  const wrap = document.createElement("div");
+  wrap.className = "table-wrap risk-wrap";
+  const table = document.createElement("table");
+  table.className = "risk-table job-risk";
+  wrap.appendChild(table);
+  box.appendChild(wrap);
+  const named = a.summary.some((r) => r.bus_name && !/^\d+$/.test(r.bus_name));
+  const columns = riskColumns(a.extremes_of || [null, null], ["worst_row", "worst row (from 0)", String, 1], named);
+  const view = { key: "max_p_outside", dir: -1 };
+  box.redrawRisk = () => riskTable(table, a.summary, columns, view, +$("risk-threshold").value / 100, box.redrawRisk);
+  box.redrawRisk();
+  box.dataset.summaryRows = a.summary.length;
 }
 
 async function download(id, format) {
   const response = await call("GET", `/v1/batch-jobs/${id}/result?format=${format}`);
-  const blob = await response.blob();
+  save(await response.blob(), `${id}.${format}`);
+}
+
+function save(blob, filename) {
   const a = document.createElement("a");
   a.href = URL.createObjectURL(blob);
-  a.download = `${id}.${format}`;
+  a.download = filename;
   document.body.appendChild(a);
   a.click();
   setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000);
+}
+
+// A CSV of full-precision numbers (String(x): the shortest text that reads back as the same double). Text
+// cells are quoted; one a spreadsheet would take for a formula (= + - @ first) is prefixed with '.
+function csvBlob(columns, rows) {
+  const cell = (v) => {
+    if (typeof v === "number") return Number.isFinite(v) ? String(v) : "";
+    if (v === null || v === undefined) return "";
+    const text = String(v);
+    return `"${(/^[=+\-@\t\r]/.test(text) ? `'${text}` : text).replace(/"/g, '""')}"`;
+  };
+  const lines = [columns.join(","), ...rows.map((r) => r.map(cell).join(","))];
+  return new Blob([lines.join("\n") + "\n"], { type: "text/csv" });
+}
+
+function downloadAnswer() {
+  const a = state.answer;
+  if (!a) return;
+  const levels = Object.keys(a.quantiles);
+  const columns = ["row", "bus", "output", "mean", "std", ...levels.map((l) => `q${l}`), "p_outside", "extrapolation",
+                   ...(a.gp ? ["gp_mean", "gp_std"] : [])];
+  const rows = [];
+  a.mean.forEach((_, r) => a.outputs.forEach((name, j) => rows.push([
+    r + 1, +name.replace(/^\D+/, ""), name, a.mean[r][j], a.std[r][j], ...levels.map((l) => a.quantiles[l][r][j]),
+    a.p_outside_band[r][j], a.extrapolation[r], ...(a.gp ? [a.gp.mean[r][j], a.gp.std[r][j]] : [])])));
+  save(csvBlob(columns, rows), "prediction.csv");
+}
+
+// ---------------------------------------------------------------- planning study (POST /v1/studies)
+function pvRow(bus = null, kw = 250) {
+  const row = document.createElement("div");
+  row.className = "pv";
+  const sel = document.createElement("select");
+  sel.className = "pv-bus";
+  for (const b of state.topo.load_buses) {
+    const o = document.createElement("option");
+    o.value = b;
+    o.textContent = `bus ${busLabel(b)}`;
+    sel.appendChild(o);
+  }
+  if (bus !== null) sel.value = bus;
+  const input = document.createElement("input");
+  Object.assign(input, { type: "number", value: kw, step: "10", className: "pv-kw" });
+  const unit = document.createElement("span");
+  unit.textContent = "kW";
+  const remove = document.createElement("button");
+  Object.assign(remove, { type: "button", textContent: "×", title: "remove this PV", className: "pv-remove" });
+  remove.addEventListener("click", () => row.remove());
+  row.append(sel, input, unit, remove);
+  $("pv-list").appendChild(row);
+}
+
+function resetPv() { $("pv-list").textContent = ""; }
+
+// "100, 140" -> [100, 140]: one study row (scenario) per load level, in % of the base consumption.
+function loadLevels(text) {
+  const cells = text.split(/[,;\s]+/).filter(Boolean);
+  const levels = cells.map(Number);
+  const bad = cells.find((c, i) => !Number.isFinite(levels[i]) || levels[i] < 0 || levels[i] > 10000);
+  if (!cells.length || bad !== undefined) {
+    throw new Problem({ title: "Invalid load levels", detail: `${bad === undefined ? "none given" : `“${bad}”`}: ` +
+      "give one or more percentages of the base consumption between 0 and 10000, e.g. 100, 140", errors: [] });
+  }
+  return levels;
+}
+
+async function runStudy() {
+  await guarded($("study-error"), $("study-btn"), async () => {
+    const levels = loadLevels($("study-load").value);
+    const der = [...document.querySelectorAll("#pv-list .pv")].map((row) => ({
+      bus: +row.querySelector(".pv-bus").value, kw: parseFloat(row.querySelector(".pv-kw").value) }));
+    const bad = der.findIndex((d) => !Number.isFinite(d.kw));
+    if (bad >= 0) throw new Problem({ title: "Invalid PV", detail: `PV ${bad + 1} (bus ${der[bad].bus}): give its size in kW`, errors: [] });
+    const kw = der.reduce((s, d) => s + d.kw, 0);
+    const pv = der.length ? ` + ${kw.toLocaleString("en")} kW PV` : "";
+    const body = { model: $("model").value, context_id: state.context.id, voltage_band: band(), quantiles: [0.05, 0.95],
+                   detail: "summary", scenarios: levels.map((l) => ({ name: `load ${l} %${pv}`, load_scale: l / 100, der })) };
+    const answer = await call("POST", "/v1/studies", body);
+    state.study = { answer, key: "max_p_outside", dir: -1 };
+    showStudy();
+    $("study-card").scrollIntoView({ block: "nearest" });
+  });
+}
+
+// A per-bus risk summary's columns (a study's, a batch job's: the same kernel, bus_summary.py): key, header,
+// how a value is shown, the first click's direction (-1: largest first). `levels`: the quantiles the extremes
+// are of; `worst`: the column naming where a bus's risk is largest; `named`: bus names say more than numbers.
+function riskColumns(levels, worst, named) {
+  const [lo, hi] = levels.map((q) => (Number.isFinite(q) ? `${+(100 * q).toFixed(1)} %` : "no"));  // no quantiles asked
+  return [
+    ["bus", "bus", String, 1],
+    ...(named ? [["bus_name", "name", String, 1]] : []),
+    ["max_p_outside", "max P(outside)", prob, -1],
+    ["mean_p_outside", "mean P(outside)", prob, -1],
+    ["lowest_vm_pu", `lowest |V| (${lo} quantile)`, volt, 1],
+    ["highest_vm_pu", `highest |V| (${hi} quantile)`, volt, -1],
+    worst,
+  ];
+}
+
+function studyColumns(a) {
+  return riskColumns([a.quantiles[0], a.quantiles[a.quantiles.length - 1]], ["worst_scenario", "worst in", String, 1],
+                     state.topo.named);
+}
+
+// A per-bus risk table into `table`: sorted by `view.key` (`view.dir` -1: largest first; ties by the largest
+// risk, then the lowest voltage, then the bus number), a header click sorts by its column and calls `redraw`.
+// Numbers rounded by their column's format, the exact double in data-value and the title; bus names, text
+// from an uploader, only ever as textContent. Rows whose largest P(outside) exceeds `threshold` are at risk.
+function riskTable(table, summary, columns, view, threshold, redraw) {
+  const { key, dir } = view;
+  table.textContent = "";
+  table.dataset.rows = summary.length;
+  table.dataset.sort = `${key} ${dir < 0 ? "descending" : "ascending"}`;
+  const hr = table.createTHead().insertRow();
+  for (const [k, label, , first] of columns) {
+    const th = document.createElement("th");
+    th.textContent = label;
+    th.dataset.key = k;
+    if (k === "bus_name") th.className = "name";
+    if (k === key) th.setAttribute("aria-sort", dir < 0 ? "descending" : "ascending");
+    th.addEventListener("click", () => {
+      view.dir = view.key === k ? -view.dir : first;
+      view.key = k;
+      redraw();
+    });
+    hr.appendChild(th);
+  }
+  const order = (r, s) => {
+    const [x, y] = [r[key], s[key]];
+    const c = typeof x === "string" || typeof y === "string" ? String(x).localeCompare(String(y)) : x - y;
+    return dir * c || s.max_p_outside - r.max_p_outside || r.lowest_vm_pu - s.lowest_vm_pu || r.bus - s.bus;
+  };
+  const worst = columns[columns.length - 1][0];
+  const body = table.createTBody();
+  for (const r of [...summary].sort(order)) {
+    const tr = body.insertRow();
+    tr.dataset.bus = r.bus;
+    if (r.max_p_outside > threshold) tr.className = "at-risk";
+    for (const [k, , format] of columns) {
+      const td = tr.insertCell();
+      // a bus never at risk has no worst row (every row ties at 0)
+      td.textContent = k === worst && !r.max_p_outside ? "–" : format(r[k]);
+      td.dataset.key = k;
+      if (k === "bus_name") { td.className = "name"; td.title = r[k]; }
+      if (typeof r[k] === "number") { td.dataset.value = String(r[k]); td.title = String(r[k]); }
+    }
+  }
+}
+
+function showStudy() {
+  const a = state.study.answer;
+  $("study-card").hidden = false;
+  const t = a.timing;
+  $("study-info").textContent = `${a.model} · ${a.rows} row${a.rows === 1 ? "" : "s"} × ${a.summary.length} buses · ` +
+    `${ms(t.total_ms)} in the server${t.context_cached ? " (context fit cached)" : ` (context fit ${ms(t.model_encode_ms)} now)`}`;
+  const threshold = +$("risk-threshold").value / 100;
+  const risky = a.summary.filter((r) => r.max_p_outside > threshold).length;
+  const note = $("study-note");
+  note.className = a.extrapolated_rows ? "warning" : "note";
+  note.textContent = `P(|V| outside ${a.voltage_band[0]}–${a.voltage_band[1]} p.u.) per bus over the study's rows; ` +
+    `${risky} bus${risky === 1 ? "" : "es"} above ${pct(threshold)}.` +
+    (a.extrapolated_rows ? ` ⚠ ${a.extrapolated_rows} of ${a.rows} rows lie outside the context's loads: intervals are wider there.` : "");
+  riskTable($("study-table"), a.summary, studyColumns(a), state.study, threshold, showStudy);
+}
+
+function downloadStudy() {
+  const a = state.study && state.study.answer;
+  if (!a) return;
+  const columns = Object.keys(a.summary[0] || {});
+  save(csvBlob(columns, a.summary.map((r) => columns.map((c) => r[c]))), "study-summary.csv");
 }
 
 // ---------------------------------------------------------------- wiring
@@ -543,6 +904,8 @@ function refreshButtons() {
   $("predict-btn").disabled = !ready || (state.rows !== null && !state.rows.length);
   $("batch-submit").disabled = !ready;
   $("batch-sample").disabled = !ready;
+  $("study-btn").disabled = !ready;
+  $("bus-download").disabled = !state.answer;
 }
 
 function showPerf() {
@@ -562,6 +925,14 @@ function init() {
   }));
   $("model").addEventListener("change", () => { showModelInfo(); refreshButtons(); });
   $("network").addEventListener("change", () => guarded($("banner"), null, networkChanged));
+  $("net-upload-btn").addEventListener("click", uploadNetwork);
+  $("net-delete-btn").addEventListener("click", askDeleteNetwork);
+  $("net-delete-yes").addEventListener("click", deleteNetwork);
+  $("net-delete-no").addEventListener("click", () => { $("net-delete-confirm").hidden = true; });
+  $("pv-add").addEventListener("click", () => { if (state.topo) pvRow(); });
+  $("study-btn").addEventListener("click", runStudy);
+  $("study-download").addEventListener("click", downloadStudy);
+  $("bus-download").addEventListener("click", downloadAnswer);
   $("ctx-simulate-btn").addEventListener("click", simulateContext);
   $("ctx-upload-btn").addEventListener("click", uploadContext);
   $("level").addEventListener("input", updateTotals);
@@ -575,7 +946,11 @@ function init() {
   $("rows-clear").addEventListener("click", () => { $("rows-text").value = ""; $("rows-file").value = ""; useRows(); });
   $("predict-btn").addEventListener("click", predict);
   $("row-select").addEventListener("change", draw);
-  $("risk-threshold").addEventListener("change", draw);
+  $("risk-threshold").addEventListener("change", () => {
+    draw();
+    if (state.study) showStudy();
+    for (const box of document.querySelectorAll("#jobs .job")) if (box.redrawRisk) box.redrawRisk();
+  });
   $("batch-submit").addEventListener("click", () => {
     const f = $("batch-file").files[0];
     if (!f) return showProblem($("batch-error"), new Problem({ title: "No file chosen", detail: "choose a CSV or Parquet file first", errors: [] }));

@@ -105,6 +105,18 @@ export function treeLayout(topo) {
 }
 
 export function fmt(v, digits = 4) { return Number.isFinite(v) ? v.toFixed(digits) : "–"; }
+// Numbers as shown on the page (the exact doubles stay in data attributes and in every download):
+// voltages in p.u. to 5 decimals, probabilities and spreads to 3 and 2 significant digits, times in ms to 1 decimal.
+export function volt(v) { return fmt(v, 5); }
+export function sig(x, digits = 2) {
+  if (!Number.isFinite(x)) return "–";
+  if (x === 0) return "0";
+  return Math.abs(x) < 1e-3 ? x.toExponential(digits - 1) : x.toPrecision(digits);  // 5.90e-6, not 0.00000590
+}
+export function prob(p) { return sig(p, 3); }
+export function ms(x) {
+  return Number.isFinite(x) ? `${x.toLocaleString("en", { minimumFractionDigits: 1, maximumFractionDigits: 1 })} ms` : "–";
+}
 export function pct(p) {
   if (!Number.isFinite(p)) return "–";
   if (p === 0) return "0 %";
@@ -212,8 +224,8 @@ export function drawProfile(svg, data) {
       "data-q05": d.slack ? null : String(d.q05), "data-q25": d.slack ? null : String(d.q25),
       "data-q75": d.slack ? null : String(d.q75), "data-q95": d.slack ? null : String(d.q95),
       "data-p-outside": d.slack ? null : String(d.p), "data-at-risk": atRisk ? "true" : "false" }, svg);
-    el("title", {}, c, d.slack ? `bus ${p.bus} (substation, slack): ${d.mean} p.u.`
-      : `bus ${p.bus}: mean ${d.mean} p.u.\n90 % band ${d.q05} – ${d.q95}\nP(outside band) ${d.p}` +
+    el("title", {}, c, d.slack ? `bus ${p.bus} (substation, slack): ${volt(d.mean)} p.u.`
+      : `bus ${p.bus}: mean ${volt(d.mean)} p.u.\n90 % band ${volt(d.q05)} – ${volt(d.q95)}\nP(outside band) ${prob(d.p)}` +
         (unmetered ? "\nnot metered in the context" : ""));
     if (data.gp && !d.slack) {
       el("circle", { class: "gp-point", cx: sx(p.x), cy: sy(d.gpMean), r: 2, fill: "var(--gp)",

@@ -8,7 +8,7 @@ import pytest
 import gridsim
 from gridsim.errors import NetworkError
 from gridsim.feeders import network_id, snapshot
-from gridsim.scenarios import DER, Scenario, TimeSeries, expand
+from gridsim.scenarios import DER, Classes, Scenario, TimeSeries, expand
 from tests.gridsim.feeder_cases import small_feeder
 
 
@@ -73,3 +73,87 @@ def test_a_bus_that_is_not_a_load_bus_is_named_in_the_error():
     with pytest.raises(NetworkError) as shape:
         expand(net, [Scenario("x")], TimeSeries(("a",), np.ones(2), np.ones(1)))
     assert shape.value.field == "time_series.load"
+
+
+def _classed_feeder():
+    """small_feeder with SimBench-style classes: its loads' `profile` H0-A, H0-A (scaled 0.5, fused onto the
+    same bus) and G1-A, the sgen's PV5; uploaded as pandapower JSON, so the classes pass the reader."""
+    import pandapower as pp
+
+    from gridsim.feeders import from_pandapower_json
+
+    net = small_feeder()
+    net.load["profile"] = ["H0-A", "G1-A", "H0-A"]
+    net.sgen["profile"] = ["PV5"]
+    return from_pandapower_json(pp.to_json(net))
+
+
+def test_an_uploads_classes_split_its_consumption_and_generation():
+    net = _classed_feeder()
+    assert net.class_names == ("G1-A", "H0-A", "PV5")
+    np.testing.assert_allclose(net.class_consumption.sum(axis=0), net.base_consumption)
+    np.testing.assert_allclose(net.class_generation.sum(axis=0), net.base_generation)
+    two, three = net.load_buses.index(net.bus_numbers[2]), net.load_buses.index(net.bus_numbers[3])
+    h0 = net.class_consumption[1]
+    assert h0[two] == pytest.approx(0.4) and h0[three] == pytest.approx(0.1)  # 0.2 x scaling 0.5, fused onto bus 3
+    assert net.class_generation[2][two] == pytest.approx(0.15)
+    # a net whose loads have no class (ieee33; Kerber's pandapower connection type 'wye') keeps none, and its id
+    assert gridsim.network("ieee33").class_names == () and gridsim.network("kerber_landnetz_kabel_1").class_names == ()
+
+
+def test_class_scaling_and_simbench_profiles_move_their_class_alone():
+    net = _classed_feeder()
+    n, c = net.n_load, Classes.of(net)
+    two, three = net.load_buses.index(net.bus_numbers[2]), net.load_buses.index(net.bus_numbers[3])
+    base = expand(net, [Scenario("base")]).rows[0]
+    np.testing.assert_allclose(base, net.base_x)
+    doubled = expand(net, [Scenario("h0 x2", class_scaling={"H0-A": 2.0})]).rows[0]
+    np.testing.assert_allclose(doubled - base, c.consumption[1])  # H0-A's consumption once more, nothing else
+    series = TimeSeries(
+        ("t0", "t1"),
+        np.ones(2),
+        np.ones(2),
+        profiles={
+            "H0-A_pload": np.array([0.5, 1.0]),
+            "H0-A_qload": np.array([0.0, 2.0]),
+            "PV5": np.array([0.0, 0.8]),
+            "PV9": np.array([1.0, 0.3]),
+            "WP4": np.array([1.0, 1.0]),
+        },
+    )
+    der = DER(net.bus_numbers[3], 100.0, profile="PV9")
+    out = expand(net, [Scenario("year", load_scale=1.1, der=(der,))], series)
+    assert out.unused_profiles == ("WP4",)  # no class or DER takes it: reported
+    g1, h0 = c.consumption[0], c.consumption[1]
+    row = out.rows[1]  # t1: H0-A P x 1, Q x 2; PV5 at 0.8; the DER at PV9's 0.3
+    assert row[two] == pytest.approx(1.1 * (h0[two] + g1[two]) - 0.8 * 0.15)
+    assert row[n + two] == pytest.approx(1.1 * (2.0 * h0[n + two] + g1[n + two]))
+    assert row[three] == pytest.approx(1.1 * (h0[three] + g1[three]) - 0.1 * 0.3)
+    row = out.rows[0]  # t0: H0-A's P x 0.5 and Q x 0, no PV, the DER at full output
+    assert row[three] == pytest.approx(1.1 * (0.5 * h0[three] + g1[three]) - 0.1)
+    assert row[n + three] == pytest.approx(1.1 * g1[n + three])
+    with pytest.raises(NetworkError, match="no customer class 'H0-B'") as info:
+        expand(net, [Scenario("x", class_scaling={"H0-B": 2.0})])
+    assert info.value.field == "scenarios[0].class_scaling"
+    with pytest.raises(NetworkError, match="no profile 'PV7'") as info:
+        expand(net, [Scenario("x", der=(DER(net.bus_numbers[3], 5.0, profile="PV7"),))], series)
+    assert info.value.field == "scenarios[0].der[0].profile"
+
+
+def test_classes_as_bus_lists_on_a_built_in():
+    net = gridsim.network("ieee33")
+    classes = Classes.of_buses(net, {"commercial": [18, 19, 20], "residential": [2, 3]})
+    rows = expand(net, [Scenario("shops +50 %", class_scaling={"commercial": 1.5})], classes=classes).rows[0]
+    changed = np.flatnonzero(~np.isclose(rows, net.base_x))
+    assert sorted({net.load_buses[i % net.n_load] for i in changed}) == [18, 19, 20]
+    series = TimeSeries(("t0",), np.ones(1), np.ones(1), profiles={"residential": np.array([0.5])})
+    row = expand(net, [Scenario("night")], series, classes).rows[0]
+    at2 = net.load_buses.index(2)
+    assert row[at2] == pytest.approx(0.5 * net.base_x[at2]) and row[net.n_load + at2] == pytest.approx(
+        0.5 * net.base_x[net.n_load + at2]
+    )
+    with pytest.raises(NetworkError, match="also in class 'commercial'") as info:
+        Classes.of_buses(net, {"commercial": [18], "other": [18]})
+    assert info.value.field == "classes.other"
+    with pytest.raises(NetworkError, match="not a load bus"):
+        Classes.of_buses(net, {"x": [1]})

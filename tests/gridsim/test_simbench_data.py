@@ -110,3 +110,23 @@ def test_pandapower_json_is_accepted_by_the_upload_reader():
     network = sd.simbench_network(CODE)
     assert uploaded.feature_names == network.feature_names and uploaded.output_names == network.output_names
     assert np.array_equal(uploaded.base_x, network.base_x)
+
+
+def test_a_simbench_years_profile_table_expands_to_its_own_load_vectors():
+    """Issue 31: a SimBench grid's classes (its loads' and sgens' `profile`) and its profile tables side by side
+    (row for row: the labels repeat at the autumn clock change, so no join on `time`) as a study's time series
+    give the load vectors SimBench's own absolute values give."""
+    import pandas as pd
+
+    from gridsim.scenarios import Scenario, TimeSeries, expand
+
+    network = sd.simbench_network(CODE)
+    assert {"H0-A", "L2-A", "PV5"} <= set(network.class_names)
+    index = sd.step_indices(96)
+    profiles = sd.simbench_net(CODE).profiles
+    table = pd.concat([profiles["load"], profiles["renewables"].drop(columns="time")], axis=1).iloc[index]
+    named = {name: table[name].to_numpy(dtype=np.float64) for name in table.columns if name != "time"}
+    series = TimeSeries(tuple(table["time"]), np.ones(len(index)), np.ones(len(index)), 0.25, named)
+    rows = expand(network, [Scenario("year")], series).rows
+    consumption, generation = sd.consumption_and_generation(CODE, network, index)
+    np.testing.assert_allclose(rows, consumption - generation, atol=1e-12)

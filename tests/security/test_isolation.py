@@ -202,6 +202,7 @@ NETWORK_ROUTES = [
         lambda c, n: c.post("/v1/simulate", json={"network": n["id"], "loads": [[0.01] * len(n["features"])]}),
     ),
     ("model card", lambda c, n: c.get("/v1/models/physics-fit", params={"network": n["id"]})),
+    ("delete", lambda c, n: c.delete(f"/v1/networks/{n['id']}")),
     (
         "UI context upload",
         lambda c, n: c.post(

@@ -284,6 +284,11 @@ def test_sparse_contexts_from_numpy_and_pandas_nan_and_none(memory_server, scena
         assert client.wait(job["id"], poll_s=0.05)["state"] == "done"
         result = client.fetch(job["id"])
         assert result.attrs["metered"] == stored.attrs["metered"] and result.attrs["readings"][2] == 0
+        long = client.fetch(job["id"], layout="long")  # a row per input row and bus, the bus's facts on each
+        never_read = long[long["bus"] == 4]
+        assert len(never_read) == 10 and not never_read["metered"].any() and (never_read["readings"] == 0).all()
+        assert long["determined"].between(0, 1).all() and long.attrs["metered"] == result.attrs["metered"]
+        assert not client.summary(job["id"]).loc[4, "metered"]
         with pytest.raises(GridPFNError) as refused:
             client.predict(x[70:71], "physics-fit", context_id=cid)
         assert refused.value.status == 422 and "network-fit" in refused.value.problem["errors"][0]["expected"]
@@ -317,3 +322,41 @@ def test_the_planners_question_is_a_few_lines_with_the_client(server):
     assert study.info["model"] == "network-fit" and study.info["network"] == "ieee33"
     assert list(capacity.index) == [3, 18] and (capacity["hosting_capacity_kw"] > 0).all()
     assert capacity.loc[18, "hosting_capacity_kw"] < capacity.loc[3, "hosting_capacity_kw"]  # far end vs the head
+
+
+def test_an_uploaded_case33bw_takes_ieee33_columns_and_a_profile_table(memory_server):
+    """Issue 31 item 5: pandapower's case33bw uploaded numbers its buses as the built-in ieee33, so the client's
+    IEEE-33 column names fit it; item 1: a study's time series as a DataFrame (a datetime index, a column per
+    class the request defines by buses), sent as Parquet."""
+    import pandapower as pp
+    import pandapower.networks as pn
+
+    import gridsim
+    from gridsim.api import VoltageModel
+    from gridsim.scenarios import Classes, Scenario, TimeSeries, expand
+
+    homes, shops = list(range(2, 18)), list(range(18, 34))
+    steps = pd.date_range("2026-07-01 10:00", periods=4, freq="15min")
+    profiles = pd.DataFrame({"homes": [0.6, 0.8, 1.0, 1.2], "shops": [1.4, 1.2, 1.0, 0.9]}, index=steps)
+    with GridPFNClient(memory_server.url) as client:
+        uploaded = client.upload_network(pp.to_json(pn.case33bw()).encode())
+        assert uploaded["features"] == LOAD_FEATURES and uploaded["numbering"].startswith("as the built-in ieee33")
+        cid = client.create_context(simulate={"network": uploaded["id"], "delta": 0.2, "n": 200, "seed": 3})
+        nominal = pd.DataFrame([gridsim.network("ieee33").base_x], columns=LOAD_FEATURES)
+        answer = client.predict(nominal, model="physics-fit", context_id=cid)
+        study = client.study(
+            [{"name": "summer"}], context_id=cid, classes={"homes": homes, "shops": shops}, profiles=profiles
+        )
+    assert answer.shape[0] == 1 and "mean_vm_pu_bus18" in answer.columns
+    assert study.info["rows"] == 4 and study.info["classes"] == ["homes", "shops"]
+    assert study.long["timestamp"].iloc[0] == "2026-07-01T10:00:00"
+    net = gridsim.network("ieee33")
+    series = TimeSeries(
+        tuple(steps.strftime("%Y-%m-%dT%H:%M:%S")),
+        np.ones(4),
+        np.ones(4),
+        profiles={name: profiles[name].to_numpy() for name in profiles},
+    )
+    rows = expand(net, [Scenario("summer")], series, Classes.of_buses(net, {"homes": homes, "shops": shops})).rows
+    truth = VoltageModel(net)(rows)
+    np.testing.assert_allclose(study.long["mean"].to_numpy().reshape(truth.shape), truth, atol=2e-4)

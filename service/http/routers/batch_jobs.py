@@ -1,4 +1,6 @@
-"""Batch jobs over HTTP: submit (upload or simulate) -> 202 + id, poll status, fetch result, cancel.
+"""Batch jobs over HTTP: submit (upload or simulate) -> 202 + id, poll status, fetch the result (wide, or long:
+a row per input row and bus, service.jobs.long_results), read its per-bus summary (service.jobs.result_summary),
+cancel.
 
 POST takes either multipart/form-data (form fields, then a CSV or Parquet `file` part) or JSON with a
 `simulate` spec. The fields are read first and the model and context set looked up before any of the
@@ -18,6 +20,8 @@ import json
 import logging
 from typing import Annotated, Any
 
+import numpy as np
+import pyarrow.parquet as pq
 import redis
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi import Path as PathParam
@@ -36,8 +40,10 @@ from service.http.form_stream import FRAMING_BYTES, FormStream
 from service.http.problems import ProblemError, field_error, unavailable
 from service.http.responses import json_response
 from service.http.schemas import VERSION_PATTERN, ContextId, Level, ModelVersion, SimulateSpec, Strict, StrictBool
+from service.jobs import long_results, result_summary
 from service.jobs.inputs import InputError
-from service.jobs.jobspec import JobState
+from service.jobs.jobspec import JobSpec, JobState
+from service.jobs.runner import job_network
 from service.jobs.service import JobService, new_job_id
 from service.jobs.settings import JobSettings
 
@@ -138,7 +144,7 @@ async def _resolve(rt: Runtime, options: BatchOptions, tenant: Tenant) -> tuple[
     """(model, context set, network): the network is the context set's; another tenant's set is NotFound."""
     rt.models.known(options.model)
     ctx = await rt.contexts.stored(options.context_id, tenant=tenant)
-    net = await rt.networks.resolve(ctx.network, "context_id", tenant=tenant)
+    net = await rt.networks.for_context(ctx.network, ctx.id, tenant=tenant)
     loaded = await rt.models.choose(options.model, net, options.version)
     rt.checks.context_size(loaded, ctx)
     rt.checks.accepts(loaded, ctx)  # a sparse context only for a model that accepts missing values
@@ -361,19 +367,36 @@ def _wanted_format(request: Request, fmt: str | None) -> str:
 
 @router.get(
     "/{job_id}/result",
-    summary="The result file: Parquet (default) or CSV by Accept or ?format=",
+    summary="The result file: Parquet (default) or CSV by Accept or ?format=; wide (default) or ?layout=long",
     responses={**problems(404, 409, 422), 200: {"content": {PARQUET: {}, "text/csv": {}}}},
 )
 async def result(
     request: Request,
     job_id: str = JobId,
     format: str | None = Query(None, pattern="^(parquet|csv)$", description="overrides Accept"),
+    layout: str = Query(
+        "wide",
+        pattern="^(wide|long)$",
+        description="wide: a row per input row, a column per statistic and bus (mean_vm_pu_bus18, ...); "
+        "long: a row per input row and bus (row, bus, bus_name, mean, std, q<level>..., p_outside, ...)",
+    ),
+    rt: Runtime = Depends(get_runtime),
     jobs: JobService = Depends(get_jobs),
     tenant: Tenant = Depends(require_api_key),
 ) -> Response:
     await done_status(jobs, job_id, tenant, "the result")
     path = jobs.files(job_id).result
-    if _wanted_format(request, format) == "csv":
+    csv = _wanted_format(request, format) == "csv"
+    if layout == "long":
+        wide = await _wide_layout(rt, jobs, job_id, tenant)
+        stream = long_results.csv_stream if csv else long_results.parquet_stream
+        name = f"{job_id}-long.{'csv' if csv else 'parquet'}"
+        return StreamingResponse(
+            stream(path, wide),
+            media_type="text/csv" if csv else PARQUET,
+            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        )
+    if csv:
         from service.jobs.results import csv_stream
 
         return StreamingResponse(
@@ -382,6 +405,100 @@ async def result(
             headers={"Content-Disposition": f'attachment; filename="{job_id}.csv"'},
         )
     return FileResponse(path, media_type=PARQUET, filename=f"{job_id}.parquet")
+
+
+HOURS_IN_A_YEAR = 8784.0  # a leap year: the most one result row can stand for
+
+
+@router.get(
+    "/{job_id}/summary",
+    summary="Per bus: largest and mean P(outside the band), the worst row, expected hours outside, extreme quantiles",
+    responses=problems(404, 409, 422),
+)
+async def summary(
+    job_id: str = JobId,
+    hours_per_row: float | None = Query(
+        None,
+        gt=0.0,
+        le=HOURS_IN_A_YEAR,
+        allow_inf_nan=False,
+        description="the hours each input row stands for (a time series' step, 0.25 for 15 minutes): adds "
+        "hours_outside = the sum over rows of P(outside) x hours_per_row, and its std; needs a voltage_band",
+    ),
+    rt: Runtime = Depends(get_runtime),
+    jobs: JobService = Depends(get_jobs),
+    tenant: Tenant = Depends(require_api_key),
+) -> Response:
+    """`summary` lists every bus as POST /v1/studies' does, the worst row named by its 0-based position in the
+    result (and the long layout's `row`); computed over the result a slice at a time, never whole."""
+    job = await done_status(jobs, job_id, tenant, "the summary")
+    if hours_per_row is not None and job["voltage_band"] is None:
+        raise InvalidInput(
+            "hours_per_row",
+            "the job has no voltage_band, so no P(outside the band) to count hours with",
+            "no hours_per_row, or a job submitted with a voltage_band",
+            "query",
+        )
+    wide = await _wide_layout(rt, jobs, job_id, tenant)
+    path = jobs.files(job_id).result
+    found = await asyncio.to_thread(result_summary.summarize, path, wide, hours_per_row)
+    return json_response(_summary_body(job, wide, found, hours_per_row))
+
+
+def _summary_body(job: dict, wide: Any, found: Any, hours_per_row: float | None) -> dict:
+    """The JSON answer: the job's facts, then a dict per bus (None where the job did not ask for what a
+    field needs: a band for P(outside), quantiles for the extremes)."""
+    s = found.buses
+    per_bus = {
+        "max_p_outside": s.max_p_outside,
+        "mean_p_outside": s.mean_p_outside,
+        "worst_row": s.worst_row,
+        "hours_outside": s.hours_outside,
+        "hours_outside_std": s.hours_outside_std,
+        "lowest_vm_pu": s.lowest,
+        "highest_vm_pu": s.highest,
+        **{key: values for key, values in wide.per_bus},
+    }
+    columns = {key: [None] * len(wide.buses) if v is None else np.asarray(v).tolist() for key, v in per_bus.items()}
+    rows = [
+        {"bus": bus, "bus_name": name, **{key: values[i] for key, values in columns.items()}}
+        for i, (bus, name) in enumerate(zip(wide.buses, wide.bus_names, strict=True))
+    ]
+    return {
+        "job_id": job["id"],
+        "model": job["model"],
+        "network": job["network"],
+        "context_id": job["context_id"],
+        "voltage_band": job["voltage_band"],
+        "quantiles": job["quantiles"],
+        "extremes_of": [found.low_level, found.high_level],
+        "hours_per_row": hours_per_row,
+        "rows": job["rows_total"],
+        "extrapolated_rows": found.extrapolated_rows,
+        "summary": rows,
+    }
+
+
+async def _wide_layout(rt: Runtime, jobs: JobService, job_id: str, tenant: Tenant) -> long_results.WideLayout:
+    """What the done job's result columns are, with its network's bus numbers and names."""
+    job = await _call(jobs.states.get, job_id)
+    if job is None:  # deleted since its status was read
+        raise NotFound("batch job", job_id, "job_id")
+    spec: JobSpec = job["spec"]
+    files = jobs.files(job_id)
+    try:
+        net = await rt.networks.resolve(spec.network, "job_id", "path", tenant=tenant)
+    except NotFound:  # an upload whose stored copy expired: the job's directory keeps its JSON
+        net = await rt.executor.run(job_network, spec, files)
+    if tuple(net.output_names) != tuple(spec.outputs):
+        raise RuntimeError(f"job {job_id}: network {spec.network}'s outputs are not the job's")
+    names = tuple(net.bus_name(bus) for bus in net.output_buses)
+
+    def read() -> long_results.WideLayout:
+        schema = pq.read_schema(files.result)
+        return long_results.WideLayout.of(schema, spec.features, spec.outputs, net.output_buses, names)
+
+    return await asyncio.to_thread(read)
 
 
 @router.delete(

@@ -1,4 +1,4 @@
-"""Networks: upload a feeder (pandapower JSON or MATPOWER), list them, read one with its layout.
+"""Networks: upload a feeder (pandapower JSON or MATPOWER), list them, read one with its layout, delete an upload.
 
 Context sets, predict, the GP, /v1/simulate and batch jobs name a network by the id these routes
 give (a built-in's name or an upload's sha256); each entry says which models serve it (`models`:
@@ -179,3 +179,23 @@ async def read(
     if info is None:
         raise NotFound("network", network_id, "network_id")
     return json_response({**info, "models": models, "expires_in_s": ttl})
+
+
+@router.delete(
+    "/{network_id}",
+    status_code=204,
+    summary="Delete one of your uploaded networks",
+    responses={**problems(404, 422), 204: {"description": "deleted; a built-in network is a 422 naming network_id"}},
+)
+async def delete(
+    network_id: str = IdPath, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
+) -> Response:
+    """Deletes the caller's upload at once in this process; every other server process sharing the store
+    stops answering from its rebuilt copy within GRIDPFN_CONTEXT_RECHECK_S. Another key's upload of the
+    same file has its own id and stays. Context sets stored on it stay until their TTL, and using one is a
+    404 naming the deleted network; batch jobs keep their own copy of it and are not affected."""
+    try:
+        await rt.networks.delete(network_id, tenant)
+    except StoreUnavailable as exc:
+        raise _store_down(exc) from exc
+    return Response(status_code=204)

@@ -1,40 +1,82 @@
-"""POST /v1/studies: a planner's scenarios (load scaling overall and per bus, generation scaling, added
-DER, load growth over years, a time series of consumption and PV profiles) expanded by the server into
-query rows, answered per bus as a risk summary and, optionally, a long table (service.engine.studies)."""
+"""POST /v1/studies: a planner's scenarios (load scaling overall, per bus and per customer class, generation
+scaling, added DER, load growth over years, a time series of consumption, PV and class profiles) expanded by
+the server into query rows, answered per bus as a risk summary and, optionally, a long table
+(service.engine.studies).
+
+The body is JSON (StudyRequest), or multipart/form-data when the time series is a file: a `spec` field (the
+study as JSON, StudyTableSpec: its time series comes from the file) and then a `file` part, a CSV or Parquet
+profile table (service.engine.profile_table; SimBench-style tables are accepted). A multipart body is taken
+before FastAPI would parse it as JSON (`StudyRoute`), read as it arrives (service.http.form_stream) and bounded
+by GRIDPFN_MAX_BODY_BYTES and the study's row limit."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from fastapi import APIRouter, Depends
-from pydantic import Field, field_validator, model_validator
+from fastapi import APIRouter, Depends, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import Field, ValidationError, field_validator, model_validator
 from starlette.responses import Response
 
 from service.engine import studies
 from service.engine.answers import VoltageBand
+from service.engine.errors import EngineError, InvalidInput, TooLarge
+from service.engine.load_table import InputError
+from service.engine.profile_table import ProfileFile
 from service.engine.runtime import Runtime
 from service.engine.tenants import Tenant
-from service.http.auth import require_api_key
+from service.http.auth import check_authorization_header, require_api_key
 from service.http.deps import get_runtime, problems
 from service.http.fast_json import OrjsonRoute
+from service.http.form_stream import FormStream
+from service.http.problems import ProblemError, field_error
 from service.http.responses import json_response
 from service.http.schemas import Level, ModelVersion, OneContext, Strict, StrictInt
 
-router = APIRouter(prefix="/v1", tags=["planning"], route_class=OrjsonRoute, dependencies=[Depends(require_api_key)])
+
+class StudyRoute(OrjsonRoute):
+    """OrjsonRoute whose multipart bodies (a spec and a profile table) go to `study_upload` instead of
+    FastAPI's JSON body parsing; JSON bodies are validated as StudyRequest as on every route."""
+
+    def get_route_handler(self) -> Callable:
+        handler = super().get_route_handler()
+
+        async def route_handler(request: Request) -> Response:
+            if request.headers.get("content-type", "").startswith("multipart/form-data"):
+                return await study_upload(request)
+            response: Response = await handler(request)
+            return response
+
+        return route_handler
+
+
+router = APIRouter(prefix="/v1", tags=["planning"], route_class=StudyRoute, dependencies=[Depends(require_api_key)])
 
 Factor = Annotated[float, Field(ge=0.0, le=100.0, allow_inf_nan=False)]
 Power = Annotated[float, Field(ge=-1e7, le=1e7, allow_inf_nan=False)]
 Year = Annotated[int, Field(ge=0, le=100, strict=True)]
 MAX_STEPS = 100_000
+MAX_CLASSES = 1000
 BUS_KEY = re.compile(r"[0-9]{1,9}", re.ASCII)  # a bus number as a JSON object key
+# A customer class's or profile's name (a load's `profile` or `type`, as the network gives it; at most 256
+# characters, as gridsim.pandapower_json reads labels)
+Name = Annotated[str, Field(min_length=1, max_length=256)]
 
 
 class DERAddition(Strict):
     bus: StrictInt = Field(description="a load bus number")
     kw: Power = Field(description="active power produced at full output, kW")
     kvar: Power = Field(0.0, description="reactive power produced, kvar")
+    profile: Name | None = Field(
+        None, description="a time series profile its output follows (e.g. SimBench's PV5); default: the `pv` share"
+    )
 
 
 class ScenarioSpec(Strict):
@@ -45,6 +87,11 @@ class ScenarioSpec(Strict):
     der: Annotated[list[DERAddition], Field(max_length=10_000)] = []
     growth_rate: float = Field(0.0, ge=-0.5, le=1.0, allow_inf_nan=False, description="consumption growth per year")
     years: Annotated[list[Year], Field(min_length=1, max_length=100)] = [0]
+    class_scaling: Annotated[dict[Name, Factor], Field(max_length=MAX_CLASSES)] | None = Field(
+        None,
+        description="per customer class (the network's own, GET /v1/networks/{id} `classes`, or the request's "
+        "`classes`): its loads' consumption and its sgens' generation x this",
+    )
 
     @model_validator(mode="after")
     def _buses(self) -> ScenarioSpec:
@@ -59,8 +106,10 @@ class ScenarioSpec(Strict):
 
 
 Number = Annotated[float, Field(allow_inf_nan=False)]
-# A time series' factors: consumption >= 0; generation output may dip just below 0 (inverters at night).
+# A time series' factors: consumption >= 0; generation output may dip just below 0 (inverters at night), and
+# so may a profile (it may be a generation class's; service.engine.profile_table holds files to the same range).
 LOAD_RANGE, PV_RANGE = (0.0, 100.0), (-1.0, 100.0)
+PROFILE_RANGE = PV_RANGE
 
 
 def _in_range(values: list[Any] | None, low: float, high: float) -> list[Any] | None:
@@ -90,7 +139,23 @@ class TimeSeriesSpec(Strict):
         description="generation output share per step, or per step and load bus (own and added DER), in "
         f"{list(PV_RANGE)}; default 1",
     )
+    profiles: Annotated[dict[Name, list[Number]], Field(max_length=4 * MAX_CLASSES)] | None = Field(
+        None,
+        description="factors per step by name: a customer class's (its consumption and generation), "
+        "`<class>_pload` / `<class>_qload` for a load class's P and Q apart (SimBench), or one a DER follows; "
+        f"in {list(PROFILE_RANGE)}; several apply multiplied (a class's profile x load or pv)",
+    )
     step_hours: float = Field(0.25, gt=0.0, le=24.0, allow_inf_nan=False)
+
+    @field_validator("profiles")
+    @classmethod
+    def _profiles_range(cls, values: dict[str, list[float]] | None) -> dict[str, list[float]] | None:
+        for name, factors in (values or {}).items():
+            try:
+                _in_range(factors, *PROFILE_RANGE)
+            except ValueError as exc:
+                raise ValueError(f"{name}{exc}") from None
+        return values
 
     @field_validator("load")
     @classmethod
@@ -113,6 +178,25 @@ class StudyRequest(OneContext):
         [], description="default [0.05, 0.95]; the summary's lowest/highest use the first and last"
     )
     detail: Literal["summary", "long"] = Field("long", description="long: also every row x bus")
+    classes: (
+        Annotated[dict[Name, Annotated[list[StrictInt], Field(max_length=1000)]], Field(max_length=MAX_CLASSES)] | None
+    ) = Field(
+        None,
+        description="customer classes as lists of load bus numbers, in place of the network's own (built-in "
+        "networks have none): `class_scaling` and time series profiles then name these",
+    )
+
+
+class StudyTableSpec(StudyRequest):
+    """The `spec` part of a multipart study: a StudyRequest whose time series is the `file` part."""
+
+    step_hours: float = Field(0.25, gt=0.0, le=24.0, allow_inf_nan=False, description="hours each table row stands for")
+
+    @model_validator(mode="after")
+    def _series_from_the_file(self) -> StudyTableSpec:
+        if self.time_series is not None:
+            raise ValueError("time_series: given by the `file` part (a profile table); leave it out of the spec")
+        return self
 
 
 def _floats(values: np.ndarray) -> list[float]:
@@ -141,18 +225,108 @@ def _long(answer: studies.StudyAnswer) -> dict[str, list]:
     return table
 
 
+# The multipart body's schema (its JSON body is StudyRequest, from the signature)
+_UPLOAD_DOC = {
+    "requestBody": {
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["spec", "file"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "spec": {
+                            "type": "string",
+                            "description": "the study as JSON (StudyRequest without time_series, plus step_hours, "
+                            "default 0.25), at most 64 KiB: name a stored context set (context_id) for a large "
+                            "context. The first part",
+                        },
+                        "file": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "the time series as a CSV (header row) or Parquet table: a `time` column "
+                            "of step labels, then factor columns: `load`, `pv`, `load_bus<k>`, `pv_bus<k>`, and "
+                            "profiles by name (a class's `H0-A` or SimBench's `H0-A_pload` / `H0-A_qload`, `PV5`); "
+                            "other columns are ignored (listed in the answer's `ignored_columns`). The last part",
+                        },
+                    },
+                }
+            }
+        }
+    }
+}
+
+
 @router.post(
     "/studies",
-    responses=problems(401, 404, 413, 422, 503),
+    responses=problems(400, 401, 404, 413, 422, 503),
     summary="Scenarios in a planner's terms: per-bus risk of leaving the voltage band",
+    openapi_extra=_UPLOAD_DOC,
 )
 async def study(
     body: StudyRequest, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
 ) -> Response:
     """`summary` lists every bus with its largest and mean P(outside the band) over the study's rows, the row
     where it is largest, the expected hours outside (time series) and the extreme quantiles; `rows` (detail
-    "long") every row and bus."""
-    answer = await studies.study(rt, body, tenant)
+    "long") every row and bus. A time series may come as a file: multipart/form-data with `spec` and `file`."""
+    return _respond(await studies.study(rt, body, tenant), body.detail)
+
+
+async def study_upload(request: Request) -> Response:
+    """POST /v1/studies as multipart/form-data: the `spec` field, then the profile table as the `file` part."""
+    rt: Runtime = request.app.state.runtime
+    settings = rt.settings
+    tenant = check_authorization_header(request.headers.get("authorization"), settings.api_keys, settings.admin_api_key)
+    form = FormStream(request, max_fields=1)
+    folder = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="gridpfn-study-"))
+    try:
+        try:
+            spec, table = await _receive(form, folder, settings.max_body_bytes)
+        except (EngineError, ProblemError, RequestValidationError) as exc:
+            if form.ended:
+                raise
+            raise form.closing(exc) from exc  # refused before the end of the body: the rest is not read
+        try:
+            answer = await studies.study(rt, spec, tenant, table)
+        except InputError as exc:
+            entry = field_error("file", exc.message, exc.expected)
+            entry.update(row=exc.row, column=exc.column)
+            raise ProblemError(422, "invalid-file", "Invalid input file", f"file: {exc}", [entry]) from exc
+        return _respond(answer, spec.detail)
+    finally:
+        await asyncio.to_thread(shutil.rmtree, folder, True)
+
+
+async def _receive(form: FormStream, folder: Path, max_bytes: int) -> tuple[StudyTableSpec, ProfileFile]:
+    """The spec, checked before a byte of the file is read, and the file saved under `folder`."""
+    fields, has_file = await form.fields_before_file()
+    for name in fields:
+        if name != "spec":
+            raise InvalidInput(name, "not a form field of a study", "a `spec` field (the study as JSON), then `file`")
+    if "spec" not in fields:
+        raise InvalidInput("spec", "not among the form fields before the file part", "a `spec` field, then `file`")
+    try:
+        spec = StudyTableSpec.model_validate_json(fields["spec"])
+    except ValidationError as exc:
+        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from exc
+    if not has_file:
+        raise InvalidInput("file", "no file part in the form", "a `file` part: the profile table as CSV or Parquet")
+
+    def too_large(size: int) -> TooLarge:
+        return TooLarge(
+            "file",
+            f"a profile table of more than {max_bytes} bytes",
+            f"at most {max_bytes} bytes (GRIDPFN_MAX_BODY_BYTES): only the columns the study uses, or Parquet",
+        )
+
+    path = folder / "profiles"
+    await form.save_file(path, max_bytes, too_large)
+    await form.finish()
+    return spec, ProfileFile(path, form.filename)
+
+
+def _respond(answer: studies.StudyAnswer, detail: str) -> Response:
+    """The study's JSON answer: the per-bus summary, and the long table when asked."""
     s = answer.summary
     rows = answer.expanded
     summary = [
@@ -180,8 +354,11 @@ async def study(
         "quantiles": list(answer.quantiles),
         "rows": len(rows.scenario),
         "extrapolated_rows": int(answer.off_context.extrapolated.sum()),
+        "classes": list(answer.classes),
+        "unused_profiles": list(rows.unused_profiles),
+        "ignored_columns": list(answer.ignored_columns),
         "summary": summary,
-        "long": _long(answer) if body.detail == "long" else None,
+        "long": _long(answer) if detail == "long" else None,
         "timing": {
             "total_ms": answer.seconds * 1e3,
             "model_encode_ms": answer.timing.encode_s * 1e3,

@@ -1,4 +1,4 @@
-"""The operator's page at /ui: static files served by the service itself, and two small JSON helpers
+"""The operator's page at /ui: static files served by the service itself, and three small JSON helpers
 the page needs beyond the /v1 API (which gives it models, networks, context sets, predictions and jobs).
 
 - `POST /ui/api/context-sets`: a measured context uploaded as a CSV or Parquet file (the 64 load columns
@@ -9,6 +9,9 @@ the page needs beyond the /v1 API (which gives it models, networks, context sets
 - `GET /ui/api/batch-jobs/{id}/risk-histogram`: the histogram of each row's worst-bus P(outside band)
   over a finished job's result, and how many rows are extrapolated (and the largest extrapolation),
   computed where the result file is (a result can have millions of rows).
+- `GET /ui/api/networks/{id}/loads`: a network's base consumption and generation per load bus, apart (the
+  description's `loads` are their difference), and the load buses' names: the page's load level scales
+  consumption only.
 
 None of them is in the OpenAPI document: they serve the page, not API clients.
 """
@@ -39,7 +42,7 @@ from service.http.auth import require_api_key
 from service.http.deps import get_runtime
 from service.http.problems import ProblemError
 from service.http.responses import json_response
-from service.http.routers import batch_jobs, context_sets
+from service.http.routers import batch_jobs, context_sets, networks
 from service.http.schemas import ContextSetCreate
 from service.jobs.inputs import PARQUET_MAGIC
 from service.jobs.service import JobService
@@ -254,6 +257,28 @@ async def risk_histogram(
             "path",
         )
     return json_response(answer)
+
+
+@api.get("/networks/{network_id}/loads")
+async def network_loads(
+    network_id: str = networks.IdPath, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
+) -> Response:
+    """Per load bus, in feature order: its name, base consumption and base generation (MW, Mvar produced);
+    the network's base load row (its features) is consumption minus generation."""
+    net = await rt.networks.resolve(network_id, "network_id", "path", tenant=tenant)
+    n = len(net.load_buses)
+    consumption, generation = np.asarray(net.base_consumption), np.asarray(net.base_generation)
+    return json_response(
+        {
+            "network": network_id,
+            "load_buses": [int(b) for b in net.load_buses],
+            "bus_names": [net.bus_name(b) for b in net.load_buses],
+            "consumption_p_mw": consumption[:n].tolist(),
+            "consumption_q_mvar": consumption[n:].tolist(),
+            "generation_p_mw": generation[:n].tolist(),
+            "generation_q_mvar": generation[n:].tolist(),
+        }
+    )
 
 
 router.include_router(api)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from service.engine.context_sets import ContextSet, ContextSets, context_id
-from service.engine.errors import NotFound
+from service.engine.errors import InvalidInput, NotFound
 from service.engine.networks import Networks
 from service.engine.store import MemoryStore
 from service.engine.tenants import KEYS_OFF, Tenant, scoped_id, tenant_tag
@@ -84,5 +84,33 @@ def test_networks_hide_another_tenants_upload():
             await networks.resolve(mine["id"], tenant=b)
         shared = await networks.put(info, "{}", tenant=KEYS_OFF)
         assert shared["id"] == content_id  # keys off: the content id, as before tenants
+
+    asyncio.run(scenario())
+
+
+def test_networks_delete_only_the_callers_upload():
+    """The same content stored by two tenants is two ids and two copies: each delete takes its own only,
+    another tenant's delete finds nothing, a built-in is refused naming network_id."""
+
+    async def scenario():
+        a, b = Tenant("a" * 32), Tenant("b" * 32)
+        store = MemoryStore()
+        networks = Networks(store, ttl_s=3600)
+        content_id = secrets.token_hex(32)
+        info = {"id": content_id, "name": content_id, "kind": "uploaded"}
+        mine, theirs = await networks.put(info, "{}", tenant=a), await networks.put(info, "{}", tenant=b)
+        assert mine["id"] != theirs["id"]
+        with pytest.raises(NotFound):
+            await networks.delete(theirs["id"], a)
+        await networks.delete(mine["id"], a)
+        assert await networks.get(mine["id"], tenant=a) is None and await store.keys("gridpfn:netsrc:") == [
+            f"gridpfn:netsrc:{theirs['id']}"
+        ]
+        assert (await networks.get(theirs["id"], tenant=b))["id"] == theirs["id"]
+        with pytest.raises(NotFound):
+            await networks.delete(mine["id"], a)  # once only
+        with pytest.raises(InvalidInput) as built_in:
+            await networks.delete("ieee33", a)
+        assert built_in.value.entries[0]["field"] == "network_id"
 
     asyncio.run(scenario())

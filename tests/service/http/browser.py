@@ -71,5 +71,21 @@ def headless_chrome(width: int = 1400, height: int = 1100):
         "--no-first-run",
     ):
         options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console, for console_errors()
     # an explicit driver path: selenium never tries to download one (the tests run offline)
     return webdriver.Chrome(service=Service(executable_path=driver), options=options)
+
+
+# Chromium logs every 4xx/5xx a fetch got as a console error; a test that provokes one expects it.
+NETWORK_ERROR = "Failed to load resource: the server responded with a status of"
+
+
+def console_errors(driver, allow_http_errors: bool = True) -> list[str]:
+    """The console's errors since the last call (the log is drained when read): script errors, failed
+    loads; answers with an HTTP error status left out when `allow_http_errors`."""
+    entries = driver.get_log("browser")
+    return [
+        e["message"]
+        for e in entries
+        if e.get("level") == "SEVERE" and not (allow_http_errors and NETWORK_ERROR in e.get("message", ""))
+    ]

@@ -180,29 +180,6 @@ def test_metrics_exposition(client):
     assert metric(client, "gridpfn_http_requests_total", method="GET", route="/healthz", status="200") >= 1
 
 
-def test_documented_examples_work(client):
-    """Every example shown at /docs, sent as it is, succeeds (the by-id one after its context exists)."""
-    from service.http import examples
-
-    schemas = client.get("/openapi.json").json()["components"]["schemas"]
-    by_id, inline, sparse = schemas["PredictRequest"]["examples"]
-    assert by_id["model"] == inline["model"] == MODEL and len(inline["context"]["x"]) >= 8
-    assert sparse["model"] == "network-fit" and sparse["context"]["y"][0][5] is None  # a bus never metered
-    for body in schemas["ContextSetCreate"]["examples"]:
-        created = client.post("/v1/context-sets", json=body)
-        assert created.status_code == 201, created.text
-    assert client.post("/v1/context-sets", json=examples.CONTEXT_SIMULATE).json()["id"] == by_id["context_id"]
-    for path, body in (
-        ("/v1/predict", by_id),
-        ("/v1/predict", inline),
-        ("/v1/predict", sparse),
-        ("/v1/gp/predict", schemas["GPPredictRequest"]["examples"][0]),
-        ("/v1/simulate", schemas["SimulateRequest"]["examples"][0]),
-    ):
-        response = client.post(path, json=body)
-        assert response.status_code == 200, (path, response.text)
-
-
 @pytest.mark.parametrize("recheck_s", [0.0, 0.5])
 def test_context_deleted_by_another_process_is_gone_here_too(model_dir, redis_url, scenarios, recheck_s):
     """The in-process copy of a hot context outlives the stored one by at most GRIDPFN_CONTEXT_RECHECK_S."""

@@ -12,8 +12,11 @@ a row is as long as its network's load or voltage vector (the network is named b
 or by the stored context set), an uploaded network id exists (else 404), an inline context's x and
 y have the same number of rows, and as many as the chosen model accepts
 (its card's context_size) or the GP's limit for a stored context; a batch-job form's text fields
-hold numbers in range; an uploaded network file is a pandapower or MATPOWER case. Every other
-check holds on every route without allowance.
+hold numbers in range; an uploaded network file is a pandapower or MATPOWER case. The planning routes
+(studies, hosting capacity, meter placement) add two: a bus or customer class they name is one of the
+network's (else 422), and their work, a product of fields (scenarios x years x steps; load rows x
+candidate buses x search passes), is within GRIDPFN_MAX_STUDY_ROWS (else 413). Every other check holds
+on every route without allowance.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -41,10 +45,15 @@ CONFIG = """
 [checks.negative_data_rejection]
 expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "428", "429"]
 
+# (one filter per entry: schemathesis ORs an entry's filters, so include-method = "POST" beside a path regex
+# would make the entry apply to every POST route)
 [[operations]]
-include-method = "POST"
 include-path-regex = "^/v1/(predict|gp/predict|context-sets|batch-jobs|networks|simulate)$"
 checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "401", "403", "404", "409", "422", "429"]
+
+[[operations]]
+include-path-regex = "^/v1/(studies|hosting-capacity|meter-placement)$"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "401", "403", "404", "409", "413", "422", "429"]
 """
 
 
@@ -178,15 +187,60 @@ def test_links_chain_creators_to_readers(keyed_server):
     paths = httpx.get(f"{keyed_server.url}/openapi.json").json()["paths"]
     operation_ids = {op["operationId"] for ops in paths.values() for op in ops.values()}
     links = {
-        ("/v1/context-sets", "post", "201"): 2,
-        ("/v1/batch-jobs", "post", "202"): 3,
+        ("/v1/context-sets", "post", "201"): 3,
+        ("/v1/batch-jobs", "post", "202"): 4,
         ("/v1/models", "get", "200"): 1,
-        ("/v1/networks", "post", "201"): 1,
+        ("/v1/networks", "post", "201"): 2,
     }
     for (path, method, status), count in links.items():
         found = paths[path][method]["responses"][status]["links"]
         assert len(found) == count, (path, found)
         assert all(link["operationId"] in operation_ids for link in found.values()), found
+    path_of = {op["operationId"]: path for path, ops in paths.items() for op in ops.values()}
+    job_links = paths["/v1/batch-jobs"]["post"]["responses"]["202"]["links"]
+    assert path_of[job_links["GetBatchJobSummary"]["operationId"]] == "/v1/batch-jobs/{job_id}/summary"
+    assert job_links["GetBatchJobSummary"]["parameters"] == {"job_id": "$response.body#/id"}
+    network_links = paths["/v1/networks"]["post"]["responses"]["201"]["links"]
+    delete = next(ops["delete"] for path, ops in paths.items() if path == "/v1/networks/{network_id}")
+    assert network_links["DeleteNetwork"]["operationId"] == delete["operationId"]
+
+
+def _follow(link: dict, answer: dict, paths: dict) -> tuple[str, str, dict]:
+    """(method, path, JSON body fields) of the operation a link names, its runtime expressions
+    (`$response.body#/<field>`) evaluated on the answer the link hangs from."""
+    method, template = next(
+        (method, path)
+        for path, ops in paths.items()
+        for method, op in ops.items()
+        if op["operationId"] == link["operationId"]
+    )
+    value = lambda expression: answer[expression.removeprefix("$response.body#/")]  # noqa: E731
+    for name, expression in link.get("parameters", {}).items():
+        template = template.replace("{" + name + "}", value(expression))
+    return method.upper(), template, {name: value(e) for name, e in link.get("requestBody", {}).items()}
+
+
+def test_links_lead_from_a_context_set_to_a_jobs_summary(api, keyed_server):
+    """The chain the stateful phase can walk, walked here with real ids: a stored context set -> a batch job on it
+    (SubmitBatchJob) -> its status (GetBatchJob) until done -> its per-bus summary (GetBatchJobSummary)."""
+    paths = api.get("/openapi.json").json()["paths"]
+    made = api.post("/v1/context-sets", json={"simulate": {"n": 60, "delta": 0.1, "seed": 4}})
+    assert made.status_code == 201, made.text
+    context_links = paths["/v1/context-sets"]["post"]["responses"]["201"]["links"]
+    method, path, fields = _follow(context_links["SubmitBatchJob"], made.json(), paths)
+    job_spec = {"model": "tiny-dva", "simulate": {"n": 20, "delta": 0.1, "seed": 1}, "voltage_band": [0.95, 1.05]}
+    job = api.request(method, path, json={**job_spec, **fields})
+    assert (method, path, job.status_code) == ("POST", "/v1/batch-jobs", 202), job.text
+    job_links = paths["/v1/batch-jobs"]["post"]["responses"]["202"]["links"]
+    method, path, _ = _follow(job_links["GetBatchJob"], job.json(), paths)
+    deadline = time.monotonic() + 60
+    while (status := api.request(method, path).json())["state"] != "done":
+        assert status["state"] in ("queued", "running") and time.monotonic() < deadline, status
+        time.sleep(0.1)
+    method, path, _ = _follow(job_links["GetBatchJobSummary"], job.json(), paths)
+    summary = api.request(method, path)
+    assert (method, path, summary.status_code) == ("GET", f"/v1/batch-jobs/{job.json()['id']}/summary", 200)
+    assert len(summary.json()["summary"]) == 32 and summary.json()["rows"] == 20
 
 
 def _schema_limit(schema: dict, component: str, field: str) -> int:

@@ -1,14 +1,19 @@
-"""/v1/networks over real HTTP: upload (pandapower JSON, MATPOWER, multipart), list, read with layout, errors."""
+"""/v1/networks over real HTTP: upload (pandapower JSON, MATPOWER, multipart), list, read with layout, delete, errors."""
 
 from __future__ import annotations
+
+import secrets
+import time
 
 import httpx
 import pandapower as pp
 import pytest
 
 import gridsim
+from service.client import GridPFNClient, GridPFNError
+from service.settings import Settings
 from tests.gridsim.feeder_cases import CASE3_M, small_feeder
-from tests.service.conftest import LIMITS, assert_problem
+from tests.service.conftest import LIMITS, assert_problem, running
 
 BUILT_INS = {"ieee33", "kerber_landnetz_kabel_1", "mv_oberrhein_sub0"}
 
@@ -118,3 +123,133 @@ def test_an_upload_keeps_its_nets_name_or_the_one_given(client: httpx.Client):
     long = client.post("/v1/networks?name=" + "x" * 121, content=pp.to_json(net))
     assert "121" not in assert_problem(long, 422, "name")["detail"]
     assert client.get("/v1/networks/ieee33").json()["title"] == "case33bw"  # pandapower's name for it
+
+
+def _feeder_of_its_own(p_mw: float) -> str:
+    """small_feeder with one load changed: a feeder (and content id) no other test uploads, so deleting it
+    never takes one away from a test sharing the session's servers."""
+    net = small_feeder()
+    net.load.loc[0, "p_mw"] = p_mw
+    return pp.to_json(net)
+
+
+def _upload(client: httpx.Client, source: str, **headers: str) -> dict:
+    made = client.post("/v1/networks", content=source, headers={"content-type": "application/json", **headers})
+    assert made.status_code == 201, made.text
+    return made.json()
+
+
+def _context_on(client: httpx.Client, nid: str, seed: int = 0, **headers: str) -> str:
+    spec = {"simulate": {"network": nid, "delta": 0.1, "n": 40, "seed": seed}}
+    made = client.post("/v1/context-sets", json=spec, headers=headers)
+    assert made.status_code == 201, made.text
+    return made.json()["id"]
+
+
+def _predict(client: httpx.Client, cid: str, **headers: str) -> httpx.Response:
+    """physics-fit (it serves every network) on the small feeder's base load (4 features)."""
+    body = {"model": "physics-fit", "context_id": cid, "queries": [[0.4, 0.4, 0.1, 0.1]]}
+    return client.post("/v1/predict", json=body, headers=headers)
+
+
+def test_delete_an_upload_and_what_follows(client: httpx.Client):
+    """204, then gone from GET and the list; a context set on it stays but using it is a 404 naming the
+    network; a built-in is a 422 naming network_id; the same file uploaded again is the same id, working again."""
+    source = _feeder_of_its_own(0.41)
+    nid = _upload(client, source)["id"]
+    cid = _context_on(client, nid)
+    assert _predict(client, cid).status_code == 200
+
+    gone = client.delete(f"/v1/networks/{nid}")
+    assert gone.status_code == 204 and gone.content == b""
+    assert_problem(client.get(f"/v1/networks/{nid}"), 404, "network_id")
+    assert nid not in {n["id"] for n in client.get("/v1/networks").json()["networks"]}
+    assert_problem(client.delete(f"/v1/networks/{nid}"), 404, "network_id")  # once only
+    assert_problem(client.delete("/v1/networks/" + secrets.token_hex(32)), 404, "network_id")
+
+    # the context set stays until its TTL; predicting on it names the deleted network
+    assert client.get(f"/v1/context-sets/{cid}").json()["network"] == nid
+    problem = assert_problem(_predict(client, cid), 404, "context_id")
+    assert f"network {nid!r}" in problem["detail"] and "deleted or expired" in problem["detail"], problem
+    assert nid in problem["errors"][0]["message"]
+    assert_problem(client.post("/v1/simulate", json={"network": nid, "loads": [[0.4, 0.4, 0.1, 0.1]]}), 404, "network")
+
+    for name in ("ieee33", "kerber_landnetz_kabel_1"):
+        refused = assert_problem(client.delete(f"/v1/networks/{name}"), 422, "network_id")
+        assert "a built-in network cannot be deleted" in refused["detail"]
+        assert refused["errors"][0]["location"] == "path" and "uploaded" in refused["errors"][0]["expected"]
+    assert client.get("/v1/networks/ieee33").status_code == 200
+    assert_problem(client.delete("/v1/networks/NOT-AN-ID"), 422, "network_id")
+
+    # uploaded again: the same content id, and the context set on it answers again
+    assert _upload(client, source)["id"] == nid
+    assert _predict(client, cid).status_code == 200
+    client.delete(f"/v1/networks/{nid}")
+
+
+KEY_A, KEY_B, ADMIN = "net-key-a-0123456789", "net-key-b-9876543210", "net-admin-5555555555"
+
+
+@pytest.fixture(scope="module")
+def keyed(model_dir):
+    settings = Settings(model_dir=model_dir, redis_url=None, api_keys=(KEY_A, KEY_B), admin_api_key=ADMIN, **LIMITS)
+    with running(settings) as server:
+        yield server
+
+
+def _as(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def test_one_key_deleting_the_feeder_leaves_another_keys_copy(keyed):
+    """Two keys upload the same file: each gets its own id (the content id mixed with the key's tag) and its
+    own stored copy, so A deleting its upload leaves B's readable, listed and usable; A cannot delete B's (a
+    404 exactly like an unknown id); the admin key can."""
+    source = _feeder_of_its_own(0.43)
+    with httpx.Client(base_url=keyed.url, timeout=60) as c:
+        a, b = _upload(c, source, **_as(KEY_A)), _upload(c, source, **_as(KEY_B))
+        assert a["id"] != b["id"] and a["features"] == b["features"]
+        a_cid, b_cid = _context_on(c, a["id"], **_as(KEY_A)), _context_on(c, b["id"], **_as(KEY_B))
+        assert _predict(c, b_cid, **_as(KEY_B)).status_code == 200  # B's copy rebuilt in this process
+
+        unknown = secrets.token_hex(32)
+        for theirs in (b["id"], a["id"]):  # another key's upload answers as an id that never existed
+            mine = _as(KEY_A) if theirs == b["id"] else _as(KEY_B)
+            real, never = (
+                c.delete(f"/v1/networks/{theirs}", headers=mine),
+                c.delete(f"/v1/networks/{unknown}", headers=mine),
+            )
+            assert_problem(real, 404, "network_id")
+            assert real.content.replace(theirs.encode(), b"<id>") == never.content.replace(unknown.encode(), b"<id>")
+
+        assert c.delete(f"/v1/networks/{a['id']}", headers=_as(KEY_A)).status_code == 204
+        assert_problem(c.get(f"/v1/networks/{a['id']}", headers=_as(KEY_A)), 404, "network_id")
+        assert_problem(_predict(c, a_cid, **_as(KEY_A)), 404, "context_id")
+        # B's is untouched: read, listed, and its context set predicts on the copy this process holds
+        assert c.get(f"/v1/networks/{b['id']}", headers=_as(KEY_B)).json()["features"] == b["features"]
+        assert b["id"] in {n["id"] for n in c.get("/v1/networks", headers=_as(KEY_B)).json()["networks"]}
+        assert _predict(c, b_cid, **_as(KEY_B)).status_code == 200
+
+        assert c.delete(f"/v1/networks/{b['id']}", headers=_as(ADMIN)).status_code == 204  # the admin sees all
+        assert_problem(c.get(f"/v1/networks/{b['id']}", headers=_as(KEY_B)), 404, "network_id")
+        assert_problem(c.delete("/v1/networks/ieee33", headers=_as(ADMIN)), 422, "network_id")
+        assert_problem(c.delete(f"/v1/networks/{unknown}"), 401, "Authorization")
+
+
+def test_another_server_process_drops_its_copy_within_the_recheck(model_dir, redis_url):
+    """Two servers on one Redis (as `--processes 2` or two replicas): the one that did not delete stops
+    answering from its rebuilt copy within GRIDPFN_CONTEXT_RECHECK_S; the client's delete_network is the route."""
+    settings = Settings(model_dir=model_dir, redis_url=redis_url, context_recheck_s=0.2, **LIMITS)
+    with running(settings) as first, running(settings) as second:
+        with httpx.Client(base_url=second.url, timeout=60) as other, GridPFNClient(first.url) as deleting:
+            nid = deleting.upload_network(_feeder_of_its_own(0.44).encode())["id"]
+            cid = _context_on(other, nid, seed=1)
+            assert _predict(other, cid).status_code == 200  # `second` has rebuilt the upload
+            assert deleting.delete_network(nid) is None
+            time.sleep(0.3)
+            problem = assert_problem(_predict(other, cid), 404, "context_id")
+            assert f"network {nid!r}" in problem["detail"]
+            assert_problem(other.post("/v1/simulate", json={"network": nid, "loads": [[0.4] * 4]}), 404, "network")
+            with pytest.raises(GridPFNError) as again:
+                deleting.delete_network(nid)
+            assert again.value.status == 404

@@ -91,6 +91,14 @@ def test_context_size_outside_model_range(api, scenarios):
     body = assert_problem(response, 422, "context")
     assert body["errors"][0]["expected"] == "between 8 and 2000 rows (model card context_size)"
     assert "5 context rows" in body["detail"] and "8 to 2000 rows" in body["detail"]  # the range in the message too
+    # issue 31: a stored 10-row context is accepted, and physics-fit's refusal names its minimum and the rows given
+    stored = api.post("/v1/context-sets", json={"x": rows(x[:10]), "y": rows(y[:10])}).json()["id"]
+    refused = assert_problem(
+        api.post("/v1/predict", json={"model": "physics-fit", "context_id": stored, "queries": [rows(x[0])]}),
+        422,
+        "context_id",
+    )
+    assert "10 context rows is too few for physics-fit: it takes 16 to" in refused["detail"]
 
 
 def test_limits_answer_413(api, cid, scenarios):

@@ -3,11 +3,14 @@ that agrees with the power flow, and a time series' expected hours outside the b
 
 from __future__ import annotations
 
+import json
+
+import httpx
 import numpy as np
 
 import gridsim
 from gridsim.api import VoltageModel
-from gridsim.scenarios import DER, Scenario, TimeSeries, expand
+from gridsim.scenarios import DER, Classes, Scenario, TimeSeries, expand
 from tests.service.conftest import assert_problem, rows
 
 PV_BUSES = [14, 18, 25, 30, 33]
@@ -122,3 +125,116 @@ def test_a_small_body_cannot_ask_for_a_huge_or_impossible_study(client, scenario
         assert_problem(client.post("/v1/studies", json=odd), 422)
     twice = {"context": context, "scenarios": [{"bus_load_scale": {"18": 1.5, "018": 2.0}}]}
     assert "named twice" in assert_problem(client.post("/v1/studies", json=twice), 422)["detail"]
+
+
+def test_customer_classes_as_bus_lists_scale_their_buses_alone(memory_server, scenarios):
+    """A built-in has no classes: the request defines them as bus lists; `class_scaling` moves those buses."""
+    x, y = scenarios
+    shops = [18, 19, 20, 21, 22]
+    body = {
+        "context": {"x": rows(x), "y": rows(y)},
+        "classes": {"shops": shops, "homes": [2, 3, 4]},
+        "scenarios": [{"name": "shops +60 %", "class_scaling": {"shops": 1.6}}],
+        "detail": "long",
+    }
+    with httpx.Client(base_url=memory_server.url, timeout=60) as client:
+        answer = client.post("/v1/studies", json=body).json()
+        assert answer["classes"] == ["shops", "homes"] and answer["unused_profiles"] == []
+        net = gridsim.network("ieee33")
+        plan = Scenario("s", class_scaling={"shops": 1.6})
+        loads = expand(net, [plan], classes=Classes.of_buses(net, {"shops": shops, "homes": [2, 3, 4]})).rows
+        changed = {net.load_buses[i % net.n_load] for i in np.flatnonzero(~np.isclose(loads[0], net.base_x))}
+        assert changed == set(shops)
+        truth = VoltageModel(net)(loads)[0]
+        np.testing.assert_allclose(answer["long"]["mean"], truth, atol=2e-4)
+        unknown = {**body, "scenarios": [{"class_scaling": {"offices": 2.0}}]}
+        problem = assert_problem(client.post("/v1/studies", json=unknown), 422, "scenarios[0].class_scaling")
+        assert "no customer class 'offices'" in problem["detail"] and "shops" in problem["errors"][0]["expected"]
+        twice = {**body, "classes": {"shops": [18], "homes": [18]}}
+        assert (
+            "also in class 'shops'"
+            in assert_problem(client.post("/v1/studies", json=twice), 422, "classes.homes")["detail"]
+        )
+
+
+def _classed_upload(client: httpx.Client) -> str:
+    """small_feeder with SimBench-style `profile` classes (H0-A, G1-A loads; a PV5 sgen), uploaded."""
+    import pandapower as pp
+
+    from tests.gridsim.feeder_cases import small_feeder
+
+    net = small_feeder()
+    net.load["profile"] = ["H0-A", "G1-A", "H0-A"]
+    net.sgen["profile"] = ["PV5"]
+    made = client.post("/v1/networks", content=pp.to_json(net), headers={"content-type": "application/json"})
+    assert made.status_code == 201, made.text
+    assert [c["name"] for c in made.json()["classes"]] == ["G1-A", "H0-A", "PV5"]
+    return made.json()["id"]
+
+
+def test_a_simbench_style_profile_table_uploads_with_the_study(memory_server):
+    """multipart: the study as JSON (`spec`), then a CSV of a time column and SimBench profile columns; only the
+    columns the network's classes use are read, the others listed; the answer follows the power flow."""
+    with httpx.Client(base_url=memory_server.url, timeout=60) as client:
+        nid = _classed_upload(client)
+        cid = client.post(
+            "/v1/context-sets", json={"simulate": {"network": nid, "delta": 0.3, "n": 60, "seed": 0}}
+        ).json()["id"]
+        times = ["01.01.2016 00:00", "01.01.2016 00:15", "01.01.2016 00:30"]
+        h0_p, h0_q, pv5 = [0.5, 1.2, 2.0], [0.4, 1.0, 1.5], [0.0, 0.5, 1.0]
+        csv = "time,H0-A_qload,H0-A_pload,PV5,WP4\n" + "".join(
+            f"{t},{q},{p},{g},0.3\n" for t, p, q, g in zip(times, h0_p, h0_q, pv5, strict=True)
+        )
+        spec = {"context_id": cid, "scenarios": [{"name": "grown", "load_scale": 1.1}], "step_hours": 0.25}
+        sent = client.post(
+            "/v1/studies", data={"spec": json.dumps(spec)}, files={"file": ("profiles.csv", csv.encode(), "text/csv")}
+        )
+        assert sent.status_code == 200, sent.text
+        answer = sent.json()
+        assert answer["rows"] == 3 and answer["ignored_columns"] == ["WP4"] and answer["unused_profiles"] == []
+        assert answer["long"]["timestamp"][0] == times[0]
+        net = _resolved(nid)
+        profiles = {"H0-A_pload": np.array(h0_p), "H0-A_qload": np.array(h0_q), "PV5": np.array(pv5)}
+        series = TimeSeries(tuple(times), np.ones(3), np.ones(3), 0.25, profiles)
+        truth = VoltageModel(net)(expand(net, [Scenario("grown", load_scale=1.1)], series).rows)
+        np.testing.assert_allclose(np.reshape(answer["long"]["mean"], truth.shape), truth, atol=1e-4)
+        assert all(s["hours_outside"] is not None for s in answer["summary"])
+        # a bad cell is named by row and column; no time column, too many rows, a spec carrying a series: refused
+        bad = csv.replace("1.2,", "lots,")
+        refused = client.post(
+            "/v1/studies", data={"spec": json.dumps(spec)}, files={"file": ("p.csv", bad.encode(), "text/csv")}
+        )
+        entry = assert_problem(refused, 422, "file")["errors"][0]
+        assert (entry["row"], entry["column"]) == (2, "H0-A_pload") and "'lots' is not a number" in entry["message"]
+        no_time = client.post(
+            "/v1/studies", data={"spec": json.dumps(spec)}, files={"file": ("p.csv", b"step,PV5\n1,2\n")}
+        )
+        assert assert_problem(no_time, 422, "file")["errors"][0]["column"] == "time"
+        long_csv = "time,PV5\n" + "".join(f"{i},1\n" for i in range(201))  # the test server's 200 study rows
+        too_long = client.post("/v1/studies", data={"spec": json.dumps(spec)}, files={"file": ("p.csv", long_csv)})
+        assert "GRIDPFN_MAX_STUDY_ROWS" in assert_problem(too_long, 413, "file")["errors"][0]["expected"]
+        # a table bigger than the form fields' limit, sent at once: uvicorn may hand the route the spec and much
+        # of the file as one chunk, and only the bytes before the file part count against the fields' limit
+        wide = "time,PV5," + ",".join(f"X{i}" for i in range(300)) + "\n"
+        wide += "".join(f"{i},0.5," + ",".join(["0.123456789"] * 300) + "\n" for i in range(150))
+        assert len(wide) > 400_000
+        big = client.post("/v1/studies", data={"spec": json.dumps(spec)}, files={"file": ("p.csv", wide.encode())})
+        assert big.status_code == 200 and big.json()["rows"] == 150, big.text
+        twice = {**spec, "time_series": {"timestamps": ["a"]}}
+        both = client.post("/v1/studies", data={"spec": json.dumps(twice)}, files={"file": ("p.csv", csv.encode())})
+        assert "given by the `file` part" in assert_problem(both, 422)["detail"]
+
+
+def _resolved(nid: str):
+    """The uploaded network as the server builds it (its stored JSON is the normalised net's)."""
+    import pandapower as pp
+
+    from gridsim.feeders import from_pandapower_json
+    from tests.gridsim.feeder_cases import small_feeder
+
+    net = small_feeder()
+    net.load["profile"] = ["H0-A", "G1-A", "H0-A"]
+    net.sgen["profile"] = ["PV5"]
+    network = from_pandapower_json(pp.to_json(net))
+    assert network.name == nid
+    return network

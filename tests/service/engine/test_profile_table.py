@@ -1,0 +1,95 @@
+"""service.engine.profile_table: a study's time series from a CSV or Parquet table, read under bounds."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import gridsim
+from gridsim.scenarios import Classes
+from service.engine.errors import TooLarge
+from service.engine.load_table import InputError
+from service.engine.profile_table import column_limit, read, time_series, wanted_columns
+
+NET = gridsim.network("ieee33")
+CLASSES = Classes.of_buses(NET, {"H0-A": [2, 3], "G1-A": [18]})
+WANTED = wanted_columns(NET, CLASSES, ["PV9"])
+
+
+def _write(tmp_path, frame: pd.DataFrame, kind: str) -> str:
+    path = tmp_path / f"profiles.{kind}"
+    if kind == "csv":
+        frame.to_csv(path, index=False)
+    else:
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), path)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+def test_a_simbench_table_reads_the_columns_the_study_uses(tmp_path, kind):
+    frame = pd.DataFrame(
+        {
+            "time": ["01.01.2016 00:00", "01.01.2016 00:15", "01.01.2016 00:30"],
+            "H0-A_pload": [0.5, 1.0, 1.5],
+            "H0-A_qload": [0.4, 0.8, 1.2],
+            "L2-A_pload": [9.0, 9.0, 9.0],  # no class of this study: never decoded, listed
+            "PV9": [0.0, 0.5, 1.0],  # a DER follows it
+            "load_bus18": [1.0, 2.0, 3.0],
+            "load": [1.0, 1.0, 0.5],
+        }
+    )
+    table = read(_write(tmp_path, frame, kind), None, WANTED, max_rows=10, max_columns=column_limit(NET))
+    assert table.timestamps[0] == "01.01.2016 00:00" and table.ignored == ("L2-A_pload",)
+    assert set(table.columns) == {"H0-A_pload", "H0-A_qload", "PV9", "load_bus18", "load"}
+    series = time_series(table, NET, 0.25)
+    assert series.load.shape == (3, NET.n_load) and series.pv.shape == (3,)
+    at18 = NET.load_buses.index(18)
+    np.testing.assert_allclose(series.load[:, at18], [1.0, 2.0, 1.5])  # its own column x the overall one
+    np.testing.assert_allclose(series.load[:, 0], [1.0, 1.0, 0.5])
+    assert set(series.profiles) == {"H0-A_pload", "H0-A_qload", "PV9"}
+
+
+def test_bad_cells_are_named_by_row_and_column(tmp_path):
+    def refused(frame, kind="csv"):
+        with pytest.raises(InputError) as info:
+            read(_write(tmp_path, frame, kind), None, WANTED, max_rows=10, max_columns=column_limit(NET))
+        return info.value
+
+    error = refused(pd.DataFrame({"time": ["a", "b"], "PV9": [0.5, 101.0]}))
+    assert (error.row, error.column) == (2, "PV9") and "outside [-1, 100]" in error.message
+    error = refused(pd.DataFrame({"time": ["a", "b"], "PV9": ["0.5", "sunny"]}))
+    assert (error.row, error.column) == (2, "PV9") and "'sunny' is not a number" in error.message
+    error = refused(pd.DataFrame({"step": ["a"], "PV9": [0.5]}))
+    assert error.column == "time" and "no time column" in error.message
+    error = refused(pd.DataFrame({"time": ["a", ""], "PV9": [0.5, 0.5]}), "parquet")
+    assert (error.row, error.column) == (2, "time")
+    error = refused(
+        pd.DataFrame({"time": pd.date_range("2026-01-01", periods=2, freq="h"), "PV9": [1.0, 1.0]}), "parquet"
+    )
+    assert error.column == "time" and "write a datetime column as text" in error.expected
+
+
+def test_numbers_label_steps_and_limits_hold_before_decoding(tmp_path):
+    frame = pd.DataFrame({"timestamp": [0, 1, 2], "PV9": [0.1, 0.2, 0.3]})
+    assert read(_write(tmp_path, frame, "parquet"), None, WANTED, 10, 10).timestamps == ("0", "1", "2")
+    with pytest.raises(TooLarge, match="declares 3 rows"):  # from the Parquet footer, nothing decoded
+        read(_write(tmp_path, frame, "parquet"), None, WANTED, 2, 10)
+    with pytest.raises(TooLarge, match="more than 2 rows"):
+        read(_write(tmp_path, frame, "csv"), None, WANTED, 2, 10)
+    wide = pd.DataFrame({"time": ["a"], **{f"load_bus{b}": [1.0] for b in NET.load_buses[:5]}})
+    with pytest.raises(TooLarge, match="5 profile columns"):
+        read(_write(tmp_path, wide, "csv"), None, WANTED, 10, 4)
+    sink = io.BytesIO(b"time,PV9,PV9\na,1,1\n")
+    path = tmp_path / "twice.csv"
+    path.write_bytes(sink.getvalue())
+    with pytest.raises(InputError, match="more than once"):
+        read(path, None, WANTED, 10, 10)
+    fake = tmp_path / "fake.parquet"
+    fake.write_bytes(b"time,PV9\na,1\n")
+    with pytest.raises(InputError, match="not a Parquet file"):
+        read(fake, "fake.parquet", WANTED, 10, 10)
