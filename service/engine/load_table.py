@@ -9,11 +9,12 @@ bodies get (LOAD_LIMIT), so a file cannot carry a value that a JSON request coul
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pcsv
 
 from gridsim.feeders import MAX_BUSES
 
@@ -119,19 +120,37 @@ def as_float(column: pa.ChunkedArray | pa.Array, name: str, offset: int, missing
     return values
 
 
+def within(values: np.ndarray, low: float, high: float, expected: str, name: str, offset: int) -> np.ndarray:
+    """`values` when all lie in [low, high] (NaN passes: a missing value is the caller's to allow); else the
+    first outside is refused with its row (1-based after `offset`) and column."""
+    outside = (values < low) | (values > high)
+    if outside.any():
+        row = int(np.argmax(outside))
+        raise InputError(f"value {values[row]:g} is outside [{low:g}, {high:g}]", expected, offset + row + 1, name)
+    return values
+
+
 def as_load(column: pa.ChunkedArray | pa.Array, name: str, offset: int, missing: bool = False) -> np.ndarray:
     """`as_float`, and within +-LOAD_LIMIT: the first value outside is refused with its row and column."""
     values = as_float(column, name, offset, missing)
-    outside = np.abs(values) > LOAD_LIMIT
-    if outside.any():
-        row = int(np.argmax(outside))
-        raise InputError(
-            f"value {values[row]:g} is outside [-{LOAD_LIMIT:g}, {LOAD_LIMIT:g}]",
-            f"MW or Mvar within +-{LOAD_LIMIT:g}",
-            offset + row + 1,
-            name,
-        )
-    return values
+    return within(values, -LOAD_LIMIT, LOAD_LIMIT, f"MW or Mvar within +-{LOAD_LIMIT:g}", name, offset)
+
+
+def csv_batches(
+    open_reader: Callable[[], pcsv.CSVStreamingReader], locate: Callable[[pa.ArrowInvalid], InputError]
+) -> Iterator[pa.RecordBatch]:
+    """The record batches of a CSV reader as they are read; a cell Arrow cannot convert becomes the InputError
+    `locate` makes of it (naming its row and column: Arrow's own message names neither well)."""
+    try:
+        reader = open_reader()
+        while True:
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                return
+            yield batch
+    except pa.ArrowInvalid as exc:
+        raise locate(exc) from exc
 
 
 class NamedColumns:

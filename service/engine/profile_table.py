@@ -37,9 +37,11 @@ from service.engine.load_table import (
     MAX_COLUMNS,
     InputError,
     as_float,
+    csv_batches,
     csv_header_names,
     first_non_number,
     too_many_columns,
+    within,
 )
 
 TIME_COLUMNS = ("time", "timestamp", "timestamps")
@@ -200,16 +202,7 @@ def _open_csv(path: Path, time: str, used: list[str], as_text: bool = False) -> 
 
 
 def _csv_batches(path: Path, time: str, used: list[str]) -> Iterator[pa.RecordBatch]:
-    try:
-        reader = _open_csv(path, time, used)
-        while True:
-            try:
-                batch = reader.read_next_batch()
-            except StopIteration:
-                return
-            yield batch
-    except pa.ArrowInvalid as exc:
-        raise _locate_csv_error(path, time, used, exc) from exc
+    return csv_batches(lambda: _open_csv(path, time, used), lambda exc: _locate_csv_error(path, time, used, exc))
 
 
 def _locate_csv_error(path: Path, time: str, used: list[str], exc: Exception) -> InputError:
@@ -248,15 +241,5 @@ def _labels(column: pa.ChunkedArray | pa.Array, name: str, offset: int) -> list[
 
 
 def _factors(column: pa.ChunkedArray | pa.Array, name: str, offset: int) -> np.ndarray:
-    values = as_float(column, name, offset)
     low, high = FACTOR_RANGE
-    outside = (values < low) | (values > high)
-    if outside.any():
-        row = int(np.argmax(outside))
-        raise InputError(
-            f"value {values[row]:g} is outside [{low:g}, {high:g}]",
-            f"a factor within [{low:g}, {high:g}]",
-            offset + row + 1,
-            name,
-        )
-    return values
+    return within(as_float(column, name, offset), low, high, f"a factor within [{low:g}, {high:g}]", name, offset)

@@ -29,6 +29,7 @@ from service.engine.load_table import (
     InputError,
     as_load,
     check_columns,
+    csv_batches,
     csv_header_names,
     first_non_number,
 )
@@ -142,16 +143,7 @@ def _csv_batches(path: Path, features: Sequence[str]) -> Iterator[pa.RecordBatch
 
 
 def _csv_rows(path: Path, features: Sequence[str]) -> Iterator[pa.RecordBatch]:
-    try:
-        reader = _open_csv(path, features)
-        while True:
-            try:
-                batch = reader.read_next_batch()
-            except StopIteration:
-                return
-            yield batch
-    except pa.ArrowInvalid as exc:
-        raise _locate_csv_type_error(path, features, exc) from exc
+    return csv_batches(lambda: _open_csv(path, features), lambda exc: _locate_csv_type_error(path, features, exc))
 
 
 def ingest(path: Path, fmt: str, features: Sequence[str], dest: Path, chunk_rows: int, max_rows: int) -> int:
