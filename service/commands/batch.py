@@ -16,7 +16,11 @@ log = logging.getLogger(__name__)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    worker = subparsers.add_parser("worker", help="process batch jobs from Redis (settings from GRIDPFN_* env vars)")
+    worker = subparsers.add_parser(
+        "worker",
+        help="run chunks of batch jobs from Redis beside any other workers, or hand them to a Dask cluster "
+        "(GRIDPFN_DASK_SCHEDULER; settings from GRIDPFN_* env vars)",
+    )
     worker.add_argument("--model-dir", default=None, help="overrides GRIDPFN_MODEL_DIR")
     worker.add_argument("--name", default=None, help="consumer name (default host-pid)")
     worker.set_defaults(func=run_worker)
@@ -66,6 +70,23 @@ def run_worker(args: argparse.Namespace) -> int:
     job_settings = JobSettings()
     if not settings.redis_url:
         raise ValueError("worker: GRIDPFN_REDIS_URL is not set; without Redis the server runs jobs itself")
+    if job_settings.dask_scheduler:  # the cluster's workers load the models; this one only claims and records
+        from service.jobs.dask_chunks import DaskChunks
+
+        chunks = DaskChunks.connect(
+            job_settings.dask_scheduler, job_settings.jobs_dir, settings.model_dir, job_settings.dask_chunks_per_thread
+        )
+        worker = Worker(settings.redis_url, None, job_settings, args.name, chunks=chunks)
+    else:
+        worker = Worker(settings.redis_url, _registry(settings), job_settings, args.name)
+    forbid_inspection()  # its environment may hold the deployment's keys (a shared env_file)
+    worker.install_signals()
+    worker.serve_forever()
+    return 0
+
+
+def _registry(settings):
+    """The models of a worker that runs chunks itself, on one torch and one BLAS thread per block."""
     import torch
 
     from service.engine.warmup import one_blas_thread, registry_from
@@ -75,11 +96,7 @@ def run_worker(args: argparse.Namespace) -> int:
     registry = registry_from(settings)
     if not registry.checkpoints:
         raise ValueError(f"worker: no usable model under {settings.model_dir}: {registry.errors}")
-    worker = Worker(settings.redis_url, registry, job_settings, args.name)
-    forbid_inspection()  # its environment may hold the deployment's keys (a shared env_file)
-    worker.install_signals()
-    worker.serve_forever()
-    return 0
+    return registry
 
 
 def _client(args: argparse.Namespace):

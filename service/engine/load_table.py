@@ -22,6 +22,7 @@ LOAD_LIMIT = 1000.0  # MW or Mvar: the bound of every load value, in JSON bodies
 # The columns a table's header may name: the widest network has 2 * (MAX_BUSES - 1) = 998 load columns, and
 # a context file adds a voltage (and angle) per bus; a header past this is refused before its names are compared.
 MAX_COLUMNS = 4096
+TEXT_BYTES = 64  # a value of a text column: a number written as text (Parquet text columns are held to it)
 MAX_HEADER_BYTES = 64 * MAX_COLUMNS  # a CSV header line: MAX_COLUMNS names of up to 63 bytes and their commas
 UTF8_BOM = b"\xef\xbb\xbf"
 HEADER_READ_BYTES = len(UTF8_BOM) + MAX_HEADER_BYTES + 2  # what a caller reads of a CSV for csv_header_names
@@ -95,9 +96,34 @@ def first_non_number(values: pa.Array) -> int | None:
     return None
 
 
+def plain_text(column: pa.ChunkedArray | pa.Array, name: str, offset: int, width: int) -> pa.ChunkedArray | pa.Array:
+    """A dictionary-encoded column (a Parquet text column, read as dictionaries) decoded, once no value of its
+    dictionaries is longer than `width` bytes (else the first row using a longer one is refused): decoded rows
+    then hold at most `width` bytes each. Any other column is returned as it is."""
+    if not pa.types.is_dictionary(column.type):
+        return column
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    start = offset
+    for chunk in chunks:
+        too_long = pc.greater(pc.binary_length(chunk.dictionary), width)
+        if pc.any(too_long).as_py():
+            rows = pc.index_in(chunk.indices, pa.array(np.flatnonzero(too_long.to_numpy(zero_copy_only=False))))
+            row = pc.index(pc.is_valid(rows), True).as_py()
+            raise InputError(
+                f"a value longer than {width} bytes", f"values of at most {width} bytes", start + row + 1, name
+            )
+        start += len(chunk)
+    return (
+        column.dictionary_decode()
+        if isinstance(column, pa.Array)
+        else pa.chunked_array([chunk.dictionary_decode() for chunk in chunks], type=column.type.value_type)
+    )
+
+
 def as_float(column: pa.ChunkedArray | pa.Array, name: str, offset: int, missing: bool = False) -> np.ndarray:
     """float64 values of one batch column, refusing non-numbers, missing values, NaN and infinity;
     `missing` (a context's column: a value not measured): null, an empty cell and NaN are NaN, allowed."""
+    column = plain_text(column, name, offset, TEXT_BYTES)
     kind = column.type
     if missing and pa.types.is_null(kind):  # a column left empty throughout (a CSV's reads as type null)
         return np.full(len(column), np.nan)

@@ -15,8 +15,11 @@ fixed by the type (INT32, INT64, FLOAT, DOUBLE; a decimal or half float of at mo
 where the caller allows flags). A list, struct, map or binary column, a fixed-width binary of a
 width the file declares, a date or time, is refused naming it, before any page is read: no row
 count bounds what such a column decodes to (one list cell held 50e6 numbers; one binary value 100 MB).
-A flat text column is read (so that the caller can name the row of its first non-number) with each
-value held to TEXT_WIDTH bytes by its pages' sizes.
+A flat text column is read (so that the caller can name the row of its first non-number) with its
+pages' sizes held to TEXT_WIDTH bytes a value, and as a dictionary (pyarrow's `read_dictionary`): a
+dictionary page holds each distinct value once and its rows only index it, so decoding it plainly would
+copy one 1 MiB value into each of 100,000 rows (1.4 kB of zstd killed a server that way); the caller
+checks the dictionary's values (`load_table.plain_text`) before any is expanded.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from service.engine.errors import TooLarge
-from service.engine.load_table import MAX_COLUMNS, InputError, too_many_columns
+from service.engine.load_table import MAX_COLUMNS, TEXT_BYTES, InputError, too_many_columns
 
 MAGIC = b"PAR1"
 FOOTER_MAX_BYTES = 8 << 20  # a footer describing thousands of row groups of a load table fits in far less
@@ -53,7 +56,7 @@ _NUMBER_CONVERSIONS = {
 }
 _FIXED_NUMBERS = {"DECIMAL": 32, "FLOAT16": 2}  # fixed-width binary read as numbers: at most this many bytes
 FLAG_WIDTH = 1  # BOOLEAN, where a caller allows a flag column
-TEXT_WIDTH = 64  # bytes a value of a flat text column may take: a number written as text
+TEXT_WIDTH = TEXT_BYTES  # bytes a value of a flat text column may take: a number written as text
 _EXPECTED = "a valid Parquet file"
 _NUMBERS = "numbers (float64): a flat column of int, float or decimal values"
 
@@ -295,4 +298,15 @@ def open_file(
         for index, (width, name) in widths.items():  # then every page pyarrow will decode for them
             for group in groups:
                 _check_chunk(handle, file_size, group.column(index), group.num_rows, width, name)
+    text = sorted(
+        {name for index, (width, name) in widths.items() if schema.column(index).physical_type == "BYTE_ARRAY"}
+    )
+    if text:  # kept as dictionaries: a dictionary page's one long value is never copied into every row it fills
+        return pq.ParquetFile(
+            source if isinstance(source, (str, os.PathLike)) else pa.BufferReader(source),
+            pre_buffer=False,
+            thrift_string_size_limit=FOOTER_MAX_BYTES,
+            thrift_container_size_limit=FOOTER_MAX_BYTES,
+            read_dictionary=text,
+        )
     return parquet

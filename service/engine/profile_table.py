@@ -40,6 +40,7 @@ from service.engine.load_table import (
     csv_batches,
     csv_header_names,
     first_non_number,
+    plain_text,
     too_many_columns,
     within,
 )
@@ -228,6 +229,7 @@ def _locate_csv_error(path: Path, time: str, used: list[str], exc: Exception) ->
 
 def _labels(column: pa.ChunkedArray | pa.Array, name: str, offset: int) -> list[str]:
     """The steps' labels: text as it is, numbers as their text; an empty or over-long label is refused."""
+    column = plain_text(column, name, offset, 4 * MAX_LABEL)  # a Parquet dictionary: checked before expanded
     if pa.types.is_floating(column.type) or pa.types.is_integer(column.type) or pa.types.is_decimal(column.type):
         values = as_float(column, name, offset)
         return [str(int(v)) if v.is_integer() else repr(float(v)) for v in values]

@@ -110,7 +110,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # innermost of ours: body limit, metrics and Server-Timing still apply. With hot routes off it
     # still answers Arrow request bodies, which FastAPI cannot parse, and leaves JSON to FastAPI.
     app.add_middleware(HotRoutes, fastapi_app=app, json=settings.hot_routes)
-    # batch-job uploads stream to disk under their own limit (JobSettings.upload_limit: the row limit's bytes)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, exempt=("/v1/batch-jobs",))
+    # batch-job uploads stream to disk under their own limit (JobSettings.upload_limit: the row limit's bytes), a
+    # study's profile table under its form's (service.http.form_stream); no body is read before its key is checked
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=settings.max_body_bytes,
+        exempt=("/v1/batch-jobs",),
+        streamed=("/v1/studies",),
+        api_keys=settings.api_keys,
+        admin_api_key=settings.admin_api_key,
+    )
     app.add_middleware(HTTPMetricsMiddleware, metrics=app.state.metrics)
     return app

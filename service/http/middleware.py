@@ -12,7 +12,8 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.engine.errors import TooLarge
-from service.http.problems import problem_of, problem_response, unexpected_response
+from service.http.auth import check_authorization_header
+from service.http.problems import ProblemError, problem_of, problem_response, unexpected_response
 from service.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -78,11 +79,37 @@ class HTTPMetricsMiddleware:
 class BodyLimitMiddleware:
     """Checks Content-Length up front, and counts streamed bytes for chunked bodies.
 
-    Paths under `exempt` (file uploads that stream to disk) enforce their own limit instead.
+    Paths under `exempt` (file uploads that stream to disk) enforce their own limit instead, as do multipart
+    bodies to `streamed` paths (read part by part as they arrive: service.http.form_stream). With API keys
+    configured, a body is read only for a caller whose key is valid: the key is checked on the headers
+    first, so a keyless client cannot make the server hold GRIDPFN_MAX_BODY_BYTES per connection (the
+    401 says `Connection: close`, and the body is never read).
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int, exempt: tuple[str, ...] = ()) -> None:
-        self.app, self.max_bytes, self.exempt = app, max_bytes, exempt
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        exempt: tuple[str, ...] = (),
+        streamed: tuple[str, ...] = (),
+        api_keys: tuple[str, ...] = (),
+        admin_api_key: str | None = None,
+    ) -> None:
+        self.app, self.max_bytes, self.exempt, self.streamed = app, max_bytes, exempt, streamed
+        self.api_keys, self.admin_api_key = api_keys, admin_api_key
+
+    async def _unauthorized(self, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes]) -> bool:
+        """Whether a 401 was sent (a key is configured and the Authorization header holds none of them)."""
+        if not self.api_keys and not self.admin_api_key:
+            return False
+        value = headers.get(b"authorization")
+        try:
+            check_authorization_header(value.decode("latin-1") if value else None, self.api_keys, self.admin_api_key)
+        except ProblemError as problem:
+            problem.headers = {**problem.headers, "Connection": "close"}
+            await problem_response(problem)(scope, receive, send)
+            return True
+        return False
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, size: str) -> None:
         problem = problem_of(
@@ -103,6 +130,11 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
+        if await self._unauthorized(scope, receive, send, headers):
+            return
+        if scope["path"] in self.streamed and headers.get(b"content-type", b"").startswith(b"multipart/form-data"):
+            await self.app(scope, receive, send)
+            return
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             await self._refuse(scope, receive, send, length.decode())

@@ -1,13 +1,16 @@
-"""The job queue: a Redis Stream read by a consumer group of `gridpfn worker` processes.
+"""The job queue: a Redis Stream read by a consumer group of `gridpfn worker` processes, as a wake-up.
 
-Why Streams and not Celery-on-Redis: Celery's Redis transport redelivers any task not
-acknowledged within its visibility timeout, so a job that legitimately runs longer than that
-(a million rows) is started a second time while the first run is still going. Here liveness is
-explicit instead: a worker reads a job with XREADGROUP (it becomes pending, owned by that worker),
-renews its claim after every finished chunk (XCLAIM ... JUSTID resets the idle time), and XACKs it
-only when the job has reached a final state. A job whose worker died stops being renewed; after
-`job_claim_idle_s` another worker takes it over with XAUTOCLAIM and resumes from the last chunk
-recorded in the job's record. No extra library, and the pending list shows who holds what.
+A job is not owned by the worker that reads its message: the message only announces the job. The worker
+that reads it puts the job on the active list (JobStates.activate; the server already did at submit, so
+this is for announcements from before that list existed) and acknowledges it at once; from there every
+idle worker claims the job's chunks through their leases (service.jobs.states), so one job spreads over
+all workers and a dead worker's chunks are retaken when their leases expire. A message read by a worker
+that died before acknowledging it is taken over with XAUTOCLAIM after `job_claim_idle_s`.
+
+Why Streams and not Celery-on-Redis: Celery's Redis transport redelivers any task not acknowledged within
+its visibility timeout, which suits neither a job that runs for an hour nor chunks shared by many
+workers; here liveness is explicit (leases), and reading the stream with XREADGROUP keeps each worker a
+visible consumer whose idle time the container health check reads (docker/healthcheck.py).
 """
 
 from __future__ import annotations
@@ -51,8 +54,9 @@ class RedisJobQueue:
     def length(self) -> int:
         return int(self.client.xlen(self.stream))
 
-    def take(self, consumer: str, claim_idle_ms: int, block_ms: int) -> Delivery | None:
-        """A job whose worker went silent (XAUTOCLAIM) first, else a new one (XREADGROUP)."""
+    def take(self, consumer: str, claim_idle_ms: int, block_ms: int | None) -> Delivery | None:
+        """A message whose reader went silent (XAUTOCLAIM) first, else a new one (XREADGROUP, waiting up to
+        `block_ms`; None: not at all)."""
         _, claimed, *_ = self.client.xautoclaim(self.stream, GROUP, consumer, claim_idle_ms, "0-0", count=1)
         for message_id, fields in claimed:
             if fields:  # a trimmed entry comes back without fields
@@ -63,10 +67,6 @@ class RedisJobQueue:
             for message_id, fields in messages:
                 return Delivery(message_id.decode(), fields[b"job"].decode(), False)
         return None
-
-    def heartbeat(self, consumer: str, message_id: str) -> None:
-        """Reset the idle time of a job we are still working on, so nobody takes it over."""
-        self.client.xclaim(self.stream, GROUP, consumer, 0, [message_id], justid=True)
 
     def ack(self, message_id: str) -> None:
         pipe = self.client.pipeline()

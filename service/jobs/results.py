@@ -1,10 +1,11 @@
 """Result files: one Parquet part per chunk, assembled in chunk order into result.parquet
 (or streamed into it as the chunks finish, when one process ran the whole job).
 
-Parts are written to a temporary name and renamed, so a part either exists whole or not at all;
-rewriting a part after a crash gives the same bytes. Assembly copies part by part (one chunk in
-memory), checks each part's row count against the spec, and is itself atomic, so the result holds
-every input row exactly once, in input order.
+Parts are written to a temporary name of their own (several workers may write the same part: a chunk
+retaken from a worker presumed dead) and renamed, so a part either exists whole or not at all;
+rewriting a part gives the same bytes. Assembly copies part by part (one chunk in memory), checks each
+part's row count against the spec, and is itself atomic, so the result holds every input row exactly
+once, in input order.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import orjson
@@ -21,9 +24,11 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from service.engine.answers import Answer, OffContext, Statistics, on_the_wire
-from service.engine.sparse import Metering
 from service.jobs.jobspec import JobSpec, result_columns
+
+if TYPE_CHECKING:  # the engine imports torch: a Dask coordinator, which only assembles, does without
+    from service.engine.answers import Answer, OffContext
+    from service.engine.sparse import Metering
 
 # Float columns barely compress and never repeat: no compression and no dictionary encoding (a
 # dictionary attempt per float column made writing several times slower: bench/results/service-notes.md).
@@ -63,6 +68,8 @@ def chunk_table(
     """Input columns then the statistics in `result_columns` order (voltages float64, the rest float32,
     as in an Arrow answer: service.engine.answers.Statistics), then each row's extrapolation measure;
     which buses the context read (`metering`) in the schema metadata `gridpfn`, as in Arrow answers."""
+    from service.engine.answers import Statistics, on_the_wire
+
     arrays = list(inputs.columns)
     arrays += [pa.array(column) for _, column in Statistics.of(answer, spec.quantiles).columns(spec.outputs)]
     if spec.with_ground_truth:
@@ -80,11 +87,22 @@ def chunk_table(
     return table.replace_schema_metadata({METADATA_KEY: orjson.dumps(about)})
 
 
+def _private_tmp(path: Path) -> Path:
+    """A temporary name beside `path` that no other writer (thread, process or host) uses."""
+    return path.with_name(f"{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+
+
 def write_part(files: JobFiles, index: int, table: pa.Table) -> None:
-    files.parts.mkdir(parents=True, exist_ok=True)
-    tmp = files.part(index).with_suffix(".tmp")
-    pq.write_table(table, tmp, **WRITE_OPTIONS)
-    os.replace(tmp, files.part(index))
+    """Part `index`, whole or not at all. The job's directory is not recreated: a deleted job's chunk fails
+    (FileNotFoundError) instead of leaving a directory behind."""
+    files.parts.mkdir(exist_ok=True)
+    tmp = _private_tmp(files.part(index))
+    try:
+        pq.write_table(table, tmp, **WRITE_OPTIONS)
+        os.replace(tmp, files.part(index))
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 class StreamedResult:
@@ -127,8 +145,14 @@ class StreamedResult:
 
 
 def assemble(files: JobFiles, spec: JobSpec) -> int:
-    """Concatenate the parts in order into result.parquet; returns the row count."""
-    tmp = files.result.with_suffix(".tmp")
+    """Concatenate the parts in order into result.parquet; returns the row count. A result already
+    published whole (an assembler that died before recording the job done) is kept as it is."""
+    if files.result.exists() and not files.parts.exists():
+        rows = int(pq.ParquetFile(files.result).metadata.num_rows)
+        if rows == spec.rows:
+            files.streaming.unlink(missing_ok=True)
+            return rows
+    tmp = _private_tmp(files.result)
     writer, total = None, 0
     try:
         for index in range(spec.chunks):
@@ -139,10 +163,15 @@ def assemble(files: JobFiles, spec: JobSpec) -> int:
                 writer = pq.ParquetWriter(tmp, table.schema, **WRITE_OPTIONS)
             writer.write_table(table, row_group_size=table.num_rows)
             total += table.num_rows
-    finally:
+    except BaseException:
         if writer is not None:
             writer.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    if writer is not None:
+        writer.close()
     if total != spec.rows:
+        tmp.unlink(missing_ok=True)
         raise RuntimeError(f"assembled {total} rows, the input has {spec.rows}")
     os.replace(tmp, files.result)
     shutil.rmtree(files.parts, ignore_errors=True)

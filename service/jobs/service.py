@@ -1,11 +1,12 @@
 """What the HTTP router calls: create, inspect, cancel and delete jobs; run them when embedded.
 
-With a Redis URL, records live in Redis and jobs go onto the stream for `gridpfn worker`
-processes. Without one (the embedded mode), records live in memory and a one-thread executor
-inside the server runs the same `run_job`; they do not survive a server restart.
+With a Redis URL, records live in Redis and jobs are announced on the stream; any number of `gridpfn
+worker` processes run their chunks. Without one (the embedded mode), records live in memory and a
+one-thread executor inside the server runs the same chunk loop (service.jobs.runner) on the same
+kernel; they do not survive a server restart.
 Inputs, parts and results live on the shared filesystem (`GRIDPFN_JOBS_DIR`), not in Redis:
 a million-row job is ~0.5 GB in and ~1 GB out, which would crowd the memory that Redis needs for
-context sets, while Redis keeps only what must be atomic and shared (state, chunk progress, owner).
+context sets, while Redis keeps only what must be atomic and shared (state, chunk leases and progress).
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ import redis
 
 from service.engine.tenants import Tenant
 from service.jobs import inputs
+from service.jobs.executors import LocalChunks
 from service.jobs.janitor import sweep
 from service.jobs.jobspec import JobSpec, JobState
 from service.jobs.queue import RedisJobQueue
 from service.jobs.results import JobFiles
-from service.jobs.runner import RunContext, run_job
+from service.jobs.runner import ChunkRunner
 from service.jobs.settings import JobSettings
 from service.jobs.states import JobStates, MemoryJobStates, RedisJobStates
 
@@ -48,6 +50,7 @@ class JobService:
         self.registry = registry
         self.queue: RedisJobQueue | None = None
         self.executor: ThreadPoolExecutor | None = None
+        self.runner: ChunkRunner | None = None
         if redis_url:
             client = redis.Redis.from_url(redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
             self.states: JobStates = RedisJobStates(client, job_settings.job_queue, job_settings.job_ttl_s)
@@ -55,6 +58,15 @@ class JobService:
         else:
             self.states = MemoryJobStates()
             self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gridpfn-job")
+            self.runner = ChunkRunner(
+                self.states,
+                self.root,
+                LocalChunks(self.root, lambda *args: self.registry.get(*args)),  # the registry as it is then
+                owner="embedded",
+                lease_s=job_settings.job_claim_idle_s,
+                max_attempts=job_settings.job_max_attempts,
+                chunk_pause_s=job_settings.job_chunk_pause_s,
+            )
         self.mode = "redis" if redis_url else "embedded"
         if self.executor is not None:  # the workers sweep in Redis mode; embedded, nobody else will
             sweep(self.root, self.states, job_settings.job_ttl_s)
@@ -100,18 +112,12 @@ class JobService:
             self.executor.submit(self._run_embedded, spec.id)
 
     def _run_embedded(self, job_id: str) -> None:
-        ctx = RunContext(
-            self.states,
-            self.root,
-            self.registry.get,
-            owner="embedded",
-            max_attempts=self.settings.job_max_attempts,
-            chunk_pause_s=self.settings.job_chunk_pause_s,
-        )
+        """Run every active job's chunks (this one's among them) until none is left."""
+        assert self.runner is not None
         try:
-            run_job(ctx, job_id)
+            self.runner.run_until_idle()
         except Exception:  # the executor would swallow it silently
-            log.exception("embedded job %s crashed", job_id)
+            log.exception("embedded job runner crashed while running job %s", job_id)
 
     def spec_for(
         self,
@@ -200,3 +206,6 @@ class JobService:
             for job_id in self.states.active():
                 self.states.cancel(job_id)
             self.executor.shutdown(wait=False, cancel_futures=True)
+            if self.runner is not None:  # not runner.close(): the executor's thread may be inside it
+                self.runner.chunks.close()
+                self.runner.assembler.shutdown(wait=False, cancel_futures=True)

@@ -43,10 +43,12 @@ class JobSettings(GridPFNSettings):
     job_claim_idle_s: float = Field(
         120.0,
         gt=0,
-        description="a running job whose worker sent no heartbeat for "
-        "this long is taken over by another worker; must exceed one chunk's time",
+        description="lease of a chunk: a worker renews the leases it holds every third of this; a chunk whose "
+        "worker stopped renewing (died, or cut off from Redis) this long is retaken by another worker",
     )
-    job_max_attempts: int = Field(5, ge=1, description="times a job may be (re)started before it is failed")
+    job_max_attempts: int = Field(
+        5, ge=1, description="times one chunk may be leased (first run and retakes) before its job is failed"
+    )
     job_chunk_pause_s: float = Field(
         0.0, ge=0, description="pause between chunks, to leave CPU to interactive traffic on a shared machine"
     )
@@ -58,6 +60,16 @@ class JobSettings(GridPFNSettings):
         description="threads of `gridpfn worker`: each chunk is cut into "
         "this many blocks run side by side on one torch thread each (unset: the "
         "CPU count)",
+    )
+    dask_scheduler: str | None = Field(
+        None,
+        min_length=1,
+        description="address of a Dask scheduler (tcp://host:8786, `pip install gridpfn[cluster]`): `gridpfn "
+        "worker` then runs no chunk itself but hands the chunks it claims to the cluster's workers, which "
+        "must see GRIDPFN_JOBS_DIR and the model directory at the same paths",
+    )
+    dask_chunks_per_thread: int = Field(
+        2, ge=1, description="chunks kept in flight per Dask worker thread, so none waits for its next chunk"
     )
 
     def upload_limit(self, columns: int) -> int:

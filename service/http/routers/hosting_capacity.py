@@ -21,8 +21,8 @@ from service.http.schemas import Matrix, ModelVersion, OneContext, StrictInt
 
 router = APIRouter(prefix="/v1", tags=["planning"], route_class=OrjsonRoute, dependencies=[Depends(require_api_key)])
 
-Share = Annotated[float, Field(ge=0.0, le=1.0, strict=False, allow_inf_nan=False)]
-Scale = Annotated[float, Field(ge=0.0, le=10.0, allow_inf_nan=False)]
+Share = Annotated[float, Field(ge=0.0, le=1.0, strict=True, allow_inf_nan=False)]
+Scale = Annotated[float, Field(ge=0.0, le=10.0, allow_inf_nan=False, strict=True)]
 
 
 class HostingCapacityRequest(OneContext):
@@ -42,10 +42,19 @@ class HostingCapacityRequest(OneContext):
     buses: Annotated[list[StrictInt], Field(min_length=1)] | None = Field(
         None, description="candidate bus numbers (default: every load bus)"
     )
-    upper_pu: float = Field(1.05, gt=1.0, le=1.5, allow_inf_nan=False, description="the voltage limit PV must keep")
-    alpha: float = Field(0.05, gt=0.0, lt=1.0, allow_inf_nan=False, description="risk allowed on every row")
+    upper_pu: float = Field(
+        1.05, gt=1.0, le=1.5, allow_inf_nan=False, strict=True, description="the voltage limit PV must keep"
+    )
+    alpha: float = Field(
+        0.05, gt=0.0, lt=1.0, allow_inf_nan=False, strict=True, description="risk allowed on every row"
+    )
     max_kw: float | None = Field(
-        None, gt=0.0, le=1e7, allow_inf_nan=False, description="largest size searched (default: 2x the base load)"
+        None,
+        gt=0.0,
+        le=1e7,
+        allow_inf_nan=False,
+        strict=True,
+        description="largest size searched (default: 2x the base load)",
     )
     curve_points: StrictInt = Field(11, ge=2, le=101, description="points of each risk-vs-size curve")
 

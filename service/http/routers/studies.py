@@ -59,8 +59,8 @@ class StudyRoute(OrjsonRoute):
 
 router = APIRouter(prefix="/v1", tags=["planning"], route_class=StudyRoute, dependencies=[Depends(require_api_key)])
 
-Factor = Annotated[float, Field(ge=0.0, le=100.0, allow_inf_nan=False)]
-Power = Annotated[float, Field(ge=-1e7, le=1e7, allow_inf_nan=False)]
+Factor = Annotated[float, Field(ge=0.0, le=100.0, allow_inf_nan=False, strict=True)]
+Power = Annotated[float, Field(ge=-1e7, le=1e7, allow_inf_nan=False, strict=True)]
 Year = Annotated[int, Field(ge=0, le=100, strict=True)]
 MAX_STEPS = 100_000
 MAX_CLASSES = 1000
@@ -85,7 +85,9 @@ class ScenarioSpec(Strict):
     bus_load_scale: dict[str, Factor] | None = Field(None, description="per load bus number: a further factor")
     generation_scale: Factor = Field(1.0, description="the network's own generation (sgens) x this")
     der: Annotated[list[DERAddition], Field(max_length=10_000)] = []
-    growth_rate: float = Field(0.0, ge=-0.5, le=1.0, allow_inf_nan=False, description="consumption growth per year")
+    growth_rate: float = Field(
+        0.0, ge=-0.5, le=1.0, allow_inf_nan=False, strict=True, description="consumption growth per year"
+    )
     years: Annotated[list[Year], Field(min_length=1, max_length=100)] = [0]
     class_scaling: Annotated[dict[Name, Factor], Field(max_length=MAX_CLASSES)] | None = Field(
         None,
@@ -105,7 +107,7 @@ class ScenarioSpec(Strict):
         return self
 
 
-Number = Annotated[float, Field(allow_inf_nan=False)]
+Number = Annotated[float, Field(allow_inf_nan=False, strict=True)]
 # A time series' factors: consumption >= 0; generation output may dip just below 0 (inverters at night), and
 # so may a profile (it may be a generation class's; service.engine.profile_table holds files to the same range).
 LOAD_RANGE, PV_RANGE = (0.0, 100.0), (-1.0, 100.0)
@@ -145,7 +147,7 @@ class TimeSeriesSpec(Strict):
         "`<class>_pload` / `<class>_qload` for a load class's P and Q apart (SimBench), or one a DER follows; "
         f"in {list(PROFILE_RANGE)}; several apply multiplied (a class's profile x load or pv)",
     )
-    step_hours: float = Field(0.25, gt=0.0, le=24.0, allow_inf_nan=False)
+    step_hours: float = Field(0.25, gt=0.0, le=24.0, allow_inf_nan=False, strict=True)
 
     @field_validator("profiles")
     @classmethod
@@ -190,7 +192,9 @@ class StudyRequest(OneContext):
 class StudyTableSpec(StudyRequest):
     """The `spec` part of a multipart study: a StudyRequest whose time series is the `file` part."""
 
-    step_hours: float = Field(0.25, gt=0.0, le=24.0, allow_inf_nan=False, description="hours each table row stands for")
+    step_hours: float = Field(
+        0.25, gt=0.0, le=24.0, allow_inf_nan=False, strict=True, description="hours each table row stands for"
+    )
 
     @model_validator(mode="after")
     def _series_from_the_file(self) -> StudyTableSpec:

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from service.engine.errors import TooLarge
-from service.engine.load_table import MAX_COLUMNS, InputError
+from service.engine.load_table import MAX_COLUMNS, TEXT_BYTES, InputError, as_float, plain_text
 from service.engine.parquet_limits import open_file
 
 ROWS = 3000
@@ -68,7 +68,27 @@ def test_ordinary_files_pass_and_read_back(options, tmp_path):
     path.write_bytes(data)
     for source in (data, path):
         opened = open_file(source, COLUMNS, ROWS, "THE_LIMIT", flags=FLAGS)
-        assert opened.read(columns=COLUMNS).equals(table().select(COLUMNS))
+        read = opened.read(columns=COLUMNS)
+        assert pa.types.is_dictionary(read.schema.field("text").type)  # text stays a dictionary until checked
+        text = plain_text(read.column("text"), "text", 0, TEXT_BYTES)
+        plain = read.set_column(read.schema.get_field_index("text"), "text", text)
+        assert plain.equals(table().select(COLUMNS))
+
+
+def test_a_dictionary_of_one_long_text_value_is_refused_before_it_fills_every_row():
+    """A dictionary page holds a value once and its rows index it: decoded plainly, one 4 kB value would fill
+    all 20,000 rows (a 1 MiB value in 1.4 kB of zstd once took 21 GB); it is refused from the dictionary."""
+    rows = 20_000
+    bomb = pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows, dtype=np.int32)), pa.array(["7" * 4096]))
+    data = parquet(pa.table({"p_mw_bus2": bomb}), compression="zstd", use_dictionary=True)
+    assert len(data) < 40_000  # against 80 MB decoded plainly
+    opened = open_file(data, ["p_mw_bus2"], rows, "THE_LIMIT")
+    batch = next(opened.iter_batches(columns=["p_mw_bus2"]))
+    assert pa.types.is_dictionary(batch.column(0).type) and batch.nbytes < 1 << 20
+    with pytest.raises(InputError) as refused:
+        as_float(batch.column(0), "p_mw_bus2", 0)
+    assert (refused.value.row, refused.value.column) == (1, "p_mw_bus2")
+    assert f"longer than {TEXT_BYTES} bytes" in refused.value.message
 
 
 @pytest.mark.parametrize("row_group_size", [ROWS, 64])

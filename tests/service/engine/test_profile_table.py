@@ -93,3 +93,16 @@ def test_numbers_label_steps_and_limits_hold_before_decoding(tmp_path):
     fake.write_bytes(b"time,PV9\na,1\n")
     with pytest.raises(InputError, match="not a Parquet file"):
         read(fake, "fake.parquet", WANTED, 10, 10)
+
+
+def test_a_dictionary_label_bomb_is_refused_from_its_dictionary(tmp_path):
+    """One 4 kB time label in a Parquet dictionary page, indexed by every row: refused naming the time column's
+    first row before it is copied into each (the label check used to run on the expanded strings)."""
+    rows = 20_000
+    labels = pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows, dtype=np.int32)), pa.array(["t" * 4096]))
+    path = tmp_path / "bomb.parquet"
+    pq.write_table(pa.table({"time": labels, "PV9": np.ones(rows)}), path, compression="zstd", use_dictionary=True)
+    assert path.stat().st_size < 40_000  # against 80 MB decoded plainly
+    with pytest.raises(InputError) as refused:
+        read(path, "bomb.parquet", WANTED, rows, column_limit(NET))
+    assert (refused.value.row, refused.value.column) == (1, "time") and "longer than" in refused.value.message

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -44,6 +45,21 @@ def test_posts_need_a_key_before_anything_else(keyed):
         assert_problem(c.post("/v1/simulate", json={"loads": [[0.1] * 64]}), 401)
         ok = c.post("/v1/simulate", json={"loads": [[0.01] * 64]}, headers={"Authorization": f"Bearer {KEYS[1]}"})
         assert ok.status_code == 200
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/studies", "/v1/predict", "/v1/networks", "/v1/context-sets", "/ui/api/context-sets"]
+)
+def test_a_keyless_body_is_refused_before_it_is_read(keyed, path):
+    """A client without a key announcing a 30 MB body gets its 401 at once, with `Connection: close`: the
+    server never holds the body (keyless connections could otherwise pin GRIDPFN_MAX_BODY_BYTES each)."""
+    host, port = httpx.URL(keyed.url).host, httpx.URL(keyed.url).port
+    with socket.create_connection((host, port), timeout=5) as sock:
+        head = f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\ncontent-length: 30000000\r\n\r\n"
+        sock.sendall(head.encode() + b"{" * 1000)  # a first kilobyte of the body, then nothing more
+        answer = sock.recv(65536).decode("latin-1")
+    status, _, rest = answer.partition("\r\n")
+    assert status.split()[1] == "401" and "connection: close" in rest.lower(), answer[:500]
 
 
 def test_health_metrics_docs_are_open(keyed):

@@ -100,6 +100,15 @@ def test_a_study_the_service_cannot_run_names_the_field(client, scenarios):
     )
     big = {"timestamps": [str(i) for i in range(201)]}  # 201 rows > the test server's 200 study rows
     assert_problem(client.post("/v1/studies", json={"context": context, "scenarios": [{}], "time_series": big}), 413)
+    # numbers are numbers: text and booleans are refused, not coerced (`true` would be 100 % growth a year)
+    for scenario, field in (
+        ({"load_scale": "1.4"}, "scenarios[0].load_scale"),
+        ({"growth_rate": True, "years": [1]}, "scenarios[0].growth_rate"),
+        ({"der": [{"bus": 18, "kw": "250"}]}, "scenarios[0].der[0].kw"),
+    ):
+        assert_problem(client.post("/v1/studies", json={"context": context, "scenarios": [scenario]}), 422, field)
+    coerced = client.post("/v1/hosting-capacity", json={"context": context, "load_scales": [1], "alpha": "0.05"})
+    assert_problem(coerced, 422, "alpha")
 
 
 def test_a_small_body_cannot_ask_for_a_huge_or_impossible_study(client, scenarios):

@@ -1,12 +1,14 @@
 """Workers dying and jobs being cancelled, with real Redis and real worker processes.
 
-A worker SIGKILLed mid-job leaves the job pending on the stream; another worker reclaims it after
-the claim idle time, resumes from the last recorded chunk, and the result equals an uninterrupted run.
+A worker SIGKILLed mid-job leaves leases on the chunks it was running; another worker carries on from
+the next free chunk, retakes those once their leases lapse (the claim idle time), and the result equals
+an uninterrupted run.
 """
 
 from __future__ import annotations
 
 import re
+import socket
 import time
 import uuid
 
@@ -16,6 +18,7 @@ import pandas as pd
 import pytest
 import redis
 
+from service.jobs.states import RedisJobStates
 from tests.service.batch_support import (
     FEATURES,
     WorkerProcess,
@@ -66,10 +69,11 @@ def test_cancel_then_worker_killed_mid_job_another_finishes(stack, redis_url, tm
         wait_for(client, running["id"], lambda s: s["chunks_done"] >= 2)
         response = client.delete(f"/v1/batch-jobs/{running['id']}")
         assert response.status_code == 202 and response.json()["state"] == "cancelled"
+        parts = jobs_dir / running["id"] / "parts"
         deadline = time.monotonic() + 10
-        while _pending(redis_url, queue) and time.monotonic() < deadline:  # acked at the next chunk boundary
+        while parts.exists() and time.monotonic() < deadline:  # removed at the next chunk boundary
             time.sleep(0.05)
-        assert _pending(redis_url, queue) == 0
+        assert _pending(redis_url, queue) == 0  # announcements are acknowledged once the job is on the active list
         status = client.get(f"/v1/batch-jobs/{running['id']}").json()
         assert status["state"] == "cancelled" and status["chunks_done"] < ROWS // CHUNK
         assert_problem(client.get(f"/v1/batch-jobs/{running['id']}/result"), 409)
@@ -84,7 +88,9 @@ def test_cancel_then_worker_killed_mid_job_another_finishes(stack, redis_url, tm
         first.stop()
     killed_at = client.get(f"/v1/batch-jobs/{job['id']}").json()
     assert killed_at["state"] == "running" and 5 <= killed_at["chunks_done"] < ROWS // CHUNK
-    assert _pending(redis_url, queue) == 1  # still owned by the dead worker
+    holders = RedisJobStates(redis.Redis.from_url(redis_url), queue, 3600).holders(job["id"])
+    dead = f"{socket.gethostname()}-{first.proc.pid}"  # its default name
+    assert holders and set(holders.values()) == {dead}, holders  # the leases it left behind
     assert (jobs_dir / job["id"] / "result.streaming").exists()  # it ran from chunk 0: it was streaming the result
 
     reference = submit_file(client, path, cid).json()  # the same input, to run uninterrupted
