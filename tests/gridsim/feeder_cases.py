@@ -19,6 +19,12 @@ mpc.branch = [
 	2	3	0.3076	0.1567	0	0	0	0	0	0	1	-360	360;
 ];
 """
+# the same with a fourth bus, without load, hanging off bus 2
+CASE4_M = (
+    CASE3_M.replace("case3r", "case4r")
+    .replace("0.9;\n];\nmpc.gen", "0.9;\n\t4\t1\t0\t0\t0\t0\t1\t1\t0\t12.66\t1\t1.1\t0.9;\n];\nmpc.gen", 1)
+    .replace("360;\n];\n", "360;\n\t2\t4\t0.2\t0.1\t0\t0\t0\t0\t0\t0\t1\t-360\t360;\n];\n", 1)
+)
 
 
 def small_feeder():

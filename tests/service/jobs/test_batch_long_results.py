@@ -19,6 +19,7 @@ import pytest
 import gridsim
 from service.client import GridPFNClient, GridPFNError
 from service.jobs import long_results
+from tests.gridsim.feeder_cases import CASE4_M
 from tests.service.batch_support import (
     BAND,
     OUTPUTS,
@@ -235,27 +236,6 @@ def test_reshape_keeps_nulls_per_row_columns_and_per_bus_metadata():
         np.testing.assert_array_equal(np.array(got[stat]).reshape(n, 3), wide)
     with pytest.raises(long_results.LayoutError, match="lacks"):
         long_results.WideLayout.of(table.drop_columns(["std_vm_pu_bus4"]).schema, features, outputs, buses, names)
-
-
-# a 4-bus radial MATPOWER case: loads at buses 2 and 3, none at bus 4
-CASE4_M = """function mpc = case4r
-mpc.version = '2';
-mpc.baseMVA = 10;
-mpc.bus = [
-	1	3	0	0	0	0	1	1	0	12.66	1	1.1	0.9;
-	2	1	0.1	0.06	0	0	1	1	0	12.66	1	1.1	0.9;
-	3	1	0.09	0.04	0	0	1	1	0	12.66	1	1.1	0.9;
-	4	1	0	0	0	0	1	1	0	12.66	1	1.1	0.9;
-];
-mpc.gen = [
-	1	0	0	10	-10	1	100	1	10	0;
-];
-mpc.branch = [
-	1	2	0.0575	0.0293	0	0	0	0	0	0	1	-360	360;
-	2	3	0.3076	0.1567	0	0	0	0	0	0	1	-360	360;
-	2	4	0.2	0.1	0	0	0	0	0	0	1	-360	360;
-];
-"""
 
 
 def test_an_uploaded_feeder_names_its_buses_even_after_its_upload_expired(stack, redis_url):
