@@ -5,7 +5,7 @@
 net's table and the problem). What it models, exactly as pandapower's power flow does:
 
 - one slack (the in-service `ext_grid`); buses numbered by their pandapower index (an uploaded net that is
-  a built-in unchanged, e.g. pandapower's case33bw, as the built-in numbers it: `BUILT_IN_TWINS`);
+  a built-in unchanged, e.g. pandapower's case33bw, as the built-in numbers it: `built_in_twins`);
 - lines: series impedance and charging (`c_nf_per_km`, `g_us_per_km`, half at each end);
   out-of-service lines, and lines cut by an open switch, whose two ends are energised are the
   tie lines (`tie_*`) that reconfigurations may close;
@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -716,16 +717,29 @@ def _self_check(network: Network, net, out_buses) -> None:
         )
 
 
-# Built-ins numbered other than by pandapower index, known by the content id their own pandapower net gets
-# when uploaded (numbered by index) -> (name, number offset, their content id as built in). An upload that is
-# one of them, unchanged, is numbered as the built-in is (tests/gridsim/test_numbering.py holds the ids).
-BUILT_IN_TWINS: dict[str, tuple[str, int, str]] = {
-    "cd23c991d0f9153dbdd04d14b07220197a275420b06e84b17598b59f4d50038d": (
-        "ieee33",
-        1,
-        "df43e3906022472237bef3f9b0fd8896a9ec7c5ac5020fbb450fe4623116c167",
-    ),
-}
+@functools.cache
+def built_in_twins() -> dict[str, tuple[str, int, str]]:
+    """Built-ins numbered other than by pandapower index, known by the content id their own pandapower net
+    gets when uploaded (numbered by index) -> (name, number offset, their content id as built in). An upload
+    that is one of them, unchanged, is numbered as the built-in is. Computed from the installed pandapower
+    (its case33bw's numbers move between releases, so no id is pinned)."""
+    from gridsim.network import _BUILDERS, _pandapower_net_cached
+    from gridsim.network import network as built_in
+
+    twins = {}
+    for name, (_, offset) in _BUILDERS.items():
+        if offset:
+            by_index = twin_key(snapshot(_pandapower_net_cached(name), name=name))
+            twins[by_index] = (name, offset, twin_key(built_in(name)))
+    return twins
+
+
+def twin_key(network: Network) -> str:
+    """The content id without the buses' coordinates: a net written by one pandapower release and read back
+    keeps every modelled number, but older releases' geodata tables are not read (pandapower 2.x)."""
+    return network_id(dataclasses.replace(network, bus_xy=np.zeros((0, 2))))
+
+
 # fields added after the first content ids were given out: left out of the id while empty, so a network
 # without them keeps its id
 _ID_WHEN_SET = (
@@ -765,7 +779,7 @@ def from_pandapower_json(text: str | bytes, name: str | None = None) -> Network:
 
     net = read_pandapower_json(text)
     network = snapshot(net, name=name)
-    twin = BUILT_IN_TWINS.get(network.name if name is None else network_id(network))
+    twin = built_in_twins().get(twin_key(network))
     if twin is not None:  # a built-in's own net: its bus numbers, so the built-in's column names fit it
         network = snapshot(net, name=name, number_offset=twin[1])
     return network
@@ -776,7 +790,8 @@ def numbering(network: Network, uploaded: bool = False) -> str:
     net numbered by index, why it does not take a built-in's numbering."""
     first = network.bus_numbers[0]
     offset = first - network.pandapower_bus(first)
-    twin = next((t for t in BUILT_IN_TWINS.values() if t[2] == network_id(network)), None)
+    key = twin_key(network)
+    twin = next((t for t in built_in_twins().values() if t[2] == key), None)
     if twin is not None and offset == twin[1]:
         return f"as the built-in {twin[0]}: pandapower bus index + {offset} (the slack is bus {network.slack_bus})"
     if offset != 0:

@@ -1,10 +1,10 @@
 // The operator's page: talks to the service's own /v1 API (and the /ui/api helpers of routers/ui.py) from the browser.
-import { drawHistogram, drawProfile, drawRiskMap, fmt, ms, pct, prob, sig, volt } from "/ui/static/charts.js";
+import { drawHistogram, drawProfile, drawRiskMap, el, fmt, ms, pct, prob, sig, volt } from "/ui/static/charts.js";
 
 const $ = (id) => document.getElementById(id);
 const QUANTILES = [0.05, 0.25, 0.5, 0.75, 0.95];
 const KEY_STORE = "gridpfn-api-key";
-const state = { models: [], networks: [], topo: null, context: null, rows: null, answer: null, study: null, busy: false };
+const state = { models: [], networks: [], topo: null, context: null, rows: null, answer: null, study: null, hosting: null, busy: false };
 
 // ---------------------------------------------------------------- API calls and problem+json errors
 class Problem extends Error {
@@ -184,6 +184,8 @@ async function networkChanged() {
     await loadNetwork();
     state.study = null;
     $("study-card").hidden = true;
+    state.hosting = null;
+    $("hc-card").hidden = true;
     if (state.context && state.context.network !== net) {
       state.context = null;
       $("ctx-info").textContent = "no context yet";
@@ -830,14 +832,15 @@ function studyColumns(a) {
                      state.topo.named);
 }
 
-// A per-bus risk table into `table`: sorted by `view.key` (`view.dir` -1: largest first; ties by the largest
-// risk, then the lowest voltage, then the bus number), a header click sorts by its column and calls `redraw`.
-// Numbers rounded by their column's format, the exact double in data-value and the title; bus names, text
-// from an uploader, only ever as textContent. Rows whose largest P(outside) exceeds `threshold` are at risk.
-function riskTable(table, summary, columns, view, threshold, redraw) {
+// A sortable per-bus table into `table` (the study's, a job's and hosting capacity's): sorted by `view.key`
+// (`view.dir` -1: largest first; ties by `ties`, then the bus number), a header click sorts by its column
+// and calls `redraw`. Numbers rounded by their column's format, the exact double in data-value and the
+// title; bus names, text from an uploader, only ever as textContent. `rowClass(r)` marks a row, `blank(k, r)`
+// shows a cell as "–".
+function sortableTable(table, rows, columns, view, redraw, { ties = () => 0, rowClass = () => "", blank = () => false } = {}) {
   const { key, dir } = view;
   table.textContent = "";
-  table.dataset.rows = summary.length;
+  table.dataset.rows = rows.length;
   table.dataset.sort = `${key} ${dir < 0 ? "descending" : "ascending"}`;
   const hr = table.createTHead().insertRow();
   for (const [k, label, , first] of columns) {
@@ -856,23 +859,33 @@ function riskTable(table, summary, columns, view, threshold, redraw) {
   const order = (r, s) => {
     const [x, y] = [r[key], s[key]];
     const c = typeof x === "string" || typeof y === "string" ? String(x).localeCompare(String(y)) : x - y;
-    return dir * c || s.max_p_outside - r.max_p_outside || r.lowest_vm_pu - s.lowest_vm_pu || r.bus - s.bus;
+    return dir * c || ties(r, s) || r.bus - s.bus;
   };
-  const worst = columns[columns.length - 1][0];
   const body = table.createTBody();
-  for (const r of [...summary].sort(order)) {
+  for (const r of [...rows].sort(order)) {
     const tr = body.insertRow();
     tr.dataset.bus = r.bus;
-    if (r.max_p_outside > threshold) tr.className = "at-risk";
+    const cls = rowClass(r);
+    if (cls) tr.className = cls;
     for (const [k, , format] of columns) {
       const td = tr.insertCell();
-      // a bus never at risk has no worst row (every row ties at 0)
-      td.textContent = k === worst && !r.max_p_outside ? "–" : format(r[k]);
+      td.textContent = blank(k, r) ? "–" : format(r[k]);
       td.dataset.key = k;
       if (k === "bus_name") { td.className = "name"; td.title = r[k]; }
       if (typeof r[k] === "number") { td.dataset.value = String(r[k]); td.title = String(r[k]); }
     }
   }
+}
+
+// A per-bus risk summary's table: ties by the largest risk, then the lowest voltage; rows whose largest
+// P(outside) exceeds `threshold` are at risk; a bus never at risk has no worst row (every row ties at 0).
+function riskTable(table, summary, columns, view, threshold, redraw) {
+  const worst = columns[columns.length - 1][0];
+  sortableTable(table, summary, columns, view, redraw, {
+    ties: (r, s) => s.max_p_outside - r.max_p_outside || r.lowest_vm_pu - s.lowest_vm_pu,
+    rowClass: (r) => (r.max_p_outside > threshold ? "at-risk" : ""),
+    blank: (k, r) => k === worst && !r.max_p_outside,
+  });
 }
 
 function showStudy() {
@@ -898,6 +911,100 @@ function downloadStudy() {
   save(csvBlob(columns, a.summary.map((r) => columns.map((c) => r[c]))), "study-summary.csv");
 }
 
+// ---------------------------------------------------------------- hosting capacity (POST /v1/hosting-capacity)
+// "2, 18" -> [2, 18]; blank -> null (the API's default: every load bus). Unknown buses are the API's to refuse.
+function candidateBuses(text) {
+  const cells = text.split(/[,;\s]+/).filter(Boolean);
+  if (!cells.length) return null;
+  const bad = cells.find((c) => !/^\d+$/.test(c));
+  if (bad !== undefined) {
+    throw new Problem({ title: "Invalid candidate buses", detail: `“${bad}”: give bus numbers separated by commas, e.g. 6, 18, 33`, errors: [] });
+  }
+  return cells.map(Number);
+}
+
+function kw(x) {
+  return Number.isFinite(x) ? x.toLocaleString("en", { minimumFractionDigits: 1, maximumFractionDigits: 1 }) : "–";
+}
+
+function hostingColumns() {
+  return [
+    ["bus", "bus", String, 1],
+    ...(state.topo.named ? [["bus_name", "name", String, 1]] : []),
+    ["hosting_capacity_kw", "hosting capacity (kW)", kw, 1],
+    ["at_max_kw", "at the search's maximum", (v) => (v ? "≥ max searched" : ""), -1],
+  ];
+}
+
+async function runHosting() {
+  await guarded($("hc-error"), $("hc-btn"), async () => {
+    const body = { model: $("model").value, context_id: state.context.id,
+                   upper_pu: parseFloat($("hc-upper").value), alpha: parseFloat($("hc-alpha").value) };
+    const buses = candidateBuses($("hc-buses").value);
+    if (buses) body.buses = buses;
+    if ($("hc-load").value.trim()) body.load_scales = loadLevels($("hc-load").value).map((l) => l / 100);
+    const answer = await call("POST", "/v1/hosting-capacity", body);
+    // rows as the sortable table wants them: bus_name beside name (the column key the risk tables use)
+    const rows = answer.buses.map((b) => ({ ...b, bus_name: b.name }));
+    state.hosting = { answer, rows, body, key: "hosting_capacity_kw", dir: 1, bus: null };
+    showHosting();
+    $("hc-card").scrollIntoView({ block: "nearest" });
+  });
+}
+
+function showHosting() {
+  const h = state.hosting;
+  const a = h.answer;
+  $("hc-card").hidden = false;
+  $("hc-info").textContent = `${a.model} · ${a.rows} row${a.rows === 1 ? "" : "s"} × ${a.buses.length} candidate` +
+    `${a.buses.length === 1 ? "" : "s"} · ${ms(a.timing.total_ms)} in the server`;
+  const over = Number.isFinite(a.risk_without_pv) && a.risk_without_pv > h.body.alpha;
+  const note = $("hc-note");
+  note.className = over ? "warning" : "note";
+  note.textContent = `Largest PV per bus with P(some bus above ${h.body.upper_pu} p.u.) ≤ ${h.body.alpha} on every row; ` +
+    `search up to ${kw(a.max_kw)} kW in steps of ${kw(a.resolution_kw)} kW; risk without new PV ${pct(a.risk_without_pv)}.` +
+    (over ? " ⚠ The feeder is above the limit already without new PV: every bus hosts 0 kW." : "") +
+    " Voltage only: line and transformer loading are not checked.";
+  const table = $("hc-table");
+  sortableTable(table, h.rows, hostingColumns(), h, showHosting, {
+    ties: (r, s) => r.hosting_capacity_kw - s.hosting_capacity_kw,
+    rowClass: (r) => [r.at_max_kw ? "at-max" : "", r.bus === h.bus ? "picked" : ""].filter(Boolean).join(" "),
+  });
+  for (const tr of table.tBodies[0].rows) tr.addEventListener("click", () => { h.bus = +tr.dataset.bus; showHosting(); });
+  drawHostingCurve();
+}
+
+// The risk-vs-size curve of the clicked bus: P(some bus above the limit) against the PV's kW, alpha dashed,
+// the capacity marked. Each point keeps its exact numbers in data-kw / data-risk.
+function drawHostingCurve() {
+  const h = state.hosting;
+  const svg = $("hc-curve");
+  svg.textContent = "";
+  const b = h.rows.find((r) => r.bus === h.bus);
+  $("hc-curve-title").textContent = b ? `risk vs PV size at bus ${b.bus}${state.topo.named && b.name ? ` · ${b.name}` : ""}`
+                                      : "click a bus's row for its risk-vs-size curve";
+  svg.toggleAttribute("hidden", !b);  // an SVG element has no .hidden property
+  if (!b) { delete svg.dataset.bus; return; }
+  svg.dataset.bus = b.bus;
+  const W = 420, H = 150, L = 40, R = 10, T = 8, B = 26;
+  const xmax = Math.max(...b.curve_kw, 1e-9);
+  const x = (v) => L + (W - L - R) * v / xmax, y = (p) => T + (H - T - B) * (1 - p);
+  el("line", { x1: L, x2: W - R, y1: y(0), y2: y(0), class: "axis" }, svg);
+  el("line", { x1: L, x2: L, y1: y(0), y2: y(1), class: "axis" }, svg);
+  for (const p of [0, 0.5, 1]) el("text", { x: L - 4, y: y(p) + 3, "text-anchor": "end", class: "tick" }, svg, String(p));
+  for (const v of [0, xmax / 2, xmax]) el("text", { x: x(v), y: H - 12, "text-anchor": "middle", class: "tick" }, svg, kw(v));
+  el("text", { x: (L + W - R) / 2, y: H - 1, "text-anchor": "middle", class: "tick" }, svg, "PV kW");
+  el("line", { x1: L, x2: W - R, y1: y(h.body.alpha), y2: y(h.body.alpha), class: "limit" }, svg);
+  el("line", { x1: x(b.hosting_capacity_kw), x2: x(b.hosting_capacity_kw), y1: y(0), y2: y(1), class: "capacity",
+               "data-kw": String(b.hosting_capacity_kw) }, svg);
+  el("polyline", { points: b.curve_kw.map((v, i) => `${x(v)},${y(b.curve_risk[i])}`).join(" "), class: "curve" }, svg);
+  b.curve_kw.forEach((v, i) => {
+    const c = el("circle", { cx: x(v), cy: y(b.curve_risk[i]), r: 2.5, class: "curve-point",
+                             "data-kw": String(v), "data-risk": String(b.curve_risk[i]) }, svg);
+    el("title", {}, c, `${kw(v)} kW: P = ${prob(b.curve_risk[i])}`);
+  });
+}
+
 // ---------------------------------------------------------------- wiring
 function refreshButtons() {
   const ready = !!(state.context && state.topo && $("model").value);
@@ -905,6 +1012,7 @@ function refreshButtons() {
   $("batch-submit").disabled = !ready;
   $("batch-sample").disabled = !ready;
   $("study-btn").disabled = !ready;
+  $("hc-btn").disabled = !ready;
   $("bus-download").disabled = !state.answer;
 }
 
@@ -932,6 +1040,7 @@ function init() {
   $("pv-add").addEventListener("click", () => { if (state.topo) pvRow(); });
   $("study-btn").addEventListener("click", runStudy);
   $("study-download").addEventListener("click", downloadStudy);
+  $("hc-btn").addEventListener("click", runHosting);
   $("bus-download").addEventListener("click", downloadAnswer);
   $("ctx-simulate-btn").addEventListener("click", simulateContext);
   $("ctx-upload-btn").addEventListener("click", uploadContext);

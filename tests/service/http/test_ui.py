@@ -728,4 +728,51 @@ def test_study_table_cached_timings_and_rounded_numbers(ui_server, api, browser,
     for bus, want in summary.items():
         assert frame.loc[bus, "max_p_outside"] == want["max_p_outside"]
         assert frame.loc[bus, "lowest_vm_pu"] == want["lowest_vm_pu"]
+
+    # hosting capacity on the same network, context and (now) network-fit: one row per candidate, the weakest
+    # bus first, the API's own numbers kept exactly and shown to 0.1 kW
+    Select(by_id(driver, "model")).select_by_value("network-fit")
+    set_value(driver, "hc-upper", "1.04")
+    set_value(driver, "hc-alpha", "0.1")
+    set_value(driver, "hc-buses", "6, 18, 25, 33")
+    set_value(driver, "hc-load", "30, 100")
+    record_requests(driver)
+    by_id(driver, "hc-btn").click()
+    wait(driver, lambda d: by_id(d, "hc-table").get_attribute("data-rows") == "4", what="hosting capacity table")
+    sent = sent_body(driver, "/v1/hosting-capacity")
+    request = {
+        "model": "network-fit",
+        "context_id": cid,
+        "upper_pu": 1.04,
+        "alpha": 0.1,
+        "buses": [6, 18, 25, 33],
+        "load_scales": [0.3, 1.0],
+    }
+    assert sent == request
+    hosting = {b["bus"]: b for b in api.post("/v1/hosting-capacity", json=request).json()["buses"]}
+    rows = cells(driver, "#hc-table")
+    assert [int(r["bus"][0]) for r in rows] == sorted(hosting, key=lambda b: (hosting[b]["hosting_capacity_kw"], b))
+    for r in rows:
+        want = hosting[int(r["bus"][0])]
+        assert float(r["hosting_capacity_kw"][1]) == want["hosting_capacity_kw"], r
+        shown = r["hosting_capacity_kw"][0]
+        assert re.fullmatch(r"[\d,]+\.\d", shown), r
+        assert float(shown.replace(",", "")) == pytest.approx(want["hosting_capacity_kw"], abs=0.0501), r
+        assert (r["at_max_kw"][0] != "") == want["at_max_kw"], r
+    # a clicked row draws its bus's risk-vs-kW curve with the API's points
+    css(driver, '#hc-table tbody tr[data-bus="18"]')[0].click()
+    wait(driver, lambda d: by_id(d, "hc-curve").get_attribute("data-bus") == "18", what="hosting curve")
+    assert by_id(driver, "hc-curve").is_displayed()
+    points = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#hc-curve circle.curve-point'))"
+        ".map(c => [+c.getAttribute('data-kw'), +c.getAttribute('data-risk')])"
+    )
+    assert points == [list(p) for p in zip(hosting[18]["curve_kw"], hosting[18]["curve_risk"], strict=True)]
+    driver.execute_script("arguments[0].scrollIntoView()", by_id(driver, "hc-card"))
+    shot(driver, "hosting-capacity")
+    # the API's refusal is shown: bus 1 is the slack, not a load bus
+    set_value(driver, "hc-buses", "1, 18")
+    by_id(driver, "hc-btn").click()
+    error = wait(driver, lambda d: by_id(d, "hc-error").is_displayed() and by_id(d, "hc-error"), what="hosting error")
+    assert "(422)" in error.text and "not load buses" in error.text, error.text
     assert console_errors(driver) == []
