@@ -127,6 +127,17 @@ def _start_redis(workdir: Path) -> tuple[subprocess.Popen, str]:
     return proc, f"redis://127.0.0.1:{port}/0"
 
 
+def _serve(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """`gridpfn serve` on a free loopback port with `env` (not yet ready: see _wait_ready), and its URL."""
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "service.commands.cli", "--log-level", "WARNING", "serve", "--port", str(port)],
+        env=env,
+        cwd=ROOT,
+    )
+    return server, f"http://127.0.0.1:{port}"
+
+
 def _wait_ready(url: str, proc: subprocess.Popen) -> None:
     import httpx
 
@@ -176,12 +187,7 @@ def main() -> int:
         )
         if args.chunk_rows:
             env["GRIDPFN_JOB_CHUNK_ROWS"] = str(args.chunk_rows)
-        port = _free_port()
-        server = subprocess.Popen(
-            [sys.executable, "-m", "service.commands.cli", "--log-level", "WARNING", "serve", "--port", str(port)],
-            env=env,
-            cwd=ROOT,
-        )
+        server, url = _serve(env)
         procs.append(server)
         worker_log = open(workdir / "worker.log", "w")
         worker = subprocess.Popen(
@@ -199,7 +205,6 @@ def main() -> int:
             f"input: {args.rows:,} rows x 64 features, {input_path.stat().st_size / 1e6:.0f} MB Parquet "
             f"(written in {time.perf_counter() - t:.1f} s, not timed)"
         )
-        url = f"http://127.0.0.1:{port}"
         _wait_ready(url, server)
         with GridPFNClient(url, timeout_s=3600) as client:
             cid = client.create_context(simulate={"network": "ieee33", "delta": 0.2, "n": args.context, "seed": 0})

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.batch_throughput import _free_port, _registry, _start_redis, _wait_ready, _write_input  # noqa: E402
+from bench.batch_throughput import _registry, _serve, _start_redis, _wait_ready, _write_input  # noqa: E402
 
 log = logging.getLogger("bench.scale_out")
 
@@ -173,16 +173,10 @@ def main() -> int:
         )
         if args.chunk_rows:
             env["GRIDPFN_JOB_CHUNK_ROWS"] = str(args.chunk_rows)
-        port = _free_port()
-        server = subprocess.Popen(
-            [sys.executable, "-m", "service.commands.cli", "--log-level", "WARNING", "serve", "--port", str(port)],
-            env=env,
-            cwd=ROOT,
-        )
+        server, url = _serve(env)
         procs.append(server)
         input_path = workdir / "input.parquet"
         _write_input(input_path, args.rows)
-        url = f"http://127.0.0.1:{port}"
         _wait_ready(url, server)
         states = RedisJobStates(redis.Redis.from_url(redis_url), queue, 3600)
         results: dict[Setup, list[dict]] = {setup: [] for setup in SETUPS}
