@@ -193,6 +193,24 @@ class Timing:
 
 
 @dataclass(frozen=True)
+class Source:
+    """Who answered, on what: the head every model answer (placement, studies, hosting capacity) opens with."""
+
+    model: str
+    version: str | None
+    network: str
+    context_id: str
+
+    @classmethod
+    def of(cls, loaded: Any, net: Any, ctx: Any) -> Source:
+        """From the served model (`name`, `version`), its network (`name`) and the context set (`id`)."""
+        return cls(loaded.name, loaded.version, net.name, ctx.id)
+
+    def json(self) -> dict[str, Any]:
+        return {"model": self.model, "version": self.version, "network": self.network, "context_id": self.context_id}
+
+
+@dataclass(frozen=True)
 class QueryAnswer:
     """The answer to a query request as the engine hands it on: the exact GP's (POST /v1/gp/predict)."""
 

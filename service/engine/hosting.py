@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from models.hosting_capacity import HostingCapacity, HostingCapacityStudy, hosting_capacity, passes
+from service.engine.answers import Source
 from service.engine.checks import load_rows
 from service.engine.errors import InvalidInput, TooLarge
 from service.engine.inference import model_and_context
@@ -27,10 +28,7 @@ DEFAULT_SCALES = (0.3, 0.6, 1.0)
 
 @dataclass(frozen=True)
 class HostingAnswer:
-    model: str
-    version: str | None
-    network: str
-    context_id: str
+    source: Source
     buses: list[int]
     bus_names: list[str]
     result: HostingCapacity
@@ -102,10 +100,7 @@ async def study(rt: Runtime, req: Any, tenant: Tenant) -> HostingAnswer:
     encoded, hit, _ = await rt.fits.prepared(loaded, ctx)
     result = await rt.executor.run(hosting_capacity, loaded.method, encoded.value, spec)
     return HostingAnswer(
-        model=loaded.name,
-        version=loaded.version,
-        network=net.name,
-        context_id=ctx.id,
+        source=Source.of(loaded, net, ctx),
         buses=buses,
         bus_names=[net.bus_name(b) for b in buses],
         result=result,

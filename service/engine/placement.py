@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.meter_placement import MeterPlacement, rank_meters
+from service.engine.answers import Source
 from service.engine.errors import InvalidInput, TooLarge
 from service.engine.inference import model_and_context
 from service.engine.runtime import Runtime
@@ -21,10 +22,7 @@ PLACING_MODEL = "network-fit"  # the served model whose posterior placement upda
 
 @dataclass(frozen=True)
 class PlacementAnswer:
-    model: str
-    version: str | None
-    network: str
-    context_id: str
+    source: Source
     outputs: tuple[str, ...]
     buses: list[int]  # every output bus's number, output order
     result: MeterPlacement
@@ -57,10 +55,7 @@ async def placement(rt: Runtime, req: Any, tenant: Tenant) -> PlacementAnswer:
         rank_meters, loaded.method, encoded.value, ctx.x, queries, ctx.typical_loads, req.top
     )
     return PlacementAnswer(
-        model=loaded.name,
-        version=loaded.version,
-        network=net.name,
-        context_id=ctx.id,
+        source=Source.of(loaded, net, ctx),
         outputs=tuple(net.output_names),
         buses=[int(b) for b in net.output_buses],
         result=result,

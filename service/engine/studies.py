@@ -17,7 +17,7 @@ import numpy as np
 from gridsim.errors import NetworkError
 from gridsim.scenarios import DER, Classes, Expanded, Scenario, TimeSeries, expand
 from models.errors import RowsRefused
-from service.engine.answers import AnswerSpec, ModelTiming, OffContext, Statistics
+from service.engine.answers import AnswerSpec, ModelTiming, OffContext, Source, Statistics
 from service.engine.bus_summary import BusSummary, BusSummaryAccumulator
 from service.engine.errors import InputRejected, InvalidInput, TooLarge
 from service.engine.inference import model_and_context, model_answer
@@ -35,10 +35,7 @@ MAX_LONG_ENTRIES = 200_000
 
 @dataclass(frozen=True)
 class StudyAnswer:
-    model: str
-    version: str | None
-    network: str
-    context_id: str
+    source: Source
     buses: tuple[int, ...]
     bus_names: tuple[str, ...]
     band: tuple[float, float]
@@ -172,10 +169,7 @@ async def study(rt: Runtime, req: Any, tenant: Tenant, table: ProfileFile | None
         raise InvalidInput("scenarios", f"{where}: {refused.reason}", refused.expected) from None
     step_hours = None if series is None else series.step_hours
     return StudyAnswer(
-        model=loaded.name,
-        version=loaded.version,
-        network=net.name,
-        context_id=ctx.id,
+        source=Source.of(loaded, net, ctx),
         buses=tuple(net.output_buses),
         bus_names=tuple(net.bus_name(b) for b in net.output_buses),
         band=spec.band or DEFAULT_BAND,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hmac
+from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -86,3 +87,6 @@ async def require_api_key(
         settings.api_keys,
         settings.admin_api_key,
     )
+
+
+TenantDep = Annotated[Tenant, Depends(require_api_key)]  # a route's `tenant` parameter: who is asking

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Request
+from fastapi import Depends, Request
 
 from service.engine.runtime import Runtime
 from service.http.problems import PROBLEM_MEDIA_TYPE
@@ -15,6 +15,9 @@ from service.http.schemas import Problem
 async def get_runtime(request: Request) -> Runtime:
     """Async on purpose: FastAPI runs a plain-def dependency in its thread pool, a thread hop per request."""
     return request.app.state.runtime
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]  # a route's `rt` parameter
 
 
 def problems(*statuses: int) -> dict[int | str, dict]:

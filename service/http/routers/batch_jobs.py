@@ -34,8 +34,8 @@ from service.engine.answers import VoltageBand
 from service.engine.errors import EngineError, InvalidInput, NotFound, TooLarge
 from service.engine.runtime import Runtime
 from service.engine.tenants import Tenant
-from service.http.auth import require_api_key
-from service.http.deps import get_runtime, problems
+from service.http.auth import TenantDep, require_api_key
+from service.http.deps import RuntimeDep, problems
 from service.http.form_stream import FRAMING_BYTES, FormStream
 from service.http.problems import ProblemError, field_error, unavailable
 from service.http.responses import json_response
@@ -82,6 +82,9 @@ async def get_jobs(request: Request) -> JobService:
         job_settings = getattr(state, "job_settings", None) or JobSettings()
         state.jobs = JobService(job_settings, rt.settings.redis_url, rt.registry, max(rt.settings.store_timeout_s, 2.0))
     return state.jobs
+
+
+JobsDep = Annotated[JobService, Depends(get_jobs)]  # a route's `jobs` parameter
 
 
 async def _call(fn, *args):
@@ -298,12 +301,7 @@ _REQUEST_DOC = {
     responses=problems(400, 404, 413, 415, 422),
     openapi_extra=_REQUEST_DOC,
 )
-async def submit(
-    request: Request,
-    rt: Runtime = Depends(get_runtime),
-    jobs: JobService = Depends(get_jobs),
-    tenant: Tenant = Depends(require_api_key),
-) -> Response:
+async def submit(rt: RuntimeDep, jobs: JobsDep, tenant: TenantDep, request: Request) -> Response:
     """Answers 202 with the job's status and `Location: /v1/batch-jobs/{id}`."""
     kind = request.headers.get("content-type", "")
     if kind.startswith("multipart/form-data"):
@@ -352,9 +350,7 @@ async def done_status(jobs: JobService, job_id: str, tenant: Tenant, what: str) 
 
 
 @router.get("/{job_id}", summary="State, progress (rows done / total, rows/s) and errors", responses=problems(404, 422))
-async def status(
-    job_id: str = JobId, jobs: JobService = Depends(get_jobs), tenant: Tenant = Depends(require_api_key)
-) -> Response:
+async def status(jobs: JobsDep, tenant: TenantDep, job_id: str = JobId) -> Response:
     return json_response(await _status(jobs, job_id, tenant))
 
 
@@ -371,6 +367,9 @@ def _wanted_format(request: Request, fmt: str | None) -> str:
     responses={**problems(404, 409, 422), 200: {"content": {PARQUET: {}, "text/csv": {}}}},
 )
 async def result(
+    rt: RuntimeDep,
+    jobs: JobsDep,
+    tenant: TenantDep,
     request: Request,
     job_id: str = JobId,
     format: str | None = Query(None, pattern="^(parquet|csv)$", description="overrides Accept"),
@@ -380,9 +379,6 @@ async def result(
         description="wide: a row per input row, a column per statistic and bus (mean_vm_pu_bus18, ...); "
         "long: a row per input row and bus (row, bus, bus_name, mean, std, q<level>..., p_outside, ...)",
     ),
-    rt: Runtime = Depends(get_runtime),
-    jobs: JobService = Depends(get_jobs),
-    tenant: Tenant = Depends(require_api_key),
 ) -> Response:
     await done_status(jobs, job_id, tenant, "the result")
     path = jobs.files(job_id).result
@@ -416,6 +412,9 @@ HOURS_IN_A_YEAR = 8784.0  # a leap year: the most one result row can stand for
     responses=problems(404, 409, 422),
 )
 async def summary(
+    rt: RuntimeDep,
+    jobs: JobsDep,
+    tenant: TenantDep,
     job_id: str = JobId,
     hours_per_row: float | None = Query(
         None,
@@ -425,9 +424,6 @@ async def summary(
         description="the hours each input row stands for (a time series' step, 0.25 for 15 minutes): adds "
         "hours_outside = the sum over rows of P(outside) x hours_per_row, and its std; needs a voltage_band",
     ),
-    rt: Runtime = Depends(get_runtime),
-    jobs: JobService = Depends(get_jobs),
-    tenant: Tenant = Depends(require_api_key),
 ) -> Response:
     """`summary` lists every bus as POST /v1/studies' does, the worst row named by its 0-based position in the
     result (and the long layout's `row`); computed over the result a slice at a time, never whole."""
@@ -510,9 +506,7 @@ async def _wide_layout(rt: Runtime, jobs: JobService, job_id: str, tenant: Tenan
         204: {"description": "finished job and its files deleted"},
     },
 )
-async def cancel(
-    job_id: str = JobId, jobs: JobService = Depends(get_jobs), tenant: Tenant = Depends(require_api_key)
-) -> Response:
+async def cancel(jobs: JobsDep, tenant: TenantDep, job_id: str = JobId) -> Response:
     job = await _status(jobs, job_id, tenant)
     if not JobState(job["state"]).terminal and await _call(jobs.cancel, job_id):
         return json_response(await _status(jobs, job_id, tenant), status=202)

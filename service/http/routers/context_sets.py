@@ -17,10 +17,8 @@ from service.constants import SHA256_ID
 from service.engine.context_sets import ContextSet
 from service.engine.errors import InvalidInput, NotFound, TooLarge
 from service.engine.gridsim_calls import simulate_context
-from service.engine.runtime import Runtime
-from service.engine.tenants import Tenant
-from service.http.auth import require_api_key
-from service.http.deps import get_runtime, problems
+from service.http.auth import TenantDep, require_api_key
+from service.http.deps import RuntimeDep, problems
 from service.http.fast_json import OrjsonRoute
 from service.http.responses import json_response
 from service.http.schemas import ContextSetCreate, ContextSetInfo
@@ -61,9 +59,7 @@ def _info(ctx: ContextSet, ttl: int | None, with_data: bool = False) -> dict:
     summary="Store an uploaded or simulated context set",
     responses=problems(404, 413, 422),
 )
-async def create(
-    body: ContextSetCreate, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
-) -> Response:
+async def create(rt: RuntimeDep, tenant: TenantDep, body: ContextSetCreate) -> Response:
     limit = min(rt.settings.max_simulate, rt.settings.max_context_rows)
     if body.simulate is not None:
         if body.simulate.n > limit:
@@ -99,10 +95,10 @@ async def create(
     responses=problems(404, 422),
 )
 async def read(
+    rt: RuntimeDep,
+    tenant: TenantDep,
     context_id: str = IdPath,
     include_data: bool = Query(False, description="also return x and y"),
-    rt: Runtime = Depends(get_runtime),
-    tenant: Tenant = Depends(require_api_key),
 ) -> Response:
     ctx = await rt.contexts.stored(context_id, location="path", tenant=tenant)
     ttl = await rt.contexts.ttl(context_id)
@@ -110,9 +106,7 @@ async def read(
 
 
 @router.delete("/{context_id}", status_code=204, summary="Delete a context set", responses=problems(404, 422))
-async def delete(
-    context_id: str = IdPath, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
-) -> Response:
+async def delete(rt: RuntimeDep, tenant: TenantDep, context_id: str = IdPath) -> Response:
     if not await rt.contexts.delete(context_id, tenant=tenant):
         raise NotFound("context set", context_id, "context_id")
     rt.fits.forget(context_id)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from starlette.responses import Response
 
 from service.engine.errors import StoreUnavailable
-from service.engine.runtime import Runtime
-from service.http.deps import get_runtime, problems
+from service.http.deps import RuntimeDep, problems
 from service.http.problems import unavailable
 
 router = APIRouter(tags=["health"])
@@ -24,7 +23,7 @@ async def live() -> dict:
 
 @router.get("/readyz", summary="Models loaded and warmed, store reachable", responses=problems(503))
 @router.get("/v2/health/ready", summary="Readiness (Open Inference Protocol path)", responses=problems(503))
-async def ready(rt: Runtime = Depends(get_runtime)) -> dict:
+async def ready(rt: RuntimeDep) -> dict:
     if not rt.ready:
         raise unavailable("not-ready", "Not ready", "models are still loading or warming up", 2)
     if not rt.registry.checkpoints:  # physics-fit alone means the model dir is unusable: a deployment error
@@ -37,5 +36,5 @@ async def ready(rt: Runtime = Depends(get_runtime)) -> dict:
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
-async def metrics(rt: Runtime = Depends(get_runtime)) -> Response:
+async def metrics(rt: RuntimeDep) -> Response:
     return Response(rt.metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8")

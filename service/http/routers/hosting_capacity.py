@@ -11,10 +11,8 @@ from pydantic import Field, model_validator
 from starlette.responses import Response
 
 from service.engine import hosting
-from service.engine.runtime import Runtime
-from service.engine.tenants import Tenant
-from service.http.auth import require_api_key
-from service.http.deps import get_runtime, problems
+from service.http.auth import TenantDep, require_api_key
+from service.http.deps import RuntimeDep, problems
 from service.http.fast_json import OrjsonRoute
 from service.http.responses import json_response
 from service.http.schemas import Matrix, ModelVersion, OneContext, StrictInt
@@ -70,19 +68,14 @@ class HostingCapacityRequest(OneContext):
     responses=problems(401, 404, 413, 422, 503),
     summary="Largest PV per bus with P(a bus above the limit) <= alpha on every row",
 )
-async def hosting_capacity(
-    body: HostingCapacityRequest, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
-) -> Response:
+async def hosting_capacity(rt: RuntimeDep, tenant: TenantDep, body: HostingCapacityRequest) -> Response:
     """P(a bus above `upper_pu`) is bounded by the union over buses (never below the true joint risk), so the
     capacity errs on the safe side. Voltage only: line and transformer loading are not checked."""
     answer = await hosting.study(rt, body, tenant)
     result = answer.result
     return json_response(
         {
-            "model": answer.model,
-            "version": answer.version,
-            "network": answer.network,
-            "context_id": answer.context_id,
+            **answer.source.json(),
             "rows": answer.rows,
             "max_kw": answer.max_kw,
             "resolution_kw": result.resolution_mw * 1e3,

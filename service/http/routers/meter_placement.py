@@ -12,10 +12,8 @@ from pydantic import Field
 from starlette.responses import Response
 
 from service.engine import placement as engine
-from service.engine.runtime import Runtime
-from service.engine.tenants import Tenant
-from service.http.auth import require_api_key
-from service.http.deps import get_runtime, problems
+from service.http.auth import TenantDep, require_api_key
+from service.http.deps import RuntimeDep, problems
 from service.http.fast_json import OrjsonRoute
 from service.http.responses import json_response
 from service.http.schemas import Matrix, ModelVersion, OneContext, StrictInt
@@ -38,19 +36,14 @@ class MeterPlacementRequest(OneContext):
     responses=problems(401, 404, 413, 422, 503),
     summary="Unmetered buses ranked by the largest predictive spread a meter there would leave",
 )
-async def meter_placement(
-    body: MeterPlacementRequest, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
-) -> Response:
+async def meter_placement(rt: RuntimeDep, tenant: TenantDep, body: MeterPlacementRequest) -> Response:
     """`largest_std` is the largest predictive std (p.u.) over every query and bus; `current_largest_std`
     with today's meters. Empty `buses` when the context reads every bus."""
     answer = await engine.placement(rt, body, tenant)
     result = answer.result
     return json_response(
         {
-            "model": answer.model,
-            "version": answer.version,
-            "network": answer.network,
-            "context_id": answer.context_id,
+            **answer.source.json(),
             "queries": answer.queries,
             "current_largest_std": result.current,
             "buses": [

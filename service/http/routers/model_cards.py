@@ -15,10 +15,8 @@ from typing import Any
 from fastapi import APIRouter, Depends, Query
 
 from service.engine.errors import InvalidInput, NotFound
-from service.engine.runtime import Runtime
-from service.engine.tenants import Tenant
-from service.http.auth import require_api_key
-from service.http.deps import get_runtime, problems
+from service.http.auth import TenantDep, require_api_key
+from service.http.deps import RuntimeDep, problems
 from service.http.fast_json import OrjsonRoute
 from service.http.schemas import NETWORK_PATTERN, VERSION_PATTERN
 
@@ -86,7 +84,7 @@ def _default_network(registry: Any, name: str) -> str:
 
 
 @router.get("", summary="Every served model with the networks it serves, and checkpoints refused with the reason")
-async def list_models(rt: Runtime = Depends(get_runtime)) -> dict:
+async def list_models(rt: RuntimeDep) -> dict:
     return {
         "models": [model_entry(rt.registry, name) for name in rt.registry.names()],
         "refused": dict(rt.registry.errors),
@@ -99,9 +97,9 @@ async def list_models(rt: Runtime = Depends(get_runtime)) -> dict:
     responses=problems(404, 422),
 )
 async def get_model(
+    rt: RuntimeDep,
+    tenant: TenantDep,
     name: str,
-    rt: Runtime = Depends(get_runtime),
-    tenant: Tenant = Depends(require_api_key),
     network: str | None = Query(
         None, pattern=NETWORK_PATTERN, description="a network's name or id: that network's card"
     ),

@@ -16,10 +16,8 @@ from starlette.responses import Response
 from gridsim.feeders import MAX_TITLE, normal_title
 from service.engine.errors import InvalidInput, NotFound, StoreUnavailable
 from service.engine.networks import built_in, built_in_names, summary
-from service.engine.runtime import Runtime
-from service.engine.tenants import Tenant
-from service.http.auth import require_api_key
-from service.http.deps import get_runtime, problems
+from service.http.auth import TenantDep, require_api_key
+from service.http.deps import RuntimeDep, problems
 from service.http.responses import json_response
 
 router = APIRouter(
@@ -48,12 +46,17 @@ UPLOAD_BODY = {
 }
 
 
-class NetworkSummary(BaseModel):
+class _NetworkHead(BaseModel):
+    """What names a network, in the list and in its own description."""
+
     model_config = ConfigDict(extra="allow")
 
     id: str
     title: str = Field("", description="the net's own name (pandapower net.name) or the upload's `name`")
     kind: str
+
+
+class NetworkSummary(_NetworkHead):
     n_buses: int
     n_loads: int
     n_features: int
@@ -68,14 +71,9 @@ class NetworkList(BaseModel):
     networks: list[NetworkSummary]
 
 
-class NetworkInfo(BaseModel):
+class NetworkInfo(_NetworkHead):
     """Buses (number, name, kV, picture x/y), loads, lines (closed, or open ties), transformers, names."""
 
-    model_config = ConfigDict(extra="allow")
-
-    id: str
-    title: str = Field("", description="the net's own name (pandapower net.name) or the upload's `name`")
-    kind: str
     slack_bus: int
     n_buses: int
     buses: list[dict[str, Any]]
@@ -124,9 +122,7 @@ def _title(name: str | None) -> str | None:
     responses=problems(400, 413, 422),
     openapi_extra=UPLOAD_BODY,
 )
-async def create(
-    request: Request, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
-) -> Response:
+async def create(rt: RuntimeDep, tenant: TenantDep, request: Request) -> Response:
     data, filename, title = await _upload(request)
     if not data.strip():
         raise InvalidInput("body", "empty upload", "pandapower JSON or a MATPOWER case")
@@ -145,7 +141,7 @@ async def create(
 
 
 @router.get("", response_model=NetworkList, summary="Built-in and uploaded networks")
-async def list_networks(rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)) -> Response:
+async def list_networks(rt: RuntimeDep, tenant: TenantDep) -> Response:
     store = rt.networks
     found = [summary(await rt.executor.run(built_in, name), None) for name in built_in_names()]
     try:
@@ -164,9 +160,7 @@ async def list_networks(rt: Runtime = Depends(get_runtime), tenant: Tenant = Dep
     summary="A network: buses, loads, lines, names, layout",
     responses=problems(404, 422),
 )
-async def read(
-    network_id: str = IdPath, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
-) -> Response:
+async def read(rt: RuntimeDep, tenant: TenantDep, network_id: str = IdPath) -> Response:
     models = rt.registry.models_for(network_id)
     if network_id in built_in_names():
         return json_response({**await rt.executor.run(built_in, network_id), "models": models, "expires_in_s": None})
@@ -187,9 +181,7 @@ async def read(
     summary="Delete one of your uploaded networks",
     responses={**problems(404, 422), 204: {"description": "deleted; a built-in network is a 422 naming network_id"}},
 )
-async def delete(
-    network_id: str = IdPath, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
-) -> Response:
+async def delete(rt: RuntimeDep, tenant: TenantDep, network_id: str = IdPath) -> Response:
     """Deletes the caller's upload at once in this process; every other server process sharing the store
     stops answering from its rebuilt copy within GRIDPFN_CONTEXT_RECHECK_S. Another key's upload of the
     same file has its own id and stays. Context sets stored on it stay until their TTL, and using one is a

@@ -11,10 +11,8 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from service.engine.runtime import Runtime
-from service.engine.tenants import Tenant
-from service.http.auth import require_api_key
-from service.http.deps import ARROW_200, ARROW_BODY, get_runtime, problems
+from service.http.auth import TenantDep, require_api_key
+from service.http.deps import ARROW_200, ARROW_BODY, RuntimeDep, problems
 from service.http.fast_json import OrjsonRoute
 from service.http.hot_routes import ROUTES
 from service.http.responses import answer_response
@@ -34,12 +32,7 @@ def query_route(path: str, name: str, description: str, **declared: Any) -> None
     """Declare POST `path` (its schema and flow from hot_routes.ROUTES) as FastAPI's route `name`."""
     schema, flow = ROUTES[("POST", path)]
 
-    async def answer(
-        body: Any,
-        request: Request,
-        rt: Runtime = Depends(get_runtime),
-        tenant: Tenant = Depends(require_api_key),
-    ) -> Response:
+    async def answer(rt: RuntimeDep, tenant: TenantDep, body: Any, request: Request) -> Response:
         return answer_response(await flow(rt, body, tenant), request.headers.get("accept"))
 
     answer.__annotations__["body"] = schema  # what FastAPI validates the JSON body with

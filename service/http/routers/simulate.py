@@ -10,10 +10,8 @@ from starlette.responses import Response
 from service.engine.checks import load_rows
 from service.engine.errors import TooLarge
 from service.engine.gridsim_calls import solve
-from service.engine.runtime import Runtime
-from service.engine.tenants import Tenant
-from service.http.auth import require_api_key
-from service.http.deps import get_runtime, problems
+from service.http.auth import TenantDep, require_api_key
+from service.http.deps import RuntimeDep, problems
 from service.http.fast_json import OrjsonRoute
 from service.http.responses import json_response
 from service.http.schemas import SimulateRequest, SimulateResponse
@@ -27,9 +25,7 @@ router = APIRouter(prefix="/v1", tags=["simulate"], route_class=OrjsonRoute, dep
     responses=problems(401, 404, 413, 422, 503),
     summary="AC power flow |V| p.u. per bus for each load vector",
 )
-async def simulate(
-    body: SimulateRequest, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
-) -> Response:
+async def simulate(rt: RuntimeDep, tenant: TenantDep, body: SimulateRequest) -> Response:
     limit = rt.settings.max_simulate
     if len(body.loads) > limit:
         raise TooLarge(

@@ -31,9 +31,8 @@ from service.engine.errors import EngineError, InvalidInput, TooLarge
 from service.engine.load_table import InputError
 from service.engine.profile_table import ProfileFile
 from service.engine.runtime import Runtime
-from service.engine.tenants import Tenant
-from service.http.auth import check_authorization_header, require_api_key
-from service.http.deps import get_runtime, problems
+from service.http.auth import TenantDep, check_authorization_header, require_api_key
+from service.http.deps import RuntimeDep, problems
 from service.http.fast_json import OrjsonRoute
 from service.http.form_stream import FormStream
 from service.http.problems import ProblemError, field_error
@@ -267,9 +266,7 @@ _UPLOAD_DOC = {
     summary="Scenarios in a planner's terms: per-bus risk of leaving the voltage band",
     openapi_extra=_UPLOAD_DOC,
 )
-async def study(
-    body: StudyRequest, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
-) -> Response:
+async def study(rt: RuntimeDep, tenant: TenantDep, body: StudyRequest) -> Response:
     """`summary` lists every bus with its largest and mean P(outside the band) over the study's rows, the row
     where it is largest, the expected hours outside (time series) and the extreme quantiles; `rows` (detail
     "long") every row and bus. A time series may come as a file: multipart/form-data with `spec` and `file`."""
@@ -350,10 +347,7 @@ def _respond(answer: studies.StudyAnswer, detail: str) -> Response:
         for i, (bus, name) in enumerate(zip(answer.buses, answer.bus_names, strict=True))
     ]
     body_out = {
-        "model": answer.model,
-        "version": answer.version,
-        "network": answer.network,
-        "context_id": answer.context_id,
+        **answer.source.json(),
         "voltage_band": list(answer.band),
         "quantiles": list(answer.quantiles),
         "rows": len(rows.scenario),

@@ -36,16 +36,13 @@ from starlette.responses import FileResponse, Response
 from service.engine import parquet_limits
 from service.engine.errors import InvalidInput, NotFound, TooLarge
 from service.engine.load_table import HEADER_READ_BYTES, InputError, as_float, as_load, csv_header_names
-from service.engine.runtime import Runtime
-from service.engine.tenants import Tenant
-from service.http.auth import require_api_key
-from service.http.deps import get_runtime
+from service.http.auth import TenantDep, require_api_key
+from service.http.deps import RuntimeDep
 from service.http.problems import ProblemError
 from service.http.responses import json_response
 from service.http.routers import batch_jobs, context_sets, networks
 from service.http.schemas import ContextSetCreate
 from service.jobs.inputs import PARQUET_MAGIC
-from service.jobs.service import JobService
 
 STATIC_DIR = Path(__file__).resolve().parents[2] / "ui"
 # The page's files, by the name the page asks for; nothing else under /ui/static is served.
@@ -173,9 +170,7 @@ def _cell_problem(exc: ValidationError, rows: np.ndarray, features: list[str], o
 
 
 @api.post("/context-sets", status_code=201)
-async def upload_context(
-    request: Request, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
-) -> Response:
+async def upload_context(rt: RuntimeDep, tenant: TenantDep, request: Request) -> Response:
     """Stores an uploaded CSV/Parquet context; answers like POST /v1/context-sets (201, Location)."""
     async with request.form(max_files=1, max_fields=4) as form:
         upload = form.get("file")
@@ -195,7 +190,7 @@ async def upload_context(
         body = ContextSetCreate(x=_nulled(x), y=_nulled(y), network=net.name)
     except ValidationError as exc:  # e.g. a voltage the API refuses: named by its row and column
         raise _cell_problem(exc, rows, features, outputs) from exc
-    return await context_sets.create(body, rt, tenant)
+    return await context_sets.create(rt=rt, tenant=tenant, body=body)
 
 
 def _extrapolated_rows(source: pq.ParquetFile) -> tuple[int | None, float | None]:
@@ -242,10 +237,7 @@ def worst_bus_histogram(path: Path, bins: int) -> dict[str, Any]:
 
 @api.get("/batch-jobs/{job_id}/risk-histogram")
 async def risk_histogram(
-    job_id: str = batch_jobs.JobId,
-    bins: int = Query(20, ge=1, le=200),
-    jobs: JobService = Depends(batch_jobs.get_jobs),
-    tenant: Tenant = Depends(require_api_key),
+    jobs: batch_jobs.JobsDep, tenant: TenantDep, job_id: str = batch_jobs.JobId, bins: int = Query(20, ge=1, le=200)
 ) -> Response:
     await batch_jobs.done_status(jobs, job_id, tenant, "the histogram")
     answer = await asyncio.to_thread(worst_bus_histogram, jobs.files(job_id).result, bins)
@@ -260,9 +252,7 @@ async def risk_histogram(
 
 
 @api.get("/networks/{network_id}/loads")
-async def network_loads(
-    network_id: str = networks.IdPath, rt: Runtime = Depends(get_runtime), tenant: Tenant = Depends(require_api_key)
-) -> Response:
+async def network_loads(rt: RuntimeDep, tenant: TenantDep, network_id: str = networks.IdPath) -> Response:
     """Per load bus, in feature order: its name, base consumption and base generation (MW, Mvar produced);
     the network's base load row (its features) is consumption minus generation."""
     net = await rt.networks.resolve(network_id, "network_id", "path", tenant=tenant)
