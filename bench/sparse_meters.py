@@ -9,6 +9,12 @@ with pandapower to ~1e-9 p.u., on the feeder as it really is; no reading noise):
   unread buses are worse than that power flow; the metered buses' MAE / least squares' (per bus, every
   load, fitted on the same rows); the worst bus's 95 % coverage over ALL buses; fit + predict seconds.
 - `IEEE 33 nominal`: the model right, loads +-10 % (the nominal protocol): metered buses' MAE / least squares'.
+- `oracle` (next to the model, for every `lines off` row with a bus unread): the exact power flow on a feeder
+  that has the TRUE factor on every line on the path from the slack to some read bus (what the meters can pin
+  in principle) and the model's (1.0) on every other line, at the same queries, meter sets and seeds. It
+  knows more than any fit of these readings can (exact factors, not estimates); the prior mean 1.0 is the
+  best guess for a line no meter sees, so where the oracle is worse than the uncorrected power flow, no
+  estimator can be better than it there but by luck.
 - `SimBench <grid>, lines off`: the development grids (gridsim.simbench_data.DEV_GRIDS; a year of profiles,
   3000 steps, cached in ~/.cache/gridpfn), lines 0.7-1.3 off, 500 random steps as context, 1000 of the
   others as queries; same columns.
@@ -26,6 +32,8 @@ with pandapower to ~1e-9 p.u., on the feeder as it really is; no reading noise):
     .venv/bin/python bench/sparse_meters.py                 # -> stdout and bench/results/sparse-meters.md
     .venv/bin/python bench/sparse_meters.py --seeds 2 --no-simbench --trials 10   # a quick look
     .venv/bin/python bench/sparse_meters.py --http       # also the figures through the HTTP API
+
+The file's hand-written reading (from `## Reading this run` on) is kept when the tables are rewritten.
 """
 
 from __future__ import annotations
@@ -47,7 +55,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import gridsim  # noqa: E402
 from gridsim import simbench_data  # noqa: E402
 from gridsim.api import VoltageModel  # noqa: E402
+from gridsim.network import Network  # noqa: E402
 from gridsim.sampling import sample_loads  # noqa: E402
+from gridsim.tree import downstream  # noqa: E402
 from models.linear import LeastSquares  # noqa: E402
 from models.meter_placement import rank_meters  # noqa: E402
 from models.network_fit import method_for  # noqa: E402
@@ -55,12 +65,35 @@ from models.network_fit import method_for  # noqa: E402
 FRACTIONS = (1.0, 0.5, 0.25, 0.1)
 MISMATCH = (0.7, 1.3)
 OUT = Path(__file__).resolve().parent / "results" / "sparse-meters.md"
+NOTES = "## Reading this run"  # the hand-written part of OUT from this heading on, kept across reruns
 log = logging.getLogger("bench.sparse_meters")
 
 
-def _off(net, rng):
-    scale = rng.uniform(*MISMATCH, net.n_lines)
+def _factors(net: Network, rng: np.random.Generator) -> np.ndarray:
+    """(n_lines,) each line's true impedance factor: the feeder as it really is, not told to the method."""
+    return rng.uniform(*MISMATCH, net.n_lines)
+
+
+def _off(net: Network, scale: np.ndarray, known: np.ndarray | None = None) -> Network:
+    """The feeder with each line's r and x times its factor; where `known` (n_lines,) is False the line keeps
+    the model's impedance (factor 1.0): the truth with None, the oracle with the lines the meters see."""
+    scale = scale if known is None else np.where(known, scale, 1.0)
     return dataclasses.replace(net, r_ohm=net.r_ohm * scale, x_ohm=net.x_ohm * scale)
+
+
+def _seen_lines(net: Network, read: np.ndarray) -> np.ndarray:
+    """(n_lines,) True for a line on the path from the slack to some read bus: the lines whose factors the
+    readings can determine; any other line changes no read voltage (but through its losses, second order)."""
+    below = downstream(net)  # [c, j]: j is c or below c, so the branch into c lies on j's path
+    index = {bus: i for i, bus in enumerate(net.output_buses)}
+    depth = below.sum(axis=0)  # buses on each bus's path; the slack is at 0
+    on_path = below[:, read].any(axis=1)  # (k,) the branch into the bus feeds some read bus
+
+    def child(a: int, b: int) -> int:
+        return a if (depth[index[a]] if a in index else 0) > (depth[index[b]] if b in index else 0) else b
+
+    ends = zip(np.asarray(net.from_bus).tolist(), np.asarray(net.to_bus).tolist(), strict=True)
+    return np.array([bool(on_path[index[child(int(a), int(b))]]) for a, b in ends], dtype=bool)
 
 
 def _meters(k: int, fraction: float, rng) -> np.ndarray:
@@ -69,7 +102,8 @@ def _meters(k: int, fraction: float, rng) -> np.ndarray:
     return read
 
 
-def _score(net, x, y, q, truth, read) -> dict:
+def _score(net, x, y, q, truth, read, oracle: np.ndarray | None = None) -> dict:
+    """The model's figures on one meter set; with `oracle` (the oracle's voltages at q), the oracle's too."""
     method = method_for(net)
     t0 = time.perf_counter()
     fitted = method.fit(x, np.where(read, y, np.nan))
@@ -82,7 +116,15 @@ def _score(net, x, y, q, truth, read) -> dict:
     ls_error = np.abs(ls.predict(ls.fit(x, y[:, read]), q).mean - truth[:, read]).mean(axis=0)
     unread = ~read
     exact = not unread.any() or flow[unread].mean() == 0.0  # nothing unread, or the model is the feeder
-    return {
+    extra = {}
+    if oracle is not None and not exact:
+        known = np.abs(oracle - truth).mean(axis=0)
+        extra = {
+            "oracle_over_flow": float(known[unread].mean() / flow[unread].mean()),
+            "oracle_worse": int((known[unread] > flow[unread]).sum()),
+            "both_worse": int(((known > flow) & (error > flow))[unread].sum()),
+        }
+    return extra | {
         "unread_over_flow": float("nan") if exact else float(error[unread].mean() / flow[unread].mean()),
         "unread_mae": float(error[unread].mean()) if unread.any() else float("nan"),
         "worse_than_flow": int((error[unread] > flow[unread]).sum()),
@@ -106,23 +148,56 @@ def _row(name: str, fraction: float, scores: list[dict]) -> str:
     )
 
 
-def ieee33_rows(seeds: int, mismatch: bool) -> list[str]:
-    net, out = gridsim.network("ieee33"), []
+def _oracle_row(name: str, fraction: float, scores: list[dict]) -> str:
+    """The model's and the oracle's figures side by side, per seed (one meter set each)."""
+
+    def ratios(key: str) -> str:
+        each = " / ".join(f"{s[key]:.3f}" for s in scores)
+        return f"{each} (mean {statistics.mean(s[key] for s in scores):.3f})"
+
+    def counts(key: str) -> str:
+        return " / ".join(f"{s[key]} of {s['unread']}" for s in scores)
+
+    unseen = " / ".join(f"{s['unseen']} of {s['lines']}" for s in scores)
+    return (
+        f"| {name} | {fraction:.0%} | {unseen} | {ratios('unread_over_flow')} | {ratios('oracle_over_flow')} | "
+        f"{counts('worse_than_flow')} | {counts('oracle_worse')} | {counts('both_worse')} |"
+    )
+
+
+def _with_oracle(net: Network, scale: np.ndarray, read: np.ndarray, q: np.ndarray) -> dict:
+    """The oracle's voltages at q for `_score` (module docstring), and how many lines no meter sees."""
+    seen = _seen_lines(net, read)
+    oracle = VoltageModel(_off(net, scale, seen))(q)
+    return {"oracle": oracle, "unseen": int((~seen).sum()), "lines": int(seen.size)}
+
+
+def ieee33_rows(seeds: int, mismatch: bool) -> tuple[list[str], list[str]]:
+    """The rows, and (lines off only) the oracle's rows next to the model's."""
+    net, out, oracle_out = gridsim.network("ieee33"), [], []
     delta = 0.3 if mismatch else 0.1
     for fraction in FRACTIONS:
         scores = []
         for seed in range(seeds):
             rng = np.random.default_rng([30, seed])
-            truth_of = VoltageModel(_off(net, rng) if mismatch else net)
+            scale = _factors(net, rng) if mismatch else None
+            truth_of = VoltageModel(_off(net, scale) if scale is not None else net)
             x, q = sample_loads(net, 500, delta, rng), sample_loads(net, 500, delta, rng)
-            scores.append(_score(net, x, truth_of(x), q, truth_of(q), _meters(net.n_outputs, fraction, rng)))
+            read = _meters(net.n_outputs, fraction, rng)
+            known = _with_oracle(net, scale, read, q) if scale is not None and fraction < 1 else {}
+            oracle = known.pop("oracle", None)
+            scores.append(_score(net, x, truth_of(x), q, truth_of(q), read, oracle) | known)
         out.append(_row("IEEE 33, lines off" if mismatch else "IEEE 33 nominal", fraction, scores))
         log.info(out[-1])
-    return out
+        if mismatch and fraction < 1:
+            oracle_out.append(_oracle_row("IEEE 33, lines off", fraction, scores))
+            log.info(oracle_out[-1])
+    return out, oracle_out
 
 
-def simbench_rows(seeds: int, steps: int) -> list[str]:
-    out = []
+def simbench_rows(seeds: int, steps: int) -> tuple[list[str], list[str]]:
+    """The rows, and the oracle's rows next to the model's."""
+    out, oracle_out = [], []
     for code in simbench_data.DEV_GRIDS:
         t0 = time.perf_counter()
         net = simbench_data.simbench_network(code)
@@ -132,22 +207,30 @@ def simbench_rows(seeds: int, steps: int) -> list[str]:
             scores = []
             for seed in range(seeds):
                 rng = np.random.default_rng([31, seed])
-                truth = VoltageModel(_off(net, rng))(years)
+                scale = _factors(net, rng)
+                truth = VoltageModel(_off(net, scale))(years)
                 ok = np.flatnonzero(np.isfinite(truth).all(axis=1))
                 order = rng.permutation(ok)
                 context, queries = order[:500], order[500:1500]
                 read = _meters(net.n_outputs, fraction, rng)
-                scores.append(_score(net, years[context], truth[context], years[queries], truth[queries], read))
+                known = _with_oracle(net, scale, read, years[queries]) if fraction < 1 else {}
+                oracle = known.pop("oracle", None)
+                scores.append(
+                    _score(net, years[context], truth[context], years[queries], truth[queries], read, oracle) | known
+                )
             out.append(_row(f"SimBench {code}, lines off", fraction, scores))
             log.info(out[-1])
-    return out
+            if fraction < 1:
+                oracle_out.append(_oracle_row(f"SimBench {code}, lines off", fraction, scores))
+                log.info(oracle_out[-1])
+    return out, oracle_out
 
 
 def unmetered_load_rows(seeds: int) -> list[str]:
     net, cells = gridsim.network("ieee33"), []
     for seed in range(seeds):
         rng = np.random.default_rng([32, seed])
-        truth_of = VoltageModel(_off(net, rng))
+        truth_of = VoltageModel(_off(net, _factors(net, rng)))
         x, q = sample_loads(net, 500, 0.3, rng), sample_loads(net, 500, 0.3, rng)
         y, truth = truth_of(x), truth_of(q)
         unmetered = rng.choice(net.n_load, round(0.3 * net.n_load), replace=False)
@@ -181,7 +264,7 @@ def placement_rows(trials: int) -> list[str]:
         wins, seconds = 0, []
         for trial in range(trials):
             rng = np.random.default_rng([33, trial, round(fraction * 100)])
-            truth_of = VoltageModel(_off(net, rng))
+            truth_of = VoltageModel(_off(net, _factors(net, rng)))
             x, q = sample_loads(net, 500, 0.3, rng), sample_loads(net, 200, 0.3, rng)
             y = truth_of(x)
             read = _meters(net.n_outputs, fraction, rng)
@@ -204,7 +287,7 @@ def placement_rows(trials: int) -> list[str]:
 def cost_rows(repeats: int) -> list[str]:
     net = gridsim.network("ieee33")
     rng = np.random.default_rng(34)
-    truth_of = VoltageModel(_off(net, rng))
+    truth_of = VoltageModel(_off(net, _factors(net, rng)))
     x, q = sample_loads(net, 500, 0.3, rng), sample_loads(net, 500, 0.3, rng)
     y = truth_of(x)
     method = method_for(net)
@@ -248,7 +331,7 @@ def http_rows(repeats: int) -> list[str]:
     with served(DEFAULT_ROOT, max_rows=1000) as url, httpx.Client(base_url=url, timeout=600.0) as client:
         for fraction in FRACTIONS:
             rng = np.random.default_rng([35, round(fraction * 100)])
-            truth_of = VoltageModel(_off(net, rng))
+            truth_of = VoltageModel(_off(net, _factors(net, rng)))
             x, q = sample_loads(net, 500, 0.3, rng), sample_loads(net, 500, 0.3, rng)
             y, truth = truth_of(x), truth_of(q)
             read = _meters(net.n_outputs, fraction, rng)
@@ -268,7 +351,7 @@ def http_rows(repeats: int) -> list[str]:
         times: dict[float, list[float]] = {f: [] for f in FRACTIONS}
         for repeat in range(repeats):  # a context never sent before each time: the server's fit cache is cold
             rng = np.random.default_rng([36, repeat, int(time.time())])
-            truth_of = VoltageModel(_off(net, rng))
+            truth_of = VoltageModel(_off(net, _factors(net, rng)))
             x, q = sample_loads(net, 500, 0.3, rng), sample_loads(net, 500, 0.3, rng)
             y = truth_of(x)
             for fraction in FRACTIONS:
@@ -298,9 +381,11 @@ def main() -> None:
         "| scenario | metered | unread MAE / power flow, per seed | unread buses worse than the power flow "
         "| metered MAE / least squares | worst-bus coverage (all buses) | fit + predict s |\n|---|---|---|---|---|---|---|"
     )
-    accuracy = ieee33_rows(args.seeds, True) + ieee33_rows(args.seeds, False)
+    accuracy, oracle = ieee33_rows(args.seeds, True)
+    accuracy += ieee33_rows(args.seeds, False)[0]
     if not args.no_simbench:
-        accuracy += simbench_rows(min(args.seeds, 3), args.steps)
+        rows, oracle_rows = simbench_rows(min(args.seeds, 3), args.steps)
+        accuracy, oracle = accuracy + rows, oracle + oracle_rows
     loads = unmetered_load_rows(args.seeds)
     placement = placement_rows(args.trials)
     cost = cost_rows(args.repeats)
@@ -315,6 +400,11 @@ def main() -> None:
             "",
             head,
             *accuracy,
+            "",
+            "| oracle: true factors on the lines the meters see (module docstring) | metered | lines no meter sees "
+            "| model: unread MAE / power flow | oracle: unread MAE / power flow | model: unread worse than the power "
+            "flow | oracle: unread worse than it | worse for both |\n|---|---|---|---|---|---|---|---|",
+            *oracle,
             "",
             "| scenario | MAE / least squares on the metered loads alone, per seed |\n|---|---|",
             *loads,
@@ -340,7 +430,8 @@ def main() -> None:
             ),
         ]
     )
-    args.out.write_text(text)
+    notes = args.out.read_text().partition(NOTES) if args.out.exists() else ("", "", "")
+    args.out.write_text(text + (f"\n{NOTES}{notes[2]}" if notes[1] else ""))
     log.info("wrote %s", args.out)
 
 
