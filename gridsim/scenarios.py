@@ -20,7 +20,7 @@ time series, one row per year and step.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -109,6 +109,16 @@ class TimeSeries:
 
 
 @dataclass(frozen=True)
+class Block:
+    """One scenario-year of a study: its (steps, 2 n_load) rows and what each row is."""
+
+    rows: np.ndarray
+    scenario: str
+    year: int
+    timestamps: tuple[str, ...] | None  # the time series' steps, one per row; None without a time series
+
+
+@dataclass(frozen=True)
 class Expanded:
     """The query rows and, per row, its scenario, year and time step (None without a time series); the
     profiles no class or DER took (a name that matched nothing is reported, not silently dropped)."""
@@ -176,8 +186,8 @@ def _class_factors(classes: Classes, scenario: Scenario, where: str) -> np.ndarr
 
 def _one(
     net: Network, scenario: Scenario, index: int, series: TimeSeries | None, classes: Classes, shaped: _ClassProfiles
-) -> np.ndarray:
-    """(years x steps, 2 n_load) rows of one scenario."""
+) -> Iterator[tuple[int, np.ndarray]]:
+    """(year, (steps, 2 n_load) rows) of one scenario, a year at a time; its checks before the first."""
     n = net.n_load
     where = f"scenarios[{index}]"
     steps = 1 if series is None else len(series.timestamps)
@@ -209,11 +219,9 @@ def _one(
     )
     consumption = consumption * np.tile(bus_scale, 2) * np.tile(load_t, 2)
     generation = generation * np.tile(pv_t, 2)
-    per_year = []
     for year in scenario.years:
         level = scenario.load_scale * (1.0 + scenario.growth_rate) ** year
-        per_year.append(consumption * level - generation)
-    return np.concatenate(per_year)
+        yield year, consumption * level - generation
 
 
 def _check_series(net: Network, series: TimeSeries) -> None:
@@ -232,28 +240,46 @@ def _check_series(net: Network, series: TimeSeries) -> None:
             )
 
 
+def expand_blocks(
+    net: Network, scenarios: Sequence[Scenario], series: TimeSeries | None = None, classes: Classes | None = None
+) -> Iterator[Block]:
+    """Every scenario's rows a year at a time, in `expand`'s order: a study too large to hold at once (a batch
+    job's) is written block by block. `classes`: the network's own (`Classes.of`) unless given."""
+    classes, shaped = _prepared(net, series, classes)
+    stamps = None if series is None else tuple(series.timestamps)
+    for i, scenario in enumerate(scenarios):
+        for year, rows in _one(net, scenario, i, series, classes, shaped):
+            yield Block(rows, scenario.name, year, stamps)
+
+
 def expand(
     net: Network, scenarios: Sequence[Scenario], series: TimeSeries | None = None, classes: Classes | None = None
 ) -> Expanded:
     """Every scenario's rows, in order: scenario, then year, then time step. `classes`: the network's own
     (`Classes.of`) unless given."""
+    blocks = list(expand_blocks(net, scenarios, series, classes))
+    steps = len(blocks[0].rows)
+    names = tuple(b.scenario for b in blocks for _ in range(steps))
+    years = tuple(b.year for b in blocks for _ in range(steps))
+    stamps = None if series is None else tuple(t for b in blocks for t in b.timestamps or ())
+    return Expanded(
+        np.concatenate([b.rows for b in blocks]), names, years, stamps, unused_profiles(net, scenarios, series, classes)
+    )
+
+
+def unused_profiles(
+    net: Network, scenarios: Sequence[Scenario], series: TimeSeries | None, classes: Classes | None = None
+) -> tuple[str, ...]:
+    """The time series' profiles no class or DER of the study takes (reported, not silently dropped)."""
+    if series is None:
+        return ()
+    _, shaped = _prepared(net, series, classes)
+    named = {d.profile for s in scenarios for d in s.der}
+    return tuple(name for name in series.profiles if name not in shaped.used and name not in named)
+
+
+def _prepared(net: Network, series: TimeSeries | None, classes: Classes | None) -> tuple[Classes, _ClassProfiles]:
     classes = Classes.of(net) if classes is None else classes
     if series is not None:
         _check_series(net, series)
-    steps = 1 if series is None else len(series.timestamps)
-    shaped = _class_profiles(classes, series, steps)
-    rows, names, years, stamps = [], [], [], []
-    for i, scenario in enumerate(scenarios):
-        block = _one(net, scenario, i, series, classes, shaped)
-        rows.append(block)
-        names += [scenario.name] * len(block)
-        years += [y for y in scenario.years for _ in range(steps)]
-        if series is not None:
-            stamps += list(series.timestamps) * len(scenario.years)
-    unused: tuple[str, ...] = ()
-    if series is not None:
-        named = {d.profile for s in scenarios for d in s.der}
-        unused = tuple(name for name in series.profiles if name not in shaped.used and name not in named)
-    return Expanded(
-        np.concatenate(rows), tuple(names), tuple(years), tuple(stamps) if series is not None else None, unused
-    )
+    return classes, _class_profiles(classes, series, 1 if series is None else len(series.timestamps))

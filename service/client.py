@@ -81,7 +81,7 @@ class Call:
 
     method: str
     path: str
-    parse: Callable[[httpx.Response], Any] = field(default=lambda r: r.json())
+    parse: Callable[[httpx.Response], Any] = field(default=lambda r: _json(r))
     idempotent: bool = True
     options: dict[str, Any] = field(default_factory=dict)  # json, content, data, files, params, headers
     then: Callable[[Any], Call] | None = None  # given this call's answer, the call that is made next
@@ -306,6 +306,7 @@ class _Endpoints:
         classes: dict[str, Sequence[int]] | None = None,
         profiles: pd.DataFrame | None = None,
         step_hours: float = 0.25,
+        as_job: bool = False,
     ) -> Call:
         """POST /v1/studies: scenarios in a planner's terms (dicts: `name`, `load_scale`, `bus_load_scale`,
         `class_scaling`, `generation_scale`, `der` [{bus, kw, kvar, profile}], `growth_rate`, `years`),
@@ -315,19 +316,30 @@ class _Endpoints:
         `classes`: customer classes as load-bus lists, in place of the network's own. Returns a `Study`:
         `summary` (a DataFrame indexed by bus: the largest and mean P(outside the band), where it is largest,
         expected hours outside, extreme quantiles) and `long` (a row per scenario row and bus, as pandapower's
-        res_bus is a row per bus)."""
+        res_bus is a row per bus). `as_job`: the study runs as a batch job across the workers (beyond
+        GRIDPFN_MAX_STUDY_ROWS); returns the queued job's status: then `wait`, `summary` and
+        `fetch(layout="long")` as for any job (never retried: a second job)."""
         fields = _query_fields(context_id, context, quantiles, voltage_band, network)
         fields.update(model=model, scenarios=list(scenarios), time_series=time_series, detail=detail)
         if classes is not None:
             fields["classes"] = {name: [int(b) for b in buses] for name, buses in classes.items()}
+        parse, idempotent = (_json, False) if as_job else (_study, True)
+        if as_job:
+            fields["as_job"] = True
         if profiles is None:
-            return Call("POST", "/v1/studies", _study, options={"json": fields})
+            return Call("POST", "/v1/studies", parse, idempotent=idempotent, options={"json": fields})
         if time_series is not None:
             raise ValueError("give the time series either as time_series or as a profiles table, not both")
         fields.pop("time_series")
         spec = json.dumps({**fields, "step_hours": float(step_hours)})
         table = ("profiles.parquet", _profile_parquet(profiles), "application/vnd.apache.parquet")
-        return Call("POST", "/v1/studies", _study, options={"data": {"spec": spec}, "files": {"file": table}})
+        return Call(
+            "POST",
+            "/v1/studies",
+            parse,
+            idempotent=idempotent,
+            options={"data": {"spec": spec}, "files": {"file": table}},
+        )
 
     def hosting_capacity(
         self,
@@ -733,6 +745,10 @@ def _profile_parquet(profiles: pd.DataFrame) -> bytes:
     sink = io.BytesIO()
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), sink)
     return sink.getvalue()
+
+
+def _json(response: httpx.Response) -> Any:
+    return response.json()
 
 
 def _study(response: httpx.Response) -> Study:

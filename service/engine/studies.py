@@ -9,16 +9,18 @@ quantile and highest high quantile of |V| over the rows."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from gridsim.errors import NetworkError
-from gridsim.scenarios import DER, Classes, Expanded, Scenario, TimeSeries, expand
+from gridsim.scenarios import DER, Block, Classes, Expanded, Scenario, TimeSeries, expand, expand_blocks
 from models.errors import RowsRefused
 from service.engine.answers import AnswerSpec, ModelTiming, OffContext, Source, Statistics
 from service.engine.bus_summary import BusSummary, BusSummaryAccumulator
+from service.engine.context_sets import ContextSet
 from service.engine.errors import InputRejected, InvalidInput, TooLarge
 from service.engine.inference import model_and_context, model_answer
 from service.engine.load_table import LOAD_LIMIT
@@ -105,17 +107,22 @@ def _factors(values: Any, steps: int) -> np.ndarray:
     return np.ones(steps) if values is None else np.asarray(values, dtype=np.float64)
 
 
-def _check_size(rt: Runtime, req: Any, net: Any, steps: int) -> None:
-    """The rows the study would expand to (scenarios x years x steps), counted before any is built."""
+def _check_size(rt: Runtime, req: Any, net: Any, steps: int, max_rows: int | None) -> None:
+    """The rows the study would expand to (scenarios x years x steps), counted before any is built: at most
+    `max_rows` (a study job's: GRIDPFN_JOB_MAX_ROWS), else GRIDPFN_MAX_STUDY_ROWS."""
     rows = sum(len(s.years) for s in req.scenarios) * steps
-    limit = rt.settings.max_study_rows
+    limit, setting = (
+        (rt.settings.max_study_rows, "GRIDPFN_MAX_STUDY_ROWS")
+        if max_rows is None
+        else (max_rows, "GRIDPFN_JOB_MAX_ROWS")
+    )
     if rows > limit:
         raise TooLarge(
             "scenarios",
             f"the study expands to {rows} rows (scenarios x years x steps), over the limit",
-            f"at most {limit} rows (GRIDPFN_MAX_STUDY_ROWS); more: POST /v1/batch-jobs",
+            f"at most {limit} rows ({setting})" + ('; more: "as_job": true' if max_rows is None else ""),
         )
-    if req.detail == "long" and rows * net.n_outputs > MAX_LONG_ENTRIES:
+    if max_rows is None and req.detail == "long" and rows * net.n_outputs > MAX_LONG_ENTRIES:
         raise TooLarge(
             "detail",
             f"{rows} rows x {net.n_outputs} buses is too long an answer",
@@ -140,10 +147,30 @@ def _check_loads(expanded: Expanded) -> None:
         )
 
 
-async def study(rt: Runtime, req: Any, tenant: Tenant, table: ProfileFile | None = None) -> StudyAnswer:
-    """The answer to a StudyRequest from `tenant`; its time series from `table` (a profile table upload)
-    when given (a bad cell: load_table.InputError naming its row and column)."""
-    t0 = time.perf_counter()
+@dataclass(frozen=True)
+class PreparedStudy:
+    """A study checked and resolved, before any row is built: what `study` answers and a study job writes."""
+
+    loaded: Any
+    ctx: ContextSet
+    net: Any
+    scenarios: list[Scenario]
+    series: TimeSeries | None
+    classes: Classes
+    ignored: tuple[str, ...]  # an uploaded profile table's columns no part of the study reads
+    spec: AnswerSpec  # the band (default DEFAULT_BAND) and the quantile levels (default DEFAULT_QUANTILES), sorted
+
+    @property
+    def step_hours(self) -> float | None:
+        return None if self.series is None else self.series.step_hours
+
+
+async def prepare(
+    rt: Runtime, req: Any, tenant: Tenant, table: ProfileFile | None = None, max_rows: int | None = None
+) -> PreparedStudy:
+    """The study's model, context, scenarios, time series (from `table`, a profile table upload, when given: a
+    bad cell is load_table.InputError naming its row and column) and classes, its rows counted against
+    `max_rows` (default GRIDPFN_MAX_STUDY_ROWS) before any is built."""
     loaded, ctx, net = await model_and_context(rt, req, tenant)
     scenarios = _scenarios(req)
     try:
@@ -151,14 +178,38 @@ async def study(rt: Runtime, req: Any, tenant: Tenant, table: ProfileFile | None
         series, ignored = (
             (_series(req), ()) if table is None else await _table_series(rt, req, net, classes, scenarios, table)
         )
-        _check_size(rt, req, net, 1 if series is None else len(series.timestamps))  # before any row is built
-        expanded = await rt.executor.run(expand, net, scenarios, series, classes)
+        _check_size(rt, req, net, 1 if series is None else len(series.timestamps), max_rows)
     except NetworkError as exc:
         raise InvalidInput(exc.field, exc.problem, exc.expected) from None
-    _check_loads(expanded)
     band = tuple(req.voltage_band) if req.voltage_band is not None else DEFAULT_BAND
     levels = tuple(sorted(req.quantiles)) if req.quantiles else DEFAULT_QUANTILES
     spec = AnswerSpec(levels, (float(band[0]), float(band[1])))
+    return PreparedStudy(loaded, ctx, net, scenarios, series, classes, ignored, spec)
+
+
+def checked_blocks(study: PreparedStudy) -> Iterator[Block]:
+    """The study's rows a scenario-year at a time (a study job writes them so), each checked as `study`
+    checks its rows; an error names the scenario, year and step."""
+    try:
+        for block in expand_blocks(study.net, study.scenarios, study.series, study.classes):
+            n = len(block.rows)
+            _check_loads(Expanded(block.rows, (block.scenario,) * n, (block.year,) * n, block.timestamps))
+            yield block
+    except NetworkError as exc:
+        raise InvalidInput(exc.field, exc.problem, exc.expected) from None
+
+
+async def study(rt: Runtime, req: Any, tenant: Tenant, table: ProfileFile | None = None) -> StudyAnswer:
+    """The answer to a StudyRequest from `tenant`; its time series from `table` (a profile table upload)
+    when given."""
+    t0 = time.perf_counter()
+    prepared = await prepare(rt, req, tenant, table)
+    loaded, ctx, net, spec = prepared.loaded, prepared.ctx, prepared.net, prepared.spec
+    try:
+        expanded = await rt.executor.run(expand, net, prepared.scenarios, prepared.series, prepared.classes)
+    except NetworkError as exc:
+        raise InvalidInput(exc.field, exc.problem, exc.expected) from None
+    _check_loads(expanded)
     try:
         statistics, placed, timing = await model_answer(rt, loaded, ctx, expanded.rows, spec)
     except InputRejected as exc:  # rows the model refused: named by the study's rows, not as "queries"
@@ -167,19 +218,18 @@ async def study(rt: Runtime, req: Any, tenant: Tenant, table: ProfileFile | None
             raise
         where = _row_name(expanded, refused.rows[0])
         raise InvalidInput("scenarios", f"{where}: {refused.reason}", refused.expected) from None
-    step_hours = None if series is None else series.step_hours
     return StudyAnswer(
         source=Source.of(loaded, net, ctx),
         buses=tuple(net.output_buses),
         bus_names=tuple(net.bus_name(b) for b in net.output_buses),
         band=spec.band or DEFAULT_BAND,
-        quantiles=levels,
+        quantiles=spec.quantiles,
         expanded=expanded,
         statistics=statistics,
         off_context=placed,
-        summary=summarize_buses(statistics, expanded, step_hours),
+        summary=summarize_buses(statistics, expanded, prepared.step_hours),
         timing=timing,
         seconds=time.perf_counter() - t0,
-        classes=classes.names,
-        ignored_columns=ignored,
+        classes=prepared.classes.names,
+        ignored_columns=prepared.ignored,
     )

@@ -145,7 +145,7 @@ def compute_chunk(
     t0 = time.perf_counter()
     with job.read_lock:
         inputs = job.source.read_row_group(index)
-    x = np.column_stack([inputs.column(j).to_numpy() for j in range(inputs.num_columns)])
+    x = np.column_stack([inputs.column(name).to_numpy() for name in spec.features])  # not a study's labels
     t1 = time.perf_counter()
     blocks = np.array_split(x, min(parallel, max(1, len(x) // BLOCK_ROWS)))
     firsts = (index * spec.chunk_rows + np.cumsum([0] + [len(b) for b in blocks[:-1]])).tolist()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -51,17 +52,20 @@ def detect_format(path: Path, filename: str | None = None) -> str:
 
 
 class ChunkWriter:
-    """Writes float64 feature batches so that every row group holds exactly `chunk_rows` rows."""
+    """Writes float64 feature batches (then any `labels` columns) so that every row group holds exactly
+    `chunk_rows` rows."""
 
-    def __init__(self, path: Path, features: Sequence[str], chunk_rows: int) -> None:
-        self.schema = pa.schema([(f, pa.float64()) for f in features])
+    def __init__(self, path: Path, features: Sequence[str], chunk_rows: int, labels: Sequence[pa.Field] = ()) -> None:
+        self.schema = pa.schema([(f, pa.float64()) for f in features] + list(labels))
         self.path, self.tmp, self.chunk_rows = path, path.with_suffix(".tmp"), chunk_rows
         self.writer = pq.ParquetWriter(self.tmp, self.schema, **WRITE_OPTIONS)
         self.pending: list[pa.Table] = []
         self.pending_rows = self.rows = 0
 
-    def write(self, columns: list[np.ndarray]) -> None:
-        table = pa.Table.from_arrays([pa.array(c) for c in columns], schema=self.schema)
+    def write(self, columns: Sequence[Any]) -> None:
+        table = pa.Table.from_arrays(
+            [pa.array(c, type=field.type) for c, field in zip(columns, self.schema, strict=True)], schema=self.schema
+        )
         self.pending.append(table)
         self.pending_rows += table.num_rows
         self.rows += table.num_rows
@@ -179,6 +183,26 @@ def write_simulated(x_chunks: Iterator[np.ndarray], features: Sequence[str], des
     try:
         for x in x_chunks:
             writer.write([x[:, j] for j in range(x.shape[1])])
+        return writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+
+
+# A study's row labels (gridsim.scenarios.Block): which scenario, year and time step each row is
+STUDY_LABELS = (pa.field("scenario", pa.string()), pa.field("year", pa.int64()), pa.field("timestamp", pa.string()))
+
+
+def write_study(blocks: Iterator[Any], features: Sequence[str], dest: Path, chunk_rows: int) -> int:
+    """Canonical input from a study's blocks (gridsim.scenarios.Block; the caller counted the rows and its
+    iterator checks each block): the load features, then each row's scenario, year and timestamp (null
+    without a time series). An error from the iterator leaves nothing behind."""
+    writer = ChunkWriter(dest, features, chunk_rows, STUDY_LABELS)
+    try:
+        for block in blocks:
+            n = len(block.rows)
+            stamps = block.timestamps if block.timestamps is not None else [None] * n
+            writer.write([*block.rows.T, [block.scenario] * n, np.full(n, block.year, dtype=np.int64), stamps])
         return writer.close()
     except BaseException:
         writer.abort()

@@ -37,7 +37,11 @@ class JobSpec(BaseModel):
     with_ground_truth: bool = False
     rows: int
     chunk_rows: int
-    source: str  # "csv", "parquet" or "simulate"
+    source: str  # "csv", "parquet", "simulate" or "study"
+    # per-row columns carried from the input to the result after the features (a study's scenario, year and
+    # timestamp: the summary's groups for the hours outside the band)
+    labels: tuple[str, ...] = ()
+    hours_per_row: float | None = None  # the hours a row stands for (a study's time step): the summary's default
     created_at: float
     owner: str | None = None  # the submitting tenant's tag (service.engine.tenants); None: keys off
 
@@ -54,10 +58,10 @@ def quantile_label(level: float) -> str:
 
 
 def result_columns(spec: JobSpec) -> list[str]:
-    """Input features, then per statistic one column per bus: mean, std, quantiles, p_outside_band,
+    """Input features (and the study's row labels), then per statistic one column per bus: mean, std, quantiles, p_outside_band,
     and with ground truth the solved voltage, the error (mean - truth) and the convergence flag; last
     the row's extrapolation measure and flag (service.engine.answers.OffContext)."""
-    columns = list(spec.features)
+    columns = list(spec.features) + list(spec.labels)
     stats = ["mean", "std"] + [quantile_label(q) for q in spec.quantiles]
     if spec.voltage_band is not None:
         stats.append("p_outside")

@@ -50,8 +50,11 @@ def _matrix(batch: pa.RecordBatch, names: list[str]) -> np.ndarray:
     return np.column_stack([batch.column(name).to_numpy(zero_copy_only=False) for name in names])
 
 
-def summarize(path: Path, layout: WideLayout, hours_per_row: float | None) -> JobSummary:
-    """The summary of every row of the result at `path`."""
+def summarize(
+    path: Path, layout: WideLayout, hours_per_row: float | None, group_by: tuple[str, ...] = ()
+) -> JobSummary:
+    """The summary of every row of the result at `path`; the hours outside per group of rows that share the
+    `group_by` columns' values (a study's scenario and year), the largest group's (all rows one group: ())."""
     levels = quantile_levels(layout)
     low = min(levels, key=levels.__getitem__) if levels else None
     high = max(levels, key=levels.__getitem__) if levels else None
@@ -63,9 +66,11 @@ def summarize(path: Path, layout: WideLayout, hours_per_row: float | None) -> Jo
     flag = ["extrapolated"] if "extrapolated" in layout.per_row else []
     accumulator = BusSummaryAccumulator(hours_per_row)
     extrapolated = 0
-    for batch in _batches(path, sorted({c for names in wanted.values() for c in names}) + flag):
+    columns = sorted({c for names in wanted.values() for c in names}) + flag + list(group_by)
+    for batch in _batches(path, columns):
         blocks = {key: _matrix(batch, names) if names else None for key, names in wanted.items()}
-        accumulator.add(blocks["p"], blocks["low"], blocks["high"])
+        groups = list(zip(*(batch.column(name).to_pylist() for name in group_by), strict=True)) if group_by else None
+        accumulator.add(blocks["p"], blocks["low"], blocks["high"], groups)
         if flag:
             extrapolated += int(np.count_nonzero(batch.column("extrapolated").to_numpy(zero_copy_only=False)))
     return JobSummary(
@@ -78,3 +83,20 @@ def summarize(path: Path, layout: WideLayout, hours_per_row: float | None) -> Jo
 
 def _batches(path: Path, columns: list[str]) -> Iterator[pa.RecordBatch]:
     yield from wide_slices(pq.ParquetFile(path), SLICE_ROWS, columns)
+
+
+def labels_at(path: Path, rows: np.ndarray, columns: tuple[str, ...]) -> dict[str, list[object]]:
+    """The `columns` (a study's scenario, year, timestamp) at each of `rows` (0-based), read from only the
+    row groups that hold them."""
+    source = pq.ParquetFile(path)
+    sizes = [source.metadata.row_group(i).num_rows for i in range(source.num_row_groups)]
+    starts = np.cumsum([0] + sizes[:-1])
+    wanted = np.asarray(rows, dtype=np.int64)
+    groups = np.searchsorted(starts, wanted, side="right") - 1
+    found: dict[str, list[object]] = {name: [None] * len(wanted) for name in columns}
+    for group in np.unique(groups):
+        table = source.read_row_group(int(group), columns=list(columns))
+        for i in np.flatnonzero(groups == group):
+            for name in columns:
+                found[name][i] = table.column(name)[int(wanted[i] - starts[group])].as_py()
+    return found

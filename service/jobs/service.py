@@ -102,6 +102,12 @@ class JobService:
         files.dir.mkdir(parents=True, exist_ok=True)
         return inputs.write_simulated(chunks(), features, files.input, step)
 
+    def prepare_study(self, job_id: str, blocks: Iterator[Any], net: Any) -> int:
+        """A study's rows (gridsim.scenarios.Block by block) and their labels as the job's input; rows."""
+        files = self.files(job_id)
+        files.dir.mkdir(parents=True, exist_ok=True)
+        return inputs.write_study(blocks, list(net.feature_names), files.input, self.settings.job_chunk_rows)
+
     def enqueue(self, spec: JobSpec, context_bytes: bytes) -> None:
         """Store the context snapshot and the record, then queue the job (all inputs are in place)."""
         self.files(spec.id).context.write_bytes(context_bytes)
@@ -130,6 +136,8 @@ class JobService:
         source: str,
         *,
         tenant: Tenant,
+        labels: tuple[str, ...] = (),
+        hours_per_row: float | None = None,
     ) -> JobSpec:
         """The job's spec, owned by `tenant`; an uploaded network's JSON goes into the job's directory (workers
         rebuild it from there)."""
@@ -151,6 +159,8 @@ class JobService:
             source=source,
             created_at=time.time(),
             owner=tenant.tag,
+            labels=labels,
+            hours_per_row=hours_per_row,
         )
 
     # --- inspect / cancel ---------------------------------------------------------------------------
@@ -185,6 +195,8 @@ class JobService:
             "quantiles": list(spec.quantiles),
             "voltage_band": list(spec.voltage_band) if spec.voltage_band else None,
             "with_ground_truth": spec.with_ground_truth,
+            "labels": list(spec.labels),
+            "hours_per_row": spec.hours_per_row,
             "created_at": spec.created_at,
             "started_at": job["started_at"],
             "finished_at": job["finished_at"],

@@ -360,3 +360,26 @@ def test_an_uploaded_case33bw_takes_ieee33_columns_and_a_profile_table(memory_se
     rows = expand(net, [Scenario("summer")], series, Classes.of_buses(net, {"homes": homes, "shops": shops})).rows
     truth = VoltageModel(net)(rows)
     np.testing.assert_allclose(study.long["mean"].to_numpy().reshape(truth.shape), truth, atol=2e-4)
+
+
+def test_a_study_with_a_profile_table_runs_as_a_job_from_the_client(memory_server):
+    """`as_job` through the client with the time series as a DataFrame (multipart): the job's summary and long
+    result are the study's own answer, the worst rows named by timestamp."""
+    steps = pd.date_range("2026-07-01 10:00", periods=8, freq="15min")
+    profiles = pd.DataFrame({"load": np.linspace(0.6, 1.5, 8), "pv": np.linspace(1.0, 0.0, 8)}, index=steps)
+    plans = [{"name": "now"}, {"name": "later", "load_scale": 1.2, "years": [0, 4], "growth_rate": 0.03}]
+    with GridPFNClient(memory_server.url) as client:
+        cid = client.create_context(simulate={"network": "ieee33", "delta": 0.2, "n": 200, "seed": 4})
+        now = client.study(plans, context_id=cid, profiles=profiles, detail="summary")
+        job = client.study(plans, context_id=cid, profiles=profiles, as_job=True)
+        assert client.wait(job["id"], poll_s=0.05, timeout_s=60)["state"] == "done"
+        summary = client.summary(job["id"])
+        long = client.fetch(job["id"], layout="long")
+    assert job["source"] == "study" and job["rows_total"] == 24 and summary.attrs["hours_per_row"] == 0.25
+    assert list(summary.index) == list(now.summary.index)
+    for key in ("max_p_outside", "mean_p_outside", "hours_outside"):
+        np.testing.assert_allclose(summary[key], now.summary[key], rtol=1e-6, atol=1e-9)
+    risky = now.summary["max_p_outside"] > 1e-6
+    assert risky.any()
+    assert (summary.loc[risky, "worst_timestamp"] == now.summary.loc[risky, "worst_timestamp"]).all()
+    assert long["timestamp"].iloc[0] == "2026-07-01T10:00:00" and set(long["scenario"]) == {"now", "later"}

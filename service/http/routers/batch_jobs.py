@@ -316,14 +316,19 @@ async def submit(rt: RuntimeDep, jobs: JobsDep, tenant: TenantDep, request: Requ
             f"content-type {kind or 'none'} is not accepted",
             [field_error("Content-Type", "unsupported", "multipart/form-data or application/json", "header")],
         )
+    return await queued(jobs, spec, ctx, tenant)
+
+
+async def queued(jobs: JobService, spec: Any, ctx: Any, tenant: Tenant) -> Response:
+    """Queue a job whose input is in place (its files removed if that fails): 202, its status, its Location."""
     try:
         await _call(jobs.enqueue, spec, ctx.to_bytes())
     except BaseException:
-        jobs.files(job_id).remove()
+        jobs.files(spec.id).remove()
         raise
-    log.info("job %s queued: %d rows, model %s, context %s", job_id, spec.rows, spec.model, spec.context_id[:12])
-    response = json_response(await _status(jobs, job_id, tenant), status=202)
-    response.headers["Location"] = f"/v1/batch-jobs/{job_id}"
+    log.info("job %s queued: %d rows, model %s, context %s", spec.id, spec.rows, spec.model, spec.context_id[:12])
+    response = json_response(await _status(jobs, spec.id, tenant), status=202)
+    response.headers["Location"] = f"/v1/batch-jobs/{spec.id}"
     return response
 
 
@@ -404,6 +409,7 @@ async def result(
 
 
 HOURS_IN_A_YEAR = 8784.0  # a leap year: the most one result row can stand for
+STUDY_GROUPS = ("scenario", "year")  # a study job's hours outside are counted per scenario and year, as a study's
 
 
 @router.get(
@@ -422,12 +428,15 @@ async def summary(
         le=HOURS_IN_A_YEAR,
         allow_inf_nan=False,
         description="the hours each input row stands for (a time series' step, 0.25 for 15 minutes): adds "
-        "hours_outside = the sum over rows of P(outside) x hours_per_row, and its std; needs a voltage_band",
+        "hours_outside = the sum over rows of P(outside) x hours_per_row, and its std; needs a voltage_band. "
+        "Default: a time-series study job's step (its hours per scenario and year, the largest, as POST /v1/studies)",
     ),
 ) -> Response:
     """`summary` lists every bus as POST /v1/studies' does, the worst row named by its 0-based position in the
     result (and the long layout's `row`); computed over the result a slice at a time, never whole."""
     job = await done_status(jobs, job_id, tenant, "the summary")
+    if hours_per_row is None:
+        hours_per_row = job["hours_per_row"]  # a time-series study's step; None for other jobs
     if hours_per_row is not None and job["voltage_band"] is None:
         raise InvalidInput(
             "hours_per_row",
@@ -437,8 +446,15 @@ async def summary(
         )
     wide = await _wide_layout(rt, jobs, job_id, tenant)
     path = jobs.files(job_id).result
-    found = await asyncio.to_thread(result_summary.summarize, path, wide, hours_per_row)
-    return json_response(_summary_body(job, wide, found, hours_per_row))
+    group_by = STUDY_GROUPS if set(STUDY_GROUPS) <= set(job["labels"]) else ()
+    found = await asyncio.to_thread(result_summary.summarize, path, wide, hours_per_row, group_by)
+    body = _summary_body(job, wide, found, hours_per_row)
+    if job["labels"] and found.buses.worst_row is not None:  # a study job: the worst row by its labels too
+        labels = tuple(job["labels"])
+        at = await asyncio.to_thread(result_summary.labels_at, path, found.buses.worst_row, labels)
+        for i, entry in enumerate(body["summary"]):
+            entry.update({f"worst_{name}": at[name][i] for name in labels})
+    return json_response(body)
 
 
 def _summary_body(job: dict, wide: Any, found: Any, hours_per_row: float | None) -> dict:

@@ -17,6 +17,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -37,7 +38,9 @@ from service.http.fast_json import OrjsonRoute
 from service.http.form_stream import FormStream
 from service.http.problems import ProblemError, field_error
 from service.http.responses import json_response
-from service.http.schemas import Level, ModelVersion, OneContext, Strict, StrictInt
+from service.http.routers import batch_jobs
+from service.http.schemas import Level, ModelVersion, OneContext, Strict, StrictBool, StrictInt
+from service.jobs.inputs import STUDY_LABELS
 
 
 class StudyRoute(OrjsonRoute):
@@ -179,6 +182,13 @@ class StudyRequest(OneContext):
         [], description="default [0.05, 0.95]; the summary's lowest/highest use the first and last"
     )
     detail: Literal["summary", "long"] = Field("long", description="long: also every row x bus")
+    as_job: StrictBool = Field(
+        False,
+        description="run the study as a batch job, in chunks across every worker (up to GRIDPFN_JOB_MAX_ROWS "
+        "rows): answers 202 with the job; its per-bus summary at GET /v1/batch-jobs/{id}/summary (hours "
+        "outside per scenario and year, as here), every row x bus at .../result?layout=long (with scenario, "
+        "year, timestamp); `detail` does not apply",
+    )
     classes: (
         Annotated[dict[Name, Annotated[list[StrictInt], Field(max_length=1000)]], Field(max_length=MAX_CLASSES)] | None
     ) = Field(
@@ -262,15 +272,50 @@ _UPLOAD_DOC = {
 
 @router.post(
     "/studies",
-    responses=problems(400, 401, 404, 413, 422, 503),
+    responses={
+        **problems(400, 401, 404, 413, 422, 503),
+        202: {"description": "with `as_job`: the queued batch job's status, as POST /v1/batch-jobs answers"},
+    },
     summary="Scenarios in a planner's terms: per-bus risk of leaving the voltage band",
     openapi_extra=_UPLOAD_DOC,
 )
-async def study(rt: RuntimeDep, tenant: TenantDep, body: StudyRequest) -> Response:
+async def study(rt: RuntimeDep, tenant: TenantDep, request: Request, body: StudyRequest) -> Response:
     """`summary` lists every bus with its largest and mean P(outside the band) over the study's rows, the row
     where it is largest, the expected hours outside (time series) and the extreme quantiles; `rows` (detail
-    "long") every row and bus. A time series may come as a file: multipart/form-data with `spec` and `file`."""
+    "long") every row and bus. A time series may come as a file: multipart/form-data with `spec` and `file`.
+    With `as_job`: 202 and the batch job that runs the study (its status, as POST /v1/batch-jobs answers)."""
+    if body.as_job:
+        return await _submit_job(rt, request, body, tenant)
     return _respond(await studies.study(rt, body, tenant), body.detail)
+
+
+async def _submit_job(rt: Runtime, request: Request, body: StudyRequest, tenant: Any, table: Any = None) -> Response:
+    """The study's rows written as a batch job's input (a scenario-year at a time, each row labelled with its
+    scenario, year and timestamp) and the job queued for the workers; nothing left behind on an error."""
+    jobs = await batch_jobs.get_jobs(request)
+    prepared = await studies.prepare(rt, body, tenant, table, max_rows=jobs.settings.job_max_rows)
+    job_id = batch_jobs.new_job_id()
+    try:
+        rows = await asyncio.to_thread(jobs.prepare_study, job_id, studies.checked_blocks(prepared), prepared.net)
+    except BaseException:
+        jobs.files(job_id).remove()
+        raise
+    options = SimpleNamespace(
+        quantiles=prepared.spec.quantiles, voltage_band=prepared.spec.band, with_ground_truth=False
+    )
+    spec = jobs.spec_for(
+        job_id,
+        prepared.loaded,
+        prepared.ctx.id,
+        prepared.net,
+        options,
+        rows,
+        "study",
+        tenant=tenant,
+        labels=tuple(field.name for field in STUDY_LABELS),
+        hours_per_row=prepared.step_hours,
+    )
+    return await batch_jobs.queued(jobs, spec, prepared.ctx, tenant)
 
 
 async def study_upload(request: Request) -> Response:
@@ -288,6 +333,8 @@ async def study_upload(request: Request) -> Response:
                 raise
             raise form.closing(exc) from exc  # refused before the end of the body: the rest is not read
         try:
+            if spec.as_job:
+                return await _submit_job(rt, request, spec, tenant, table)
             answer = await studies.study(rt, spec, tenant, table)
         except InputError as exc:
             entry = field_error("file", exc.message, exc.expected)

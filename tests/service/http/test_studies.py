@@ -3,10 +3,14 @@ that agrees with the power flow, and a time series' expected hours outside the b
 
 from __future__ import annotations
 
+import io
 import json
+import time
 
 import httpx
 import numpy as np
+import pandas as pd
+import pytest
 
 import gridsim
 from gridsim.api import VoltageModel
@@ -247,3 +251,67 @@ def _resolved(nid: str):
     network = from_pandapower_json(pp.to_json(net))
     assert network.name == nid
     return network
+
+
+def test_a_study_runs_as_a_batch_job_to_the_same_summary(memory_server, scenarios):
+    """`as_job`: 202 and a batch job whose summary (hours per scenario and year, the worst row's labels) and long
+    result (labelled rows) are the study's own answer."""
+    x, y = scenarios
+    steps = [f"2026-07-01T{10 + i // 4:02d}:{15 * (i % 4):02d}" for i in range(6)]
+    body = {
+        "context": {"x": rows(x), "y": rows(y)},
+        "scenarios": [
+            {"name": "growth", "load_scale": 1.2, "growth_rate": 0.05, "years": [0, 5]},
+            {"name": "pv", "der": [{"bus": b, "kw": 300} for b in PV_BUSES]},
+        ],
+        "time_series": {"timestamps": steps, "load": [1.0, 1.1, 1.2, 1.3, 0.6, 0.4], "pv": [0, 0.3, 0.6, 1, 1, 1]},
+        "detail": "long",
+    }
+    with httpx.Client(base_url=memory_server.url, timeout=60) as client:
+        now = client.post("/v1/studies", json=body)
+        assert now.status_code == 200, now.text
+        queued = client.post("/v1/studies", json={**body, "as_job": True})
+        assert queued.status_code == 202, queued.text
+        job = queued.json()
+        assert queued.headers["location"] == f"/v1/batch-jobs/{job['id']}"
+        assert job["source"] == "study" and job["rows_total"] == 18 and job["hours_per_row"] == 0.25
+        assert job["labels"] == ["scenario", "year", "timestamp"]
+        deadline = time.monotonic() + 60
+        while (state := client.get(f"/v1/batch-jobs/{job['id']}").json()["state"]) not in ("done", "failed"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert state == "done"
+        summary = client.get(f"/v1/batch-jobs/{job['id']}/summary").json()
+        long = pd.read_parquet(io.BytesIO(client.get(f"/v1/batch-jobs/{job['id']}/result?layout=long").content))
+    want = now.json()
+    assert summary["hours_per_row"] == 0.25 and summary["rows"] == want["rows"] == 18
+    for got, expected in zip(summary["summary"], want["summary"], strict=True):
+        assert got["bus"] == expected["bus"]
+        for key in ("max_p_outside", "mean_p_outside", "hours_outside", "hours_outside_std"):
+            assert got[key] == pytest.approx(expected[key], rel=1e-6, abs=1e-9), (key, got, expected)
+        if expected["max_p_outside"] > 1e-6:  # a bus never at risk has no worst row to agree on
+            for key in ("scenario", "year", "timestamp"):
+                assert got[f"worst_{key}"] == expected[f"worst_{key}"], (key, got, expected)
+    assert list(long["scenario"]) == want["long"]["scenario"] and list(long["year"]) == want["long"]["year"]
+    assert list(long["timestamp"]) == want["long"]["timestamp"] and list(long["bus"]) == want["long"]["bus"]
+    np.testing.assert_allclose(long["mean"], want["long"]["mean"], rtol=0, atol=1e-9)
+    np.testing.assert_allclose(long["p_outside"], want["long"]["p_outside"], rtol=1e-5, atol=1e-7)
+
+
+def test_a_study_job_names_its_bad_scenario_and_leaves_nothing_behind(memory_server, scenarios):
+    x, y = scenarios
+    body = {
+        "context": {"x": rows(x), "y": rows(y)},
+        "scenarios": [{"name": "fine"}, {"name": "bad", "der": [{"bus": 1, "kw": 100}]}],
+        "as_job": True,
+    }
+    with httpx.Client(base_url=memory_server.url, timeout=60) as client:
+        before = (
+            set(memory_server.app.state.jobs.root.iterdir())
+            if getattr(memory_server.app.state, "jobs", None)
+            else set()
+        )
+        response = client.post("/v1/studies", json=body)
+        problem = assert_problem(response, 422, "scenarios[1].der[0].bus")
+        assert "bus 1 is not a load bus" in problem["detail"]
+        assert set(memory_server.app.state.jobs.root.iterdir()) == before  # no job directory left behind

@@ -7,6 +7,7 @@ result. The tiny checkpoint and 100-row chunks keep it short."""
 from __future__ import annotations
 
 import functools
+import io
 import logging
 import signal
 import socket
@@ -15,6 +16,7 @@ import uuid
 from types import SimpleNamespace
 
 import httpx
+import numpy as np
 import pandas as pd
 import pytest
 import redis
@@ -224,6 +226,49 @@ def test_two_workers_share_one_job_and_give_the_one_worker_result(stack, pair):
     assert sum(record["workers"].values()) == CHUNKS and record["attempts"] == 1
     assert f"job {job_id}: " in a.text() and f"job {job_id}: " in b.text()  # each logged joining it
     pd.testing.assert_frame_equal(frame, one_worker)  # every row once, in order, the same values bit for bit
+
+
+def test_a_study_job_is_shared_by_two_workers_and_its_summary_follows_its_rows(stack, pair):
+    """POST /v1/studies with `as_job`: a study over the one-request limit (3 scenario-years of 500 steps) runs as
+    chunks on both workers; the summary's hours outside are per scenario and year, the largest, as a study's
+    (the same answer as one request: tests/service/http/test_studies.py)."""
+    a, b, _ = pair
+    steps = 500
+    phase = np.linspace(0, 4 * np.pi, steps)
+    body = {
+        "context_id": stack.cid,
+        "scenarios": [{"name": "today"}, {"name": "growth", "load_scale": 1.3, "growth_rate": 0.02, "years": [0, 10]}],
+        "time_series": {
+            "timestamps": [f"t{i}" for i in range(steps)],
+            "load": (1.0 + 0.3 * np.sin(phase)).tolist(),
+            "pv": np.clip(np.sin(phase / 2), 0, 1).tolist(),
+            "step_hours": 1.0,
+        },
+        "voltage_band": [0.97, 1.03],
+    }
+    assert stack.client.post("/v1/studies", json=body).status_code == 413  # too many rows for one request
+    job = stack.client.post("/v1/studies", json={**body, "as_job": True}).json()
+    assert job["rows_total"] == 3 * steps and job["chunks_total"] == 3 * steps // CHUNK
+    wait_for(stack.client, job["id"], done)
+    assert set(stack.states.get(job["id"])["workers"]) == {_name(a), _name(b)}  # both ran chunks of it
+    summary = stack.client.get(f"/v1/batch-jobs/{job['id']}/summary").json()["summary"]
+    response = stack.client.get(f"/v1/batch-jobs/{job['id']}/result", params={"layout": "long"})
+    long = pd.read_parquet(io.BytesIO(response.content))
+    assert long.groupby(["scenario", "year"]).size().to_dict() == {
+        ("growth", 0): 16_000,
+        ("growth", 10): 16_000,
+        ("today", 0): 16_000,
+    }
+    hours = long.groupby(["bus", "scenario", "year"])["p_outside"].sum().groupby("bus").max()
+    assert hours.max() > 1.0  # some bus is at risk for hours: the groups matter
+    for entry in summary:
+        assert entry["hours_outside"] == pytest.approx(hours[entry["bus"]], rel=1e-5, abs=1e-6), entry
+        worst = long[(long["bus"] == entry["bus"]) & (long["row"] == entry["worst_row"])].iloc[0]
+        assert (entry["worst_scenario"], entry["worst_year"], entry["worst_timestamp"]) == (
+            worst["scenario"],
+            worst["year"],
+            worst["timestamp"],
+        )
 
 
 def test_a_killed_worker_leaves_its_chunks_to_the_other(stack, pair):
