@@ -17,6 +17,7 @@ On a host with fewer cores than workers x threads the workers share the cores: r
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import shutil
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,7 +92,7 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.kill()
 
 
-def run_setup(setup: Setup, env: dict[str, str], workdir: Path, client, states, job_args: dict) -> dict:  # noqa: ANN001
+def run_setup(setup: Setup, env: dict[str, str], workdir: Path, client, states, submit: Callable[[], dict]) -> dict:  # noqa: ANN001
     """Start the setup's workers, run one job on them, stop them; the job's figures."""
     cluster = dask = None
     procs: list[subprocess.Popen[bytes]] = []
@@ -117,7 +119,7 @@ def run_setup(setup: Setup, env: dict[str, str], workdir: Path, client, states, 
         procs = [_worker(e, path) for e, path in zip(envs, logs)]
         _wait_workers(procs, logs)
         t0 = time.perf_counter()
-        job = client.submit(**job_args)
+        job = submit()
         while (final := client.status(job["id"]))["state"] in ("queued", "running"):
             time.sleep(0.1)  # a steady poll: client.wait backs off, which would blur the wall time
         wall = time.perf_counter() - t0
@@ -125,13 +127,41 @@ def run_setup(setup: Setup, env: dict[str, str], workdir: Path, client, states, 
             raise SystemExit(f"{setup.label}: job ended {final['state']}: {final['errors']}")
         record = states.get(job["id"])
         client.cancel(job["id"])  # deletes the finished job and its files
-        return {"rows_per_s": final["rows_per_s"], "wall_s": wall, "workers": record["workers"]}
+        return {
+            "rows_per_s": final["rows_per_s"],
+            "wall_s": wall,
+            "workers": record["workers"],
+            "rows": final["rows_total"],
+        }
     finally:
         _stop(procs)
         if dask is not None:
             dask.close()
         if cluster is not None:
             cluster.close()
+
+
+def _study_job(client, code: str, years: list[int], context: int = 500) -> Callable[[], dict]:  # noqa: ANN001
+    """A SimBench grid uploaded, its year's first `context` steps stored as the context, and the submit of its
+    year as a study job: SimBench's profile table, today and 2 %/year growth over `years` (as study_year.py)."""
+    from bench.study_year import _profile_table
+    from gridsim import simbench_data
+
+    network = client.upload_network(simbench_data.simbench_pandapower_json(code).encode())["id"]
+    x, y, _ = simbench_data.simbench_year(code)
+    cid = client.create_context(x=x[:context], y=y[:context], network=network)
+    table = _profile_table(code, simbench_data.step_indices(simbench_data.YEAR_STEPS))
+    table = table.astype({"time": str}).set_index("time")
+    plans = [{"name": "today"}, {"name": "growth", "growth_rate": 0.02, "years": list(years)}]
+    return functools.partial(
+        client.study,
+        plans,
+        context_id=cid,
+        profiles=table,
+        voltage_band=[0.95, 1.05],
+        quantiles=[0.05, 0.5, 0.95],
+        as_job=True,
+    )
 
 
 def main() -> int:
@@ -144,6 +174,15 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=1, help="runs per setup, interleaved")
     parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL"))
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--study",
+        metavar="GRID",
+        help="instead of a file of rows: a SimBench grid's year (SimBench's profile table) as one study job, "
+        "POST /v1/studies with as_job, network-fit on the year's first `--context` steps",
+    )
+    parser.add_argument(
+        "--years", type=int, nargs="+", default=[0, 5, 10], help="with --study: a growth scenario's years"
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the servers and workers it started
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -176,20 +215,26 @@ def main() -> int:
         server, url = _serve(env)
         procs.append(server)
         input_path = workdir / "input.parquet"
-        _write_input(input_path, args.rows)
+        if not args.study:
+            _write_input(input_path, args.rows)
         _wait_ready(url, server)
         states = RedisJobStates(redis.Redis.from_url(redis_url), queue, 3600)
         results: dict[Setup, list[dict]] = {setup: [] for setup in SETUPS}
         with GridPFNClient(url, timeout_s=3600) as client:
-            cid = client.create_context(simulate={"network": "ieee33", "delta": 0.2, "n": args.context, "seed": 0})
-            job_args = {"data": input_path, "model": model, "context_id": cid, "quantiles": [0.05, 0.5, 0.95]}
+            if args.study:
+                submit, what = _study_job(client, args.study, args.years), f"network-fit, study of {args.study}"
+            else:
+                cid = client.create_context(simulate={"network": "ieee33", "delta": 0.2, "n": args.context, "seed": 0})
+                job_args = {"data": input_path, "model": model, "context_id": cid, "quantiles": [0.05, 0.5, 0.95]}
+                submit = functools.partial(client.submit, **job_args)
             for repeat in range(args.repeats):
                 for setup in SETUPS:
-                    figures = run_setup(setup, env, workdir, client, states, job_args)
+                    figures = run_setup(setup, env, workdir, client, states, submit)
                     log.info("run %d, %s: %s", repeat + 1, setup.label, figures)
                     results[setup].append(figures)
         load = os.getloadavg()
-        print(f"\nmodel: {what}; {args.rows:,} rows; context {args.context} points; quantiles 0.05, 0.5, 0.95")
+        rows = results[SETUPS[0]][0]["rows"]
+        print(f"\nmodel: {what}; {rows:,} rows; context {args.context} points; quantiles 0.05, 0.5, 0.95")
         print(f"host: {os.cpu_count()} CPUs; load average after the runs {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}")
         print(f"{'setup':44s}{'rows/s (job clock)':>22s}{'submit -> done (s)':>22s}   chunks per worker")
         for setup, runs in results.items():
