@@ -355,10 +355,13 @@ class _Endpoints:
         max_kw: float | None = None,
         curve_points: int = 11,
         network: str | None = None,
+        as_job: bool = False,
     ) -> Call:
         """POST /v1/hosting-capacity: per candidate bus the largest PV (kW) with P(a bus above `upper_pu`)
         <= alpha on every row; a DataFrame indexed by bus (capacity, whether max_kw still held, the
-        risk-vs-kW curve as lists), the request's facts in `.attrs`."""
+        risk-vs-kW curve as lists), the request's facts in `.attrs`. `as_job`: run as a batch job, groups of
+        candidate buses across the workers; returns the queued job's status (then `wait` and `fetch`: a row per
+        bus; never retried: a second job)."""
         fields = _query_fields(context_id, context, (), None, network)
         fields.pop("quantiles")
         fields.update(model=model, upper_pu=upper_pu, alpha=alpha, max_kw=max_kw, curve_points=curve_points)
@@ -366,6 +369,10 @@ class _Endpoints:
         fields.update({k: [float(v) if k != "buses" else int(v) for v in vs] for k, vs in optional.items() if vs})
         if loads is not None:
             fields["loads"] = _rows(loads)
+        if as_job:
+            return Call(
+                "POST", "/v1/hosting-capacity", _json, idempotent=False, options={"json": {**fields, "as_job": True}}
+            )
         return Call("POST", "/v1/hosting-capacity", _hosting, options={"json": fields})
 
     # --- batch jobs ----------------------------------------------------------------------------------

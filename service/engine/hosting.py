@@ -71,9 +71,22 @@ def _profile(req: Any, rows: int) -> np.ndarray:
     return np.asarray(req.pv_profile, dtype=np.float64)
 
 
-async def study(rt: Runtime, req: Any, tenant: Tenant) -> HostingAnswer:
-    """The answer to a HostingCapacityRequest from `tenant`."""
-    t0 = time.perf_counter()
+@dataclass(frozen=True)
+class PreparedHosting:
+    """A hosting-capacity study checked and resolved, before any model row: what `study` answers in one
+    request and a hosting-capacity job splits by candidate."""
+
+    loaded: Any
+    ctx: Any
+    net: Any
+    buses: list[int]
+    spec: HostingCapacityStudy
+    max_kw: float
+
+
+async def prepare(rt: Runtime, req: Any, tenant: Tenant, job_max_rows: int | None = None) -> PreparedHosting:
+    """The study's model, context, rows and candidates; its work (rows x candidates x search passes, in model
+    rows) within GRIDPFN_MAX_STUDY_ROWS, or `job_max_rows` (GRIDPFN_JOB_MAX_ROWS) for a job, before any is done."""
     loaded, ctx, net = await model_and_context(rt, req, tenant)
     rows = _rows(req, net)
     buses, positions = _candidates(req, net)
@@ -88,24 +101,37 @@ async def study(rt: Runtime, req: Any, tenant: Tenant) -> HostingAnswer:
         tolerance_mw=0.0,  # the search's own step: max_kw / 2**BISECTION_STEPS (answered as resolution_kw)
         curve_points=req.curve_points,
     )
-    limit, work = rt.settings.max_study_rows, len(rows) * len(buses) * passes(spec)
+    limit, setting = (
+        (rt.settings.max_study_rows, "GRIDPFN_MAX_STUDY_ROWS")
+        if job_max_rows is None
+        else (job_max_rows, "GRIDPFN_JOB_MAX_ROWS")
+    )
+    work = len(rows) * len(buses) * passes(spec)
     if work > limit:
         raise TooLarge(
             "loads",
             f"{len(rows)} load rows x {len(buses)} candidate buses x {passes(spec)} search passes is {work} "
             "model rows, over the limit",
-            f"rows x buses x (14 + curve_points) at most {limit} (GRIDPFN_MAX_STUDY_ROWS): fewer rows, name "
-            "`buses`, or fewer curve_points",
+            f"rows x buses x (14 + curve_points) at most {limit} ({setting}): fewer rows, name `buses`, or fewer "
+            "curve_points" + ('; more: "as_job": true' if job_max_rows is None else ""),
         )
+    return PreparedHosting(loaded, ctx, net, buses, spec, max_kw)
+
+
+async def study(rt: Runtime, req: Any, tenant: Tenant) -> HostingAnswer:
+    """The answer to a HostingCapacityRequest from `tenant`."""
+    t0 = time.perf_counter()
+    prepared = await prepare(rt, req, tenant)
+    loaded, ctx, net, buses = prepared.loaded, prepared.ctx, prepared.net, prepared.buses
     encoded, hit, _ = await rt.fits.prepared(loaded, ctx)
-    result = await rt.executor.run(hosting_capacity, loaded.method, encoded.value, spec)
+    result = await rt.executor.run(hosting_capacity, loaded.method, encoded.value, prepared.spec)
     return HostingAnswer(
         source=Source.of(loaded, net, ctx),
         buses=buses,
         bus_names=[net.bus_name(b) for b in buses],
         result=result,
-        rows=len(rows),
-        max_kw=max_kw,
+        rows=len(prepared.spec.loads),
+        max_kw=prepared.max_kw,
         seconds=time.perf_counter() - t0,
         context_cached=hit,
     )

@@ -142,6 +142,8 @@ def compute_chunk(
     from service.engine.answers import Answer, OffContext
 
     spec = job.spec
+    if spec.hosting is not None:
+        return _hosting_chunk(job, index)
     t0 = time.perf_counter()
     with job.read_lock:
         inputs = job.source.read_row_group(index)
@@ -163,6 +165,34 @@ def compute_chunk(
     t3 = time.perf_counter()
     table = results.chunk_table(spec, inputs, answer, placed, truth, job.metering)
     return table, {"read": t1 - t0, "predict": t2 - t1, "truth": t3 - t2, "write": time.perf_counter() - t3}
+
+
+def _hosting_chunk(job: PreparedJob, index: int) -> tuple[pa.Table, dict[str, float]]:
+    """Chunk `index` of a hosting-capacity job: its group of candidate buses searched over every load row."""
+    from models.hosting_capacity import HostingCapacityStudy, hosting_capacity
+
+    spec, hosting = job.spec, job.spec.hosting
+    assert hosting is not None
+    t0 = time.perf_counter()
+    with job.read_lock:
+        rows = job.source.read()
+    loads = np.column_stack([rows.column(name).to_numpy() for name in spec.features])
+    t1 = time.perf_counter()
+    first = index * spec.chunk_rows
+    study = HostingCapacityStudy(
+        loads=loads,
+        profile=rows.column("pv_profile").to_numpy(),
+        candidates=np.asarray(hosting.positions[first : first + spec.chunk_size(index)]),
+        upper_pu=hosting.upper_pu,
+        alpha=hosting.alpha,
+        max_mw=hosting.max_mw,
+        tolerance_mw=0.0,
+        curve_points=hosting.curve_points,
+    )
+    result = hosting_capacity(job.method, job.encoded, study)
+    t2 = time.perf_counter()
+    table = results.hosting_table(spec, first, result)
+    return table, {"read": t1 - t0, "predict": t2 - t1, "truth": 0.0, "write": time.perf_counter() - t2}
 
 
 def run_chunk(job: PreparedJob, index: int, pool: Executor | None = None, parallel: int = 1) -> ChunkResult:

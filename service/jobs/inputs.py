@@ -207,3 +207,15 @@ def write_study(blocks: Iterator[Any], features: Sequence[str], dest: Path, chun
     except BaseException:
         writer.abort()
         raise
+
+
+def write_hosting(loads: np.ndarray, profile: np.ndarray, features: Sequence[str], dest: Path) -> int:
+    """A hosting-capacity job's input: its load rows and each row's PV output share (`pv_profile`), one row
+    group (every chunk reads all of them)."""
+    writer = ChunkWriter(dest, features, max(1, len(loads)), (pa.field("pv_profile", pa.float64()),))
+    try:
+        writer.write([*np.asarray(loads, dtype=np.float64).T, np.asarray(profile, dtype=np.float64)])
+        return writer.close()
+    except BaseException:
+        writer.abort()
+        raise

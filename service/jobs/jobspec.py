@@ -20,6 +20,24 @@ class JobState(str, Enum):  # noqa: UP042 (StrEnum would change str(state) where
         return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
 
 
+HOSTING_SOURCE = "hosting-capacity"  # a hosting-capacity job's `source`
+
+
+class HostingJob(BaseModel):
+    """A hosting-capacity study run as a job (models.hosting_capacity): the job's input is the study's load
+    rows (read whole by every chunk), its result a row per candidate bus, a chunk a group of candidates."""
+
+    model_config = ConfigDict(frozen=True)
+
+    buses: tuple[int, ...]
+    bus_names: tuple[str, ...]
+    positions: tuple[int, ...]  # each candidate's P feature position
+    upper_pu: float
+    alpha: float
+    max_mw: float
+    curve_points: int
+
+
 class JobSpec(BaseModel):
     """Everything a worker needs besides the files in the job's directory; fixed at submit."""
 
@@ -42,6 +60,7 @@ class JobSpec(BaseModel):
     # timestamp: the summary's groups for the hours outside the band)
     labels: tuple[str, ...] = ()
     hours_per_row: float | None = None  # the hours a row stands for (a study's time step): the summary's default
+    hosting: HostingJob | None = None  # a hosting-capacity job: `rows` are its candidate buses
     created_at: float
     owner: str | None = None  # the submitting tenant's tag (service.engine.tenants); None: keys off
 

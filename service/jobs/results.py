@@ -16,7 +16,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
@@ -85,6 +85,24 @@ def chunk_table(
         return table
     about = {"context_id": spec.context_id, "outputs": list(spec.outputs), **metering.json()}
     return table.replace_schema_metadata({METADATA_KEY: orjson.dumps(about)})
+
+
+def hosting_table(spec: JobSpec, first: int, result: Any) -> pa.Table:
+    """A hosting-capacity chunk's rows, candidates `first`.. of the job (as POST /v1/hosting-capacity answers
+    them, kW): bus, bus_name, hosting_capacity_kw, at_max_kw, risk_without_pv, curve_kw, curve_risk."""
+    assert spec.hosting is not None
+    n = len(result.capacity_mw)
+    return pa.table(
+        {
+            "bus": pa.array(spec.hosting.buses[first : first + n], pa.int64()),
+            "bus_name": pa.array(spec.hosting.bus_names[first : first + n], pa.string()),
+            "hosting_capacity_kw": pa.array(result.capacity_mw * 1e3),
+            "at_max_kw": pa.array(result.at_max),
+            "risk_without_pv": pa.array(result.base_risk),
+            "curve_kw": pa.array(list(result.curve_mw * 1e3), pa.list_(pa.float64())),
+            "curve_risk": pa.array(list(result.curve_risk), pa.list_(pa.float64())),
+        }
+    )
 
 
 def _private_tmp(path: Path) -> Path:

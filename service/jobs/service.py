@@ -26,7 +26,7 @@ from service.engine.tenants import Tenant
 from service.jobs import inputs
 from service.jobs.executors import LocalChunks
 from service.jobs.janitor import sweep
-from service.jobs.jobspec import JobSpec, JobState
+from service.jobs.jobspec import HostingJob, JobSpec, JobState
 from service.jobs.queue import RedisJobQueue
 from service.jobs.results import JobFiles
 from service.jobs.runner import ChunkRunner
@@ -108,6 +108,12 @@ class JobService:
         files.dir.mkdir(parents=True, exist_ok=True)
         return inputs.write_study(blocks, list(net.feature_names), files.input, self.settings.job_chunk_rows)
 
+    def prepare_hosting(self, job_id: str, loads: np.ndarray, profile: np.ndarray, net: Any) -> int:
+        """A hosting-capacity study's load rows and PV profile as the job's input; rows."""
+        files = self.files(job_id)
+        files.dir.mkdir(parents=True, exist_ok=True)
+        return inputs.write_hosting(loads, profile, list(net.feature_names), files.input)
+
     def enqueue(self, spec: JobSpec, context_bytes: bytes) -> None:
         """Store the context snapshot and the record, then queue the job (all inputs are in place)."""
         self.files(spec.id).context.write_bytes(context_bytes)
@@ -138,6 +144,8 @@ class JobService:
         tenant: Tenant,
         labels: tuple[str, ...] = (),
         hours_per_row: float | None = None,
+        hosting: HostingJob | None = None,
+        chunk_rows: int | None = None,
     ) -> JobSpec:
         """The job's spec, owned by `tenant`; an uploaded network's JSON goes into the job's directory (workers
         rebuild it from there)."""
@@ -155,12 +163,13 @@ class JobService:
             voltage_band=tuple(options.voltage_band) if options.voltage_band else None,
             with_ground_truth=bool(options.with_ground_truth),
             rows=rows,
-            chunk_rows=self.settings.job_chunk_rows,
+            chunk_rows=chunk_rows or self.settings.job_chunk_rows,
             source=source,
             created_at=time.time(),
             owner=tenant.tag,
             labels=labels,
             hours_per_row=hours_per_row,
+            hosting=hosting,
         )
 
     # --- inspect / cancel ---------------------------------------------------------------------------

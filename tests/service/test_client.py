@@ -383,3 +383,36 @@ def test_a_study_with_a_profile_table_runs_as_a_job_from_the_client(memory_serve
     assert risky.any()
     assert (summary.loc[risky, "worst_timestamp"] == now.summary.loc[risky, "worst_timestamp"]).all()
     assert long["timestamp"].iloc[0] == "2026-07-01T10:00:00" and set(long["scenario"]) == {"now", "later"}
+
+
+def test_hosting_capacity_runs_as_a_job_a_group_of_buses_per_chunk(model_dir, tmp_path):
+    """`as_job`: every candidate bus in the job's result, as the one-request answer gives it (the same search per
+    bus, so the same capacity to the last step), a few buses per chunk; the long layout and summary are refused
+    (the result is per bus already)."""
+    from tests.service.batch_support import job_server
+
+    scales, buses = [0.2, 0.8], list(range(2, 34))
+    # chunks of 100 model rows: 2 rows x 25 search passes a bus, so 2 buses a chunk
+    with job_server(model_dir, tmp_path, None, job_chunk_rows=100) as server, GridPFNClient(server.url) as client:
+        cid = client.create_context(simulate={"network": "ieee33", "delta": 0.2, "n": 200, "seed": 6})
+        with pytest.raises(GridPFNError) as too_much:  # 32 buses are over the test server's one-request limit
+            client.hosting_capacity(context_id=cid, load_scales=scales)
+        assert too_much.value.status == 413 and '"as_job": true' in str(too_much.value.problem)
+        parts = [
+            client.hosting_capacity(context_id=cid, load_scales=scales, buses=buses[i : i + 4]) for i in range(0, 32, 4)
+        ]
+        now = pd.concat(parts)
+        now.attrs.update(parts[0].attrs)
+        job = client.hosting_capacity(context_id=cid, load_scales=scales, as_job=True)
+        assert job["source"] == "hosting-capacity" and job["rows_total"] == 32 and job["chunks_total"] == 16
+        assert client.wait(job["id"], poll_s=0.05, timeout_s=120)["state"] == "done"
+        result = client.fetch(job["id"]).set_index("bus")
+        with pytest.raises(GridPFNError) as refused:
+            client.fetch(job["id"], layout="long")
+    assert refused.value.status == 422 and "per candidate bus" in str(refused.value)
+    assert list(result.index) == list(now.index)
+    step = now.attrs["resolution_kw"]
+    np.testing.assert_allclose(result["hosting_capacity_kw"], now["hosting_capacity_kw"], rtol=0, atol=step)
+    assert (result["at_max_kw"] == now["at_max_kw"]).all()
+    np.testing.assert_allclose(np.stack(result["curve_kw"]), np.stack(now["curve_kw"]), rtol=0, atol=2 * step)
+    assert (result["bus_name"] == now["name"]).all()

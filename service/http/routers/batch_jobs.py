@@ -18,6 +18,7 @@ import asyncio
 import functools
 import json
 import logging
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import numpy as np
@@ -42,7 +43,7 @@ from service.http.responses import json_response
 from service.http.schemas import VERSION_PATTERN, ContextId, Level, ModelVersion, SimulateSpec, Strict, StrictBool
 from service.jobs import long_results, result_summary
 from service.jobs.inputs import InputError
-from service.jobs.jobspec import JobSpec, JobState
+from service.jobs.jobspec import HOSTING_SOURCE, JobSpec, JobState
 from service.jobs.runner import job_network
 from service.jobs.service import JobService, new_job_id
 from service.jobs.settings import JobSettings
@@ -319,6 +320,18 @@ async def submit(rt: RuntimeDep, jobs: JobsDep, tenant: TenantDep, request: Requ
     return await queued(jobs, spec, ctx, tenant)
 
 
+async def submit_built(jobs: JobService, ctx: Any, tenant: Tenant, build: Callable[[str], JobSpec]) -> Response:
+    """A job the server builds (a study's rows, a hosting-capacity study's): `build(job_id)` writes its input
+    and returns its spec, in a worker thread; on any error nothing is left behind. Then queued."""
+    job_id = new_job_id()
+    try:
+        spec = await asyncio.to_thread(build, job_id)
+    except BaseException:
+        jobs.files(job_id).remove()
+        raise
+    return await queued(jobs, spec, ctx, tenant)
+
+
 async def queued(jobs: JobService, spec: Any, ctx: Any, tenant: Tenant) -> Response:
     """Queue a job whose input is in place (its files removed if that fails): 202, its status, its Location."""
     try:
@@ -338,6 +351,17 @@ async def _status(jobs: JobService, job_id: str, tenant: Tenant) -> dict:
     if status is None:
         raise NotFound("batch job", job_id, "job_id")
     return status
+
+
+def refuse_if_per_bus(job: dict, field: str, location: str) -> None:
+    """A hosting-capacity job's result is a row per candidate bus already: no long layout, no risk summary."""
+    if job["source"] == HOSTING_SOURCE:
+        raise InvalidInput(
+            field,
+            "a hosting-capacity job's result is already a row per candidate bus",
+            "GET /v1/batch-jobs/{id}/result in the wide layout (the default)",
+            location,
+        )
 
 
 async def done_status(jobs: JobService, job_id: str, tenant: Tenant, what: str) -> dict:
@@ -385,10 +409,11 @@ async def result(
         "long: a row per input row and bus (row, bus, bus_name, mean, std, q<level>..., p_outside, ...)",
     ),
 ) -> Response:
-    await done_status(jobs, job_id, tenant, "the result")
+    job = await done_status(jobs, job_id, tenant, "the result")
     path = jobs.files(job_id).result
     csv = _wanted_format(request, format) == "csv"
     if layout == "long":
+        refuse_if_per_bus(job, "layout", "query")
         wide = await _wide_layout(rt, jobs, job_id, tenant)
         stream = long_results.csv_stream if csv else long_results.parquet_stream
         name = f"{job_id}-long.{'csv' if csv else 'parquet'}"
@@ -435,6 +460,7 @@ async def summary(
     """`summary` lists every bus as POST /v1/studies' does, the worst row named by its 0-based position in the
     result (and the long layout's `row`); computed over the result a slice at a time, never whole."""
     job = await done_status(jobs, job_id, tenant, "the summary")
+    refuse_if_per_bus(job, "job_id", "path")
     if hours_per_row is None:
         hours_per_row = job["hours_per_row"]  # a time-series study's step; None for other jobs
     if hours_per_row is not None and job["voltage_band"] is None:

@@ -4,18 +4,23 @@ above the voltage limit at most `alpha` on every study row, with the risk-vs-siz
 
 from __future__ import annotations
 
-from typing import Annotated
+from types import SimpleNamespace
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from pydantic import Field, model_validator
 from starlette.responses import Response
 
+from models.hosting_capacity import passes
 from service.engine import hosting
+from service.engine.runtime import Runtime
 from service.http.auth import TenantDep, require_api_key
 from service.http.deps import RuntimeDep, problems
 from service.http.fast_json import OrjsonRoute
 from service.http.responses import json_response
-from service.http.schemas import Matrix, ModelVersion, OneContext, StrictInt
+from service.http.routers import batch_jobs
+from service.http.schemas import Matrix, ModelVersion, OneContext, StrictBool, StrictInt
+from service.jobs.jobspec import HOSTING_SOURCE, HostingJob
 
 router = APIRouter(prefix="/v1", tags=["planning"], route_class=OrjsonRoute, dependencies=[Depends(require_api_key)])
 
@@ -55,6 +60,13 @@ class HostingCapacityRequest(OneContext):
         description="largest size searched (default: 2x the base load)",
     )
     curve_points: StrictInt = Field(11, ge=2, le=101, description="points of each risk-vs-size curve")
+    as_job: StrictBool = Field(
+        False,
+        description="run it as a batch job, a group of candidate buses per chunk across every worker (work up to "
+        "GRIDPFN_JOB_MAX_ROWS model rows): answers 202 with the job; its result (GET /v1/batch-jobs/{id}/result) "
+        "a row per candidate bus: bus, bus_name, hosting_capacity_kw, at_max_kw, risk_without_pv, curve_kw, "
+        "curve_risk",
+    )
 
     @model_validator(mode="after")
     def _one_kind_of_rows(self) -> HostingCapacityRequest:
@@ -65,12 +77,20 @@ class HostingCapacityRequest(OneContext):
 
 @router.post(
     "/hosting-capacity",
-    responses=problems(401, 404, 413, 422, 503),
+    responses={
+        **problems(401, 404, 413, 422, 503),
+        202: {"description": "with `as_job`: the queued batch job's status, as POST /v1/batch-jobs answers"},
+    },
     summary="Largest PV per bus with P(a bus above the limit) <= alpha on every row",
 )
-async def hosting_capacity(rt: RuntimeDep, tenant: TenantDep, body: HostingCapacityRequest) -> Response:
+async def hosting_capacity(
+    rt: RuntimeDep, tenant: TenantDep, request: Request, body: HostingCapacityRequest
+) -> Response:
     """P(a bus above `upper_pu`) is bounded by the union over buses (never below the true joint risk), so the
-    capacity errs on the safe side. Voltage only: line and transformer loading are not checked."""
+    capacity errs on the safe side. Voltage only: line and transformer loading are not checked. With `as_job`:
+    202 and the batch job that runs it, a group of candidate buses per chunk."""
+    if body.as_job:
+        return await _submit_job(rt, request, body, tenant)
     answer = await hosting.study(rt, body, tenant)
     result = answer.result
     return json_response(
@@ -98,3 +118,39 @@ async def hosting_capacity(rt: RuntimeDep, tenant: TenantDep, body: HostingCapac
             },
         }
     )
+
+
+async def _submit_job(rt: Runtime, request: Request, body: HostingCapacityRequest, tenant: Any) -> Response:
+    """The study's rows and PV profile as a job's input, its candidates the job's rows: each chunk searches a
+    group of them over every load row (a chunk about GRIDPFN_JOB_CHUNK_ROWS model rows, at least one bus)."""
+    jobs = await batch_jobs.get_jobs(request)
+    prepared = await hosting.prepare(rt, body, tenant, job_max_rows=jobs.settings.job_max_rows)
+    study, net = prepared.spec, prepared.net
+    per_bus = len(study.loads) * passes(study)
+    about = HostingJob(
+        buses=tuple(prepared.buses),
+        bus_names=tuple(net.bus_name(b) for b in prepared.buses),
+        positions=tuple(int(j) for j in study.candidates),
+        upper_pu=study.upper_pu,
+        alpha=study.alpha,
+        max_mw=study.max_mw,
+        curve_points=study.curve_points,
+    )
+    options = SimpleNamespace(quantiles=(), voltage_band=None, with_ground_truth=False)
+
+    def build(job_id: str) -> Any:
+        jobs.prepare_hosting(job_id, study.loads, study.profile, net)
+        return jobs.spec_for(
+            job_id,
+            prepared.loaded,
+            prepared.ctx.id,
+            net,
+            options,
+            len(prepared.buses),
+            HOSTING_SOURCE,
+            tenant=tenant,
+            hosting=about,
+            chunk_rows=max(1, jobs.settings.job_chunk_rows // per_bus),
+        )
+
+    return await batch_jobs.submit_built(jobs, prepared.ctx, tenant, build)

@@ -291,31 +291,30 @@ async def study(rt: RuntimeDep, tenant: TenantDep, request: Request, body: Study
 
 async def _submit_job(rt: Runtime, request: Request, body: StudyRequest, tenant: Any, table: Any = None) -> Response:
     """The study's rows written as a batch job's input (a scenario-year at a time, each row labelled with its
-    scenario, year and timestamp) and the job queued for the workers; nothing left behind on an error."""
+    scenario, year and timestamp) and the job queued for the workers."""
     jobs = await batch_jobs.get_jobs(request)
     prepared = await studies.prepare(rt, body, tenant, table, max_rows=jobs.settings.job_max_rows)
-    job_id = batch_jobs.new_job_id()
-    try:
-        rows = await asyncio.to_thread(jobs.prepare_study, job_id, studies.checked_blocks(prepared), prepared.net)
-    except BaseException:
-        jobs.files(job_id).remove()
-        raise
     options = SimpleNamespace(
         quantiles=prepared.spec.quantiles, voltage_band=prepared.spec.band, with_ground_truth=False
     )
-    spec = jobs.spec_for(
-        job_id,
-        prepared.loaded,
-        prepared.ctx.id,
-        prepared.net,
-        options,
-        rows,
-        "study",
-        tenant=tenant,
-        labels=tuple(field.name for field in STUDY_LABELS),
-        hours_per_row=prepared.step_hours,
-    )
-    return await batch_jobs.queued(jobs, spec, prepared.ctx, tenant)
+
+    def build(job_id: str) -> Any:
+        rows = jobs.prepare_study(job_id, studies.checked_blocks(prepared), prepared.net)
+        labels = tuple(field.name for field in STUDY_LABELS)
+        return jobs.spec_for(
+            job_id,
+            prepared.loaded,
+            prepared.ctx.id,
+            prepared.net,
+            options,
+            rows,
+            "study",
+            tenant=tenant,
+            labels=labels,
+            hours_per_row=prepared.step_hours,
+        )
+
+    return await batch_jobs.submit_built(jobs, prepared.ctx, tenant, build)
 
 
 async def study_upload(request: Request) -> Response:

@@ -239,7 +239,7 @@ def worst_bus_histogram(path: Path, bins: int) -> dict[str, Any]:
 async def risk_histogram(
     jobs: batch_jobs.JobsDep, tenant: TenantDep, job_id: str = batch_jobs.JobId, bins: int = Query(20, ge=1, le=200)
 ) -> Response:
-    await batch_jobs.done_status(jobs, job_id, tenant, "the histogram")
+    batch_jobs.refuse_if_per_bus(await batch_jobs.done_status(jobs, job_id, tenant, "the histogram"), "job_id", "path")
     answer = await asyncio.to_thread(worst_bus_histogram, jobs.files(job_id).result, bins)
     if not answer["columns"]:
         raise InvalidInput(
