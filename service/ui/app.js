@@ -224,6 +224,8 @@ function topologyOf(desc, loads) {
     // names shown beside bus numbers only where they say more than a number (ieee33's are pandapower indices)
     named: [...busNames.values()].some((n) => n && !/^\d+$/.test(n)),
     feature_names: desc.features, output_names: desc.outputs,
+    // customer classes (an upload's load/sgen `profile` or `type`): name, load buses, base P consumed and produced
+    classes: desc.classes || [],
   };
 }
 
@@ -234,6 +236,7 @@ async function loadNetwork() {
   resetNominal();
   describeLoadVector();
   resetPv();
+  resetClasses();
 }
 
 // Bus numbers as short ranges: [2, 3, 4, 7] -> "2–4, 7" (at most `most` pieces, then "…").
@@ -260,6 +263,21 @@ function describeLoadVector() {
     `columns ${o[0]} … ${o[o.length - 1]} (as gridpfn simulate -o writes)`;
   $("batch-hint").textContent = `File: CSV (header row) or Parquet with the ${f.length} columns ${columns}. ` +
     "Uses the model, context, band and quantiles above.";
+  describeProfileTable();
+}
+
+// The profile table's columns as this network names them: its load buses' and its classes' (SimBench's
+// `<class>_pload` / `_qload` for a load class's P and Q apart).
+function describeProfileTable() {
+  const t = state.topo, first = t.load_buses[0], last = t.load_buses[t.load_buses.length - 1];
+  const perBus = first === last ? `load_bus${first}, pv_bus${first}` : `load_bus${first} … load_bus${last}, pv_bus${first} … pv_bus${last}`;
+  const names = t.classes.map((c) => c.name);
+  const shown = names.length > 6 ? `${names.slice(0, 6).join(", ")}, …` : names.join(", ");
+  const load = (t.classes.find((c) => c.consumption_p_mw) || t.classes[0] || {}).name;
+  const classes = names.length ? `; the classes' profiles ${shown} (a load class's P and Q apart: ${load}_pload, ${load}_qload)` : "";
+  $("series-hint").textContent = "CSV (header row) or Parquet: a time (or timestamp) column of step labels, then factors " +
+    `per step, each within −1 to 100: load, pv (the generation's and added PV's output share), ${perBus}${classes}. ` +
+    "Each load level becomes one row per step; columns the study does not use are listed, not read.";
 }
 
 function busLabel(bus) {
@@ -708,7 +726,10 @@ function jobRiskTable(box, a) {
   wrap.appendChild(table);
   box.appendChild(wrap);
   const named = a.summary.some((r) => r.bus_name && !/^\d+$/.test(r.bus_name));
-  const columns = riskColumns(a.extremes_of || [null, null], ["worst_row", "worst row (from 0)", String, 1], named);
+  // a study job also names its worst row by scenario (and time step); a time series' hours outside
+  const worst = [...(a.summary.some((r) => "worst_scenario" in r) ? [WORST_SCENARIO] : []),
+                 ...(a.summary.some((r) => given(r.worst_timestamp)) ? [WORST_TIME] : []), ["worst_row", "worst row (from 0)", String, 1]];
+  const columns = riskColumns(a.extremes_of || [null, null], worst, named, given(a.hours_per_row));
   const view = { key: "max_p_outside", dir: -1 };
   box.redrawRisk = () => riskTable(table, a.summary, columns, view, +$("risk-threshold").value / 100, box.redrawRisk);
   box.redrawRisk();
@@ -781,6 +802,48 @@ function pvRow(bus = null, kw = 250) {
 
 function resetPv() { $("pv-list").textContent = ""; }
 
+// One input per customer class of the network (hidden when it has none), in % of the class's base: the
+// scenario's class_scaling. Class names come from the uploader: only ever text and data attributes.
+function resetClasses() {
+  const list = $("class-list");
+  list.textContent = "";
+  const mw = (x) => `${x.toFixed(3)} MW`;
+  for (const c of state.topo.classes) {
+    const row = document.createElement("label");
+    row.className = "class-scale";
+    const name = document.createElement("span");
+    name.className = "class-name";
+    name.textContent = c.name;
+    name.title = c.name;
+    const input = document.createElement("input");
+    Object.assign(input, { type: "number", value: 100, min: 0, max: 10000, step: 5 });
+    input.dataset.class = c.name;
+    const n = c.load_buses.length;
+    const what = [c.consumption_p_mw ? `${mw(c.consumption_p_mw)} consumed` : "", c.generation_p_mw ? `${mw(c.generation_p_mw)} produced` : ""];
+    const base = document.createElement("span");
+    base.className = "note";
+    base.textContent = `% of ${what.filter(Boolean).join(", ") || "0 MW"} at ${n} load bus${n === 1 ? "" : "es"}`;
+    row.append(name, input, base);
+    list.appendChild(row);
+  }
+  $("class-box").hidden = !state.topo.classes.length;
+}
+
+// {class: factor} from the class inputs; null when the network has no classes.
+function classScaling() {
+  const inputs = [...$("class-list").querySelectorAll("input[data-class]")];
+  if (!inputs.length) return null;
+  const scaling = {};
+  for (const input of inputs) {
+    const value = parseFloat(input.value);
+    if (!Number.isFinite(value)) {
+      throw new Problem({ title: "Invalid class scaling", detail: `class “${input.dataset.class}”: give a share of its base in %, e.g. 130`, errors: [] });
+    }
+    scaling[input.dataset.class] = value / 100;
+  }
+  return scaling;
+}
+
 // "100, 140" -> [100, 140]: one study row (scenario) per load level, in % of the base consumption.
 function loadLevels(text) {
   const cells = text.split(/[,;\s]+/).filter(Boolean);
@@ -793,43 +856,89 @@ function loadLevels(text) {
   return levels;
 }
 
+// The study as JSON: one scenario per load level, with the PV added and the class factors.
+function studyBody() {
+  const levels = loadLevels($("study-load").value);
+  const der = [...document.querySelectorAll("#pv-list .pv")].map((row) => ({
+    bus: +row.querySelector(".pv-bus").value, kw: parseFloat(row.querySelector(".pv-kw").value) }));
+  const bad = der.findIndex((d) => !Number.isFinite(d.kw));
+  if (bad >= 0) throw new Problem({ title: "Invalid PV", detail: `PV ${bad + 1} (bus ${der[bad].bus}): give its size in kW`, errors: [] });
+  const kw = der.reduce((s, d) => s + d.kw, 0);
+  const pv = der.length ? ` + ${kw.toLocaleString("en")} kW PV` : "";
+  const scaling = classScaling();
+  const changed = Object.entries(scaling || {}).filter(([, f]) => f !== 1).map(([c, f]) => ` · ${c} ${+(100 * f).toFixed(2)} %`).join("");
+  const scenario = (l) => ({ name: `load ${l} %${pv}${changed}`.slice(0, 200), load_scale: l / 100, der,
+                             ...(scaling ? { class_scaling: scaling } : {}) });
+  return { model: $("model").value, context_id: state.context.id, voltage_band: band(), quantiles: [0.05, 0.95],
+           detail: "summary", scenarios: levels.map(scenario) };
+}
+
+// With a profile table: multipart, the study as the `spec` field (with step_hours) before the `file` part.
+function studyForm(body, file) {
+  const form = new FormData();
+  form.append("spec", JSON.stringify({ ...body, step_hours: parseFloat($("study-step").value) }));
+  form.append("file", file, file.name);
+  return form;
+}
+
 async function runStudy() {
   await guarded($("study-error"), $("study-btn"), async () => {
-    const levels = loadLevels($("study-load").value);
-    const der = [...document.querySelectorAll("#pv-list .pv")].map((row) => ({
-      bus: +row.querySelector(".pv-bus").value, kw: parseFloat(row.querySelector(".pv-kw").value) }));
-    const bad = der.findIndex((d) => !Number.isFinite(d.kw));
-    if (bad >= 0) throw new Problem({ title: "Invalid PV", detail: `PV ${bad + 1} (bus ${der[bad].bus}): give its size in kW`, errors: [] });
-    const kw = der.reduce((s, d) => s + d.kw, 0);
-    const pv = der.length ? ` + ${kw.toLocaleString("en")} kW PV` : "";
-    const body = { model: $("model").value, context_id: state.context.id, voltage_band: band(), quantiles: [0.05, 0.95],
-                   detail: "summary", scenarios: levels.map((l) => ({ name: `load ${l} %${pv}`, load_scale: l / 100, der })) };
-    const answer = await call("POST", "/v1/studies", body);
+    const body = studyBody();
+    if ($("study-job").checked) body.as_job = true;
+    const file = $("study-file").files[0];
+    $("study-queued").hidden = true;
+    const answer = await call("POST", "/v1/studies", file ? studyForm(body, file) : body);
+    if (body.as_job) return studyQueued(answer, file);
     state.study = { answer, key: "max_p_outside", dir: -1 };
     showStudy();
     $("study-card").scrollIntoView({ block: "nearest" });
   });
 }
 
+// A study run as a batch job (202): tracked in the batch jobs card, whose finished job shows the same table.
+function studyQueued(job, file) {
+  const name = `study: load ${loadLevels($("study-load").value).join(", ")} %${file ? ` × ${file.name}` : ""}`;
+  trackJob(job, name);
+  const note = $("study-queued");
+  note.textContent = `queued as batch job ${job.id.slice(0, 8)} (${job.rows_total.toLocaleString("en")} rows): ` +
+    "its progress and per-bus table are under Batch jobs";
+  note.dataset.jobId = job.id;
+  note.hidden = false;
+  $("batch").scrollIntoView({ block: "nearest" });
+}
+
+// Hours as shown: 3 significant digits, whole hours from 100 h up (a year has 8,760).
+function hours(x) {
+  if (!Number.isFinite(x)) return "–";
+  return Math.abs(x) >= 100 ? Math.round(x).toLocaleString("en") : sig(x, 3);
+}
+
 // A per-bus risk summary's columns (a study's, a batch job's: the same kernel, bus_summary.py): key, header,
 // how a value is shown, the first click's direction (-1: largest first). `levels`: the quantiles the extremes
-// are of; `worst`: the column naming where a bus's risk is largest; `named`: bus names say more than numbers.
-function riskColumns(levels, worst, named) {
+// are of; `worst`: the columns (keys worst_*) naming where a bus's risk is largest; `named`: bus names say more
+// than numbers; `timed`: a time series' expected hours outside the band (and their std) are shown.
+function riskColumns(levels, worst, named, timed = false) {
   const [lo, hi] = levels.map((q) => (Number.isFinite(q) ? `${+(100 * q).toFixed(1)} %` : "no"));  // no quantiles asked
   return [
     ["bus", "bus", String, 1],
     ...(named ? [["bus_name", "name", String, 1]] : []),
     ["max_p_outside", "max P(outside)", prob, -1],
     ["mean_p_outside", "mean P(outside)", prob, -1],
+    ...(timed ? [["hours_outside", "hours outside", hours, -1], ["hours_outside_std", "± std (h)", hours, -1]] : []),
     ["lowest_vm_pu", `lowest |V| (${lo} quantile)`, volt, 1],
     ["highest_vm_pu", `highest |V| (${hi} quantile)`, volt, -1],
-    worst,
+    ...worst,
   ];
 }
 
+const given = (v) => v !== null && v !== undefined;
+const WORST_SCENARIO = ["worst_scenario", "worst in", String, 1];
+const WORST_TIME = ["worst_timestamp", "worst time", String, 1];
+
 function studyColumns(a) {
-  return riskColumns([a.quantiles[0], a.quantiles[a.quantiles.length - 1]], ["worst_scenario", "worst in", String, 1],
-                     state.topo.named);
+  const timed = a.summary.some((r) => given(r.hours_outside));
+  return riskColumns([a.quantiles[0], a.quantiles[a.quantiles.length - 1]], [WORST_SCENARIO, ...(timed ? [WORST_TIME] : [])],
+                     state.topo.named, timed);
 }
 
 // A sortable per-bus table into `table` (the study's, a job's and hosting capacity's): sorted by `view.key`
@@ -880,11 +989,10 @@ function sortableTable(table, rows, columns, view, redraw, { ties = () => 0, row
 // A per-bus risk summary's table: ties by the largest risk, then the lowest voltage; rows whose largest
 // P(outside) exceeds `threshold` are at risk; a bus never at risk has no worst row (every row ties at 0).
 function riskTable(table, summary, columns, view, threshold, redraw) {
-  const worst = columns[columns.length - 1][0];
   sortableTable(table, summary, columns, view, redraw, {
     ties: (r, s) => s.max_p_outside - r.max_p_outside || r.lowest_vm_pu - s.lowest_vm_pu,
     rowClass: (r) => (r.max_p_outside > threshold ? "at-risk" : ""),
-    blank: (k, r) => k === worst && !r.max_p_outside,
+    blank: (k, r) => k.startsWith("worst_") && !r.max_p_outside,
   });
 }
 
@@ -898,10 +1006,26 @@ function showStudy() {
   const risky = a.summary.filter((r) => r.max_p_outside > threshold).length;
   const note = $("study-note");
   note.className = a.extrapolated_rows ? "warning" : "note";
+  const timed = a.summary.some((r) => given(r.hours_outside));
   note.textContent = `P(|V| outside ${a.voltage_band[0]}–${a.voltage_band[1]} p.u.) per bus over the study's rows; ` +
     `${risky} bus${risky === 1 ? "" : "es"} above ${pct(threshold)}.` +
+    (timed ? " Hours outside: the expected hours outside the band over the time series (each row its step's hours), " +
+      "in the scenario with the most; ± their std were the steps independent (a lower bound)." : "") +
     (a.extrapolated_rows ? ` ⚠ ${a.extrapolated_rows} of ${a.rows} rows lie outside the context's loads: intervals are wider there.` : "");
+  showStudyColumns(a);
   riskTable($("study-table"), a.summary, studyColumns(a), state.study, threshold, showStudy);
+}
+
+// What a profile table held that the study did not use: columns not read, profiles no class or PV took.
+function showStudyColumns(a) {
+  const box = $("study-columns");
+  const ignored = a.ignored_columns || [], unused = a.unused_profiles || [];
+  const list = (names) => (names.length > 12 ? `${names.slice(0, 12).join(", ")}, … (${names.length})` : names.join(", "));
+  box.textContent = [ignored.length ? `Columns not used (ignored): ${list(ignored)}.` : "",
+                     unused.length ? `Profiles no class or PV took: ${list(unused)}.` : ""].filter(Boolean).join(" ");
+  box.dataset.ignored = JSON.stringify(ignored);
+  box.dataset.unused = JSON.stringify(unused);
+  box.hidden = !box.textContent;
 }
 
 function downloadStudy() {
@@ -1039,6 +1163,7 @@ function init() {
   $("net-delete-no").addEventListener("click", () => { $("net-delete-confirm").hidden = true; });
   $("pv-add").addEventListener("click", () => { if (state.topo) pvRow(); });
   $("study-btn").addEventListener("click", runStudy);
+  $("study-file-clear").addEventListener("click", () => { $("study-file").value = ""; });
   $("study-download").addEventListener("click", downloadStudy);
   $("hc-btn").addEventListener("click", runHosting);
   $("bus-download").addEventListener("click", downloadAnswer);

@@ -494,11 +494,12 @@ def small_feeder_json() -> str:
 
 
 def record_requests(driver) -> None:
-    """From now on, window.__sent lists [url, JSON body] of every fetch the page makes."""
+    """From now on, window.__sent lists [url, JSON body] of every fetch the page makes (of a multipart body:
+    its `spec` field, the JSON a study sends beside a file)."""
     driver.execute_script(
         "window.__sent = []; const f = window.fetch;"
-        "window.fetch = (url, init) => { window.__sent.push([String(url), init && typeof init.body === 'string'"
-        " ? init.body : null]); return f.call(window, url, init); };"
+        "window.fetch = (url, init) => { const b = init && init.body; window.__sent.push([String(url),"
+        " typeof b === 'string' ? b : b instanceof FormData ? b.get('spec') : null]); return f.call(window, url, init); };"
     )
 
 
@@ -775,4 +776,186 @@ def test_study_table_cached_timings_and_rounded_numbers(ui_server, api, browser,
     by_id(driver, "hc-btn").click()
     error = wait(driver, lambda d: by_id(d, "hc-error").is_displayed() and by_id(d, "hc-error"), what="hosting error")
     assert "(422)" in error.text and "not load buses" in error.text, error.text
+    assert console_errors(driver) == []
+
+
+def classed_feeder_json() -> str:
+    """small_feeder_json's feeder as a SimBench-like net: its loads' `profile` names their customer class
+    (H0-A homes at buses 1, 2, 4, 6; G1-A shops at 3, 5), its PV's is PV5."""
+    import pandapower as pp
+
+    net = pp.from_json_string(small_feeder_json())
+    net.name = "classed feeder"
+    net.bus.loc[3, "name"] = "MV 3"
+    net.load["profile"] = ["H0-A", "H0-A", "G1-A", "H0-A", "G1-A", "H0-A"]
+    net.sgen["profile"] = ["PV5"]
+    return pp.to_json(net)
+
+
+# a day's four steps of SimBench-style profiles; WP4 (wind) is no class of the feeder: listed, not read
+PROFILE_CSV = (
+    "time,H0-A_pload,H0-A_qload,PV5,WP4\n"
+    "01.07.2026 06:00,0.5,0.5,0.1,0.3\n"
+    "01.07.2026 12:00,1.5,1.2,1.0,0.2\n"
+    "01.07.2026 18:00,4.0,3.0,0.2,0.6\n"
+    "01.07.2026 23:45,1.0,0.8,0.0,0.9\n"
+)
+
+
+def job_done(driver, job_id: str, buses: int):
+    """The page's box of a batch job once its per-bus table (of `buses` rows) is drawn."""
+    box = css(driver, f'.job[data-job-id="{job_id}"]')[0]
+    wait(driver, lambda d: box.get_attribute("data-summary-rows") == str(buses), 60, "the job's risk table")
+    return box
+
+
+def test_a_study_scales_customer_classes_over_an_uploaded_profile_table(ui_server, api, browser, tmp_path):
+    """Issue 31 item 1 on the page: a SimBench-like upload offers one factor per customer class (sent as the
+    scenario's class_scaling), a CSV profile table goes with the study as multipart (`spec`, then `file`), and
+    the per-bus table adds the expected hours outside the band and the worst time step; columns the study did
+    not read are named; the server's refusal names the field and the range."""
+    driver = browser
+    open_page(driver, ui_server)
+    console_errors(driver)
+    assert not by_id(driver, "class-box").is_displayed()  # ieee33: no classes
+    assert "load_bus2 … load_bus33" in by_id(driver, "series-hint").get_attribute("textContent")
+    path = tmp_path / "classed.json"
+    path.write_text(classed_feeder_json())
+    driver.execute_script("document.getElementById('net-manage').open = true")
+    by_id(driver, "net-file").send_keys(str(path))
+    by_id(driver, "net-upload-btn").click()
+    nid = wait(driver, lambda d: by_id(d, "net-info").get_attribute("data-uploaded"), 60, "network uploaded")
+    wait(driver, lambda d: by_id(d, "class-box").is_displayed(), what="class inputs shown")
+    described = api.get(f"/v1/networks/{nid}").json()["classes"]
+    inputs = css(driver, "#class-list input[data-class]")
+    assert [i.get_attribute("data-class") for i in inputs] == [c["name"] for c in described] == ["G1-A", "H0-A", "PV5"]
+    assert all(i.get_attribute("value") == "100" for i in inputs)
+    text = by_id(driver, "class-list").text
+    assert "1.200 MW consumed at 4 load buses" in text and "0.500 MW produced at 1 load bus" in text, text
+    hint = by_id(driver, "series-hint").get_attribute("textContent")
+    assert "load_bus1 … load_bus6" in hint and "G1-A_pload, G1-A_qload" in hint, hint
+
+    cid = simulate_context(driver, n=40, delta=0.1, seed=10)
+    set_value(driver, "band-low", "0.99")  # a narrow band: the evening peak leaves it at the far buses
+    set_value(driver, "band-high", "1.01")
+    set_value(driver, "study-load", "100")
+    driver.execute_script("document.querySelector('#class-list input[data-class=\"H0-A\"]').value = '130'")
+    csv = tmp_path / "profiles.csv"
+    csv.write_text(PROFILE_CSV)
+    driver.execute_script("document.getElementById('series-box').open = true")
+    by_id(driver, "study-file").send_keys(str(csv))
+    record_requests(driver)
+    by_id(driver, "study-btn").click()
+    wait(driver, lambda d: by_id(d, "study-table").get_attribute("data-rows") == "6", what="study table")
+    shot(driver, "study-classes-profile-table")
+    spec = sent_body(driver, "/v1/studies")
+    assert spec["scenarios"][0]["class_scaling"] == {"G1-A": 1.0, "H0-A": 1.3, "PV5": 1.0}
+    assert spec["step_hours"] == 0.25 and "time_series" not in spec and "as_job" not in spec
+    assert spec["context_id"] == cid and spec["voltage_band"] == [0.99, 1.01]
+    answer = api.post(
+        "/v1/studies", data={"spec": json.dumps(spec)}, files={"file": ("profiles.csv", PROFILE_CSV, "text/csv")}
+    ).json()
+    assert answer["rows"] == 4 and answer["ignored_columns"] == ["WP4"]
+    summary = {r["bus"]: r for r in answer["summary"]}
+    assert max(r["hours_outside"] for r in summary.values()) > 0.05  # some bus is out of band for a while
+    headers = [th.get_attribute("textContent") for th in css(driver, "#study-table th")]
+    assert headers[4:6] == ["hours outside", "± std (h)"] and headers[-2:] == ["worst in", "worst time"], headers
+    rows = cells(driver, "#study-table")
+    hours = [float(r["hours_outside"][1]) for r in rows]
+    assert sorted(int(r["bus"][0]) for r in rows) == [1, 2, 3, 4, 5, 6]
+    for r in rows:
+        want = summary[int(r["bus"][0])]
+        for key in ("max_p_outside", "hours_outside", "hours_outside_std"):
+            assert float(r[key][1]) == want[key], (key, r)  # the exact double kept
+        assert three_digits(r["hours_outside"][0], want["hours_outside"]), r
+        assert r["worst_timestamp"][0] == (want["worst_timestamp"] if want["max_p_outside"] else "–"), r
+    assert hours == sorted(hours, reverse=True)  # riskiest first: here the most hours outside too
+    columns = by_id(driver, "study-columns")
+    assert columns.is_displayed() and "WP4" in columns.text
+    assert json.loads(columns.get_attribute("data-ignored")) == ["WP4"]
+    # the classes moved the answer: the same table with every class at 100 % is another study
+    plain = {**spec, "scenarios": [{**spec["scenarios"][0], "class_scaling": None}]}
+    other = api.post(
+        "/v1/studies", data={"spec": json.dumps(plain)}, files={"file": ("profiles.csv", PROFILE_CSV, "text/csv")}
+    ).json()
+    assert [r["hours_outside"] for r in other["summary"]] != [summary[b]["hours_outside"] for b in sorted(summary)]
+
+    # a factor beyond the API's range: its refusal names the class's field and the range
+    driver.execute_script("document.querySelector('#class-list input[data-class=\"G1-A\"]').value = '20000'")
+    by_id(driver, "study-btn").click()
+    error = wait(driver, lambda d: by_id(d, "study-error").is_displayed() and by_id(d, "study-error"), what="refused")
+    assert "(422)" in error.text and "class_scaling" in error.text and "G1-A" in error.text, error.text
+    assert "100" in error.text, error.text
+
+    # back on a built-in: no classes to scale, nor sent
+    from selenium.webdriver.support.ui import Select
+
+    Select(by_id(driver, "network")).select_by_value("ieee33")
+    wait(driver, lambda d: not by_id(d, "class-box").is_displayed(), what="class inputs hidden")
+    assert not css(driver, "#class-list input")
+    assert api.delete(f"/v1/networks/{nid}").status_code == 204
+    assert console_errors(driver) == []
+
+
+def test_a_study_runs_as_a_batch_job_from_the_page(ui_server, api, browser, tmp_path):
+    """The "as batch job" box: the study is sent with as_job (as JSON, and in the multipart spec beside a profile table);
+    the page tracks the 202's job and shows GET /v1/batch-jobs/{id}/summary in the batch jobs' table, with the
+    worst scenario (and time step) and, for a time series, the hours outside the direct study answers."""
+    driver = browser
+    open_page(driver, ui_server)
+    console_errors(driver)
+    cid = simulate_context(driver, n=60, delta=0.1, seed=11)
+    set_value(driver, "study-load", "100, 160")
+    by_id(driver, "study-job").click()
+    record_requests(driver)
+    by_id(driver, "study-btn").click()
+    queued = wait(driver, lambda d: by_id(d, "study-queued").get_attribute("data-job-id"), what="study queued")
+    body = sent_body(driver, "/v1/studies")
+    assert body["as_job"] is True and [s["load_scale"] for s in body["scenarios"]] == [1.0, 1.6]
+    assert "class_scaling" not in body["scenarios"][0]  # ieee33 has no classes
+    box = job_done(driver, queued, 32)
+    assert box.get_attribute("data-state") == "done" and "2 / 2 rows" in box.text
+    status = api.get(f"/v1/batch-jobs/{queued}").json()
+    assert status["source"] == "study" and status["context_id"] == cid
+    summary = {r["bus"]: r for r in api.get(f"/v1/batch-jobs/{queued}/summary").json()["summary"]}
+    table = f'.job[data-job-id="{queued}"] table.job-risk'
+    headers = [th.get_attribute("textContent") for th in css(driver, f"{table} th")]
+    assert headers[-2:] == ["worst in", "worst row (from 0)"] and "hours outside" not in headers, headers
+    rows = cells(driver, table)
+    assert sorted(int(r["bus"][0]) for r in rows) == sorted(summary) and len(rows) == 32
+    for r in rows:
+        want = summary[int(r["bus"][0])]
+        assert float(r["max_p_outside"][1]) == want["max_p_outside"], r
+        assert r["worst_scenario"][0] == (want["worst_scenario"] if want["max_p_outside"] else "–"), r
+    assert {r["worst_scenario"][0] for r in rows} >= {"load 160 %"}
+
+    # with a profile table: the multipart spec carries as_job; the job's table shows the hours outside
+    csv = tmp_path / "day.csv"
+    csv.write_text("time,load,pv\n00:00,0.6,0\n06:00,0.9,0.2\n12:00,1.0,1.0\n18:00,1.3,0.1\n")
+    driver.execute_script("document.getElementById('series-box').open = true")
+    by_id(driver, "study-file").send_keys(str(csv))
+    set_value(driver, "study-step", "6")
+    driver.execute_script("document.getElementById('study-queued').removeAttribute('data-job-id')")
+    by_id(driver, "study-btn").click()
+    second = wait(driver, lambda d: by_id(d, "study-queued").get_attribute("data-job-id"), what="second job")
+    spec = sent_body(driver, "/v1/studies")
+    assert spec["as_job"] is True and spec["step_hours"] == 6
+    job_done(driver, second, 32)
+    shot(driver, "study-batch-job")
+    direct = api.post(
+        "/v1/studies",
+        data={"spec": json.dumps({**spec, "as_job": False})},
+        files={"file": ("day.csv", csv.read_bytes(), "text/csv")},
+    ).json()
+    want = {r["bus"]: r for r in direct["summary"]}
+    table = f'.job[data-job-id="{second}"] table.job-risk'
+    headers = [th.get_attribute("textContent") for th in css(driver, f"{table} th")]
+    assert "hours outside" in headers and headers[-3:] == ["worst in", "worst time", "worst row (from 0)"], headers
+    rows = cells(driver, table)
+    assert len(rows) == 32 and any(want[int(r["bus"][0])]["hours_outside"] > 0 for r in rows)
+    for r in rows:
+        expected = want[int(r["bus"][0])]
+        assert float(r["hours_outside"][1]) == pytest.approx(expected["hours_outside"], rel=1e-6, abs=1e-9), r
+        if expected["max_p_outside"] > 1e-6:
+            assert r["worst_timestamp"][0] == expected["worst_timestamp"], r
     assert console_errors(driver) == []
