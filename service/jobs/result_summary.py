@@ -1,6 +1,6 @@
 """A batch job's per-bus risk summary, read from its wide result a slice at a time and fed to the one
 summary kernel POST /v1/studies uses (service.engine.bus_summary), so both answer the same question the
-same way: per bus the largest and mean P(outside the band), the first row where it is largest, the
+same way: per bus the largest and mean P(outside the band), the row where it is largest, the
 expected hours outside (rows as a time series of `hours_per_row` each) and the extreme quantiles.
 
 Only the columns the summary needs are read (P(outside), the lowest and the highest quantile asked, the
