@@ -220,11 +220,12 @@ class OffContextGuard(Method):
         """`own` (the wrapped method's summary of these queries) widened where they lie beyond the context's
         reach. Apart from `summarize` so a caller that splits a big answer over threads widens it once, after
         the split: the few far rows' small calls are slow beside another thread's big forward pass."""
-        q = np.asarray(query_x, dtype=np.float64)
-        weight = ramp(extrapolation)
-        far = np.flatnonzero(weight > 0)
+        # the rows whose ramp is above 0 (a flat test first: most answers have none, and clip is slow on a few rows)
+        far = np.flatnonzero(np.asarray(extrapolation) > EXTRAPOLATION_THRESHOLD)
         if not far.size:
             return own
+        q = np.asarray(query_x, dtype=np.float64)
+        weight = ramp(extrapolation)
         probes = fitted.probes.get()
         if not probes.models:
             return own

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import Field
 
-from models.off_context import ContextGeometry, OffContextGuard, extrapolated, ramp
+from models.off_context import ContextGeometry, OffContextGuard, extrapolated
 from models.predictive import Method, Summary
 from service.engine.sparse import Metering
 
@@ -74,8 +74,9 @@ def placed_answer(
 
 
 def needs_widening(method: Method, placed: OffContext) -> bool:
-    """Whether a guarded method's answer has rows beyond the context's reach (`widened` changes it)."""
-    return isinstance(method, OffContextGuard) and bool(np.any(ramp(placed.extrapolation) > 0))
+    """Whether a guarded method's answer has rows beyond the context's reach (`widened` changes it): rows whose
+    `ramp` is above 0, which are exactly the `extrapolated` ones (extrapolation > EXTRAPOLATION_THRESHOLD)."""
+    return isinstance(method, OffContextGuard) and bool(placed.extrapolated.any())
 
 
 def widened(
@@ -106,6 +107,16 @@ class Statistics:
             on_the_wire(answer.std, voltage=False),
             tuple((repr(float(q)), on_the_wire(answer.quantiles[i], voltage=True)) for i, q in enumerate(levels)),
             None if answer.p_outside is None else on_the_wire(answer.p_outside, voltage=False),
+        )
+
+    def rows(self, start: int, stop: int) -> Statistics:
+        """Rows start:stop (views): one caller's part of a micro-batch's statistics, converted once per pass."""
+        p = self.p_outside_band
+        return Statistics(
+            self.mean[start:stop],
+            self.std[start:stop],
+            tuple((label, v[start:stop]) for label, v in self.quantiles),
+            None if p is None else p[start:stop],
         )
 
     def blocks(self) -> list[tuple[str, np.ndarray]]:

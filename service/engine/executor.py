@@ -26,7 +26,7 @@ import numpy as np
 
 from models.errors import InputValidationError
 from models.off_context import ContextGeometry
-from service.engine.answers import Answer, AnswerSpec, OffContext, placed_answer
+from service.engine.answers import Answer, AnswerSpec, OffContext, Statistics, placed_answer
 from service.engine.errors import InputRejected, QueueFull
 
 T = TypeVar("T")
@@ -63,13 +63,15 @@ class WorkerPool:
 
 @dataclass
 class BatchResult:
-    """One caller's rows of a shared forward pass."""
+    """One caller's rows of a shared forward pass; `statistics`: those rows in their wire dtypes (converted
+    once per pass, in the worker), None when the pass's answer is not finite (the caller refuses it)."""
 
     answer: Answer
     off_context: OffContext
     predict_s: float
     batch_rows: int
     batch_requests: int
+    statistics: Statistics | None = None
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,8 @@ def _compute(encoded: Encoded, items: list[tuple[np.ndarray, AnswerSpec, Any]]) 
     for spec, members in groups.items():
         queries = np.concatenate([items[i][0] for i in members], axis=0)
         shared, placed = placed_answer(encoded.method, encoded.value, encoded.geometry, queries, spec)
-        shared.all_finite()  # here, once per pass, not per caller on the event loop
+        # here, once per pass, not per caller on the event loop: the finiteness check and the wire dtypes
+        statistics = Statistics.of(shared, spec.quantiles) if shared.all_finite() else None
         start = 0
         for i in members:
             stop = start + items[i][0].shape[0]
@@ -112,6 +115,7 @@ def _compute(encoded: Encoded, items: list[tuple[np.ndarray, AnswerSpec, Any]]) 
                 0.0,
                 batch_rows,
                 len(items),
+                None if statistics is None else statistics.rows(start, stop),
             )
             start = stop
     elapsed = time.perf_counter() - t0

@@ -99,7 +99,12 @@ def _statistics(answer: Answer, levels: tuple[float, ...], what: str) -> Statist
     return Statistics.of(answer, levels)
 
 
+_PLAIN = AnswerSpec()  # mean and std only: most requests (one object, and one micro-batch group, for all of them)
+
+
 def _spec(req: Any) -> AnswerSpec:
+    if not req.quantiles and req.voltage_band is None:
+        return _PLAIN
     band = tuple(req.voltage_band) if req.voltage_band is not None else None
     return AnswerSpec(tuple(float(q) for q in req.quantiles), band)
 
@@ -148,11 +153,13 @@ async def predict(rt: Runtime, req: Any, tenant: Tenant) -> PredictAnswer:
         key = (loaded.name, loaded.version, net.name, ctx.id)
         result = await rt.executor.batched(key, Encoded(loaded.method, encoded.value, geometry), queries, spec)
         answer, placed, predict_s, batch_rows = result.answer, result.off_context, result.predict_s, result.batch_rows
+        statistics = result.statistics  # converted once per pass in the worker; None when not finite
     else:
         answer, placed, predict_s = await _direct_split(rt, loaded.method, encoded.value, geometry, queries, spec)
-        batch_rows = queries.shape[0]
+        batch_rows, statistics = queries.shape[0], None
     rt.metrics.inference_time(loaded.name, "predict").observe(predict_s)
-    statistics = _statistics(answer, spec.quantiles, f"model {loaded.name}")
+    if statistics is None:
+        statistics = _statistics(answer, spec.quantiles, f"model {loaded.name}")
     gp, gp_timing = None, None
     if req.compare_gp:
         gp, gp_timing = await _gp_answer(rt, ctx, queries, AnswerSpec(), "compare_gp")

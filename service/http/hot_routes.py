@@ -20,7 +20,6 @@ from types import SimpleNamespace
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -31,6 +30,7 @@ from service.engine.errors import EngineError
 from service.engine.tenants import Tenant
 from service.http import arrow_request
 from service.http.auth import check_authorization_header
+from service.http.middleware import READ_BODY
 from service.http.problems import ProblemError, problem_of, problem_response, unexpected_response, validation_problem
 from service.http.responses import answer_response
 from service.http.schemas import GPPredictRequest, PredictRequest
@@ -52,6 +52,20 @@ def _json_or_absent(content_type: str | None) -> bool:
     return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
 
+def _headers(scope: Scope) -> tuple[str | None, str | None, str | None]:
+    """The request's Content-Type, Authorization and Accept, in one pass over its headers: each the first of
+    its name, as Starlette's `Headers.get` gives it (ASGI header names are lower case)."""
+    content_type = authorization = accept = None
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            content_type = value.decode("latin-1") if content_type is None else content_type
+        elif name == b"authorization":
+            authorization = value.decode("latin-1") if authorization is None else authorization
+        elif name == b"accept":
+            accept = value.decode("latin-1") if accept is None else accept
+    return content_type, authorization, accept
+
+
 class HotRoutes:
     """ASGI middleware: the ROUTES table is answered here, everything else passes through."""
 
@@ -65,14 +79,14 @@ class HotRoutes:
         if scope["type"] != "http" or key not in ROUTES:
             await self.app(scope, receive, send)
             return
-        content_type = Headers(scope=scope).get("content-type")
+        content_type, authorization, accept = _headers(scope)
         arrow = arrow_request.is_arrow(content_type)
         if not (arrow or (self.json and _json_or_absent(content_type))):
             await self.app(scope, receive, send)  # other content types get FastAPI's own answer
             return
         scope["route"] = self.route_of[key]
         try:
-            response = await self._answer(key, Request(scope, receive), arrow)
+            response = await self._answer(key, scope, receive, arrow, authorization, accept)
         except ProblemError as problem:
             response = problem_response(problem)
         except EngineError as refused:
@@ -81,17 +95,26 @@ class HotRoutes:
             response = unexpected_response(key[0], key[1], exc)
         await response(scope, receive, send)
 
-    async def _answer(self, key: tuple[str, str], http: Request, arrow: bool) -> Response:
+    async def _answer(
+        self,
+        key: tuple[str, str],
+        scope: Scope,
+        receive: Receive,
+        arrow: bool,
+        authorization: str | None,
+        accept: str | None,
+    ) -> Response:
         runtime = self.fastapi_app.state.runtime
-        tenant = check_authorization_header(
-            http.headers.get("authorization"), runtime.settings.api_keys, runtime.settings.admin_api_key
-        )
+        tenant = check_authorization_header(authorization, runtime.settings.api_keys, runtime.settings.admin_api_key)
         schema, flow = ROUTES[key]
+        body = scope.get(READ_BODY)  # read by the body limit (service.http.middleware), else read here
+        if body is None:
+            body = await Request(scope, receive).body()
         if arrow:
-            request = arrow_request.parse(schema, await http.body(), runtime.settings.max_queries)
+            request = arrow_request.parse(schema, body, runtime.settings.max_queries)
         else:
             try:
-                request = schema.model_validate_json(await http.body())
+                request = schema.model_validate_json(body)
             except ValidationError as exc:
                 raise validation_problem(exc.errors(include_url=False), "body") from None
-        return answer_response(await flow(runtime, request, tenant), http.headers.get("accept"))
+        return answer_response(await flow(runtime, request, tenant), accept)

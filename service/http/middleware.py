@@ -18,6 +18,9 @@ from service.metrics import Metrics
 
 log = logging.getLogger(__name__)
 CLIENT_CLOSED = 499  # the metrics' status of a request whose client went away before its answer (nginx's code)
+# The scope key under which BodyLimitMiddleware leaves the body it read (within the limit) for the hot routes
+# (service.http.hot_routes), which then take it from there instead of reading it again through Starlette.
+READ_BODY = "gridpfn.body"
 
 
 class HTTPMetricsMiddleware:
@@ -152,6 +155,7 @@ class BodyLimitMiddleware:
             if not message.get("more_body", False):
                 break
         body, replayed = b"".join(chunks), False
+        scope[READ_BODY] = body
 
         async def replay() -> Message:
             nonlocal replayed

@@ -57,12 +57,15 @@ def timing_json(timing: Timing) -> dict[str, Any]:
     return out
 
 
-def _about(answer: QueryAnswer) -> dict[str, Any]:
-    """Who answered, for what: the JSON answer's first fields (a model's answer names its version)."""
+def _about(answer: QueryAnswer, outputs: Any = None) -> dict[str, Any]:
+    """Who answered, for what: the JSON answer's first fields (a model's answer names its version); `outputs`:
+    the outputs' names as the caller writes them (default: a list)."""
     about: dict[str, Any] = {"model": answer.model}
     if isinstance(answer, PredictAnswer):
         about["version"] = answer.version
-    about.update(network=answer.network, context_id=answer.context_id, outputs=list(answer.outputs))
+    about["network"] = answer.network
+    about["context_id"] = answer.context_id
+    about["outputs"] = list(answer.outputs) if outputs is None else outputs
     return about
 
 
@@ -71,21 +74,48 @@ def _metering(answer: PredictAnswer) -> dict[str, Any]:
     return {} if answer.metering is None else answer.metering.json()
 
 
+# Parts of the JSON answer that are the same in every answer on a context set (its outputs' names, its
+# metering) go in already written (orjson.Fragment: the same bytes, written once); plain values where this
+# orjson has no Fragment.
+_FRAGMENT: Any = getattr(orjson, "Fragment", None)
+_NAMES_KEPT = 64
+_names_written: dict[tuple[str, ...], Any] = {}  # outputs -> their JSON array (the event loop's only)
+
+
+def _names(outputs: tuple[str, ...]) -> Any:
+    if _FRAGMENT is None:
+        return list(outputs)
+    written = _names_written.get(outputs)
+    if written is None:
+        if len(_names_written) >= _NAMES_KEPT:
+            _names_written.clear()
+        written = _names_written[outputs] = _FRAGMENT(orjson.dumps(outputs))
+    return written
+
+
+def _metering_written(answer: PredictAnswer) -> dict[str, Any]:
+    """`_metering`, its values written once per context set (sparse.Metering.json_bytes)."""
+    if answer.metering is None:
+        return {}
+    if _FRAGMENT is None:
+        return answer.metering.json()
+    return {name: _FRAGMENT(written) for name, written in answer.metering.json_bytes.items()}
+
+
 def json_body(answer: QueryAnswer) -> dict[str, Any]:
-    """The JSON answer (schemas.PredictResponse), its arrays still numpy for orjson."""
-    stats = answer.statistics
-    body = _about(answer)
-    body.update(
-        mean=stats.mean,
-        std=stats.std,
-        quantiles=dict(stats.quantiles),
-        p_outside_band=stats.p_outside_band,
-        extrapolation=answer.off_context.extrapolation,
-        extrapolated=answer.off_context.extrapolated,
-    )
+    """The JSON answer (schemas.PredictResponse), its arrays still numpy for orjson: `_about`'s fields, the
+    statistics, the off-context measure, then (a model's answer) `gp` and the metering, then `timing`."""
+    stats, placed = answer.statistics, answer.off_context
+    body = _about(answer, _names(answer.outputs))
+    body["mean"] = stats.mean
+    body["std"] = stats.std
+    body["quantiles"] = dict(stats.quantiles)
+    body["p_outside_band"] = stats.p_outside_band
+    body["extrapolation"] = placed.extrapolation
+    body["extrapolated"] = placed.extrapolated
     if isinstance(answer, PredictAnswer):
         body["gp"] = None if answer.gp is None else {"mean": answer.gp.mean, "std": answer.gp.std}
-        body.update(_metering(answer))
+        body.update(_metering_written(answer))
     body["timing"] = timing_json(answer.timing)
     return body
 
