@@ -1,7 +1,12 @@
-"""Shared fixtures: a real Redis server for the tests that need one.
+"""Shared fixtures: a real Redis server for the tests that need one, and the session's tiny checkpoint,
+in-process servers and scenarios (the helpers they use are in tests/service/conftest.py).
 
-Uses the server at REDIS_URL when set; otherwise starts a throwaway `redis-server` on a
+Uses the Redis server at REDIS_URL when set; otherwise starts a throwaway `redis-server` on a
 free port and stops it afterwards. No redis-server binary is a failure, not a skip.
+
+The session fixtures are defined here, once for every directory: a fixture defined in a directory's
+conftest (or imported into one) is another fixture with a cache of its own, and each instance of a server
+starts its own upload sandbox and GP worker processes (seconds of imports each).
 """
 
 from __future__ import annotations
@@ -71,3 +76,38 @@ def redis_url():
         return
     with throwaway_redis() as (_, url):
         yield url
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory):
+    from models.testing import build_tiny_registry
+
+    return build_tiny_registry(tmp_path_factory.mktemp("registry"))
+
+
+@pytest.fixture(scope="session")
+def memory_server(model_dir):
+    from service.settings import Settings
+    from tests.service.conftest import LIMITS, running
+
+    with running(Settings(model_dir=model_dir, redis_url=None, **LIMITS)) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def redis_server(model_dir, redis_url):
+    from service.settings import Settings
+    from tests.service.conftest import LIMITS, running
+
+    with running(Settings(model_dir=model_dir, redis_url=redis_url, **LIMITS)) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def scenarios():
+    """Real power-flow scenarios: (x (200, 64), vm_pu (200, 32))."""
+    import gridsim
+
+    result = gridsim.simulate(200, 0.1, 123)
+    assert result.converged.all()
+    return result.x, result.vm_pu

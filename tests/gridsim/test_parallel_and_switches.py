@@ -20,7 +20,7 @@ import gridsim
 from gridsim import feeders
 from gridsim.batched import solve_batched
 from gridsim.feeders import NetworkError
-from tests.service.conftest import LIMITS, assert_problem, running
+from tests.service.conftest import assert_problem
 
 AGREEMENT_PU = 1e-6
 SIMBENCH = ("1-MV-rural--0-sw", "1-LV-rural1--0-sw", "1-LV-semiurb4--0-sw")
@@ -285,27 +285,17 @@ def test_simbench_mv_rural_reads_as_pandapower_json():
     assert max_gap_to_pandapower(simbench_net("1-MV-rural--0-sw"), network, scenarios=2) <= AGREEMENT_PU
 
 
-@pytest.fixture(scope="module")
-def upload_server(tmp_path_factory):
-    """The service in this process (tests/service/conftest.running), the uploads read in its sandbox."""
-    from models.testing import build_tiny_registry
-    from service.settings import Settings
-
-    model_dir = build_tiny_registry(tmp_path_factory.mktemp("registry"))
-    with running(Settings(model_dir=model_dir, redis_url=None, **LIMITS)) as server:
-        yield server
-
-
-def test_simbench_mv_rural_uploads_through_the_service(upload_server):
+def test_simbench_mv_rural_uploads_through_the_service(memory_server):
     """POST /v1/networks: the MV grid as pandapower JSON (two parallel transformers, six open switches) is
-    accepted; the same grid with every switch closed is meshed as operated: 422 naming the loop."""
+    accepted; the same grid with every switch closed is meshed as operated: 422 naming the loop. The session's
+    embedded-store server in this process (tests/conftest.py), the uploads read in its sandbox."""
     meshed = json.loads(simbench_upload_json("1-MV-rural--0-sw"))
     switch = json.loads(meshed["_object"]["switch"]["_object"])
     closed = switch["columns"].index("closed")
     for row in switch["data"]:
         row[closed] = True
     meshed["_object"]["switch"]["_object"] = json.dumps(switch)
-    with httpx.Client(base_url=upload_server.url, timeout=120) as client:
+    with httpx.Client(base_url=memory_server.url, timeout=120) as client:
         made = client.post(
             "/v1/networks",
             content=simbench_upload_json("1-MV-rural--0-sw"),

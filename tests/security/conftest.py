@@ -20,14 +20,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.service.conftest import (  # noqa: F401 (fixtures, re-exported)
+from tests.service.conftest import (  # noqa: F401 (re-exported)
     MODEL,
     PROBLEM,
     assert_problem,
     free_port,
-    model_dir,
     rows,
-    scenarios,
     serve_argv,
     wait_ready,
 )
@@ -44,6 +42,10 @@ SECURITY_ENV = dict(
     GRIDPFN_GP_MAX_CONTEXT="60",
     GRIDPFN_GP_MAX_ITER="5",
 )
+# Jobs in 50-row chunks with a pause after each, so that a 600-row job stays active for 6 s: test_isolation
+# meets one in flight after a test of ~3 s (with 0.25 s pauses the job often ended first on a busy 2-core host).
+# The hostile corpus's own jobs are refused before any runs.
+JOB_ENV = dict(GRIDPFN_JOB_CHUNK_ROWS="50", GRIDPFN_JOB_CHUNK_PAUSE_S="0.5")
 HEALTHZ_BUDGET_S = 0.100  # the issue's bound on /healthz while a hostile request runs
 RSS_BUDGET_BYTES = 200 * 1024 * 1024
 
@@ -69,7 +71,7 @@ class ServerProcess:
 
 
 @contextmanager
-def serve_process(model_dir: Path, workdir: Path, **env_extra: str):  # noqa: F811 (a parameter, not the fixture)
+def serve_process(model_dir: Path, workdir: Path, **env_extra: str):
     """`gridpfn serve` in its own process, cwd = workdir (so a file a payload writes lands where we look)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "GRIDPFN_REDIS_URL"}  # the embedded store unless given
@@ -96,9 +98,11 @@ def serve_process(model_dir: Path, workdir: Path, **env_extra: str):  # noqa: F8
 
 
 @pytest.fixture(scope="session")
-def hostile_server(model_dir, tmp_path_factory):  # noqa: F811 (the imported fixture, requested)
-    """One server process for the whole hostile corpus (keys A and B, an admin key, small limits)."""
-    with serve_process(model_dir, tmp_path_factory.mktemp("server-cwd")) as server:
+def hostile_server(model_dir, tmp_path_factory):
+    """One server process for the whole hostile corpus and test_isolation's embedded-store run (keys A and B,
+    an admin key, small limits, JOB_ENV); its jobs directory is `workdir / "jobs"`, not the default in /tmp."""
+    workdir = tmp_path_factory.mktemp("server-cwd")
+    with serve_process(model_dir, workdir, GRIDPFN_JOBS_DIR=str(workdir / "jobs"), **JOB_ENV) as server:
         yield server
 
 

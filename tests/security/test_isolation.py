@@ -29,13 +29,13 @@ import redis
 import gridsim
 from service.engine.context_sets import context_id
 from tests.gridsim.feeder_cases import small_feeder
-from tests.security.conftest import ADMIN_KEY, KEY_A, KEY_B, assert_refused, serve_process
+from tests.security.conftest import ADMIN_KEY, JOB_ENV, KEY_A, KEY_B, assert_refused, serve_process
 from tests.service.batch_support import WorkerProcess, worker_env
-from tests.service.conftest import MODEL, assert_problem, memory_server  # noqa: F401 (keys-off server fixture)
+from tests.service.conftest import MODEL, assert_problem
 
 SPEC = {"network": "ieee33", "delta": 0.1, "n": 40, "seed": 11}
 NET = gridsim.network("ieee33")
-JOB_ROWS, CHUNK_ROWS, CHUNK_PAUSE_S = 600, 50, "0.25"  # a job that stays active for a few seconds
+JOB_ROWS = 600  # in JOB_ENV's chunks: a job that stays active for 6 s
 ACTIVE = ("queued", "running")
 
 
@@ -47,27 +47,26 @@ def feeder_json() -> str:
 @pytest.fixture(scope="module", params=["memory", "redis"])
 def stack(request, model_dir, tmp_path_factory):
     """(server, jobs dir, redis client or None). The Redis run also answers predicts in FastAPI's routers
-    (GRIDPFN_HOT_ROUTES=false), the embedded run in the lean hot-route layer: both paths are covered."""
-    workdir = tmp_path_factory.mktemp(f"isolation-{request.param}")
+    (GRIDPFN_HOT_ROUTES=false), the embedded run in the lean hot-route layer: both paths are covered. The
+    embedded run is the hostile corpus's server (tests/security/conftest.py: the same keys, limits and job
+    settings; a server process of its own took tens of seconds to start, its sandbox and GP processes more)."""
+    if request.param == "memory":
+        server = request.getfixturevalue("hostile_server")
+        yield server, server.workdir / "jobs", None
+        return
+    workdir = tmp_path_factory.mktemp("isolation-redis")
     jobs_dir = workdir / "jobs"
-    job_env = {
-        "GRIDPFN_JOBS_DIR": str(jobs_dir),
-        "GRIDPFN_JOB_CHUNK_ROWS": str(CHUNK_ROWS),
-        "GRIDPFN_JOB_CHUNK_PAUSE_S": CHUNK_PAUSE_S,
-    }
+    job_env = {"GRIDPFN_JOBS_DIR": str(jobs_dir), **JOB_ENV}
+    url = request.getfixturevalue("redis_url")
+    queue = f"isolation-{uuid.uuid4().hex[:8]}"
     with ExitStack() as stack:
-        store = None
-        if request.param == "redis":
-            url = request.getfixturevalue("redis_url")
-            queue = f"isolation-{uuid.uuid4().hex[:8]}"
-            worker = WorkerProcess(workdir / "worker.log", worker_env(url, model_dir, jobs_dir, queue, **job_env))
-            stack.callback(worker.stop)
-            job_env.update(GRIDPFN_REDIS_URL=url, GRIDPFN_JOB_QUEUE=queue, GRIDPFN_HOT_ROUTES="false")
-            store = redis.Redis.from_url(url)
-            stack.callback(store.close)
+        worker = WorkerProcess(workdir / "worker.log", worker_env(url, model_dir, jobs_dir, queue, **job_env))
+        stack.callback(worker.stop)
+        job_env.update(GRIDPFN_REDIS_URL=url, GRIDPFN_JOB_QUEUE=queue, GRIDPFN_HOT_ROUTES="false")
+        store = redis.Redis.from_url(url)
+        stack.callback(store.close)
         server = stack.enter_context(serve_process(model_dir, workdir, **job_env))
-        if store is not None:
-            worker.wait_ready()
+        worker.wait_ready()
         yield server, jobs_dir, store
 
 
@@ -342,7 +341,7 @@ def test_keys_are_never_stored(stack, owned):
     assert not [b for b in blobs if any(s in b for s in secrets_)]
 
 
-def test_without_keys_ids_are_the_content_ids(memory_server, feeder_json):  # noqa: F811 (the imported fixture)
+def test_without_keys_ids_are_the_content_ids(memory_server, feeder_json):
     """Keys off (the local default): one shared space, ids as before tenants."""
     from service.engine.networks import snapshot_upload
 

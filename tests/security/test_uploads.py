@@ -257,21 +257,68 @@ def test_a_table_declaring_a_million_rows_is_refused_by_its_size(hostile_server,
     assert json.loads(text)["status"] == code
 
 
-def test_a_compressed_mat_bomb_is_stopped_by_the_sandbox(hostile_server, tmp_path):
-    """A .mat file whose zlib-compressed matrix decompresses to ~2 GB: the reader process hits its memory
-    cap (413/422), the server does not grow."""
+def _mpc(bus_rows: int) -> dict:
     import numpy as np
+
+    return {"version": "2", "baseMVA": 10.0, "bus": np.zeros((bus_rows, 13)), "gen": np.zeros((1, 10)),
+            "branch": np.zeros((1, 13))}  # fmt: skip
+
+
+def _savemat(mpc: dict) -> bytes:
+    import io
+
     import scipy.io
 
-    path = tmp_path / "bomb.mat"
-    bus = np.zeros((16_000_000, 13))  # 1.6 GB of zeros, a few MB compressed
-    scipy.io.savemat(
-        path,
-        {"mpc": {"version": "2", "baseMVA": 10.0, "bus": bus, "gen": np.zeros((1, 10)), "branch": np.zeros((1, 13))}},
-        do_compression=True,
-    )
-    del bus
-    data = path.read_bytes()
+    sink = io.BytesIO()
+    scipy.io.savemat(sink, {"mpc": mpc}, do_compression=True)
+    return sink.getvalue()
+
+
+def _mat_bomb(bus_rows: int, block_bytes: int = 16 << 20) -> bytes:
+    """The file `scipy.io.savemat(..., do_compression=True)` writes for `_mpc(bus_rows)`, built in ~0.1 s: savemat
+    itself spends ~15 s of a busy 2-core host materialising and deflating 16e6 rows (1.6 GB) of zeros. savemat
+    writes the struct with 7 bus rows; its compressed element is unpacked, the bus matrix's sizes and dimensions
+    set to `bus_rows`, and it is deflated again with its zeros as one deflated `block_bytes` block repeated (past
+    a full flush a deflate stream refers back to nothing, so each such block deflates to the same bytes); the
+    zlib checksum steps over the zeros arithmetically (a zero byte leaves Adler-32's `a` and adds `a` to `b`)."""
+    import struct
+    import zlib
+
+    small = 7
+    template = _savemat(_mpc(small))
+    header, (kind, _) = template[:128], struct.unpack("<II", template[128:136])
+    assert kind == 15  # miCOMPRESSED: the whole variable, zlib-compressed
+    element = bytearray(zlib.decompress(template[136:]))
+    grow = (bus_rows - small) * 13 * 8
+    dims = element.index(struct.pack("<4i", 5, 8, small, 13))  # miINT32, 8 bytes: (7, 13), the bus matrix's
+    # the struct's miMATRIX (at 0), the bus field's miMATRIX (before its array flags), its miDOUBLE data (after its name)
+    for at, expected_kind in ((0, 14), (dims - 24, 14), (dims + 24, 9)):
+        found_kind, size = struct.unpack_from("<II", element, at)
+        assert found_kind == expected_kind, (at, found_kind)
+        struct.pack_into("<II", element, at, found_kind, size + grow)
+    struct.pack_into("<2i", element, dims + 8, bus_rows, 13)
+    start = dims + 32
+    prefix, suffix, zeros = bytes(element[:start]), bytes(element[start + small * 13 * 8 :]), bus_rows * 13 * 8
+    deflate, block = zlib.compressobj(9, zlib.DEFLATED, -15), bytes(block_bytes)
+    parts = [deflate.compress(prefix), deflate.flush(zlib.Z_FULL_FLUSH)]
+    repeated = deflate.compress(block) + deflate.flush(zlib.Z_FULL_FLUSH)
+    blocks, rest = divmod(zeros, len(block))
+    parts += [repeated * blocks, deflate.compress(bytes(rest)), deflate.compress(suffix), deflate.flush()]
+    adler = zlib.adler32(prefix)
+    a, b = adler & 0xFFFF, adler >> 16
+    adler = zlib.adler32(suffix, ((b + zeros * a) % 65521) << 16 | a)
+    stream = b"\x78\x9c" + b"".join(parts) + struct.pack(">I", adler)
+    return header + struct.pack("<II", kind, len(stream)) + stream
+
+
+def test_a_compressed_mat_bomb_is_stopped_by_the_sandbox(hostile_server):
+    """A .mat file whose zlib-compressed matrix decompresses to ~2 GB: the reader process hits its memory
+    cap (413/422), the server does not grow."""
+    import zlib
+
+    small = _mat_bomb(1000, block_bytes=4096)  # every step of the construction (25 repeated blocks and a rest) ...
+    assert zlib.decompress(small[136:]) == zlib.decompress(_savemat(_mpc(1000))[136:])  # ... gives savemat's bytes
+    data = _mat_bomb(16_000_000)  # 1.6 GB of zeros, a few MB compressed
     assert len(data) < 4_000_000
     with watched(hostile_server) as watch:
         with hostile_server.client(KEY_A, timeout=120) as client:

@@ -1,4 +1,7 @@
-"""Service fixtures: real uvicorn servers on free loopback ports, a tiny real checkpoint, real Redis."""
+"""Service fixtures: real uvicorn servers on free loopback ports, a tiny real checkpoint, real Redis.
+
+The session-wide ones (model_dir, memory_server, redis_server, scenarios) are in tests/conftest.py, so that
+tests/security and tests/gridsim share the one instance of each with the tests here; the helpers are here."""
 
 from __future__ import annotations
 
@@ -15,7 +18,6 @@ import numpy as np
 import pytest
 import uvicorn
 
-from models.testing import build_tiny_registry
 from service.http.app import create_app
 from service.http.protocol import CoalescingHttpToolsProtocol
 from service.settings import Settings
@@ -107,23 +109,6 @@ def running(settings: Settings):
         server.stop()
 
 
-@pytest.fixture(scope="session")
-def model_dir(tmp_path_factory) -> Path:
-    return build_tiny_registry(tmp_path_factory.mktemp("registry"))
-
-
-@pytest.fixture(scope="session")
-def memory_server(model_dir):
-    with running(Settings(model_dir=model_dir, redis_url=None, **LIMITS)) as server:
-        yield server
-
-
-@pytest.fixture(scope="session")
-def redis_server(model_dir, redis_url):
-    with running(Settings(model_dir=model_dir, redis_url=redis_url, **LIMITS)) as server:
-        yield server
-
-
 @pytest.fixture(params=["memory", "redis"])
 def server(request):
     """Each main-flow test runs against the embedded store and against real Redis."""
@@ -134,16 +119,6 @@ def server(request):
 def client(server):
     with httpx.Client(base_url=server.url, timeout=60) as c:
         yield c
-
-
-@pytest.fixture(scope="session")
-def scenarios():
-    """Real power-flow scenarios: (x (200, 64), vm_pu (200, 32))."""
-    import gridsim
-
-    result = gridsim.simulate(200, 0.1, 123)
-    assert result.converged.all()
-    return result.x, result.vm_pu
 
 
 def metric(client: httpx.Client, name: str, **labels: str) -> float:

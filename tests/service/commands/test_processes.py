@@ -10,6 +10,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import numpy as np
@@ -74,25 +75,35 @@ def two_processes(model_dir, redis_url, **env_extra: str):
         assert proc.wait(timeout=30) == 0
 
 
-def test_two_processes_answer_on_one_port_with_shared_context_sets(model_dir, redis_url, scenarios):
+@pytest.fixture(scope="module")
+def served(model_dir, redis_url):
+    """One `gridpfn serve --processes 2` for the two tests below: each start costs three interpreters that import
+    torch and load the models (tens of seconds on a shared 2-core host). A process that exits within 2 s of its
+    start counts as failing to start, so the restart test's killed process is replaced, not the server stopped."""
+    with two_processes(model_dir, redis_url, GRIDPFN_STARTUP_GRACE_S="2") as (proc, url):
+        yield SimpleNamespace(proc=proc, url=url, healthz=0)  # healthz: the GET /healthz requests the tests sent
+
+
+def test_two_processes_answer_on_one_port_with_shared_context_sets(served, scenarios):
     x, y = scenarios
-    with two_processes(model_dir, redis_url) as (proc, url):
-        assert len(_children(proc.pid)) >= 2  # the two server processes
-        # 32 keep-alive connections opened at once, as a client's pool does: SO_REUSEPORT spreads them
-        # over both processes (one shared socket let one process accept them all)
-        clients = [httpx.Client(base_url=url, timeout=10) for _ in range(32)]
-        try:
-            answered_by = {c.get("/healthz").json()["process"] for c in clients}
-        finally:
-            for c in clients:
-                c.close()
-        assert answered_by <= set(_children(proc.pid)) and len(answered_by) == 2, answered_by
-        cid = httpx.post(f"{url}/v1/context-sets", json={"x": rows(x[:30]), "y": rows(y[:30])}).json()["id"]
-        body = {"model": MODEL, "context_id": cid, "queries": rows(x[40:43]), "quantiles": [0.1, 0.9]}
-        answers = [httpx.post(f"{url}/v1/predict", json=body, timeout=30) for _ in range(12)]  # a new connection each
-        assert [a.status_code for a in answers] == [200] * 12
-        for a in answers[1:]:  # whichever process answered, from the one context set in Redis
-            np.testing.assert_allclose(a.json()["mean"], answers[0].json()["mean"], rtol=1e-6)
+    proc, url = served.proc, served.url
+    assert len(_children(proc.pid)) >= 2  # the two server processes
+    # 32 keep-alive connections opened at once, as a client's pool does: SO_REUSEPORT spreads them
+    # over both processes (one shared socket let one process accept them all)
+    clients = [httpx.Client(base_url=url, timeout=10) for _ in range(32)]
+    try:
+        answered_by = {c.get("/healthz").json()["process"] for c in clients}
+        served.healthz += len(clients)
+    finally:
+        for c in clients:
+            c.close()
+    assert answered_by <= set(_children(proc.pid)) and len(answered_by) == 2, answered_by
+    cid = httpx.post(f"{url}/v1/context-sets", json={"x": rows(x[:30]), "y": rows(y[:30])}).json()["id"]
+    body = {"model": MODEL, "context_id": cid, "queries": rows(x[40:43]), "quantiles": [0.1, 0.9]}
+    answers = [httpx.post(f"{url}/v1/predict", json=body, timeout=30) for _ in range(12)]  # a new connection each
+    assert [a.status_code for a in answers] == [200] * 12
+    for a in answers[1:]:  # whichever process answered, from the one context set in Redis
+        np.testing.assert_allclose(a.json()["mean"], answers[0].json()["mean"], rtol=1e-6)
 
 
 def _healthz_total(url: str) -> tuple[float, int]:
@@ -110,35 +121,36 @@ def _healthz_total(url: str) -> tuple[float, int]:
     return found[0], pid
 
 
-def test_metrics_of_several_processes_are_their_sums_and_survive_a_restart(model_dir, redis_url):
+def test_metrics_of_several_processes_are_their_sums_and_survive_a_restart(served):
     """Every scrape, whichever process answers it, counts every request of both processes, and a counter
     never goes down: not between scrapes, not when a process is killed and replaced (issue 18)."""
-    with two_processes(model_dir, redis_url, GRIDPFN_STARTUP_GRACE_S="2") as (proc, url):
-        sent, seen, served_by, scraped_by = 0, [], set(), set()
-        for _ in range(3):
-            for _ in range(20):  # a fresh connection each: the kernel spreads them over both processes
-                served_by.add(httpx.get(f"{url}/healthz", timeout=10).json()["process"])
-                sent += 1
-            for _ in range(4):
-                total, pid = _healthz_total(url)
-                seen.append(total)
-                assert total == sent, (total, sent)
-                sent += 1  # the pid probe
-                scraped_by.add(pid)
-        assert len(served_by) == 2 and len(scraped_by) == 2, (served_by, scraped_by)
-        victim = sorted(served_by)[0]
-        os.kill(victim, signal.SIGKILL)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and (victim in _children(proc.pid) or len(_children(proc.pid)) < 2):
-            time.sleep(0.2)
-        wait_ready(proc, url, in_a_row=8, timeout_s=240)
-        for _ in range(6):
+    proc, url = served.proc, served.url
+    sent, seen, served_by, scraped_by = served.healthz, [], set(), set()  # the other test's on the shared server
+    for _ in range(3):
+        for _ in range(20):  # a fresh connection each: the kernel spreads them over both processes
+            served_by.add(httpx.get(f"{url}/healthz", timeout=10).json()["process"])
+            sent += 1
+        for _ in range(4):
             total, pid = _healthz_total(url)
             seen.append(total)
-            assert total == sent, (total, sent)  # the killed process's requests still count
-            sent += 1
-        assert victim not in _children(proc.pid) and proc.poll() is None
-        assert seen == sorted(seen)
+            assert total == sent, (total, sent)
+            sent += 1  # the pid probe
+            scraped_by.add(pid)
+    assert len(served_by) == 2 and len(scraped_by) == 2, (served_by, scraped_by)
+    victim = sorted(served_by)[0]
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (victim in _children(proc.pid) or len(_children(proc.pid)) < 2):
+        time.sleep(0.2)
+    wait_ready(proc, url, in_a_row=8, timeout_s=240)
+    for _ in range(6):
+        total, pid = _healthz_total(url)
+        seen.append(total)
+        assert total == sent, (total, sent)  # the killed process's requests still count
+        sent += 1
+    assert victim not in _children(proc.pid) and proc.poll() is None
+    assert seen == sorted(seen)
+    served.healthz = sent
 
 
 def test_a_port_in_use_stops_the_server_with_an_error(model_dir, redis_url):

@@ -121,66 +121,75 @@ def feeder_json() -> bytes:
     return pp.to_json(pandapower_net("kerber_landnetz_kabel_1")).encode()
 
 
-def test_a_benign_upload_reads_as_in_process_and_the_zygote_survives_a_crash(feeder_json):
+@pytest.fixture(scope="module")
+def runner():
+    """One event loop for the module, so that a sandbox (its zygote) can serve more than one test."""
+    with asyncio.Runner() as runner:
+        yield runner
+
+
+@pytest.fixture(scope="module")
+def default_sandbox(runner):
+    """The default limits, one upload read at a time: a zygote takes seconds of imports to start (tens on a busy
+    2-core host), so the crash test's restarted one serves the queue test too."""
+    sandbox = UploadSandbox(SandboxLimits(), concurrency=1)
+    yield sandbox
+    runner.run(sandbox.close())
+
+
+def test_a_benign_upload_reads_as_in_process_and_the_zygote_survives_a_crash(runner, default_sandbox, feeder_json):
     from service.engine.networks import snapshot_upload
 
-    expected, _ = snapshot_upload(feeder_json, None)
-
     async def run():
-        sandbox = UploadSandbox(SandboxLimits())
-        try:
-            info, source = await sandbox.snapshot(feeder_json, None)
-            assert info["id"] == expected["id"] and source.startswith("{")
-            sandbox._zygote.kill()  # the zygote dies (say, the OOM killer): the next upload starts a new one
-            await sandbox._zygote.wait()
-            again, _ = await sandbox.snapshot(feeder_json, "feeder.json")
-            assert again["id"] == expected["id"]
-        finally:
-            await sandbox.close()
+        sandbox = default_sandbox
+        # the zygote starts on this first use; the in-process reading meanwhile, in a thread
+        (info, source), (expected, _) = await asyncio.gather(
+            sandbox.snapshot(feeder_json, None), asyncio.to_thread(snapshot_upload, feeder_json, None)
+        )
+        assert info["id"] == expected["id"] and source.startswith("{")
+        sandbox._zygote.kill()  # the zygote dies (say, the OOM killer): the next upload starts a new one
+        await sandbox._zygote.wait()
+        again, _ = await sandbox.snapshot(feeder_json, "feeder.json")
+        assert again["id"] == expected["id"]
 
-    asyncio.run(run())
+    runner.run(run())
 
 
 def test_limits_become_client_errors(feeder_json):
     async def run():
         slow = UploadSandbox(SandboxLimits(wall_s=0.001))
+        # no room to grow beyond the zygote's own free heap (tens of MB), and a case whose ~1.9M numbers need more
+        tight = UploadSandbox(SandboxLimits(memory_bytes=1))
         try:
+            await asyncio.gather(slow.start(), tight.start())  # both zygotes' imports at once: seconds each
             with pytest.raises(InvalidInput, match="longer than 0.001 s") as info:
                 await slow.snapshot(feeder_json, None)
             assert "GRIDPFN_UPLOAD_TIMEOUT_S" in info.value.entries[0]["expected"]
-        finally:
-            await slow.close()
-        small = UploadSandbox(SandboxLimits(max_bytes=1024))
-        with pytest.raises(TooLarge, match="over the limit"):
-            await small.snapshot(feeder_json, None)
-        # no room to grow beyond the zygote's own free heap (tens of MB), and a case whose ~1.9M numbers need more
-        tight = UploadSandbox(SandboxLimits(memory_bytes=1))
-        big_case = b"mpc.bus = [" + (b"2 1 0.1 0.05 0 0 1 1 0 10 1 1.1 0.9" + b" 0" * 87 + b";\n") * 19_000 + b"];"
-        try:
+            small = UploadSandbox(SandboxLimits(max_bytes=1024))
+            with pytest.raises(TooLarge, match="over the limit"):
+                await small.snapshot(feeder_json, None)
+            big_case = b"mpc.bus = [" + (b"2 1 0.1 0.05 0 0 1 1 0 10 1 1.1 0.9" + b" 0" * 87 + b";\n") * 19_000 + b"];"
             with pytest.raises(TooLarge, match="MemoryError") as refused:
                 await tight.snapshot(big_case, "big.m")
             assert refused.value.entries[0]["field"] == "body"
         finally:
-            await tight.close()
+            await asyncio.gather(slow.close(), tight.close())
 
     asyncio.run(run())
 
 
-def test_uploads_beyond_the_queue_are_refused_at_once(feeder_json):
+def test_uploads_beyond_the_queue_are_refused_at_once(runner, default_sandbox, feeder_json):
     """One upload is read at a time and `concurrency` more wait; one more is refused (503) without waiting."""
 
     async def run():
-        sandbox = UploadSandbox(SandboxLimits(), concurrency=1)
-        try:
-            await sandbox.start()
-            reading = asyncio.create_task(sandbox.snapshot(feeder_json, None))
-            waiting = asyncio.create_task(sandbox.snapshot(feeder_json, None))
-            await asyncio.sleep(0)  # both admitted: one read, one queued
-            with pytest.raises(QueueFull):
-                await sandbox.snapshot(feeder_json, None)
-            assert (await reading)[0]["n_buses"] == 18 and (await waiting)[0]["n_buses"] == 18
-            assert sandbox.pending == 0
-        finally:
-            await sandbox.close()
+        sandbox = default_sandbox  # concurrency=1
+        await sandbox.start()  # (already running when the crash test ran first)
+        reading = asyncio.create_task(sandbox.snapshot(feeder_json, None))
+        waiting = asyncio.create_task(sandbox.snapshot(feeder_json, None))
+        await asyncio.sleep(0)  # both admitted: one read, one queued
+        with pytest.raises(QueueFull):
+            await sandbox.snapshot(feeder_json, None)
+        assert (await reading)[0]["n_buses"] == 18 and (await waiting)[0]["n_buses"] == 18
+        assert sandbox.pending == 0
 
-    asyncio.run(run())
+    runner.run(run())

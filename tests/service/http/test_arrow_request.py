@@ -23,10 +23,12 @@ ARROW = {"content-type": ARROW_STREAM}
 
 
 @pytest.fixture(scope="module")
-def servers(model_dir):
-    """(hot, plain) clients: GRIDPFN_HOT_ROUTES on and off."""
-    common = dict(model_dir=model_dir, redis_url=None, **LIMITS)
-    with running(Settings(hot_routes=True, **common)) as hot, running(Settings(hot_routes=False, **common)) as plain:
+def servers(memory_server, model_dir):
+    """(hot, plain) clients: GRIDPFN_HOT_ROUTES on and off. On is the default, so the session's embedded-store
+    server is the first (a server of its own would start GP and sandbox processes of its own: seconds each)."""
+    hot = memory_server
+    assert hot.app.state.settings.hot_routes
+    with running(Settings(model_dir=model_dir, redis_url=None, hot_routes=False, **LIMITS)) as plain:
         with httpx.Client(base_url=hot.url, timeout=60) as h, httpx.Client(base_url=plain.url, timeout=60) as p:
             yield h, p
 

@@ -27,6 +27,7 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -58,7 +59,7 @@ checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "401", "403",
 
 
 @pytest.fixture(scope="module")
-def keyed_server(model_dir, tmp_path_factory):
+def keyed_server(model_dir, tmp_path_factory, scenarios):
     server_jobs_dir = tmp_path_factory.mktemp("contract-jobs")
     # simulate.n defaults to 500, so the simulate limits stay at or above it (LIMITS: 500 / 600 rows)
     # and no spread calibration: it re-encodes every inline context 20 times, the bulk of the coverage phase
@@ -67,7 +68,25 @@ def keyed_server(model_dir, tmp_path_factory):
         # batch jobs run inside this server: the coverage phase's largest job (the schema's maximum)
         # must stay small, or it computes for minutes beside the run
         server.app.state.job_settings = JobSettings(job_max_rows=2000, jobs_dir=server_jobs_dir)
+        _start_worker_processes(server.url, scenarios)
         yield server
+
+
+def _start_worker_processes(url: str, scenarios) -> None:
+    """The upload sandbox's and the exact GP's processes start on first use: each imports torch and pandapower
+    (seconds; over 10 s on a busy 2-core host, past the response time schemathesis allows). Both started here,
+    side by side, by one request each, so that no request of the run waits for one."""
+    x, y = scenarios
+    gp_body = {"context": {"x": x[:20].tolist(), "y": y[:20].tolist()}, "queries": x[:1].tolist()}
+    requests = [("/v1/networks", {}, 422), ("/v1/gp/predict", gp_body, 200)]  # (`{}`: read in the sandbox, refused)
+
+    def post(path: str, body: dict) -> httpx.Response:
+        return httpx.post(url + path, json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=300)
+
+    with ThreadPoolExecutor(len(requests)) as pool:
+        answers = list(pool.map(post, [path for path, _, _ in requests], [body for _, body, _ in requests]))
+    for (path, _, status), answer in zip(requests, answers):
+        assert answer.status_code == status, (path, answer.text)
 
 
 @pytest.fixture

@@ -221,8 +221,12 @@ def test_client_names_columns_by_the_context_network(api, feeder_json):
         assert client.simulate(loads, network=nid)["outputs"] == list(net.output_names)
 
 
-def test_uploaded_feeder_batch_job_in_a_worker_process(every_network_dir, redis_url, tmp_path, feeder_json):
-    """A `gridpfn worker` process rebuilds the uploaded network from the job's directory."""
+def test_uploaded_feeder_batch_job_in_a_worker_process(
+    every_network_dir, redis_url, redis_server, tmp_path, feeder_json
+):
+    """A `gridpfn worker` process rebuilds the uploaded network from the job's directory. The feeder is uploaded
+    through the session's server on the same Redis, as another replica would (its upload sandbox is running
+    already; the job server's would start for this one upload: seconds of imports)."""
     jobs_dir, queue = tmp_path / "jobs", f"test-net-{uuid.uuid4().hex[:8]}"
     jobs_dir.mkdir()
     worker = WorkerProcess(tmp_path / "worker.log", worker_env(redis_url, every_network_dir, jobs_dir, queue))
@@ -230,7 +234,9 @@ def test_uploaded_feeder_batch_job_in_a_worker_process(every_network_dir, redis_
         with job_server(every_network_dir, jobs_dir, redis_url, job_queue=queue) as server:
             worker.wait_ready()
             with httpx.Client(base_url=server.url, timeout=60) as client:
-                nid = client.post("/v1/networks", content=feeder_json).json()["id"]
+                uploaded = httpx.post(f"{redis_server.url}/v1/networks", content=feeder_json, timeout=60)
+                assert uploaded.status_code == 201, uploaded.text
+                nid = uploaded.json()["id"]
                 cid = _context(client, nid, n=40)["id"]
                 job = client.post(
                     "/v1/batch-jobs",

@@ -239,13 +239,17 @@ def test_reshape_keeps_nulls_per_row_columns_and_per_bus_metadata():
         long_results.WideLayout.of(table.drop_columns(["std_vm_pu_bus4"]).schema, features, outputs, buses, names)
 
 
-def test_an_uploaded_feeder_names_its_buses_even_after_its_upload_expired(stack, redis_url):
+def test_an_uploaded_feeder_names_its_buses_even_after_its_upload_expired(stack, redis_url, redis_server):
     """An uploaded feeder with a bus without a load: buses and names are the served network's, that bus has
-    null loads; once the stored upload is gone the job's own copy of the network names the buses."""
+    null loads; once the stored upload is gone the job's own copy of the network names the buses. Uploaded
+    through the session's server on the same Redis, as another replica would (its upload sandbox is running
+    already; this server's would start for this one upload: seconds of imports), and used through this one."""
     import redis
 
     server, client = stack
-    uploaded = client.post("/v1/networks", content=CASE4_M, headers={"content-type": "text/plain"})
+    uploaded = httpx.post(
+        f"{redis_server.url}/v1/networks", content=CASE4_M, headers={"content-type": "text/plain"}, timeout=60
+    )
     assert uploaded.status_code == 201, uploaded.text
     nid = uploaded.json()["id"]
     spec = {"network": nid, "delta": 0.2, "n": 60, "seed": 0}
