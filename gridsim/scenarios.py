@@ -204,6 +204,12 @@ def _one(
     for k, der in enumerate(scenario.der):
         at = _position(net, der.bus, f"{where}.der[{k}].bus")
         output = np.ones(steps)
+        if der.profile is not None and series is None:  # no time series: a profile would be dropped silently
+            raise NetworkError(
+                f"{where}.der[{k}].profile",
+                f"profile {der.profile!r} given, but the study has no time series to take it from",
+                "a time_series with that profile, or no profile (full output)",
+            )
         if der.profile is not None and series is not None:
             if der.profile not in series.profiles:
                 raise NetworkError(
@@ -240,46 +246,76 @@ def _check_series(net: Network, series: TimeSeries) -> None:
             )
 
 
+@dataclass(frozen=True)
+class Expansion:
+    """A study (its scenarios, time series and classes) checked and its classes' profiles resolved once: its
+    rows a block at a time (`blocks`) or all at once (`expanded`), and the profiles nothing takes
+    (`unused_profiles`), all from that one preparation. `of` checks the time series' shapes; a scenario's own
+    checks come with its first rows."""
+
+    net: Network
+    scenarios: tuple[Scenario, ...]
+    series: TimeSeries | None
+    classes: Classes
+    shaped: _ClassProfiles
+
+    @classmethod
+    def of(
+        cls,
+        net: Network,
+        scenarios: Sequence[Scenario],
+        series: TimeSeries | None = None,
+        classes: Classes | None = None,
+    ) -> Expansion:
+        """`classes`: the network's own (`Classes.of`) unless given."""
+        classes = Classes.of(net) if classes is None else classes
+        if series is not None:
+            _check_series(net, series)
+        shaped = _class_profiles(classes, series, 1 if series is None else len(series.timestamps))
+        return cls(net, tuple(scenarios), series, classes, shaped)
+
+    def blocks(self) -> Iterator[Block]:
+        """Every scenario's rows a year at a time, in `expanded`'s order: a study too large to hold at once (a
+        batch job's) is written block by block."""
+        stamps = None if self.series is None else tuple(self.series.timestamps)
+        for i, scenario in enumerate(self.scenarios):
+            for year, rows in _one(self.net, scenario, i, self.series, self.classes, self.shaped):
+                yield Block(rows, scenario.name, year, stamps)
+
+    def expanded(self) -> Expanded:
+        """Every scenario's rows, in order: scenario, then year, then time step."""
+        blocks = list(self.blocks())
+        steps = len(blocks[0].rows)
+        names = tuple(b.scenario for b in blocks for _ in range(steps))
+        years = tuple(b.year for b in blocks for _ in range(steps))
+        stamps = None if self.series is None else tuple(t for b in blocks for t in b.timestamps or ())
+        return Expanded(np.concatenate([b.rows for b in blocks]), names, years, stamps, self.unused_profiles())
+
+    def unused_profiles(self) -> tuple[str, ...]:
+        """The time series' profiles no class or DER of the study takes (reported, not silently dropped)."""
+        if self.series is None:
+            return ()
+        named = {d.profile for s in self.scenarios for d in s.der}
+        return tuple(name for name in self.series.profiles if name not in self.shaped.used and name not in named)
+
+
 def expand_blocks(
     net: Network, scenarios: Sequence[Scenario], series: TimeSeries | None = None, classes: Classes | None = None
 ) -> Iterator[Block]:
-    """Every scenario's rows a year at a time, in `expand`'s order: a study too large to hold at once (a batch
-    job's) is written block by block. `classes`: the network's own (`Classes.of`) unless given."""
-    classes, shaped = _prepared(net, series, classes)
-    stamps = None if series is None else tuple(series.timestamps)
-    for i, scenario in enumerate(scenarios):
-        for year, rows in _one(net, scenario, i, series, classes, shaped):
-            yield Block(rows, scenario.name, year, stamps)
+    """`Expansion.blocks` of the study; `classes`: the network's own (`Classes.of`) unless given."""
+    yield from Expansion.of(net, scenarios, series, classes).blocks()
 
 
 def expand(
     net: Network, scenarios: Sequence[Scenario], series: TimeSeries | None = None, classes: Classes | None = None
 ) -> Expanded:
-    """Every scenario's rows, in order: scenario, then year, then time step. `classes`: the network's own
-    (`Classes.of`) unless given."""
-    blocks = list(expand_blocks(net, scenarios, series, classes))
-    steps = len(blocks[0].rows)
-    names = tuple(b.scenario for b in blocks for _ in range(steps))
-    years = tuple(b.year for b in blocks for _ in range(steps))
-    stamps = None if series is None else tuple(t for b in blocks for t in b.timestamps or ())
-    return Expanded(
-        np.concatenate([b.rows for b in blocks]), names, years, stamps, unused_profiles(net, scenarios, series, classes)
-    )
+    """`Expansion.expanded` of the study: every scenario's rows, in order: scenario, then year, then time step.
+    `classes`: the network's own (`Classes.of`) unless given."""
+    return Expansion.of(net, scenarios, series, classes).expanded()
 
 
 def unused_profiles(
     net: Network, scenarios: Sequence[Scenario], series: TimeSeries | None, classes: Classes | None = None
 ) -> tuple[str, ...]:
-    """The time series' profiles no class or DER of the study takes (reported, not silently dropped)."""
-    if series is None:
-        return ()
-    _, shaped = _prepared(net, series, classes)
-    named = {d.profile for s in scenarios for d in s.der}
-    return tuple(name for name in series.profiles if name not in shaped.used and name not in named)
-
-
-def _prepared(net: Network, series: TimeSeries | None, classes: Classes | None) -> tuple[Classes, _ClassProfiles]:
-    classes = Classes.of(net) if classes is None else classes
-    if series is not None:
-        _check_series(net, series)
-    return classes, _class_profiles(classes, series, 1 if series is None else len(series.timestamps))
+    """`Expansion.unused_profiles` of the study (`expand` reports them in `Expanded.unused_profiles`)."""
+    return Expansion.of(net, scenarios, series, classes).unused_profiles()

@@ -18,6 +18,7 @@ GridPFN: `pip install "gridpfn[client]"` is enough once the package is installed
     study = client.study([{"load_scale": 1.4, "der": [{"bus": 18, "kw": 250}]}], context_id=cid)
     study.summary.sort_values("max_p_outside")  # per bus: P(outside 0.95-1.05), worst row, quantiles
     client.hosting_capacity(context_id=cid)    # per bus: the largest PV (kW) with the risk <= 5 % on every row
+    client.hosting_capacity(context_id=cid, profiles=year, pv_profile="PV5")  # rows from a profile table
 
 httpx conventions: pass your own `http_client=httpx.Client(...)` (TLS, proxies, event hooks; you close
 it) or `transport=` (tests, mounts). Calls that can safely be repeated (reads, deletes, predictions,
@@ -75,13 +76,17 @@ def _check(response: httpx.Response) -> httpx.Response:
     return response
 
 
+def _json(response: httpx.Response) -> Any:
+    return response.json()
+
+
 @dataclass
 class Call:
     """One HTTP request of an endpoint, whether it may be repeated, and how its answer is read."""
 
     method: str
     path: str
-    parse: Callable[[httpx.Response], Any] = field(default=lambda r: _json(r))
+    parse: Callable[[httpx.Response], Any] = field(default=_json)
     idempotent: bool = True
     options: dict[str, Any] = field(default_factory=dict)  # json, content, data, files, params, headers
     then: Callable[[Any], Call] | None = None  # given this call's answer, the call that is made next
@@ -349,31 +354,59 @@ class _Endpoints:
         buses: Sequence[int] | None = None,
         loads: Any = None,
         load_scales: Sequence[float] | None = None,
-        pv_profile: Sequence[float] | None = None,
+        pv_profile: Sequence[float] | str | None = None,
         upper_pu: float = 1.05,
         alpha: float = 0.05,
         max_kw: float | None = None,
         curve_points: int = 11,
         network: str | None = None,
         as_job: bool = False,
+        profiles: pd.DataFrame | None = None,
+        classes: dict[str, Sequence[int]] | None = None,
     ) -> Call:
         """POST /v1/hosting-capacity: per candidate bus the largest PV (kW) with P(a bus above `upper_pu`)
         <= alpha on every row; a DataFrame indexed by bus (capacity, whether max_kw still held, the
-        risk-vs-kW curve as lists), the request's facts in `.attrs`. `as_job`: run as a batch job, groups of
-        candidate buses across the workers; returns the queued job's status (then `wait` and `fetch`: a row per
-        bus; never retried: a second job)."""
+        risk-vs-kW curve as lists), the request's facts in `.attrs`. Rows: `loads`, or the base loads x
+        `load_scales`, with `pv_profile` the new PV's share per row; or a `profiles` table (a DataFrame as
+        `study` takes: a `time` column or a datetime index, factor columns `load`, `pv`, `load_bus<k>` and
+        profiles by name, sent as Parquet), a row per step shaping the network's base loads, the new PV
+        following its `pv` column times the column `pv_profile` names (a str), `classes` (load-bus lists) in
+        place of the network's own. `as_job`: run as a batch job, groups of candidate buses across the workers;
+        returns the queued job's status (then `wait` and `fetch`: a row per bus; never retried: a second job)."""
         fields = _query_fields(context_id, context, (), None, network)
         fields.pop("quantiles")
         fields.update(model=model, upper_pu=upper_pu, alpha=alpha, max_kw=max_kw, curve_points=curve_points)
-        optional = {"buses": buses, "load_scales": load_scales, "pv_profile": pv_profile}
-        fields.update({k: [float(v) if k != "buses" else int(v) for v in vs] for k, vs in optional.items() if vs})
-        if loads is not None:
-            fields["loads"] = _rows(loads)
+        if buses is not None and len(buses):
+            fields["buses"] = [int(b) for b in buses]
+        parse, idempotent = (_json, False) if as_job else (_hosting, True)
         if as_job:
-            return Call(
-                "POST", "/v1/hosting-capacity", _json, idempotent=False, options={"json": {**fields, "as_job": True}}
-            )
-        return Call("POST", "/v1/hosting-capacity", _hosting, options={"json": fields})
+            fields["as_job"] = True
+        if profiles is None:
+            if isinstance(pv_profile, str) or classes is not None:
+                raise ValueError("pv_profile as a column name, and classes, go with a profiles table")
+            if load_scales is not None and len(load_scales):
+                fields["load_scales"] = [float(v) for v in load_scales]
+            if pv_profile is not None and len(pv_profile):
+                fields["pv_profile"] = [float(v) for v in pv_profile]
+            if loads is not None:
+                fields["loads"] = _rows(loads)
+            return Call("POST", "/v1/hosting-capacity", parse, idempotent=idempotent, options={"json": fields})
+        if loads is not None or load_scales is not None:
+            raise ValueError("give the rows either as loads / load_scales or as a profiles table, not both")
+        if pv_profile is not None and not isinstance(pv_profile, str):
+            raise ValueError("with a profiles table, pv_profile names one of its columns (the new PV's profile)")
+        if pv_profile is not None:
+            fields["pv_profile"] = pv_profile
+        if classes is not None:
+            fields["classes"] = {name: [int(b) for b in members] for name, members in classes.items()}
+        table = ("profiles.parquet", _profile_parquet(profiles), "application/vnd.apache.parquet")
+        return Call(
+            "POST",
+            "/v1/hosting-capacity",
+            parse,
+            idempotent=idempotent,
+            options={"data": {"spec": json.dumps(fields)}, "files": {"file": table}},
+        )
 
     # --- batch jobs ----------------------------------------------------------------------------------
     def submit_simulated(
@@ -752,10 +785,6 @@ def _profile_parquet(profiles: pd.DataFrame) -> bytes:
     sink = io.BytesIO()
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), sink)
     return sink.getvalue()
-
-
-def _json(response: httpx.Response) -> Any:
-    return response.json()
 
 
 def _study(response: httpx.Response) -> Study:

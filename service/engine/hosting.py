@@ -1,6 +1,11 @@
 """POST /v1/hosting-capacity's flow: a study's rows and candidates checked, the model fitted on the
 context (the same cached encoding predict uses), models.hosting_capacity run in a pool worker.
 
+The rows come as JSON (`loads`, or the base consumption x `load_scales`) or from an uploaded profile table
+(service.engine.profile_table, as a study's time series): the network's base loads shaped per step by its
+`load` and `pv` columns and its customer classes' profiles (one default scenario of gridsim.scenarios), the
+new PV following the table's `pv` share, times the column `pv_profile` names when given.
+
 A study asks the model for at most (2 + bisection steps + curve points) x candidates x rows query rows
 (models.hosting_capacity.passes); that product is bounded by GRIDPFN_MAX_STUDY_ROWS before any work,
 so a small body cannot ask for minutes of model time."""
@@ -9,15 +14,29 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from gridsim.errors import NetworkError
+from gridsim.network import Network
+from gridsim.scenarios import Classes, Scenario, expand
 from models.hosting_capacity import HostingCapacity, HostingCapacityStudy, hosting_capacity, passes
 from service.engine.answers import Source
 from service.engine.checks import load_rows
 from service.engine.errors import InvalidInput, TooLarge
 from service.engine.inference import model_and_context
+from service.engine.load_table import LOAD_LIMIT, InputError
+from service.engine.profile_table import (
+    TIME_COLUMNS,
+    ProfileFile,
+    ProfileTable,
+    column_limit,
+    read,
+    time_series,
+    wanted_columns,
+)
 from service.engine.runtime import Runtime
 from service.engine.tenants import Tenant
 
@@ -36,6 +55,7 @@ class HostingAnswer:
     max_kw: float
     seconds: float
     context_cached: bool
+    ignored_columns: tuple[str, ...] = ()  # an uploaded profile table's columns the study did not read
 
 
 def _rows(req: Any, net: Any) -> np.ndarray:
@@ -72,6 +92,111 @@ def _profile(req: Any, rows: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class TableRows:
+    """A profile table's study rows (steps, features), the new PV's share per step, the columns not read."""
+
+    loads: np.ndarray
+    profile: np.ndarray
+    ignored: tuple[str, ...]
+
+
+def _reserved(name: str, net: Network) -> bool:
+    """A column name a profile table gives a fixed meaning (the time, the overall and per-bus factors)."""
+    buses = {f"{kind}_bus{bus}" for bus in net.load_buses for kind in ("load", "pv")}
+    return name in TIME_COLUMNS or name in ("load", "pv") or name in buses
+
+
+def _pv_profile_name(req: Any, net: Network) -> str | None:
+    """The table column the new PV follows besides `pv` (None: `pv` alone); a reserved name is refused."""
+    name: str | None = req.pv_profile
+    if name is not None and _reserved(name, net):
+        raise InvalidInput(
+            "pv_profile",
+            f"{name!r} is not a profile column: the new PV follows the table's `pv` share already"
+            if name == "pv"
+            else f"{name!r} is a column with a fixed meaning (time, load, pv, load_bus<k>, pv_bus<k>)",
+            "the name of a profile column of the table (e.g. SimBench's PV5), or no pv_profile (the `pv` column "
+            "alone, full output without one)",
+        )
+    return name
+
+
+def _new_pv_share(table: ProfileTable, name: str | None) -> np.ndarray:
+    """(steps,) the new PV's output share: `pv` x the `name` column (each 1 when absent), within [0, 1];
+    a value outside is refused naming its row (1-based) and column."""
+    share = np.ones(len(table.timestamps))
+    for column in ("pv", name):
+        if column is None or column not in table.columns:
+            continue
+        values = table.columns[column]
+        bad = np.flatnonzero((values < 0.0) | (values > 1.0))
+        if bad.size:
+            raise InputError(
+                f"{values[bad[0]]:g} is outside [0, 1]: the new PV's output share follows this column",
+                "the new PV's output share per step, within [0, 1] (a hosting-capacity study's PV never draws "
+                "power nor produces more than its size)",
+                int(bad[0]) + 1,
+                column,
+            )
+        share = share * values
+    return share
+
+
+def table_rows(table: ProfileTable, net: Network, classes: Classes, pv_name: str | None) -> TableRows:
+    """A read profile table as a hosting-capacity study's rows: the network's base loads shaped by the table as
+    a study's default scenario shapes them (consumption x `load` x its class's profile, generation x `pv` x its
+    class's profile), and the new PV's share per step. Per-bus `pv_bus<k>` columns are refused (the new PV
+    follows one share per step at every candidate) and loads beyond LOAD_LIMIT named by their row."""
+    pv_columns = {f"pv_bus{bus}" for bus in net.load_buses}
+    per_bus = next((name for name in table.columns if name in pv_columns), None)
+    if per_bus is not None:
+        raise InputError(
+            "a per-bus PV column: a hosting-capacity study's new PV follows one output share per step, the same "
+            "at every candidate bus",
+            "`pv` (every bus's generation and the new PV) and profiles by name; per-bus pv_bus<k> columns only in "
+            "POST /v1/studies",
+            column=per_bus,
+        )
+    if pv_name is not None and pv_name not in table.columns:
+        profiles = sorted(name for name in (*table.columns, *table.ignored) if not _reserved(name, net))
+        raise InvalidInput(
+            "pv_profile",
+            f"no column {pv_name!r} in the profile table",
+            f"one of its profile columns {profiles[:20]}, or no pv_profile",
+        )
+    profile = _new_pv_share(table, pv_name)
+    series = time_series(table, net, 0.25)  # step_hours: no hours in a hosting-capacity answer
+    try:
+        loads = expand(net, [Scenario("hosting capacity")], series, classes).rows
+    except NetworkError as exc:
+        raise InvalidInput(exc.field, exc.problem, exc.expected) from None
+    bad = np.flatnonzero(~(np.abs(loads) <= LOAD_LIMIT).all(axis=1))
+    if bad.size:
+        raise InputError(
+            f"a load beyond {LOAD_LIMIT:g} MW once the factors are applied ({bad.size} such row(s))",
+            f"loads within +-{LOAD_LIMIT:g} MW / Mvar after the table's factors",
+            int(bad[0]) + 1,
+        )
+    return TableRows(loads, profile, table.ignored)
+
+
+def _table_classes(req: Any, net: Network) -> Classes:
+    """The request's classes (lists of load buses) in place of the network's own, when it defines any."""
+    try:
+        return Classes.of(net) if req.classes is None else Classes.of_buses(net, req.classes)
+    except NetworkError as exc:
+        raise InvalidInput(exc.field, exc.problem, exc.expected) from None
+
+
+def read_rows(
+    path: Path, filename: str | None, net: Network, classes: Classes, pv_name: str | None, max_rows: int
+) -> TableRows:
+    """The table at `path` read (only the columns the study uses, at most `max_rows` steps) into its rows."""
+    wanted = wanted_columns(net, classes, [pv_name] if pv_name is not None else [])
+    return table_rows(read(path, filename, wanted, max_rows, column_limit(net)), net, classes, pv_name)
+
+
+@dataclass(frozen=True)
 class PreparedHosting:
     """A hosting-capacity study checked and resolved, before any model row: what `study` answers in one
     request and a hosting-capacity job splits by candidate."""
@@ -82,18 +207,32 @@ class PreparedHosting:
     buses: list[int]
     spec: HostingCapacityStudy
     max_kw: float
+    ignored: tuple[str, ...] = ()  # an uploaded profile table's columns the study did not read
 
 
-async def prepare(rt: Runtime, req: Any, tenant: Tenant, job_max_rows: int | None = None) -> PreparedHosting:
-    """The study's model, context, rows and candidates; its work (rows x candidates x search passes, in model
-    rows) within GRIDPFN_MAX_STUDY_ROWS, or `job_max_rows` (GRIDPFN_JOB_MAX_ROWS) for a job, before any is done."""
+async def prepare(
+    rt: Runtime, req: Any, tenant: Tenant, table: ProfileFile | None = None, job_max_rows: int | None = None
+) -> PreparedHosting:
+    """The study's model, context, rows (from `table`, a profile table upload, when given: a bad cell is
+    load_table.InputError naming its row and column) and candidates; its work (rows x candidates x search
+    passes, in model rows) within GRIDPFN_MAX_STUDY_ROWS, or `job_max_rows` (GRIDPFN_JOB_MAX_ROWS) for a job,
+    before any is done. A table's steps count against GRIDPFN_MAX_STUDY_ROWS as they are read, as a study's."""
     loaded, ctx, net = await model_and_context(rt, req, tenant)
-    rows = _rows(req, net)
     buses, positions = _candidates(req, net)
+    ignored: tuple[str, ...] = ()
+    if table is None:
+        rows = _rows(req, net)
+        profile = _profile(req, len(rows))
+    else:
+        pv_name = _pv_profile_name(req, net)
+        classes = _table_classes(req, net)
+        limit = rt.settings.max_study_rows
+        from_table = await rt.executor.run(read_rows, table.path, table.filename, net, classes, pv_name, limit)
+        rows, profile, ignored = from_table.loads, from_table.profile, from_table.ignored
     max_kw = req.max_kw if req.max_kw is not None else 2e3 * float(np.sum(np.abs(net.base_consumption[: net.n_load])))
     spec = HostingCapacityStudy(
         loads=rows,
-        profile=_profile(req, len(rows)),
+        profile=profile,
         candidates=positions,
         upper_pu=req.upper_pu,
         alpha=req.alpha,
@@ -109,19 +248,20 @@ async def prepare(rt: Runtime, req: Any, tenant: Tenant, job_max_rows: int | Non
     work = len(rows) * len(buses) * passes(spec)
     if work > limit:
         raise TooLarge(
-            "loads",
+            "loads" if table is None else "file",
             f"{len(rows)} load rows x {len(buses)} candidate buses x {passes(spec)} search passes is {work} "
             "model rows, over the limit",
             f"rows x buses x (14 + curve_points) at most {limit} ({setting}): fewer rows, name `buses`, or fewer "
             "curve_points" + ('; more: "as_job": true' if job_max_rows is None else ""),
         )
-    return PreparedHosting(loaded, ctx, net, buses, spec, max_kw)
+    return PreparedHosting(loaded, ctx, net, buses, spec, max_kw, ignored)
 
 
-async def study(rt: Runtime, req: Any, tenant: Tenant) -> HostingAnswer:
-    """The answer to a HostingCapacityRequest from `tenant`."""
+async def study(rt: Runtime, req: Any, tenant: Tenant, table: ProfileFile | None = None) -> HostingAnswer:
+    """The answer to a HostingCapacityRequest from `tenant` (its rows from `table`, a profile table upload,
+    when given)."""
     t0 = time.perf_counter()
-    prepared = await prepare(rt, req, tenant)
+    prepared = await prepare(rt, req, tenant, table)
     loaded, ctx, net, buses = prepared.loaded, prepared.ctx, prepared.net, prepared.buses
     encoded, hit, _ = await rt.fits.prepared(loaded, ctx)
     result = await rt.executor.run(hosting_capacity, loaded.method, encoded.value, prepared.spec)
@@ -134,4 +274,5 @@ async def study(rt: Runtime, req: Any, tenant: Tenant) -> HostingAnswer:
         max_kw=prepared.max_kw,
         seconds=time.perf_counter() - t0,
         context_cached=hit,
+        ignored_columns=prepared.ignored,
     )

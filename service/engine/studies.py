@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from gridsim.errors import NetworkError
-from gridsim.scenarios import DER, Block, Classes, Expanded, Scenario, TimeSeries, expand, expand_blocks
+from gridsim.scenarios import DER, Block, Classes, Expanded, Expansion, Scenario, TimeSeries
 from models.errors import RowsRefused
 from service.engine.answers import AnswerSpec, ModelTiming, OffContext, Source, Statistics
 from service.engine.bus_summary import BusSummary, BusSummaryAccumulator
@@ -149,20 +149,20 @@ def _check_loads(expanded: Expanded) -> None:
 
 @dataclass(frozen=True)
 class PreparedStudy:
-    """A study checked and resolved, before any row is built: what `study` answers and a study job writes."""
+    """A study checked and resolved, before any row is built: what `study` answers and a study job writes
+    (`expansion`: its scenarios, time series and classes, prepared once for its rows and unused profiles)."""
 
     loaded: Any
     ctx: ContextSet
     net: Any
-    scenarios: list[Scenario]
-    series: TimeSeries | None
-    classes: Classes
+    expansion: Expansion
     ignored: tuple[str, ...]  # an uploaded profile table's columns no part of the study reads
     spec: AnswerSpec  # the band (default DEFAULT_BAND) and the quantile levels (default DEFAULT_QUANTILES), sorted
 
     @property
     def step_hours(self) -> float | None:
-        return None if self.series is None else self.series.step_hours
+        series = self.expansion.series
+        return None if series is None else series.step_hours
 
 
 async def prepare(
@@ -179,19 +179,20 @@ async def prepare(
             (_series(req), ()) if table is None else await _table_series(rt, req, net, classes, scenarios, table)
         )
         _check_size(rt, req, net, 1 if series is None else len(series.timestamps), max_rows)
+        expansion = Expansion.of(net, scenarios, series, classes)
     except NetworkError as exc:
         raise InvalidInput(exc.field, exc.problem, exc.expected) from None
     band = tuple(req.voltage_band) if req.voltage_band is not None else DEFAULT_BAND
     levels = tuple(sorted(req.quantiles)) if req.quantiles else DEFAULT_QUANTILES
     spec = AnswerSpec(levels, (float(band[0]), float(band[1])))
-    return PreparedStudy(loaded, ctx, net, scenarios, series, classes, ignored, spec)
+    return PreparedStudy(loaded, ctx, net, expansion, ignored, spec)
 
 
 def checked_blocks(study: PreparedStudy) -> Iterator[Block]:
     """The study's rows a scenario-year at a time (a study job writes them so), each checked as `study`
     checks its rows; an error names the scenario, year and step."""
     try:
-        for block in expand_blocks(study.net, study.scenarios, study.series, study.classes):
+        for block in study.expansion.blocks():
             n = len(block.rows)
             _check_loads(Expanded(block.rows, (block.scenario,) * n, (block.year,) * n, block.timestamps))
             yield block
@@ -206,7 +207,7 @@ async def study(rt: Runtime, req: Any, tenant: Tenant, table: ProfileFile | None
     prepared = await prepare(rt, req, tenant, table)
     loaded, ctx, net, spec = prepared.loaded, prepared.ctx, prepared.net, prepared.spec
     try:
-        expanded = await rt.executor.run(expand, net, prepared.scenarios, prepared.series, prepared.classes)
+        expanded = await rt.executor.run(prepared.expansion.expanded)
     except NetworkError as exc:
         raise InvalidInput(exc.field, exc.problem, exc.expected) from None
     _check_loads(expanded)
@@ -230,6 +231,6 @@ async def study(rt: Runtime, req: Any, tenant: Tenant, table: ProfileFile | None
         summary=summarize_buses(statistics, expanded, prepared.step_hours),
         timing=timing,
         seconds=time.perf_counter() - t0,
-        classes=prepared.classes.names,
+        classes=prepared.expansion.classes.names,
         ignored_columns=prepared.ignored,
     )

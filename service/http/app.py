@@ -116,7 +116,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BodyLimitMiddleware,
         max_bytes=settings.max_body_bytes,
         exempt=("/v1/batch-jobs",),
-        streamed=("/v1/studies",),
+        streamed=("/v1/studies", "/v1/hosting-capacity"),
         api_keys=settings.api_keys,
         admin_api_key=settings.admin_api_key,
     )

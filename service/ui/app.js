@@ -237,6 +237,7 @@ async function loadNetwork() {
   describeLoadVector();
   resetPv();
   resetClasses();
+  await updatePvProfiles();
 }
 
 // Bus numbers as short ranges: [2, 3, 4, 7] -> "2–4, 7" (at most `most` pieces, then "…").
@@ -276,7 +277,8 @@ function describeProfileTable() {
   const load = (t.classes.find((c) => c.consumption_p_mw) || t.classes[0] || {}).name;
   const classes = names.length ? `; the classes' profiles ${shown} (a load class's P and Q apart: ${load}_pload, ${load}_qload)` : "";
   $("series-hint").textContent = "CSV (header row) or Parquet: a time (or timestamp) column of step labels, then factors " +
-    `per step, each within −1 to 100: load, pv (the generation's and added PV's output share), ${perBus}${classes}. ` +
+    `per step, each within −1 to 100: load, pv (the generation's and added PV's output share), ${perBus}${classes}; ` +
+    "a profile an added PV follows (picked beside its kW). " +
     "Each load level becomes one row per step; columns the study does not use are listed, not read.";
 }
 
@@ -651,10 +653,13 @@ function sampledRows() {
   return new Blob([lines.join("\n") + "\n"], { type: "text/csv" });
 }
 
-function trackJob(job, name) {
+// A job's box in the batch jobs card, polled until it ends; `about` what the page knows of it besides its status
+// (a hosting-capacity job's request: `hosting`).
+function trackJob(job, name, about = {}) {
   const box = document.createElement("div");
   box.className = "job";
   box.dataset.jobId = job.id;
+  box.about = about;
   box.innerHTML = `<div class="row"><b></b><span class="state"></span><span class="progress-text note"></span>` +
     `<button type="button" class="cancel">Cancel</button></div><div class="bar-outer"><div class="bar-inner"></div></div>` +
     `<div class="row actions" hidden><button type="button" class="dl-parquet">Download Parquet</button>` +
@@ -672,8 +677,10 @@ function trackJob(job, name) {
     box.dataset.rowsDone = s.rows_done;
     box.dataset.rowsTotal = s.rows_total;
     box.querySelector(".state").textContent = s.state;
-    const rate = s.rows_per_s ? ` · ${Math.round(s.rows_per_s).toLocaleString("en")} rows/s` : "";
-    box.querySelector(".progress-text").textContent = `${s.rows_done.toLocaleString("en")} / ${s.rows_total.toLocaleString("en")} rows${rate}`;
+    const unit = s.source === "hosting-capacity" ? "buses" : "rows";  // a hosting job's rows are its candidate buses
+    const perS = s.rows_per_s >= 10 ? Math.round(s.rows_per_s).toLocaleString("en") : sig(s.rows_per_s, 2);
+    const rate = s.rows_per_s ? ` · ${perS} ${unit}/s` : "";
+    box.querySelector(".progress-text").textContent = `${s.rows_done.toLocaleString("en")} / ${s.rows_total.toLocaleString("en")} ${unit}${rate}`;
     box.querySelector(".bar-inner").style.width = `${s.rows_total ? (100 * s.rows_done) / s.rows_total : 0}%`;
   };
   show(job);
@@ -696,6 +703,7 @@ async function finished(box, s) {
   box.querySelector(".cancel").hidden = true;
   box.querySelector(".actions").hidden = false;
   const errBox = box.querySelector(".problem");
+  if (s.source === "hosting-capacity") return guarded(errBox, null, () => jobHostingTable(box, s));
   await guarded(errBox, null, async () => {
     const [hist, summary] = await Promise.all([call("GET", `/ui/api/batch-jobs/${s.id}/risk-histogram?bins=20`),
                                               call("GET", `/v1/batch-jobs/${s.id}/summary`)]);
@@ -793,14 +801,61 @@ function pvRow(bus = null, kw = 250) {
   Object.assign(input, { type: "number", value: kw, step: "10", className: "pv-kw" });
   const unit = document.createElement("span");
   unit.textContent = "kW";
+  const profile = document.createElement("input");
+  Object.assign(profile, { type: "text", className: "pv-profile", maxLength: 256, size: 10 });
+  profile.setAttribute("list", "pv-profiles");
   const remove = document.createElement("button");
   Object.assign(remove, { type: "button", textContent: "×", title: "remove this PV", className: "pv-remove" });
   remove.addEventListener("click", () => row.remove());
-  row.append(sel, input, unit, remove);
+  row.append(sel, input, unit, profile, remove);
   $("pv-list").appendChild(row);
+  enableProfile(profile);
 }
 
 function resetPv() { $("pv-list").textContent = ""; }
+
+// A PV's profile (its `der[].profile`): a column of the study's profile table its output follows, times the
+// table's `pv` share. Without a table there is no time series for it to follow: the input is disabled, and
+// nothing is sent.
+function enableProfile(input) {
+  const table = !!$("study-file").files[0];
+  input.disabled = !table;
+  input.placeholder = table ? "pv share" : "full output";
+  input.title = table ? "the profile column of the table this PV's output follows (times pv); empty: the pv share alone"
+                      : "choose a profile table (Time series) to make this PV follow one of its profiles";
+}
+
+// A profile table's header names that are profiles (not the time, nor the overall and per-bus factors).
+const RESERVED_COLUMN = /^(time|timestamps?|load|pv|(load|pv)_bus\d+)$/;
+
+// The names a CSV's header row gives (quoted names unquoted); null for a Parquet table, which the page does
+// not read.
+async function tableColumns(file) {
+  if (/\.(parquet|pq)$/i.test(file.name)) return null;
+  const text = (await file.slice(0, 262144).text()).replace(/^\uFEFF/, "");
+  const line = text.split(/\r?\n/, 1)[0];
+  const names = [];
+  for (const m of line.matchAll(/(?:^|,)(?:"((?:[^"]|"")*)"|([^,]*))/g)) names.push(m[1] !== undefined ? m[1].replace(/""/g, '"') : m[2].trim());
+  return names;
+}
+
+// The profiles offered to every PV's picker: the chosen CSV's profile columns, or (a Parquet table) the
+// network's customer classes, whose profiles such a table usually carries (SimBench's PV5). Names come
+// from the user's file: only ever set as option values.
+async function updatePvProfiles() {
+  const file = $("study-file").files[0];
+  const columns = file ? await tableColumns(file) : [];
+  const names = columns === null ? state.topo.classes.map((c) => c.name) : columns.filter((n) => n && !RESERVED_COLUMN.test(n));
+  const list = $("pv-profiles");
+  list.textContent = "";
+  for (const name of names) {
+    const o = document.createElement("option");
+    o.value = name;
+    list.appendChild(o);
+  }
+  list.dataset.names = JSON.stringify(names);
+  for (const input of document.querySelectorAll("#pv-list .pv-profile")) enableProfile(input);
+}
 
 // One input per customer class of the network (hidden when it has none), in % of the class's base: the
 // scenario's class_scaling. Class names come from the uploader: only ever text and data attributes.
@@ -859,8 +914,12 @@ function loadLevels(text) {
 // The study as JSON: one scenario per load level, with the PV added and the class factors.
 function studyBody() {
   const levels = loadLevels($("study-load").value);
-  const der = [...document.querySelectorAll("#pv-list .pv")].map((row) => ({
-    bus: +row.querySelector(".pv-bus").value, kw: parseFloat(row.querySelector(".pv-kw").value) }));
+  const table = !!$("study-file").files[0];
+  const der = [...document.querySelectorAll("#pv-list .pv")].map((row) => {
+    const profile = row.querySelector(".pv-profile").value.trim();
+    return { bus: +row.querySelector(".pv-bus").value, kw: parseFloat(row.querySelector(".pv-kw").value),
+             ...(table && profile ? { profile } : {}) };
+  });
   const bad = der.findIndex((d) => !Number.isFinite(d.kw));
   if (bad >= 0) throw new Problem({ title: "Invalid PV", detail: `PV ${bad + 1} (bus ${der[bad].bus}): give its size in kW`, errors: [] });
   const kw = der.reduce((s, d) => s + d.kw, 0);
@@ -1051,10 +1110,10 @@ function kw(x) {
   return Number.isFinite(x) ? x.toLocaleString("en", { minimumFractionDigits: 1, maximumFractionDigits: 1 }) : "–";
 }
 
-function hostingColumns() {
+function hostingColumns(named) {
   return [
     ["bus", "bus", String, 1],
-    ...(state.topo.named ? [["bus_name", "name", String, 1]] : []),
+    ...(named ? [["bus_name", "name", String, 1]] : []),
     ["hosting_capacity_kw", "hosting capacity (kW)", kw, 1],
     ["at_max_kw", "at the search's maximum", (v) => (v ? "≥ max searched" : ""), -1],
   ];
@@ -1067,13 +1126,29 @@ async function runHosting() {
     const buses = candidateBuses($("hc-buses").value);
     if (buses) body.buses = buses;
     if ($("hc-load").value.trim()) body.load_scales = loadLevels($("hc-load").value).map((l) => l / 100);
+    if ($("hc-job").checked) body.as_job = true;
+    $("hc-queued").hidden = true;
     const answer = await call("POST", "/v1/hosting-capacity", body);
+    if (body.as_job) return hostingQueued(answer, body);
     // rows as the sortable table wants them: bus_name beside name (the column key the risk tables use)
     const rows = answer.buses.map((b) => ({ ...b, bus_name: b.name }));
     state.hosting = { answer, rows, body, key: "hosting_capacity_kw", dir: 1, bus: null };
     showHosting();
     $("hc-card").scrollIntoView({ block: "nearest" });
   });
+}
+
+// Hosting capacity run as a batch job (202): tracked in the batch jobs card, whose finished job shows the same
+// per-bus table (and each bus's curve) from its result.
+function hostingQueued(job, body) {
+  const buses = body.buses ? `bus${body.buses.length === 1 ? "" : "es"} ${busRanges(body.buses)}` : "every load bus";
+  trackJob(job, `hosting capacity: ${buses}`, { hosting: body });
+  const note = $("hc-queued");
+  note.textContent = `queued as batch job ${job.id.slice(0, 8)} (${job.rows_total.toLocaleString("en")} candidate ` +
+    `bus${job.rows_total === 1 ? "" : "es"}): its progress and per-bus table are under Batch jobs`;
+  note.dataset.jobId = job.id;
+  note.hidden = false;
+  $("batch").scrollIntoView({ block: "nearest" });
 }
 
 function showHosting() {
@@ -1089,24 +1164,88 @@ function showHosting() {
     `search up to ${kw(a.max_kw)} kW in steps of ${kw(a.resolution_kw)} kW; risk without new PV ${pct(a.risk_without_pv)}.` +
     (over ? " ⚠ The feeder is above the limit already without new PV: every bus hosts 0 kW." : "") +
     " Voltage only: line and transformer loading are not checked.";
-  const table = $("hc-table");
-  sortableTable(table, h.rows, hostingColumns(), h, showHosting, {
-    ties: (r, s) => r.hosting_capacity_kw - s.hosting_capacity_kw,
-    rowClass: (r) => [r.at_max_kw ? "at-max" : "", r.bus === h.bus ? "picked" : ""].filter(Boolean).join(" "),
-  });
-  for (const tr of table.tBodies[0].rows) tr.addEventListener("click", () => { h.bus = +tr.dataset.bus; showHosting(); });
+  hostingTable($("hc-table"), h.rows, hostingColumns(state.topo.named), h, showHosting);
   drawHostingCurve();
 }
 
-// The risk-vs-size curve of the clicked bus: P(some bus above the limit) against the PV's kW, alpha dashed,
-// the capacity marked. Each point keeps its exact numbers in data-kw / data-risk.
+// A hosting-capacity table (the card's, a job's): the weakest bus first, sortable, a clicked row picked
+// (`view.bus`) and `redraw` called.
+function hostingTable(table, rows, columns, view, redraw) {
+  sortableTable(table, rows, columns, view, redraw, {
+    ties: (r, s) => r.hosting_capacity_kw - s.hosting_capacity_kw,
+    rowClass: (r) => [r.at_max_kw ? "at-max" : "", r.bus === view.bus ? "picked" : ""].filter(Boolean).join(" "),
+  });
+  for (const tr of table.tBodies[0].rows) tr.addEventListener("click", () => { view.bus = +tr.dataset.bus; redraw(); });
+}
+
+// Text of a CSV (a header row; quoted cells with "" for a quote) as rows of cells.
+function csvRows(text) {
+  const rows = [];
+  let row = [], cell = "", quoted = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (quoted) {
+      if (c === '"' && text[i + 1] === '"') { cell += '"'; i++; } else if (c === '"') quoted = false; else cell += c;
+    } else if (c === '"') quoted = true;
+    else if (c === ",") { row.push(cell); cell = ""; }
+    else if (c === "\n" || c === "\r") {
+      if (c === "\r" && text[i + 1] === "\n") i++;
+      row.push(cell); rows.push(row); row = []; cell = "";
+    } else cell += c;
+  }
+  if (cell || row.length) { row.push(cell); rows.push(row); }
+  return rows;
+}
+
+// A finished hosting-capacity job's result (a row per candidate bus, read as CSV: its curves as JSON lists) as
+// the hosting card's table, with the clicked bus's curve. Bus names are the job's network's.
+async function jobHostingTable(box, s) {
+  const response = await call("GET", `/v1/batch-jobs/${s.id}/result?format=csv`);
+  const [head, ...lines] = csvRows(await response.text());
+  const rows = lines.map((cells) => {
+    const r = Object.fromEntries(head.map((k, i) => [k, cells[i]]));
+    return { bus: +r.bus, bus_name: r.bus_name, hosting_capacity_kw: +r.hosting_capacity_kw, at_max_kw: r.at_max_kw === "true",
+             risk_without_pv: +r.risk_without_pv, curve_kw: JSON.parse(r.curve_kw), curve_risk: JSON.parse(r.curve_risk) };
+  });
+  const body = box.about.hosting;
+  const named = rows.some((r) => r.bus_name && !/^\d+$/.test(r.bus_name));
+  const base = rows.length ? rows[0].risk_without_pv : NaN;
+  const over = Number.isFinite(base) && base > body.alpha;
+  box.querySelector(".summary").textContent = `${rows.length} candidate bus${rows.length === 1 ? "" : "es"} · largest PV with ` +
+    `P(some bus above ${body.upper_pu} p.u.) ≤ ${body.alpha} on every row · risk without new PV ${pct(base)}` +
+    (over ? " · ⚠ above the limit already without new PV" : "");
+  const wrap = document.createElement("div");
+  wrap.className = "table-wrap risk-wrap";
+  const table = document.createElement("table");
+  table.className = "risk-table hc-table job-hosting";
+  wrap.appendChild(table);
+  const title = document.createElement("div");
+  title.className = "note curve-title";
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("viewBox", "0 0 420 150");
+  svg.classList.add("hc-curve");
+  box.append(wrap, title, svg);
+  const view = { key: "hosting_capacity_kw", dir: 1, bus: null };
+  const redraw = () => {
+    hostingTable(table, rows, hostingColumns(named), view, redraw);
+    hostingCurve(svg, title, rows.find((r) => r.bus === view.bus), body.alpha, named);
+  };
+  redraw();
+  box.dataset.hostingRows = rows.length;
+}
+
 function drawHostingCurve() {
   const h = state.hosting;
-  const svg = $("hc-curve");
+  hostingCurve($("hc-curve"), $("hc-curve-title"), h.rows.find((r) => r.bus === h.bus), h.body.alpha, state.topo.named);
+}
+
+// The risk-vs-size curve of the clicked bus `b` (a row of a hosting-capacity table; none: hidden) into `svg`:
+// P(some bus above the limit) against the PV's kW, alpha dashed, the capacity marked. Each point keeps its
+// exact numbers in data-kw / data-risk. `named`: bus names say more than numbers.
+function hostingCurve(svg, title, b, alpha, named) {
   svg.textContent = "";
-  const b = h.rows.find((r) => r.bus === h.bus);
-  $("hc-curve-title").textContent = b ? `risk vs PV size at bus ${b.bus}${state.topo.named && b.name ? ` · ${b.name}` : ""}`
-                                      : "click a bus's row for its risk-vs-size curve";
+  title.textContent = b ? `risk vs PV size at bus ${b.bus}${named && b.bus_name ? ` · ${b.bus_name}` : ""}`
+                        : "click a bus's row for its risk-vs-size curve";
   svg.toggleAttribute("hidden", !b);  // an SVG element has no .hidden property
   if (!b) { delete svg.dataset.bus; return; }
   svg.dataset.bus = b.bus;
@@ -1118,7 +1257,7 @@ function drawHostingCurve() {
   for (const p of [0, 0.5, 1]) el("text", { x: L - 4, y: y(p) + 3, "text-anchor": "end", class: "tick" }, svg, String(p));
   for (const v of [0, xmax / 2, xmax]) el("text", { x: x(v), y: H - 12, "text-anchor": "middle", class: "tick" }, svg, kw(v));
   el("text", { x: (L + W - R) / 2, y: H - 1, "text-anchor": "middle", class: "tick" }, svg, "PV kW");
-  el("line", { x1: L, x2: W - R, y1: y(h.body.alpha), y2: y(h.body.alpha), class: "limit" }, svg);
+  el("line", { x1: L, x2: W - R, y1: y(alpha), y2: y(alpha), class: "limit" }, svg);
   el("line", { x1: x(b.hosting_capacity_kw), x2: x(b.hosting_capacity_kw), y1: y(0), y2: y(1), class: "capacity",
                "data-kw": String(b.hosting_capacity_kw) }, svg);
   el("polyline", { points: b.curve_kw.map((v, i) => `${x(v)},${y(b.curve_risk[i])}`).join(" "), class: "curve" }, svg);
@@ -1163,7 +1302,8 @@ function init() {
   $("net-delete-no").addEventListener("click", () => { $("net-delete-confirm").hidden = true; });
   $("pv-add").addEventListener("click", () => { if (state.topo) pvRow(); });
   $("study-btn").addEventListener("click", runStudy);
-  $("study-file-clear").addEventListener("click", () => { $("study-file").value = ""; });
+  $("study-file").addEventListener("change", () => guarded($("study-error"), null, updatePvProfiles));
+  $("study-file-clear").addEventListener("click", () => { $("study-file").value = ""; updatePvProfiles(); });
   $("study-download").addEventListener("click", downloadStudy);
   $("hc-btn").addEventListener("click", runHosting);
   $("bus-download").addEventListener("click", downloadAnswer);

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import numpy as np
 import pytest
 
 import gridsim
+from gridsim import scenarios
 from gridsim.errors import NetworkError
 from gridsim.feeders import network_id, snapshot
-from gridsim.scenarios import DER, Classes, Scenario, TimeSeries, expand
+from gridsim.network import Network
+from gridsim.scenarios import DER, Classes, Expansion, Scenario, TimeSeries, expand, expand_blocks, unused_profiles
 from tests.gridsim.feeder_cases import small_feeder
 
 
@@ -75,7 +80,7 @@ def test_a_bus_that_is_not_a_load_bus_is_named_in_the_error():
     assert shape.value.field == "time_series.load"
 
 
-def _classed_feeder():
+def _classed_feeder() -> Network:
     """small_feeder with SimBench-style classes: its loads' `profile` H0-A, H0-A (scaled 0.5, fused onto the
     same bus) and G1-A, the sgen's PV5; uploaded as pandapower JSON, so the classes pass the reader."""
     import pandapower as pp
@@ -138,6 +143,9 @@ def test_class_scaling_and_simbench_profiles_move_their_class_alone():
     with pytest.raises(NetworkError, match="no profile 'PV7'") as info:
         expand(net, [Scenario("x", der=(DER(net.bus_numbers[3], 5.0, profile="PV7"),))], series)
     assert info.value.field == "scenarios[0].der[0].profile"
+    with pytest.raises(NetworkError, match="no time series") as info:  # not dropped: the DER would run at full output
+        expand(net, [Scenario("x", der=(DER(net.bus_numbers[3], 5.0, profile="PV9"),))])
+    assert info.value.field == "scenarios[0].der[0].profile"
 
 
 def test_classes_as_bus_lists_on_a_built_in():
@@ -157,3 +165,75 @@ def test_classes_as_bus_lists_on_a_built_in():
     assert info.value.field == "classes.other"
     with pytest.raises(NetworkError, match="not a load bus"):
         Classes.of_buses(net, {"x": [1]})
+
+
+def test_a_study_is_prepared_once_for_its_rows_and_its_unused_profiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`expand` checks the time series and resolves the classes' profiles once (not once for the rows and
+    again for the unused profiles); `Expansion`'s blocks, rows and unused profiles are the module functions'."""
+    net = _classed_feeder()
+    series = TimeSeries(
+        ("t0", "t1"),
+        np.array([1.0, 0.5]),
+        np.array([0.0, 1.0]),
+        profiles={"H0-A_pload": np.array([0.5, 1.0]), "PV9": np.array([1.0, 0.3]), "WP4": np.array([1.0, 1.0])},
+    )
+    der = DER(net.bus_numbers[3], 100.0, profile="PV9")
+    plans = [Scenario("year", load_scale=1.1, der=(der,), years=(0, 3), growth_rate=0.02), Scenario("base")]
+    calls = {"check": 0, "profiles": 0}
+    check, profiles = scenarios._check_series, scenarios._class_profiles
+
+    def counted_check(*args: Any) -> None:
+        calls["check"] += 1
+        return check(*args)
+
+    def counted_profiles(*args: Any) -> Any:
+        calls["profiles"] += 1
+        return profiles(*args)
+
+    monkeypatch.setattr(scenarios, "_check_series", counted_check)
+    monkeypatch.setattr(scenarios, "_class_profiles", counted_profiles)
+    out = expand(net, plans, series)
+    assert calls == {"check": 1, "profiles": 1}
+    assert out.unused_profiles == ("WP4",) and out.rows.shape == (3 * 2, 2 * net.n_load)
+
+    prepared = Expansion.of(net, plans, series)
+    assert calls == {"check": 2, "profiles": 2}
+    blocks = list(prepared.blocks())
+    again = prepared.expanded()
+    assert prepared.unused_profiles() == unused_profiles(net, plans, series) == ("WP4",)
+    assert calls == {"check": 3, "profiles": 3}  # only the module function prepared again
+    assert [(b.scenario, b.year, b.timestamps) for b in blocks] == [
+        ("year", 0, ("t0", "t1")),
+        ("year", 3, ("t0", "t1")),
+        ("base", 0, ("t0", "t1")),
+    ]
+    np.testing.assert_array_equal(np.concatenate([b.rows for b in blocks]), out.rows)
+    np.testing.assert_array_equal(again.rows, out.rows)
+    assert (again.scenario, again.year, again.timestamp, again.unused_profiles) == (
+        out.scenario,
+        out.year,
+        out.timestamp,
+        out.unused_profiles,
+    )
+    for made, block in zip(expand_blocks(net, plans, series), blocks, strict=True):
+        np.testing.assert_array_equal(made.rows, block.rows)
+    # without a time series: nothing is unused, one row per scenario-year
+    plain = Expansion.of(net, [dataclasses.replace(plan, der=()) for plan in plans])  # a DER profile needs a series
+    assert plain.unused_profiles() == () and plain.expanded().timestamp is None
+    assert [b.timestamps for b in plain.blocks()] == [None, None, None]
+
+
+def test_a_bad_time_series_is_refused_when_the_study_is_prepared_and_a_bad_scenario_with_its_rows() -> None:
+    net = gridsim.network("ieee33")
+    with pytest.raises(NetworkError) as shape:
+        Expansion.of(net, [Scenario("x")], TimeSeries(("a", "b"), np.ones(2), np.ones(3)))
+    assert shape.value.field == "time_series.pv"
+    prepared = Expansion.of(net, [Scenario("x"), Scenario("y", bus_load_scale={1: 2.0})])  # checked lazily
+    blocks = prepared.blocks()
+    assert next(blocks).scenario == "x"
+    with pytest.raises(NetworkError) as bus:
+        next(blocks)
+    assert bus.value.field == "scenarios[1].bus_load_scale"
+    lazy = expand_blocks(net, [Scenario("x")], TimeSeries(("a",), np.ones(2), np.ones(1)))  # a generator, as before
+    with pytest.raises(NetworkError, match="shape"):
+        next(lazy)

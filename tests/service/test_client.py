@@ -416,3 +416,46 @@ def test_hosting_capacity_runs_as_a_job_a_group_of_buses_per_chunk(model_dir, tm
     assert (result["at_max_kw"] == now["at_max_kw"]).all()
     np.testing.assert_allclose(np.stack(result["curve_kw"]), np.stack(now["curve_kw"]), rtol=0, atol=2 * step)
     assert (result["bus_name"] == now["name"]).all()
+
+
+def test_hosting_capacity_over_a_profile_table_from_the_client(memory_server):
+    """`profiles`: the rows as a DataFrame (a datetime index, factor columns; sent as Parquet in the multipart
+    form), the new PV following `pv` x the column `pv_profile` names; the same capacities as the rows and share
+    sent as JSON, at once and as a batch job."""
+    import gridsim
+    from gridsim.scenarios import Scenario, TimeSeries, expand
+
+    steps = pd.date_range("2026-07-01 08:00", periods=3, freq="4h")
+    day = pd.DataFrame(
+        {"load": [0.5, 0.7, 1.1], "pv": [0.4, 1.0, 0.3], "PV5": [0.5, 0.8, 0.2], "WP4": [0.1, 0.2, 0.3]}, index=steps
+    )
+    net = gridsim.network("ieee33")
+    series = TimeSeries(
+        tuple(steps.strftime("%Y-%m-%dT%H:%M:%S")), day["load"].to_numpy(), day["pv"].to_numpy(), 0.25, {}
+    )
+    loads = expand(net, [Scenario("hosting capacity")], series).rows
+    share = day["pv"].to_numpy() * day["PV5"].to_numpy()
+    with GridPFNClient(memory_server.url) as client:
+        cid = client.create_context(simulate={"network": "ieee33", "delta": 0.2, "n": 200, "seed": 7})
+        table = client.hosting_capacity(context_id=cid, buses=[6, 18], profiles=day, pv_profile="PV5")
+        rows = client.hosting_capacity(context_id=cid, buses=[6, 18], loads=loads, pv_profile=share)
+        job = client.hosting_capacity(context_id=cid, buses=[6, 18], profiles=day, pv_profile="PV5", as_job=True)
+        assert client.wait(job["id"], poll_s=0.05, timeout_s=60)["state"] == "done"
+        result = client.fetch(job["id"]).set_index("bus")
+        with pytest.raises(ValueError, match="not both"):
+            client.hosting_capacity(context_id=cid, profiles=day, load_scales=[0.5])
+        with pytest.raises(ValueError, match="names one of its columns"):
+            client.hosting_capacity(context_id=cid, profiles=day, pv_profile=[1.0, 1.0, 1.0])
+        with pytest.raises(ValueError, match="go with a profiles table"):
+            client.hosting_capacity(context_id=cid, pv_profile="PV5")
+        with pytest.raises(GridPFNError) as refused:  # the server's word on a bad table: the column named
+            client.hosting_capacity(
+                context_id=cid, buses=[18], profiles=day.assign(PV5=[0.5, 1.8, 0.2]), pv_profile="PV5"
+            )
+    assert refused.value.status == 422 and refused.value.problem["errors"][0]["column"] == "PV5"
+    assert table.attrs["rows"] == 3 and table.attrs["ignored_columns"] == ["WP4"]
+    assert list(table.index) == [6, 18] and (table["hosting_capacity_kw"] > 0).all()
+    pd.testing.assert_frame_equal(table, rows)
+    assert job["source"] == "hosting-capacity" and job["rows_total"] == 2
+    step = table.attrs["resolution_kw"]
+    np.testing.assert_allclose(result["hosting_capacity_kw"], table["hosting_capacity_kw"], rtol=0, atol=step)

@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import io
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import redis
 from fastapi import APIRouter, Depends, Query, Request
@@ -320,6 +325,17 @@ async def submit(rt: RuntimeDep, jobs: JobsDep, tenant: TenantDep, request: Requ
     return await queued(jobs, spec, ctx, tenant)
 
 
+@dataclass(frozen=True)
+class JobOptions:
+    """What a job the server builds (a study's, a hosting-capacity study's) asks of each row besides mean and
+    std, as JobService.spec_for reads it from a submitted job's BatchOptions: the quantile levels, the voltage
+    band (P(outside) columns) and whether to solve the power flow beside."""
+
+    quantiles: tuple[float, ...] = ()
+    voltage_band: tuple[float, float] | None = None
+    with_ground_truth: bool = False
+
+
 async def submit_built(jobs: JobService, ctx: Any, tenant: Tenant, build: Callable[[str], JobSpec]) -> Response:
     """A job the server builds (a study's rows, a hosting-capacity study's): `build(job_id)` writes its input
     and returns its spec, in a worker thread; on any error nothing is left behind. Then queued."""
@@ -426,11 +442,28 @@ async def result(
         from service.jobs.results import csv_stream
 
         return StreamingResponse(
-            csv_stream(path),
+            _hosting_csv(path) if job["source"] == HOSTING_SOURCE else csv_stream(path),
             media_type="text/csv",
             headers={"Content-Disposition": f'attachment; filename="{job_id}.csv"'},
         )
     return FileResponse(path, media_type=PARQUET, filename=f"{job_id}.parquet")
+
+
+def _hosting_csv(path: Path) -> Iterator[bytes]:
+    """A hosting-capacity job's result (a row per candidate bus, small) as CSV: its list columns (curve_kw,
+    curve_risk) written as JSON lists of full-precision numbers, one quoted cell each (CSV has no lists)."""
+    table = pq.read_table(path)
+    columns = {
+        name: (
+            pa.array([json.dumps(value) for value in column.to_pylist()], pa.string())
+            if pa.types.is_list(column.type)
+            else column
+        )
+        for name, column in zip(table.column_names, table.columns, strict=True)
+    }
+    buffer = io.BytesIO()
+    pcsv.write_csv(pa.table(columns), buffer)
+    yield buffer.getvalue()
 
 
 HOURS_IN_A_YEAR = 8784.0  # a leap year: the most one result row can stand for

@@ -6,8 +6,9 @@ the server into query rows, answered per bus as a risk summary and, optionally, 
 The body is JSON (StudyRequest), or multipart/form-data when the time series is a file: a `spec` field (the
 study as JSON, StudyTableSpec: its time series comes from the file) and then a `file` part, a CSV or Parquet
 profile table (service.engine.profile_table; SimBench-style tables are accepted). A multipart body is taken
-before FastAPI would parse it as JSON (`StudyRoute`), read as it arrives (service.http.form_stream) and bounded
-by GRIDPFN_MAX_BODY_BYTES and the study's row limit."""
+before FastAPI would parse it as JSON (`table_route`), read as it arrives (service.http.form_stream) and bounded
+by GRIDPFN_MAX_BODY_BYTES and the study's row limit. POST /v1/hosting-capacity takes the same form through the
+same helpers (`table_route`, `table_upload`, `upload_doc`)."""
 
 from __future__ import annotations
 
@@ -15,15 +16,14 @@ import asyncio
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 from starlette.responses import Response
 
 from service.engine import studies
@@ -32,6 +32,7 @@ from service.engine.errors import EngineError, InvalidInput, TooLarge
 from service.engine.load_table import InputError
 from service.engine.profile_table import ProfileFile
 from service.engine.runtime import Runtime
+from service.engine.tenants import Tenant
 from service.http.auth import TenantDep, check_authorization_header, require_api_key
 from service.http.deps import RuntimeDep, problems
 from service.http.fast_json import OrjsonRoute
@@ -43,23 +44,31 @@ from service.http.schemas import Level, ModelVersion, OneContext, Strict, Strict
 from service.jobs.inputs import STUDY_LABELS
 
 
-class StudyRoute(OrjsonRoute):
-    """OrjsonRoute whose multipart bodies (a spec and a profile table) go to `study_upload` instead of
-    FastAPI's JSON body parsing; JSON bodies are validated as StudyRequest as on every route."""
+def table_route(upload: Callable[[Request], Awaitable[Response]]) -> type[OrjsonRoute]:
+    """An OrjsonRoute whose multipart bodies (a spec and a profile table) go to `upload` instead of FastAPI's
+    JSON body parsing; JSON bodies are validated as the endpoint's request model, as on every route."""
 
-    def get_route_handler(self) -> Callable:
-        handler = super().get_route_handler()
+    class TableRoute(OrjsonRoute):
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+            handler = super().get_route_handler()
 
-        async def route_handler(request: Request) -> Response:
-            if request.headers.get("content-type", "").startswith("multipart/form-data"):
-                return await study_upload(request)
-            response: Response = await handler(request)
-            return response
+            async def route_handler(request: Request) -> Response:
+                if request.headers.get("content-type", "").startswith("multipart/form-data"):
+                    return await upload(request)
+                response: Response = await handler(request)
+                return response
 
-        return route_handler
+            return route_handler
+
+    return TableRoute
 
 
-router = APIRouter(prefix="/v1", tags=["planning"], route_class=StudyRoute, dependencies=[Depends(require_api_key)])
+router = APIRouter(
+    prefix="/v1",
+    tags=["planning"],
+    route_class=table_route(lambda request: study_upload(request)),
+    dependencies=[Depends(require_api_key)],
+)
 
 Factor = Annotated[float, Field(ge=0.0, le=100.0, allow_inf_nan=False, strict=True)]
 Power = Annotated[float, Field(ge=-1e7, le=1e7, allow_inf_nan=False, strict=True)]
@@ -70,6 +79,8 @@ BUS_KEY = re.compile(r"[0-9]{1,9}", re.ASCII)  # a bus number as a JSON object k
 # A customer class's or profile's name (a load's `profile` or `type`, as the network gives it; at most 256
 # characters, as gridsim.pandapower_json reads labels)
 Name = Annotated[str, Field(min_length=1, max_length=256)]
+# Customer classes a request defines: class name -> its load bus numbers
+ClassBuses = Annotated[dict[Name, Annotated[list[StrictInt], Field(max_length=1000)]], Field(max_length=MAX_CLASSES)]
 
 
 class DERAddition(Strict):
@@ -189,9 +200,7 @@ class StudyRequest(OneContext):
         "outside per scenario and year, as here), every row x bus at .../result?layout=long (with scenario, "
         "year, timestamp); `detail` does not apply",
     )
-    classes: (
-        Annotated[dict[Name, Annotated[list[StrictInt], Field(max_length=1000)]], Field(max_length=MAX_CLASSES)] | None
-    ) = Field(
+    classes: ClassBuses | None = Field(
         None,
         description="customer classes as lists of load bus numbers, in place of the network's own (built-in "
         "networks have none): `class_scaling` and time series profiles then name these",
@@ -238,36 +247,35 @@ def _long(answer: studies.StudyAnswer) -> dict[str, list]:
     return table
 
 
-# The multipart body's schema (its JSON body is StudyRequest, from the signature)
-_UPLOAD_DOC = {
-    "requestBody": {
-        "content": {
-            "multipart/form-data": {
-                "schema": {
-                    "type": "object",
-                    "required": ["spec", "file"],
-                    "additionalProperties": False,
-                    "properties": {
-                        "spec": {
-                            "type": "string",
-                            "description": "the study as JSON (StudyRequest without time_series, plus step_hours, "
-                            "default 0.25), at most 64 KiB: name a stored context set (context_id) for a large "
-                            "context. The first part",
+def upload_doc(spec: str, file: str) -> dict[str, Any]:
+    """The OpenAPI of a multipart body of a `spec` field (described by `spec`) and a profile table `file` part
+    (`file`); the route's JSON body comes from its signature."""
+    return {
+        "requestBody": {
+            "content": {
+                "multipart/form-data": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["spec", "file"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "spec": {"type": "string", "description": spec},
+                            "file": {"type": "string", "format": "binary", "description": file},
                         },
-                        "file": {
-                            "type": "string",
-                            "format": "binary",
-                            "description": "the time series as a CSV (header row) or Parquet table: a `time` column "
-                            "of step labels, then factor columns: `load`, `pv`, `load_bus<k>`, `pv_bus<k>`, and "
-                            "profiles by name (a class's `H0-A` or SimBench's `H0-A_pload` / `H0-A_qload`, `PV5`); "
-                            "other columns are ignored (listed in the answer's `ignored_columns`). The last part",
-                        },
-                    },
+                    }
                 }
             }
         }
     }
-}
+
+
+_UPLOAD_DOC = upload_doc(
+    "the study as JSON (StudyRequest without time_series, plus step_hours, default 0.25), at most 64 KiB: name a "
+    "stored context set (context_id) for a large context. The first part",
+    "the time series as a CSV (header row) or Parquet table: a `time` column of step labels, then factor columns: "
+    "`load`, `pv`, `load_bus<k>`, `pv_bus<k>`, and profiles by name (a class's `H0-A` or SimBench's `H0-A_pload` / "
+    "`H0-A_qload`, `PV5`); other columns are ignored (listed in the answer's `ignored_columns`). The last part",
+)
 
 
 @router.post(
@@ -294,9 +302,7 @@ async def _submit_job(rt: Runtime, request: Request, body: StudyRequest, tenant:
     scenario, year and timestamp) and the job queued for the workers."""
     jobs = await batch_jobs.get_jobs(request)
     prepared = await studies.prepare(rt, body, tenant, table, max_rows=jobs.settings.job_max_rows)
-    options = SimpleNamespace(
-        quantiles=prepared.spec.quantiles, voltage_band=prepared.spec.band, with_ground_truth=False
-    )
+    options = batch_jobs.JobOptions(prepared.spec.quantiles, prepared.spec.band)
 
     def build(job_id: str) -> Any:
         rows = jobs.prepare_study(job_id, studies.checked_blocks(prepared), prepared.net)
@@ -319,41 +325,62 @@ async def _submit_job(rt: Runtime, request: Request, body: StudyRequest, tenant:
 
 async def study_upload(request: Request) -> Response:
     """POST /v1/studies as multipart/form-data: the `spec` field, then the profile table as the `file` part."""
+
+    async def answer(rt: Runtime, tenant: Tenant, spec: StudyTableSpec, table: ProfileFile) -> Response:
+        if spec.as_job:
+            return await _submit_job(rt, request, spec, tenant, table)
+        return _respond(await studies.study(rt, spec, tenant, table), spec.detail)
+
+    return await table_upload(request, StudyTableSpec, "a study", answer)
+
+
+SpecT = TypeVar("SpecT", bound=BaseModel)
+
+
+async def table_upload(
+    request: Request,
+    spec_model: type[SpecT],
+    what: str,
+    answer: Callable[[Runtime, Tenant, SpecT, ProfileFile], Awaitable[Response]],
+) -> Response:
+    """A multipart planning request (`what`: "a study", ...): the `spec` field validated as `spec_model` before
+    a byte of the file is read, the `file` part saved to a temporary folder (at most GRIDPFN_MAX_BODY_BYTES),
+    then `answer(rt, tenant, spec, table)`; a bad cell of the table (load_table.InputError) is a 422 naming the
+    field `file` and the cell's row and column. The folder is removed whatever happens."""
     rt: Runtime = request.app.state.runtime
     settings = rt.settings
     tenant = check_authorization_header(request.headers.get("authorization"), settings.api_keys, settings.admin_api_key)
     form = FormStream(request, max_fields=1)
-    folder = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="gridpfn-study-"))
+    folder = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="gridpfn-profiles-"))
     try:
         try:
-            spec, table = await _receive(form, folder, settings.max_body_bytes)
+            spec, table = await _receive(form, folder, settings.max_body_bytes, spec_model, what)
         except (EngineError, ProblemError, RequestValidationError) as exc:
             if form.ended:
                 raise
             raise form.closing(exc) from exc  # refused before the end of the body: the rest is not read
         try:
-            if spec.as_job:
-                return await _submit_job(rt, request, spec, tenant, table)
-            answer = await studies.study(rt, spec, tenant, table)
+            return await answer(rt, tenant, spec, table)
         except InputError as exc:
             entry = field_error("file", exc.message, exc.expected)
             entry.update(row=exc.row, column=exc.column)
             raise ProblemError(422, "invalid-file", "Invalid input file", f"file: {exc}", [entry]) from exc
-        return _respond(answer, spec.detail)
     finally:
         await asyncio.to_thread(shutil.rmtree, folder, True)
 
 
-async def _receive(form: FormStream, folder: Path, max_bytes: int) -> tuple[StudyTableSpec, ProfileFile]:
+async def _receive(
+    form: FormStream, folder: Path, max_bytes: int, spec_model: type[SpecT], what: str
+) -> tuple[SpecT, ProfileFile]:
     """The spec, checked before a byte of the file is read, and the file saved under `folder`."""
     fields, has_file = await form.fields_before_file()
     for name in fields:
         if name != "spec":
-            raise InvalidInput(name, "not a form field of a study", "a `spec` field (the study as JSON), then `file`")
+            raise InvalidInput(name, f"not a form field of {what}", f"a `spec` field ({what} as JSON), then `file`")
     if "spec" not in fields:
         raise InvalidInput("spec", "not among the form fields before the file part", "a `spec` field, then `file`")
     try:
-        spec = StudyTableSpec.model_validate_json(fields["spec"])
+        spec = spec_model.model_validate_json(fields["spec"])
     except ValidationError as exc:
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from exc
     if not has_file:

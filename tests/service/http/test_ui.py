@@ -959,3 +959,146 @@ def test_a_study_runs_as_a_batch_job_from_the_page(ui_server, api, browser, tmp_
         if expected["max_p_outside"] > 1e-6:
             assert r["worst_timestamp"][0] == expected["worst_timestamp"], r
     assert console_errors(driver) == []
+
+
+def test_hosting_capacity_runs_as_a_batch_job_from_the_page(ui_server, api, browser):
+    """The hosting panel's "as batch job" box: the request goes with as_job; the page tracks the 202's job (its
+    candidates counted as buses) and, once done, shows the job's result as the hosting table (the exact numbers
+    in data-value, 0.1 kW on screen) with each clicked bus's risk-vs-kW curve; the capacities are the one-request
+    answer's to the search's step."""
+    from selenium.webdriver.support.ui import Select
+
+    driver = browser
+    open_page(driver, ui_server)
+    console_errors(driver)
+    cid = simulate_context(driver, n=50, delta=0.1, seed=12)
+    Select(by_id(driver, "model")).select_by_value("network-fit")
+    set_value(driver, "hc-buses", "6, 18, 25")
+    set_value(driver, "hc-load", "30, 100")
+    by_id(driver, "hc-job").click()
+    record_requests(driver)
+    by_id(driver, "hc-btn").click()
+    queued = wait(driver, lambda d: by_id(d, "hc-queued").get_attribute("data-job-id"), what="hosting job queued")
+    sent = sent_body(driver, "/v1/hosting-capacity")
+    request = {
+        "model": "network-fit",
+        "context_id": cid,
+        "upper_pu": 1.05,
+        "alpha": 0.05,
+        "buses": [6, 18, 25],
+        "load_scales": [0.3, 1.0],
+    }
+    assert sent == {**request, "as_job": True}
+    assert "3 candidate buses" in by_id(driver, "hc-queued").text
+    box = css(driver, f'.job[data-job-id="{queued}"]')[0]
+    wait(driver, lambda d: box.get_attribute("data-hosting-rows") == "3", 60, "the job's hosting table")
+    assert box.get_attribute("data-state") == "done" and "3 / 3 buses" in box.text, box.text
+    status = api.get(f"/v1/batch-jobs/{queued}").json()
+    assert status["source"] == "hosting-capacity" and status["context_id"] == cid
+    result = pd.read_parquet(io.BytesIO(api.get(f"/v1/batch-jobs/{queued}/result").content)).set_index("bus")
+    direct = api.post("/v1/hosting-capacity", json=request).json()
+    step = direct["resolution_kw"]
+    table = f'.job[data-job-id="{queued}"] table.job-hosting'
+    rows = cells(driver, table)
+    assert [int(r["bus"][0]) for r in rows] == sorted(
+        result.index, key=lambda b: (result.loc[b, "hosting_capacity_kw"], b)
+    )
+    for r, want in zip(sorted(rows, key=lambda r: int(r["bus"][0])), sorted(direct["buses"], key=lambda b: b["bus"])):
+        got = float(r["hosting_capacity_kw"][1])
+        assert got == result.loc[int(r["bus"][0]), "hosting_capacity_kw"], r  # the job's exact double
+        assert abs(got - want["hosting_capacity_kw"]) <= step, (r, want)  # the one-request answer's, to the step
+        shown = r["hosting_capacity_kw"][0]
+        assert re.fullmatch(r"[\d,]+\.\d", shown) and float(shown.replace(",", "")) == pytest.approx(got, abs=0.0501)
+        assert (r["at_max_kw"][0] != "") == bool(result.loc[int(r["bus"][0]), "at_max_kw"]), r
+    assert "risk without new PV" in box.find_element("css selector", ".summary").text
+    # a clicked row draws that bus's curve in the job's box, the result's points exactly
+    css(driver, f'{table} tbody tr[data-bus="18"]')[0].click()
+    curve = f'.job[data-job-id="{queued}"] svg.hc-curve'
+    wait(driver, lambda d: css(d, curve)[0].get_attribute("data-bus") == "18", what="the job's hosting curve")
+    points = driver.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0] + ' circle.curve-point'))"
+        ".map(c => [+c.getAttribute('data-kw'), +c.getAttribute('data-risk')])",
+        curve,
+    )
+    assert points == [list(p) for p in zip(result.loc[18, "curve_kw"], result.loc[18, "curve_risk"], strict=True)]
+    driver.execute_script("arguments[0].scrollIntoView()", box)
+    shot(driver, "hosting-capacity-batch-job")
+    # the box cleared: a one-request answer again fills the hosting card, not a job
+    by_id(driver, "hc-job").click()
+    by_id(driver, "hc-btn").click()
+    wait(driver, lambda d: by_id(d, "hc-table").get_attribute("data-rows") == "3", what="hosting card table")
+    assert "as_job" not in sent_body(driver, "/v1/hosting-capacity")
+    assert console_errors(driver) == []
+
+
+def test_a_pv_follows_a_profile_of_the_uploaded_table(ui_server, api, browser, tmp_path):
+    """The study panel's PV rows pick the profile their output follows (`der[].profile`) among the profile
+    columns of the chosen table (its header read in the page: time, load, pv and per-bus columns are no
+    profiles); without a table the picker is off and nothing is sent. The table's answer is the API's."""
+    from selenium.webdriver.support.ui import Select
+
+    driver = browser
+    open_page(driver, ui_server)
+    console_errors(driver)
+    cid = simulate_context(driver, n=50, delta=0.1, seed=13)
+    Select(by_id(driver, "model")).select_by_value("network-fit")
+    by_id(driver, "pv-add").click()
+    Select(css(driver, "#pv-list .pv-bus")[0]).select_by_value("18")
+    kw = css(driver, "#pv-list .pv-kw")[0]
+    kw.clear()
+    kw.send_keys("400")
+    profile = css(driver, "#pv-list .pv-profile")[0]
+    assert not profile.is_enabled() and "profile table" in profile.get_attribute("title")
+    set_value(driver, "study-load", "100")
+    csv = tmp_path / "day.csv"
+    csv.write_text(
+        'time,load,pv,pv_bus18,"PV5",noon\n06:00,0.6,0.3,1,0.2,0.0\n12:00,0.8,1.0,1,0.9,1.0\n18:00,1.3,0.1,1,0.05,0.0\n'
+    )
+    driver.execute_script("document.getElementById('series-box').open = true")
+    by_id(driver, "study-file").send_keys(str(csv))
+    wait(driver, lambda d: by_id(d, "pv-profiles").get_attribute("data-names") == '["PV5","noon"]', what="profiles")
+    options = [o.get_attribute("value") for o in css(driver, "#pv-profiles option")]
+    assert options == ["PV5", "noon"]  # time, load, pv and the per-bus pv_bus18 are no profiles
+    wait(driver, lambda d: css(d, "#pv-list .pv-profile")[0].is_enabled(), what="profile picker on")
+    # a PV added now starts with its picker on too
+    by_id(driver, "pv-add").click()
+    assert css(driver, "#pv-list .pv-profile")[1].is_enabled()
+    css(driver, "#pv-list .pv-remove")[1].click()
+    css(driver, "#pv-list .pv-profile")[0].send_keys("PV5")
+    record_requests(driver)
+    by_id(driver, "study-btn").click()
+    wait(driver, lambda d: by_id(d, "study-table").get_attribute("data-rows") == "32", what="study table")
+    shot(driver, "study-pv-profile")
+    spec = sent_body(driver, "/v1/studies")
+    assert spec["scenarios"][0]["der"] == [{"bus": 18, "kw": 400, "profile": "PV5"}] and spec["context_id"] == cid
+    answer = api.post(
+        "/v1/studies", data={"spec": json.dumps(spec)}, files={"file": ("day.csv", csv.read_bytes(), "text/csv")}
+    ).json()
+    assert answer["ignored_columns"] == ["noon"] and answer["unused_profiles"] == []
+    summary = {r["bus"]: r for r in answer["summary"]}
+    for r in cells(driver, "#study-table"):
+        want = summary[int(r["bus"][0])]
+        for key in ("max_p_outside", "hours_outside", "highest_vm_pu"):
+            assert float(r[key][1]) == want[key], (key, r)
+    # the profile moved the answer: the same PV at the pv share alone is another study
+    plain = {**spec, "scenarios": [{**spec["scenarios"][0], "der": [{"bus": 18, "kw": 400}]}]}
+    other = api.post(
+        "/v1/studies", data={"spec": json.dumps(plain)}, files={"file": ("day.csv", csv.read_bytes(), "text/csv")}
+    ).json()
+    assert [r["highest_vm_pu"] for r in other["summary"]] != [summary[b]["highest_vm_pu"] for b in sorted(summary)]
+    # a profile the table does not have: the API's refusal names the DER's field
+    css(driver, "#pv-list .pv-profile")[0].clear()
+    css(driver, "#pv-list .pv-profile")[0].send_keys("WP4")
+    by_id(driver, "study-btn").click()
+    error = wait(driver, lambda d: by_id(d, "study-error").is_displayed() and by_id(d, "study-error"), what="refused")
+    assert "(422)" in error.text and "scenarios[0].der[0].profile" in error.text and "WP4" in error.text, error.text
+    # the table cleared: the picker is off and the study goes as JSON, its PV at full output
+    by_id(driver, "study-file-clear").click()
+    wait(driver, lambda d: not css(d, "#pv-list .pv-profile")[0].is_enabled(), what="profile picker off")
+    assert json.loads(by_id(driver, "pv-profiles").get_attribute("data-names")) == []
+    driver.execute_script("document.getElementById('study-table').removeAttribute('data-rows')")
+    by_id(driver, "study-btn").click()
+    wait(driver, lambda d: by_id(d, "study-table").get_attribute("data-rows") == "32", what="study table")
+    assert not by_id(driver, "study-error").is_displayed()
+    assert sent_body(driver, "/v1/studies")["scenarios"][0]["der"] == [{"bus": 18, "kw": 400}]
+    assert console_errors(driver) == []
