@@ -5,19 +5,26 @@ table cells read with missing values allowed."""
 from __future__ import annotations
 
 import hashlib
+import json
 import struct
+from pathlib import Path
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pytest
 
 import gridsim
+from models.linear import LeastSquares
 from models.off_context import ContextGeometry
 from models.registry import load_registry
 from service.engine import sparse
+from service.engine.answers import AnswerSpec, ModelTiming, PredictAnswer, Statistics, Timing, placed_answer
 from service.engine.context_sets import ContextSet, context_id
 from service.engine.errors import InvalidInput
 from service.engine.load_table import InputError, as_float, as_load
+from service.http import responses
+from service.http.schemas import PredictResponse
 from tests.service.conftest import MODEL
 
 
@@ -106,3 +113,107 @@ def test_table_cells_may_be_missing_in_a_context_and_never_in_queries():
     assert infinite.value.row == 12
     with pytest.raises(InputError, match="outside"):
         as_load(pa.array([None, 5000.0]), "p_mw_bus2", 0, missing=True)
+
+
+def _sparse(y: np.ndarray) -> np.ndarray:
+    """y with bus 5 never read, bus 9 read in every other row and bus 0 missing once."""
+    out = y.copy()
+    out[:, 5] = np.nan
+    out[::2, 9] = np.nan
+    out[3, 0] = np.nan
+    return out
+
+
+def _predict_answer(metering: sparse.Metering, x: np.ndarray, y: np.ndarray) -> PredictAnswer:
+    """A real PredictAnswer around `metering`, as service.engine.inference builds one (least squares on the
+    context; the metering is what is under test)."""
+    method = LeastSquares()
+    summary, placed = placed_answer(
+        method, method.fit(x, y), ContextGeometry.of(x), x[:3], AnswerSpec((0.05, 0.95), (0.95, 1.05))
+    )
+    return PredictAnswer(
+        model="least-squares",
+        network="ieee33",
+        context_id="c" * 64,
+        outputs=tuple(gridsim.network("ieee33").output_names),
+        statistics=Statistics.of(summary, (0.05, 0.95)),
+        off_context=placed,
+        timing=Timing(0.01, ModelTiming(0.001, 0.002, True, 3)),
+        version="1",
+        metering=metering,
+    )
+
+
+def test_metering_json_bytes_are_its_json_fields_written(context: tuple[np.ndarray, np.ndarray]) -> None:
+    """`json_bytes` parses back (orjson and the standard library alike) to exactly `json()`: the same fields,
+    values and types, for metered, partly metered and unmetered buses, and for a context missing nothing."""
+    x, y = context
+    for values in (_sparse(y), y):
+        metering = sparse.Metering.of(values)
+        written = metering.json_bytes
+        assert set(written) == {"metered", "readings"}
+        for name, raw in written.items():
+            assert isinstance(raw, bytes)
+            assert orjson.loads(raw) == json.loads(raw) == metering.json()[name]
+        back = {name: orjson.loads(raw) for name, raw in written.items()}
+        assert all(type(v) is bool for v in back["metered"]) and all(type(v) is int for v in back["readings"])
+        assert len(back["metered"]) == len(back["readings"]) == y.shape[1]
+        expected = (~np.isnan(values)).sum(axis=0)
+        assert back["readings"] == expected.tolist() and back["metered"] == (expected > 0).tolist()
+    missing = sparse.Metering.of(_sparse(y)).json()
+    assert missing["metered"][5] is False and missing["readings"][5] == 0  # never read
+    assert missing["readings"][9] == y.shape[0] // 2 and missing["readings"][0] == y.shape[0] - 1
+    full = sparse.Metering.of(y).json()
+    assert all(full["metered"]) and set(full["readings"]) == {y.shape[0]}  # a context missing nothing
+
+
+def test_metering_json_bytes_with_a_fit_carry_its_determined_and_are_written_once(
+    context: tuple[np.ndarray, np.ndarray], model_dir: Path
+) -> None:
+    """A network-fit fit adds `determined` (clipped to [0, 1], 6 decimals) to `json()` and `json_bytes`
+    alike; the bytes are written once per Metering (a context set's, shared by its answers), and a fit
+    without `determined` keeps that same Metering."""
+    x, y = context
+    ctx = ContextSet.build(x, _sparse(y))
+    assert ctx.metering is ctx.metering and ctx.metering.json_bytes is ctx.metering.json_bytes
+    assert ctx.metering.with_fit(object()) is ctx.metering  # a fit that says nothing: the set's own bytes
+    registry = load_registry(model_dir, warmup=False, width_free=True)
+    fit = registry.get("network-fit", gridsim.network("ieee33"))
+    fitted = sparse.fit(fit.method, ctx.x, ctx.y, None)
+    metering = ctx.metering.with_fit(fitted)
+    assert metering is not ctx.metering and set(metering.json_bytes) == {"metered", "readings", "determined"}
+    assert set(ctx.metering.json_bytes) == {"metered", "readings"}  # the set's own, unchanged
+    for name, raw in metering.json_bytes.items():
+        assert orjson.loads(raw) == metering.json()[name]
+    determined = orjson.loads(metering.json_bytes["determined"])
+    assert len(determined) == y.shape[1] and all(0.0 <= v <= 1.0 for v in determined)
+    np.testing.assert_allclose(determined, np.clip(fitted.determined, 0, 1), atol=5e-7, rtol=0)
+    # rounding and clipping as json() does them, whatever the fit hands over
+    odd = type("Fitted", (), {"determined": np.array([0.1234567891, -0.25, 1.5, 0.5])})()
+    four = sparse.Metering.of(_sparse(y)[:, :4]).with_fit(odd)
+    assert orjson.loads(four.json_bytes["determined"]) == [0.123457, 0.0, 1.0, 0.5]
+
+
+@pytest.mark.parametrize("sparse_context", [True, False])
+def test_the_json_answer_carries_the_metering_as_json_would_write_it(
+    context: tuple[np.ndarray, np.ndarray], sparse_context: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """service.http.responses splices `json_bytes` into the JSON answer: parsed, the answer's `metered`,
+    `readings` (and `determined`) are `json()`'s, the whole body is byte for byte the one written without the
+    pre-written bytes, and it validates as a PredictResponse."""
+    x, y = context
+    values = _sparse(y) if sparse_context else y
+    odd = type("Fitted", (), {"determined": np.linspace(-0.1, 1.1, y.shape[1])})()
+    for metering in (sparse.Metering.of(values), sparse.Metering.of(values).with_fit(odd)):
+        answer = _predict_answer(metering, x, y)
+        written = orjson.dumps(responses.json_body(answer), option=orjson.OPT_SERIALIZE_NUMPY)
+        spliced = orjson.loads(written)
+        for name, values_written in metering.json().items():
+            assert spliced[name] == values_written
+        assert ("determined" in spliced) == (metering.determined is not None)
+        with monkeypatch.context() as m:
+            m.setattr(responses, "_FRAGMENT", None)  # an orjson without Fragment: plain lists
+            plain = orjson.dumps(responses.json_body(answer), option=orjson.OPT_SERIALIZE_NUMPY)
+        assert written == plain  # byte for byte (== on parsed values would take 1 for true)
+        parsed = PredictResponse.model_validate(spliced)
+        assert parsed.metered == metering.metered.tolist() and parsed.readings == metering.readings.tolist()
