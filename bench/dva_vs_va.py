@@ -47,7 +47,7 @@ def evaluate(trainer: Trainer, prior_cfg) -> tuple[float, float, float]:
     """Validation NLL, PFN mean MSE and GP MSE on the trainer's fixed validation datasets."""
     cfg = trainer.config
     n_context = max(cfg.n_context)
-    x, y = trainer.val_batch.x, trainer.val_batch.y
+    x, y = trainer.val_batches[0].x, trainer.val_batches[0].y  # one feeder: every dataset in one batch
     cx, cy, qx, qy = x[:, :n_context], y[:, :n_context], x[:, n_context:], y[:, n_context:]
     trainer.model.eval()
     with torch.no_grad():

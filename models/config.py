@@ -86,8 +86,27 @@ class ModelConfig(_FileConfig):
     # checkpoints; its squared-flow columns follow the tree recovered from the voltages, which flips on
     # contexts under ~200 rows) or from the loads alone ("loads": inputs only, as DVA intends)
     leverage: Literal["design", "loads"] = "design"
+    # what the x stream embeds: "loads" (the d_in standardised loads: one feeder's width) or "principal"
+    # (the context's first n_principal principal components of them, whitened: any feeder's loads map
+    # to the same width, so one checkpoint serves every network; d_in is then unused, 0)
+    inputs: Literal["loads", "principal"] = "loads"
+    n_principal: int = 8
+
+    @property
+    def x_width(self) -> int:
+        """Width of the x stream's input (before the leverage feature)."""
+        return self.n_principal if self.inputs == "principal" else self.d_in
+
+    @property
+    def any_network(self) -> bool:
+        """Whether one checkpoint serves every feeder (its base fit is told the network's load positions)."""
+        return self.inputs == "principal"
 
     def __post_init__(self) -> None:
+        if self.inputs not in ("loads", "principal"):
+            raise ValueError(f"inputs: expected 'loads' or 'principal', got {self.inputs!r}")
+        if self.inputs == "principal" and (self.n_principal < 1 or self.load_positions is not None):
+            raise ValueError("inputs='principal': expected n_principal >= 1 and no load_positions (set per network)")
         if self.backbone not in ("transformer", "cnn"):
             raise ValueError(f"backbone: expected 'transformer' or 'cnn', got {self.backbone!r}")
         if self.attention not in ("dva", "va"):
@@ -160,8 +179,22 @@ class PowerFlowPriorConfig(_FileConfig):
     # voltage-reading noise on the queries' targets too (True, as before); False: queries keep the
     # true voltages, so a model learns to predict the voltage rather than the next reading
     noisy_queries: bool = True
+    # A prior over feeders, not variations of one (a model of any feeder, ModelConfig.inputs="principal"):
+    # every batch is drawn on one of gridsim's random radial feeders `random-<buses>-<seed>`, a seed drawn
+    # from `feeder_seeds` [low, high) (kept apart from the seeds tests and benchmarks name) and its bus
+    # count from this range by the seed itself, so the pool holds high - low feeders, each built once;
+    # `network` is then unused. None: every batch on `network`.
+    random_feeders: tuple[int, int] | None = None
+    feeder_seeds: tuple[int, int] = (100_000, 100_160)
 
     def __post_init__(self) -> None:
+        if self.random_feeders is not None:
+            lo, hi = self.random_feeders
+            if not 3 <= lo <= hi <= 500 or not 0 <= self.feeder_seeds[0] < self.feeder_seeds[1]:
+                raise ValueError(
+                    f"random_feeders, feeder_seeds: expected 3 <= low <= high <= 500 buses and a seed range "
+                    f"[low, high) with 0 <= low < high, got {list(self.random_feeders)}, {list(self.feeder_seeds)}"
+                )
         for name in ("p_correlated", "p_dg", "p_noisy", "p_reconfigured", "p_profiles", "p_shifted", "p_load_noise"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:

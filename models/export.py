@@ -11,7 +11,8 @@ from safetensors.torch import load_file
 from gridsim.network import network
 from models.config import TrainConfig
 from models.model import DVAPFN, PHYSICS_CONTEXT_SIZES
-from models.registry import write_checkpoint
+from models.physics_fit import ANY_FEATURES, ANY_OUTPUTS
+from models.registry import EVERY_NETWORK, write_checkpoint
 from models.train import LATEST, init_record
 
 
@@ -32,8 +33,16 @@ def export_run(
     model = DVAPFN(config.model)
     model.load_state_dict(load_file(str(run_dir / "best.safetensors")))
     prior = config.prior_config()
-    net = network(getattr(prior, "network", "ieee33"))
     threads = progress.get("threads") or 1
+    if config.model.any_network:  # one checkpoint for every feeder: its widths are each network's
+        served: dict[str, Any] = {
+            "network": EVERY_NETWORK,
+            "features": ANY_FEATURES,
+            "outputs": ANY_OUTPUTS,
+        }
+    else:
+        net = network(getattr(prior, "network", "ieee33"))
+        served = {"network": net.name, "features": list(net.feature_names), "outputs": list(net.output_names)}
     card = {
         "name": name,
         "version": version,
@@ -42,10 +51,8 @@ def export_run(
             "attention": config.model.attention,
             "base": config.model.base,
         },
-        "network": net.name,
+        **served,
         "prior": prior.to_dict(),
-        "features": list(net.feature_names),
-        "outputs": list(net.output_names),
         "context_size": _context_sizes(config),
         "training": {
             "steps": progress["step"],

@@ -23,8 +23,9 @@ makes queries, keys and values alike.
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -38,11 +39,52 @@ from models.config import ModelConfig
 from models.limits import MAX_CONTEXT_ROWS, MIN_CONTEXT_ROWS
 
 
-def base_fit_for(cfg: ModelConfig) -> BaseFit[Any]:
-    """The closed-form base fit `cfg.base` names, each kind with the penalties it was trained with."""
+def base_fit_for(cfg: ModelConfig, load_positions: Sequence[int] | None = None) -> BaseFit[Any]:
+    """The closed-form base fit `cfg.base` names, each kind with the penalties it was trained with
+    (`load_positions`: the network's, for a model of any feeder; else the config's)."""
     if cfg.base == "physics":
-        return physics_base.PhysicsBase(cfg.load_positions, cfg.leverage)
+        return physics_base.PhysicsBase(load_positions if cfg.any_network else cfg.load_positions, cfg.leverage)
     return RidgeBase() if cfg.base == "ridge" else MeanBase()
+
+
+# A principal direction whose context std is below this share of the first one's carries rounding, not
+# load variation: it is left out (its feature is 0) instead of being whitened into noise.
+PRINCIPAL_RTOL = 1e-6
+
+
+@dataclass(frozen=True)
+class PrincipalAxes:
+    """The context's first r principal directions of its standardised loads: the x stream of a model
+    that serves any feeder (`ModelConfig.inputs="principal"`). Whatever the feeder's width, a point
+    becomes r whitened coordinates along the directions its context varies in most; the signs are fixed
+    so that each direction's largest loading is positive, and a context with fewer directions than r
+    leaves the rest 0."""
+
+    axes: torch.Tensor  # (B, d, r) float64 unit directions (zero columns where the context has none)
+    std: torch.Tensor  # (B, r) float64 the context's std along each (1 where there is none)
+
+    @staticmethod
+    def of(xs: torch.Tensor, r: int) -> PrincipalAxes:
+        """From standardised context loads xs (B, n, d), centred on their mean."""
+        x = xs.double()
+        n, d = x.shape[-2], x.shape[-1]
+        variance, vectors = torch.linalg.eigh(x.transpose(-1, -2) @ x / n)  # ascending
+        q = min(r, d)
+        variance, axes = variance.flip(-1)[..., :q].clamp_min(0.0), vectors.flip(-1)[..., :q]
+        biggest = torch.gather(axes, -2, axes.abs().argmax(dim=-2, keepdim=True))
+        axes = axes * torch.where(biggest < 0, -1.0, 1.0)
+        std = variance.sqrt()
+        live = std > PRINCIPAL_RTOL * std[..., :1].clamp_min(1e-300)
+        axes, std = axes * live[..., None, :], torch.where(live, std, 1.0)
+        if q < r:
+            axes = F.pad(axes, (0, r - q))
+            std = F.pad(std, (0, r - q), value=1.0)
+        return PrincipalAxes(axes, std)
+
+    def features(self, xs: torch.Tensor) -> torch.Tensor:
+        """(B, N, r) whitened coordinates of standardised points xs (B, N, d), asinh-compressed: linear
+        within the context's spread, logarithmic far beyond it (a far query is "far", not a huge number)."""
+        return torch.asinh(xs.double() @ self.axes / self.std[..., None, :])
 
 
 @dataclass(frozen=True)
@@ -53,12 +95,19 @@ class Standardisation:
     x_std: torch.Tensor  # (B, d)
     y_scale: torch.Tensor  # (B, k) float64: scale of the standardised residual
     base: FittedBase
+    principal: PrincipalAxes | None = None  # the x stream's axes of a model for any feeder
 
     @staticmethod
-    def of(fit: ContextFit[Any], x_mean: torch.Tensor, x_std: torch.Tensor, scale_floor: float) -> Standardisation:
+    def of(
+        fit: ContextFit[Any],
+        x_mean: torch.Tensor,
+        x_std: torch.Tensor,
+        scale_floor: float,
+        principal: PrincipalAxes | None = None,
+    ) -> Standardisation:
         """The residuals' rms per output as the scale, plus a floor relative to the output's level."""
         scale = fit.residuals.pow(2).mean(dim=-2).sqrt() + scale_floor * (fit.fitted.y_mean.abs() + 1.0)
-        return Standardisation(x_mean, x_std, scale, fit.fitted)
+        return Standardisation(x_mean, x_std, scale, fit.fitted, principal)
 
     @property
     def n_context(self) -> int:
@@ -338,8 +387,10 @@ class DVAPFN(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
+        # where each load bus sits among the outputs: the config's, or the network's once `on_network` binds it
+        self.load_positions: tuple[int, ...] | None = cfg.load_positions
         self.base = base_fit_for(cfg)
-        self.embed_x = nn.Linear(cfg.d_in + 1, cfg.emb_dim)  # +1: leverage feature
+        self.embed_x = nn.Linear(cfg.x_width + 1, cfg.emb_dim)  # +1: leverage feature
         self.embed_y = nn.Linear(1, cfg.value_dim)
         self.query_token = nn.Parameter(torch.zeros(cfg.value_dim))
         self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg.n_layers))
@@ -365,10 +416,29 @@ class DVAPFN(nn.Module):
         """Context-standardised inputs, in the precision given (float64 keeps the base fit exact)."""
         return (x - mean[..., None, :]) / std[..., None, :]
 
+    def on_network(self, load_positions: Sequence[int]) -> DVAPFN:
+        """This model of any feeder (`cfg.any_network`) on one network: the same weights (shared, not
+        copied) with a base fit told where that network's loads sit among its outputs."""
+        if not self.cfg.any_network:
+            raise ValueError("on_network: this model was trained for one feeder; it serves that feeder only")
+        bound = copy.copy(self)  # a shallow copy: the parameters and buffers stay this model's
+        bound.load_positions = tuple(int(p) for p in load_positions)
+        bound.base = base_fit_for(self.cfg, bound.load_positions)
+        return bound
+
+    @property
+    def d_in(self) -> int:
+        """Inputs per point: the config's, or for a model of any feeder its network's (0 before `on_network`)."""
+        if self.cfg.any_network:
+            return 0 if self.load_positions is None else 2 * len(self.load_positions)
+        return self.cfg.d_in
+
     def _x_tokens(
-        self, xs: torch.Tensor, leverage: torch.Tensor, k: int
+        self, xs: torch.Tensor, leverage: torch.Tensor, k: int, principal: PrincipalAxes | None = None
     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """x stream (B, N, D) for DVA; for VA the x embedding is folded into each output's tokens."""
+        if principal is not None:
+            xs = principal.features(xs)
         xs = xs.to(self.embed_x.weight.dtype)
         ex = self.embed_x(torch.cat([xs, leverage[..., None].to(xs.dtype)], dim=-1))
         if self.cfg.attention == "dva":
@@ -386,7 +456,8 @@ class DVAPFN(nn.Module):
         x_mean, x_std = physics_base.load_scaling(context_x)
         xs = self._standardise_x(context_x, x_mean, x_std)
         fit = self.base.fit(xs, context_y.double(), x_std)
-        stats = Standardisation.of(fit, x_mean, x_std, self.base.scale_floor)
+        principal = PrincipalAxes.of(xs, self.cfg.n_principal) if self.cfg.any_network else None
+        stats = Standardisation.of(fit, x_mean, x_std, self.base.scale_floor, principal)
         values = stats.standardised(fit.residuals)  # (B, k, n)
         leverage = leverage_feature(fit.leverage, stats.n_context, xs)
         if outputs is not None:
@@ -396,7 +467,7 @@ class DVAPFN(nn.Module):
         if attended is not None:
             xs, values, leverage = xs[:, attended], values[..., attended], leverage[:, attended]
         k = values.shape[1]
-        hx, joint = self._x_tokens(xs, leverage, k)
+        hx, joint = self._x_tokens(xs, leverage, k, stats.principal)
         hy = self.embed_y(values.to(self.embed_y.weight.dtype)[..., None])  # (B, k, n, Dv)
         if joint is not None:
             hy = hy + joint
@@ -447,7 +518,7 @@ class DVAPFN(nn.Module):
             assert cache.leverage is not None  # encode_context sets it
             leverage = cache.leverage
         k, m = cache.n_outputs, query_x.shape[-2]
-        hx, joint = self._x_tokens(xs, leverage, k)
+        hx, joint = self._x_tokens(xs, leverage, k, stats.principal)
         hy = self.query_token.expand(query_x.shape[0], k, m, -1)
         if joint is not None:
             hy = hy + joint

@@ -62,9 +62,19 @@ class PFNMethod(Method):
         self.heldout_slope = check_heldout_slope(heldout_slope, "heldout_slope")
         self.bar = BarDistribution(model.borders.detach().cpu())
 
+    def on_network(self, load_positions: Sequence[int]) -> PFNMethod:
+        """This method with a model of any feeder bound to one network (models.model.DVAPFN.on_network)."""
+        return PFNMethod(
+            self.model.on_network(load_positions),
+            device=self.device,
+            query_chunk=self.query_chunk,
+            calibrate=self.calibrate,
+            heldout_slope=self.heldout_slope,
+        )
+
     @property
     def d_in(self) -> int:
-        return self.model.cfg.d_in
+        return self.model.d_in
 
     def _tensor(self, arr: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(arr, dtype=torch.float64, device=self.device)
@@ -93,7 +103,7 @@ class PFNMethod(Method):
         ):
             return None
         return physics_base.cross_validated_errors(
-            context_x[None].double(), context_y[None].double(), self.model.cfg.load_positions
+            context_x[None].double(), context_y[None].double(), self.model.load_positions
         )
 
     @torch.inference_mode()

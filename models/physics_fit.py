@@ -18,6 +18,8 @@ NAME = "physics-fit"
 VERSION = "built-in"
 ANY_NETWORK = "any radial feeder"
 MIN_CONTEXT = MIN_CONTEXT_ROWS
+ANY_FEATURES = "the network's load inputs: P then Q of each load bus (GET /v1/networks/{id})"
+ANY_OUTPUTS = "the network's outputs: |V| of each non-slack bus (GET /v1/networks/{id})"
 
 
 def width_free_card(name: str, description: str, base: str, max_context: int) -> dict[str, Any]:
@@ -28,8 +30,8 @@ def width_free_card(name: str, description: str, base: str, max_context: int) ->
         "description": description,
         "architecture": {"kind": "closed form", "base": base},
         "networks": ANY_NETWORK,
-        "features": "the network's load inputs: P then Q of each load bus (GET /v1/networks/{id})",
-        "outputs": "the network's outputs: |V| of each non-slack bus (GET /v1/networks/{id})",
+        "features": ANY_FEATURES,
+        "outputs": ANY_OUTPUTS,
         "context_size": {"min": MIN_CONTEXT, "max": int(max_context)},
     }
 

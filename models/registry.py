@@ -67,6 +67,7 @@ class LoadedModel(Generic[MethodT]):
 
 
 DEFAULT_NETWORK = "ieee33"  # the network of a card that names none (cards before networks were named)
+EVERY_NETWORK = "*"  # the network of a checkpoint that serves every feeder (ModelConfig.inputs="principal")
 BUILT_FOR_NETWORKS = 64  # width-free models built per network and kept (uploads come and go)
 # Older versions loaded because a request pinned them, kept at once: pins are for comparing or holding
 # back a release, a handful at a time; each is a few MB of weights.
@@ -346,9 +347,17 @@ def load_checkpoint(
         cfg = ModelConfig.from_dict(card["config"])
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"{directory}: invalid config: {exc}") from exc
-    if len(card["features"]) != cfg.d_in:
-        raise CheckpointError(f"{directory}: card lists {len(card['features'])} features, config d_in is {cfg.d_in}")
-    _check_network(directory, card)
+    if cfg.any_network != (card_network(card) == EVERY_NETWORK):
+        raise CheckpointError(
+            f"{directory}: card network {card_network(card)!r} and config inputs {cfg.inputs!r} disagree "
+            f"(a checkpoint of any feeder has inputs 'principal' and network {EVERY_NETWORK!r})"
+        )
+    if not cfg.any_network:
+        if len(card["features"]) != cfg.d_in:
+            raise CheckpointError(
+                f"{directory}: card lists {len(card['features'])} features, config d_in is {cfg.d_in}"
+            )
+        _check_network(directory, card)
     model = DVAPFN(cfg)
     _check_tensors(directory, weights, model)
     model.load_state_dict(load_file(str(weights)))
@@ -413,16 +422,38 @@ def _check_tensors(directory: Path, weights: Path, model: DVAPFN) -> None:
             raise CheckpointError(f"{directory}: tensor {name} has shape {found[name]}, config expects {shape}")
 
 
+# A checkpoint of any feeder warms up bound to a small made-up one: this many load buses, each its own output.
+WARM_UP_LOADS = 4
+
+
 def _warm_up(method: PFNMethod, card: dict[str, Any]) -> None:
     """One forward pass at the smallest supported context, so the first request is not slow."""
     rng = np.random.default_rng(0)
     n = int(card["context_size"]["min"])
-    k = len(card["outputs"])
+    if method.model.cfg.any_network:
+        method = method.on_network(range(WARM_UP_LOADS))
+        k = WARM_UP_LOADS
+    else:
+        k = len(card["outputs"])
     x = rng.normal(size=(n + 4, method.d_in))
     y = x[:, :1] @ np.ones((1, k)) * 1e-3 + 1.0 + 1e-4 * rng.normal(size=(n + 4, k))
     predictive = method.predict(method.fit(x[:n], y[:n]), x[n:])
     if not np.isfinite(predictive.mean).all():
         raise CheckpointError(f"{card['name']}: warm-up produced non-finite predictions")
+
+
+def any_network_builder(loaded: LoadedModel[PFNMethod]) -> Callable[[Any], LoadedModel[Method]]:
+    """Serves a checkpoint of any feeder on one network: its weights bound to the network's load positions
+    (shared, not copied), its spread widened off the context like every checkpoint's."""
+    from gridsim.api import VoltageModel
+    from models.off_context import OffContextGuard
+    from models.physics_fit import on_network
+
+    def build(network: Any) -> LoadedModel[Method]:
+        method = OffContextGuard(loaded.method.on_network(network.load_positions), VoltageModel(network))
+        return LoadedModel(loaded.name, loaded.version, on_network(loaded.card, network), method, loaded.device)
+
+    return build
 
 
 def width_free_builder(name: str, max_context: int) -> Callable[[Any], LoadedModel[Method]]:
@@ -467,9 +498,9 @@ def load_registry(
     registry = Registry(
         load_options={"device": device, "warmup": warmup, "calibrate": calibrate}, pinned_versions=pinned_versions
     )
-    if width_free:
-        from models import network_fit, physics_fit
+    from models import network_fit, physics_fit
 
+    if width_free:
         for kind in (network_fit, physics_fit):
             registry.width_free[kind.NAME] = width_free_builder(kind.NAME, max_context)
             registry.width_free_cards[kind.NAME] = kind.general_card(max_context)
@@ -486,7 +517,13 @@ def load_registry(
                 log.error("refusing checkpoint %s: %s", _error_key(directory), exc)
                 registry.errors[_error_key(directory)] = str(exc)
                 continue
-            registry.add(loaded)
+            if loaded.method.model.cfg.any_network:
+                if not width_free:
+                    break  # served with the width-free models, per network on first use
+                registry.width_free[loaded.name] = any_network_builder(loaded)
+                registry.width_free_cards[loaded.name] = {**loaded.card, "networks": physics_fit.ANY_NETWORK}
+            else:
+                registry.add(loaded)
             log.info(
                 "loaded model %s version %s for %s on %s",
                 loaded.name,

@@ -11,7 +11,8 @@ import torch
 from gridsim.network import network
 from models.config import ModelConfig
 from models.model import DVAPFN
-from models.registry import write_checkpoint
+from models.physics_fit import ANY_FEATURES, ANY_OUTPUTS
+from models.registry import EVERY_NETWORK, write_checkpoint
 
 TINY_CONFIG = ModelConfig(
     emb_dim=16, value_dim=16, n_layers=2, n_heads=4, ffn_dim=32, head_dim=32, n_bars=32, cnn_channels=4
@@ -41,15 +42,37 @@ def tiny_card(name: str, version: str = "0.0.1", feeder: str = "ieee33") -> dict
     }
 
 
+# A tiny checkpoint of any feeder (ModelConfig.inputs="principal"): served on every network, built-in or uploaded.
+TINY_ANY_CONFIG = replace(TINY_CONFIG, d_in=0, base="physics", leverage="loads", inputs="principal", n_principal=4)
+
+
+def tiny_any_card(name: str, version: str = "0.0.1") -> dict[str, Any]:
+    return {
+        "name": name,
+        "version": version,
+        "description": "untrained tiny model of any feeder for tests; its predictions are not meaningful",
+        "architecture": {"backbone": "transformer", "attention": "dva", "base": "physics"},
+        "network": EVERY_NETWORK,
+        "features": ANY_FEATURES,
+        "outputs": ANY_OUTPUTS,
+        "context_size": {"min": 16, "max": 10_000},
+        "training": {"steps": 0},
+    }
+
+
 def build_tiny_registry(
     root: str | Path,
     names: tuple[str, ...] = ("tiny-dva",),
     config: ModelConfig = TINY_CONFIG,
     networks: tuple[str, ...] = ("ieee33",),
+    any_network: tuple[str, ...] = (),
 ) -> Path:
     """Write one tiny checkpoint per name and network under `root` and return root. Versions are
-    directories, so another network's checkpoint of a name lives under `0.0.1-<network>`."""
+    directories, so another network's checkpoint of a name lives under `0.0.1-<network>`.
+    any_network: names of tiny checkpoints of any feeder (TINY_ANY_CONFIG) to write beside them."""
     root = Path(root)
+    for i, name in enumerate(any_network):
+        write_checkpoint(tiny_model(TINY_ANY_CONFIG, seed=100 + i), tiny_any_card(name), root / name / "0.0.1")
     for i, name in enumerate(names):
         for feeder in networks:
             net = network(feeder)

@@ -32,8 +32,8 @@ from gridsim.network import network
 from models.bar_distribution import BarDistribution
 from models.config import TrainConfig
 from models.distillation import Teacher, cross_entropy
-from models.model import DVAPFN
-from models.priors import make_prior
+from models.model import DVAPFN, base_fit_for
+from models.priors import PriorBatch, make_prior
 
 log = logging.getLogger(__name__)
 
@@ -141,14 +141,29 @@ class Trainer:
         if self.teacher is not None:
             self.teacher.check_student(self.model)
         self.bar = BarDistribution(self.model.borders)  # built once: borders are fixed from here on
-        self.val_batch = self.prior.sample(
-            config.val_datasets,
-            max(config.n_context) + config.n_query,
-            _generator(config.seed, -1),
-            n_context=max(config.n_context),
-        )
+        # one batch of every validation dataset on the prior's one feeder; a prior over feeders draws
+        # each training batch's worth on its own feeder
+        per_batch = config.batch_size if config.model.any_network else config.val_datasets
+        self.val_batches = [
+            self.prior.sample(
+                min(per_batch, config.val_datasets - start),
+                max(config.n_context) + config.n_query,
+                _generator(config.seed, -1 - start // per_batch),
+                n_context=max(config.n_context),
+            )
+            for start in range(0, config.val_datasets, per_batch)
+        ]
 
     # -- data -----------------------------------------------------------------------------
+    def _bind(self, batch: PriorBatch) -> PriorBatch:
+        """A model of any feeder learns on the batch's feeder: its base fit is told where the loads sit."""
+        if self.config.model.any_network:
+            if batch.load_positions is None:
+                raise ValueError("prior: a model of any feeder needs a prior over feeders (prior.random_feeders)")
+            self.model.load_positions = batch.load_positions
+            self.model.base = base_fit_for(self.config.model, batch.load_positions)
+        return batch
+
     def _split(
         self, x: torch.Tensor, y: torch.Tensor, n_context: int, generator: torch.Generator
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -179,7 +194,7 @@ class Trainer:
         samples = []
         for _ in range(max(1, cfg.border_samples // cfg.batch_size)):
             n_context = self._context_size(g)
-            batch = self.prior.sample(cfg.batch_size, n_context + cfg.n_query, g, n_context=n_context)
+            batch = self._bind(self.prior.sample(cfg.batch_size, n_context + cfg.n_query, g, n_context=n_context))
             cx, cy, qx, qy, pick = self._split(batch.x, batch.y, n_context, g)
             with torch.no_grad():
                 stats = self.model.encode_context(cx, cy, pick).stats
@@ -222,10 +237,11 @@ class Trainer:
         with torch.no_grad():
             g = _generator(cfg.seed, -3)
             losses = []
-            for start in range(0, cfg.val_datasets, cfg.batch_size):
-                x = self.val_batch.x[start : start + cfg.batch_size]
-                y = self.val_batch.y[start : start + cfg.batch_size]
-                losses.append(float(self.loss(*self._split(x, y, max(cfg.n_context), g), distill=False)))
+            for batch in self.val_batches:
+                self._bind(batch)
+                for start in range(0, len(batch.x), cfg.batch_size):
+                    x, y = batch.x[start : start + cfg.batch_size], batch.y[start : start + cfg.batch_size]
+                    losses.append(float(self.loss(*self._split(x, y, max(cfg.n_context), g), distill=False)))
         self.model.train()
         return sum(losses) / len(losses)
 
@@ -241,7 +257,7 @@ class Trainer:
             t0 = time.monotonic()
             g = _generator(cfg.seed, p.step)
             n_context = self._context_size(g)
-            batch = self.prior.sample(cfg.batch_size, n_context + cfg.n_query, g, n_context=n_context)
+            batch = self._bind(self.prior.sample(cfg.batch_size, n_context + cfg.n_query, g, n_context=n_context))
             for group in self.optimizer.param_groups:
                 group["lr"] = self._lr(p.step)
             loss = self.loss(*self._split(batch.x, batch.y, n_context, g))

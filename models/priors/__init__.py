@@ -12,6 +12,10 @@ def make_prior(config: GPPriorConfig | PowerFlowPriorConfig, device: str | None 
         from models.priors.gp import GPPrior
 
         return GPPrior(config, device=device)
+    if config.random_feeders is not None:
+        from models.priors.feeders import FeederPrior
+
+        return FeederPrior(config, device=device)
     from models.priors.powerflow import PowerFlowPrior
 
     return PowerFlowPrior(config, device=device)

@@ -14,6 +14,9 @@ class PriorBatch:
 
     x: torch.Tensor
     y: torch.Tensor
+    # where each load bus sits among the outputs when the batch's feeder is not the model's own (a prior
+    # over feeders); None: the prior's one network, whose positions the model's config holds
+    load_positions: tuple[int, ...] | None = None
 
 
 class Prior(Protocol):

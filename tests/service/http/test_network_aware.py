@@ -1,6 +1,6 @@
 """Every network end to end over real HTTP: context sets on each built-in and on an uploaded
-pandapower feeder, predictions with physics-fit and with a (tiny, untrained) checkpoint trained for
-that network, the exact GP, /v1/simulate, batch jobs (embedded, and in a real `gridpfn worker`
+pandapower feeder, predictions with physics-fit, with a (tiny, untrained) checkpoint trained for
+that network and with one of any feeder, the exact GP, /v1/simulate, batch jobs (embedded, and in a real `gridpfn worker`
 through real Redis), the client, and the 422s: a width that does not fit its network, a model that
 does not serve it. Tiny data: ~60-point contexts, a few queries."""
 
@@ -23,13 +23,14 @@ from tests.service.batch_support import WorkerProcess, done, fetch_frame, job_se
 from tests.service.conftest import LIMITS, MODEL, assert_problem, running
 
 BUILT_INS = ("ieee33", "kerber_landnetz_kabel_1", "mv_oberrhein_sub0")
+ANY = "tiny-any"  # a checkpoint of any feeder (models.testing.TINY_ANY_CONFIG)
 N_CONTEXT = 60  # within the GP's test limit (LIMITS gp_max_context) and physics-fit's minimum (16)
 
 
 @pytest.fixture(scope="module")
 def every_network_dir(tmp_path_factory):
-    """tiny-dva with a checkpoint for each built-in network."""
-    return build_tiny_registry(tmp_path_factory.mktemp("registry-nets"), networks=BUILT_INS)
+    """tiny-dva with a checkpoint for each built-in network, and tiny-any's one for every feeder."""
+    return build_tiny_registry(tmp_path_factory.mktemp("registry-nets"), networks=BUILT_INS, any_network=(ANY,))
 
 
 @pytest.fixture(scope="module", params=["memory", "redis"])
@@ -101,15 +102,19 @@ def test_models_and_networks_say_who_serves_what(api):
     fit_card = api.get("/v1/models/physics-fit", params={"network": "mv_oberrhein_sub0"}).json()
     assert len(fit_card["features"]) == 128 and len(fit_card["outputs"]) == 69
     listed = {n["id"]: n for n in api.get("/v1/networks").json()["networks"]}
-    assert all(listed[network]["models"] == ["network-fit", "physics-fit", MODEL] for network in BUILT_INS)
+    assert all(listed[network]["models"] == ["network-fit", "physics-fit", ANY, MODEL] for network in BUILT_INS)
     assert models["network-fit"]["networks"] == physics_fit.ANY_NETWORK
+    assert models[ANY]["network"] == "*" and models[ANY]["versions"] == {"*": "0.0.1"}
+    any_card = api.get(f"/v1/models/{ANY}", params={"network": "mv_oberrhein_sub0"}).json()
+    assert any_card["network"] == "mv_oberrhein_sub0" and len(any_card["outputs"]) == 69
 
 
 def test_uploaded_feeder_end_to_end(api, feeder_json):
     made = api.post("/v1/networks", content=feeder_json, headers={"content-type": "application/json"})
     assert made.status_code == 201, made.text
     nid, net = made.json()["id"], gridsim.feeders.from_pandapower_json(feeder_json)
-    assert made.json()["models"] == ["network-fit", "physics-fit"]
+    assert made.json()["models"] == ["network-fit", "physics-fit", ANY]
+    assert api.get(f"/v1/networks/{nid}").json()["models"] == ["network-fit", "physics-fit", ANY]
     info = _context(api, nid)
     assert info["network"] == nid and info["features"] == net.n_features == 4
     queries = gridsim.sample_loads(net, 2, 0.1, np.random.default_rng(3))
@@ -124,6 +129,11 @@ def test_uploaded_feeder_end_to_end(api, feeder_json):
     )
     assert by_network.status_code == 200, by_network.text
     assert np.abs(np.asarray(by_network.json()["mean"]) - _truth(api, nid, queries)).max() < 1e-8
+    # the checkpoint of any feeder serves the upload: its physics base carries the mean
+    by_any = api.post("/v1/predict", json={"model": ANY, "context_id": info["id"], "queries": queries.tolist()})
+    assert by_any.status_code == 200, by_any.text
+    assert by_any.json()["model"] == ANY and by_any.json()["outputs"] == list(net.output_names)
+    assert np.abs(np.asarray(by_any.json()["mean"]) - _truth(api, nid, queries)).max() < 1e-4
     # a model trained for other networks is a 422 naming the model, the network and who serves it
     refused = assert_problem(
         api.post("/v1/predict", json={"model": MODEL, "context_id": info["id"], "queries": queries.tolist()}),

@@ -1,0 +1,162 @@
+"""A PFN of any feeder: principal-axis inputs, one checkpoint bound per network, its prior over feeders,
+its training and its serving through the registry (tiny models, real power flows)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from gridsim.api import VoltageModel
+from gridsim.network import network
+from models.config import ModelConfig, PowerFlowPriorConfig, TrainConfig
+from models.export import export_run
+from models.model import PrincipalAxes
+from models.priors import make_prior
+from models.priors.feeders import FeederPrior
+from models.registry import EVERY_NETWORK, CheckpointError, load_checkpoint, load_registry
+from models.testing import TINY_ANY_CONFIG, build_tiny_registry, tiny_model
+from models.train import Trainer
+
+
+def _loads(net, rows: int, seed: int = 0, spread: float = 0.1) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return net.base_x * (1.0 + spread * rng.uniform(-1.0, 1.0, size=(rows, net.n_features)))
+
+
+def test_principal_features_are_whitened_sign_fixed_and_padded():
+    g = torch.Generator().manual_seed(0)
+    mix = torch.randn(1, 3, 6, generator=g, dtype=torch.float64)
+    x = torch.randn(1, 200, 3, generator=g, dtype=torch.float64) @ mix  # rank 3 in 6 columns
+    x = x - x.mean(dim=-2, keepdim=True)
+    axes = PrincipalAxes.of(x, r=5)
+    assert axes.axes.shape == (1, 6, 5) and axes.std.shape == (1, 5)
+    coords = torch.sinh(axes.features(x))[0]  # undo the compression: the whitened coordinates
+    torch.testing.assert_close(coords[:, :3].pow(2).mean(dim=0), torch.ones(3, dtype=torch.float64))
+    assert torch.all(coords[:, 3:].abs() < 1e-6), "directions the context does not vary in carry nothing"
+    assert torch.isfinite(axes.features(100.0 * x)).all()
+    # every direction's largest loading is positive, so flipping the inputs flips the features, not the axes
+    flipped = PrincipalAxes.of(-x, r=5)
+    torch.testing.assert_close(flipped.axes[..., :3], axes.axes[..., :3])
+    torch.testing.assert_close(flipped.features(-x)[..., :3], -axes.features(x)[..., :3])
+    # fewer inputs than directions asked for: zero columns, std 1
+    small = PrincipalAxes.of(x[..., :2], r=5)
+    assert torch.all(small.axes[..., 2:] == 0) and torch.all(small.std[..., 2:] == 1)
+
+
+def test_config_of_any_feeder_round_trips_and_refuses_fixed_positions(tmp_path):
+    TINY_ANY_CONFIG.save(tmp_path / "model.json")
+    assert ModelConfig.load(tmp_path / "model.json") == TINY_ANY_CONFIG
+    assert TINY_ANY_CONFIG.any_network and TINY_ANY_CONFIG.x_width == TINY_ANY_CONFIG.n_principal
+    with pytest.raises(ValueError, match="inputs='principal'"):
+        dataclasses.replace(TINY_ANY_CONFIG, load_positions=(0, 1))
+    with pytest.raises(ValueError, match="inputs: expected"):
+        dataclasses.replace(TINY_ANY_CONFIG, inputs="pca")
+
+
+def test_one_model_binds_to_feeders_of_any_width_sharing_its_weights():
+    model = tiny_model(TINY_ANY_CONFIG).eval()
+    assert model.d_in == 0
+    answers = {}
+    for name in ("ieee33", "random-20-3"):
+        net = network(name)
+        bound = model.on_network(net.load_positions)
+        assert bound.d_in == net.n_features
+        assert bound.embed_x.weight.data_ptr() == model.embed_x.weight.data_ptr()
+        x = torch.as_tensor(_loads(net, 60), dtype=torch.float64)
+        y = torch.as_tensor(VoltageModel(net)(x.numpy()), dtype=torch.float64)
+        with torch.no_grad():
+            logits, loc, scale = bound(x[None, :50], y[None, :50], x[None, 50:])
+        assert logits.shape == (1, net.n_outputs, 10, TINY_ANY_CONFIG.n_bars)
+        assert torch.isfinite(logits).all() and torch.isfinite(loc).all()
+        answers[name] = loc
+    assert model.load_positions is None, "binding leaves the unbound model unbound"
+    with pytest.raises(ValueError, match="trained for one feeder"):
+        tiny_model(dataclasses.replace(TINY_ANY_CONFIG, inputs="loads", d_in=64)).on_network([0, 1])
+
+
+def test_the_prior_over_feeders_draws_each_batch_on_a_pool_feeder():
+    config = PowerFlowPriorConfig(random_feeders=(5, 12), feeder_seeds=(100_000, 100_004))
+    prior = make_prior(config)
+    assert isinstance(prior, FeederPrior)
+    seen = set()
+    for step in range(6):
+        g = torch.Generator().manual_seed(step)
+        name = prior.feeder_name(torch.Generator().manual_seed(step))
+        buses, seed = (int(p) for p in name.split("-")[1:])
+        assert 5 <= buses <= 12 and 100_000 <= seed < 100_004
+        batch = prior.sample(3, 40, g, n_context=30)
+        net = network(name)
+        assert batch.load_positions == tuple(int(p) for p in net.load_positions)
+        assert batch.x.shape == (3, 40, net.n_features) and batch.y.shape == (3, 40, net.n_outputs)
+        assert torch.isfinite(batch.y).all() and bool((batch.y > 0.5).all())
+        seen.add(name)
+    assert len(seen) > 1, "batches are drawn on more than one feeder"
+    with pytest.raises(ValueError, match="random_feeders"):
+        PowerFlowPriorConfig(random_feeders=(2, 12))
+
+
+@pytest.fixture(scope="module")
+def any_run(tmp_path_factory):
+    """A few steps of a tiny model of any feeder on the prior over feeders, exported to a registry."""
+    root = tmp_path_factory.mktemp("any")
+    config = TrainConfig(
+        model=TINY_ANY_CONFIG,
+        prior=PowerFlowPriorConfig(random_feeders=(5, 12), feeder_seeds=(100_000, 100_004), p_dg=0.3).to_dict(),
+        steps=4,
+        batch_size=4,
+        lr=1e-3,
+        warmup_steps=1,
+        n_context=(16, 40),
+        n_query=16,
+        val_every=2,
+        val_datasets=8,
+        border_samples=8,
+        checkpoint_minutes=100.0,
+    )
+    trainer = Trainer(config, root / "run")
+    progress = trainer.run(show_progress=False)
+    export_run(root / "run", "tiny-any", "0.1.0", root / "registry")
+    return root, trainer, progress
+
+
+def test_a_model_of_any_feeder_trains_on_the_prior_over_feeders(any_run):
+    _, trainer, progress = any_run
+    assert progress.step == 4
+    assert len(trainer.val_batches) == 2, "8 validation datasets in batches of 4, each on its own feeder"
+    assert all(b.load_positions is not None for b in trainer.val_batches)
+    assert np.isfinite(progress.best_val_nll) and progress.history
+
+
+def test_exported_card_serves_every_network(any_run):
+    root, _, _ = any_run
+    card = json.loads((root / "registry" / "tiny-any" / "0.1.0" / "card.json").read_text())
+    assert card["network"] == EVERY_NETWORK and isinstance(card["features"], str)
+    assert card["prior"]["random_feeders"] == [5, 12]
+    only_one = load_registry(root / "registry", network="ieee33")
+    assert "tiny-any" not in only_one.names(), "a caller of one network's checkpoints gets none of any feeder"
+    registry = load_registry(root / "registry", width_free=True)
+    assert "tiny-any" in registry.models_for("ieee33") and "tiny-any" in registry.models_for("an-upload-id")
+    assert registry.available_versions("tiny-any") == {"*": ["0.1.0"]}
+    for name in ("ieee33", "random-30-5"):  # a built-in and a feeder no batch was drawn on
+        net = network(name)
+        served = registry.get("tiny-any", net)
+        assert served.card["network"] == name and served.card["outputs"] == list(net.output_names)
+        x = _loads(net, 140, seed=1)
+        y = VoltageModel(net)(x)
+        summary = served.method.summarize(served.method.fit(x[:100], y[:100]), x[100:], (0.025, 0.975))
+        assert summary.mean.shape == (40, net.n_outputs)
+        assert np.all(np.isfinite(summary.mean)) and np.all(summary.quantiles[1] > summary.quantiles[0])
+        assert np.abs(summary.mean - y[100:]).max() < 1e-3, "the physics base carries the answer"
+
+
+def test_card_and_config_must_agree_on_serving_any_feeder(tmp_path):
+    root = build_tiny_registry(tmp_path, names=(), any_network=("tiny-any",))
+    card_path = root / "tiny-any" / "0.0.1" / "card.json"
+    card = json.loads(card_path.read_text())
+    card_path.write_text(json.dumps({**card, "network": "ieee33"}))
+    with pytest.raises(CheckpointError, match="disagree"):
+        load_checkpoint(root / "tiny-any" / "0.0.1")
