@@ -133,6 +133,7 @@ class Registry:
     width_free: dict[str, Callable[[Any], LoadedModel[Method]]] = field(default_factory=dict)  # name -> build(network)
     width_free_cards: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> its card on no network
     models: dict[str, LoadedModel[Method]] = field(default_factory=dict)
+    any_network: dict[str, LoadedModel[Method]] = field(default_factory=dict)  # checkpoints of every feeder, unbound
     # (name, network) -> version -> checkpoint, every version found (served or not), for pinning and listing
     available: dict[tuple[str, str], dict[str, Candidate]] = field(default_factory=dict)
     load_options: dict[str, Any] = field(default_factory=dict)  # load_checkpoint's device/calibrate for pins
@@ -520,6 +521,7 @@ def load_registry(
             if loaded.method.model.cfg.any_network:
                 if not width_free:
                     break  # served with the width-free models, per network on first use
+                registry.any_network[loaded.name] = loaded
                 registry.width_free[loaded.name] = any_network_builder(loaded)
                 registry.width_free_cards[loaded.name] = {**loaded.card, "networks": physics_fit.ANY_NETWORK}
             else:

@@ -140,7 +140,7 @@ def test_exported_card_serves_every_network(any_run):
     assert "tiny-any" not in only_one.names(), "a caller of one network's checkpoints gets none of any feeder"
     registry = load_registry(root / "registry", width_free=True)
     assert "tiny-any" in registry.models_for("ieee33") and "tiny-any" in registry.models_for("an-upload-id")
-    assert registry.available_versions("tiny-any") == {"*": ["0.1.0"]}
+    assert registry.available_versions("tiny-any") == {"*": ["0.1.0"]} and list(registry.any_network) == ["tiny-any"]
     for name in ("ieee33", "random-30-5"):  # a built-in and a feeder no batch was drawn on
         net = network(name)
         served = registry.get("tiny-any", net)

@@ -26,7 +26,7 @@ async def live() -> dict:
 async def ready(rt: RuntimeDep) -> dict:
     if not rt.ready:
         raise unavailable("not-ready", "Not ready", "models are still loading or warming up", 2)
-    if not rt.registry.checkpoints:  # physics-fit alone means the model dir is unusable: a deployment error
+    if not (rt.registry.checkpoints or rt.registry.any_network):  # physics-fit alone: the model dir is unusable
         raise unavailable("no-models", "No models", f"no usable checkpoint in {rt.settings.model_dir}", 30)
     try:
         await rt.store.ping()
