@@ -225,10 +225,7 @@ class Registry:
 
     def _guarded(self, loaded: LoadedModel[Method], network: Any) -> LoadedModel[Method]:
         """A checkpoint as served: its spread widened off the context (models.off_context.OffContextGuard)
-        by the network model's power flow (built once per checkpoint and network)."""
-        from gridsim.api import VoltageModel
-        from models.off_context import OffContextGuard
-
+        by the network model's power flow (built once per checkpoint and network; the imports only then)."""
         network_id = network if isinstance(network, str) else network.name
         key = (loaded.name, network_id, loaded.version)
         guarded = self._guards.get(key)  # every request passes here: no lock once built
@@ -237,6 +234,9 @@ class Registry:
         with self._lock:
             guarded = self._guards.get(key)
             if guarded is None or guarded.method.base is not loaded.method:  # type: ignore[attr-defined]
+                from gridsim.api import VoltageModel
+                from models.off_context import OffContextGuard
+
                 method = OffContextGuard(loaded.method, VoltageModel(network))
                 guarded = self._guards[key] = replace(loaded, method=method)
         return guarded
