@@ -336,15 +336,7 @@ class _Endpoints:
         if time_series is not None:
             raise ValueError("give the time series either as time_series or as a profiles table, not both")
         fields.pop("time_series")
-        spec = json.dumps({**fields, "step_hours": float(step_hours)})
-        table = ("profiles.parquet", _profile_parquet(profiles), "application/vnd.apache.parquet")
-        return Call(
-            "POST",
-            "/v1/studies",
-            parse,
-            idempotent=idempotent,
-            options={"data": {"spec": spec}, "files": {"file": table}},
-        )
+        return _with_table("/v1/studies", parse, idempotent, {**fields, "step_hours": float(step_hours)}, profiles)
 
     def hosting_capacity(
         self,
@@ -399,14 +391,7 @@ class _Endpoints:
             fields["pv_profile"] = pv_profile
         if classes is not None:
             fields["classes"] = {name: [int(b) for b in members] for name, members in classes.items()}
-        table = ("profiles.parquet", _profile_parquet(profiles), "application/vnd.apache.parquet")
-        return Call(
-            "POST",
-            "/v1/hosting-capacity",
-            parse,
-            idempotent=idempotent,
-            options={"data": {"spec": json.dumps(fields)}, "files": {"file": table}},
-        )
+        return _with_table("/v1/hosting-capacity", parse, idempotent, fields, profiles)
 
     # --- batch jobs ----------------------------------------------------------------------------------
     def submit_simulated(
@@ -768,6 +753,20 @@ class Study:
     summary: pd.DataFrame
     long: pd.DataFrame | None
     info: dict[str, Any]
+
+
+def _with_table(
+    path: str, parse: Callable[[httpx.Response], Any], idempotent: bool, spec: dict[str, Any], profiles: pd.DataFrame
+) -> Call:
+    """A multipart POST of a JSON `spec` beside a profile table sent as Parquet (studies, hosting capacity)."""
+    table = ("profiles.parquet", _profile_parquet(profiles), "application/vnd.apache.parquet")
+    return Call(
+        "POST",
+        path,
+        parse,
+        idempotent=idempotent,
+        options={"data": {"spec": json.dumps(spec)}, "files": {"file": table}},
+    )
 
 
 def _profile_parquet(profiles: pd.DataFrame) -> bytes:
