@@ -509,7 +509,9 @@ def load_registry(
     if not root.is_dir():
         raise ValueError(f"model_dir: {root} is not a directory")
     registry.available = _scan(root, network, registry.errors)
-    for found in registry.available.values():
+    for (_, network_name), found in registry.available.items():
+        if network_name == EVERY_NETWORK and not width_free:
+            continue  # a checkpoint of every feeder is served with the width-free models only: not even loaded
         for version in sorted(found, key=_version_key, reverse=True):
             directory = found[version].directory
             try:
@@ -518,9 +520,7 @@ def load_registry(
                 log.error("refusing checkpoint %s: %s", _error_key(directory), exc)
                 registry.errors[_error_key(directory)] = str(exc)
                 continue
-            if loaded.method.model.cfg.any_network:
-                if not width_free:
-                    break  # served with the width-free models, per network on first use
+            if loaded.method.model.cfg.any_network:  # served per network on first use, as the width-free models
                 registry.any_network[loaded.name] = loaded
                 registry.width_free[loaded.name] = any_network_builder(loaded)
                 registry.width_free_cards[loaded.name] = {**loaded.card, "networks": physics_fit.ANY_NETWORK}
