@@ -85,9 +85,12 @@ def extrapolated(extrapolation: np.ndarray) -> np.ndarray:
 
 # Readings whose noise (as `reading_noise` infers it) is below this are treated as exact (p.u.).
 NOISELESS_PU = 1e-10
-# Noisy readings: the method is fitted this many times on the network model's voltages plus noise like
+# Noisy readings: the prober is fitted this many times on the network model's voltages plus noise like
 # the readings', and the rms of its misses taken (a t with this many degrees of freedom sets the gain).
-NOISY_PROBES = 3
+# Three were too few: a noisy fit's miss off the context is heavy-tailed (the fit's per-bus model choice
+# flips with the noise), and on IEEE 33 at 1e-5 p.u. five of twelve off-context cells left a bus at 0 %
+# coverage; sixteen left one. Each probe is a closed-form fit (physics-fit), so this costs ms, once a context.
+NOISY_PROBES = 16
 # Queries per block when widening (a PFN's bars are m x k x n_bars per block).
 GUARD_BLOCK = 512
 
@@ -100,10 +103,14 @@ def ramp(extrapolation: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Probes:
-    """The wrapped method fitted on the network model's voltages at the context loads (with the readings'
-    noise: several fits) and the gain its miss is taken with: what the guard widens by."""
+    """What the guard widens by: the wrapped method fitted on the network model's voltages at the context
+    loads (its miss there is the nonlinearity it cannot follow), and where the readings are noisy the
+    prober's fits on those voltages plus noise like the readings' (their scatter around the prober's fit
+    on the plain voltages is how far the noise can carry a fit off the context), and the gain."""
 
-    models: list[Any]
+    exact: Any | None  # the method's fit on the network model's voltages (None: no power flow at the context)
+    plain: Any | None  # the prober's on the same voltages (None: the prober is the method: `exact`)
+    noisy: list[Any]  # the prober's on them plus noise (empty: exact readings)
     gain: float  # the miss's rms to the std that makes a 95 % interval hold: 1 for exact readings
 
 
@@ -146,25 +153,32 @@ def reading_noise(x: np.ndarray, residual: np.ndarray) -> np.ndarray:
 
 
 class OffContextGuard(Method):
-    """Any method, its spread widened off the context by the error it makes there on the network model.
+    """Any method, its spread widened off the context by the error it (or its prober) makes there on the
+    network model.
 
     A fit of the context alone cannot show how wrong it is beyond the context (a linear-plus-squares
     fit misses the cubic terms that load growth excites; PV export reverses flows the context never
-    saw). The network model can: the wrapped method is fitted a second time on the network model's
-    own voltages at the same context loads, and at each query the miss e(q) of that fit against the
-    model's exact power flow is the error this method makes there on a feeder like the user's. Where
+    saw). The network model can: the wrapped method (or its `prober`) is fitted a second time on the
+    network model's own voltages at the same context loads, and at each query the miss e(q) of that fit
+    against the model's exact power flow is the error this method makes there on a feeder like the user's. Where
     the readings are noisy (`reading_noise`), noise like theirs is added to those voltages, since
-    noise is what makes a fit of the context go astray off it: NOISY_PROBES fits, the rms of their
-    misses, widened to hold on every bus at once (the error is a bias per bus) with a Student-t's
-    allowance for so few probes. The
+    noise is what makes a fit of the context go astray off it: NOISY_PROBES fits of the `prober` (the
+    method itself, or for a checkpoint its closed-form physics base), their rms scatter added to that
+    miss, widened to hold on every bus at once (the error is a bias per bus) with a Student-t's
+    allowance for the probes' number. The
     answer keeps the method's mean and widens its distribution around it (y' = m + s (y - m), so
     quantiles, std and p_outside_band follow) to the std sqrt(std^2 + (w e)^2), where w = `ramp`:
     within the context's reach the method's own calibrated spread is kept, from twice its reach the
     full network-model error counts.
     """
 
-    def __init__(self, base: Method, voltage_model: Callable[[np.ndarray], np.ndarray]):
+    def __init__(self, base: Method, voltage_model: Callable[[np.ndarray], np.ndarray], prober: Method | None = None):
+        # `prober`: the method whose noisy fits measure how far reading noise carries a fit off the context
+        # (None: the method itself). A checkpoint is probed with its physics base (physics-fit): its mean off
+        # the context moves with the base's, and NOISY_PROBES forward passes per far query block would cost
+        # more than the answer itself. Its own miss on the exact voltages is still its own (one fit).
         self.base, self.voltage_model = base, voltage_model
+        self.prober = base if prober is None else prober
         self.name = getattr(base, "name", "method")
 
     def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> GuardedFit:
@@ -175,18 +189,33 @@ class OffContextGuard(Method):
     def _probes(self, x: np.ndarray, y: np.ndarray) -> Probes:
         v = np.asarray(self.voltage_model(x), dtype=np.float64)
         if not np.isfinite(v).all() or v.shape != y.shape:
-            return Probes([], 1.0)
+            return Probes(None, None, [], 1.0)
+        exact = self.base.fit(x, v)
         noise = reading_noise(x, y - v)
         if float(noise.max()) <= NOISELESS_PU:
-            return Probes([self.base.fit(x, v)], 1.0)
+            return Probes(exact, None, [], 1.0)
+        plain = None if self.prober is self.base else self.prober.fit(x, v)
         rng = np.random.default_rng(0)
-        models = [self.base.fit(x, v + rng.normal(0.0, noise, v.shape)) for _ in range(NOISY_PROBES)]
+        noisy = [self.prober.fit(x, v + rng.normal(0.0, noise, v.shape)) for _ in range(NOISY_PROBES)]
         # a noisy context's fit errs by a bias per bus that every query of the bus shares: the interval
         # must hold on all k buses at once (Bonferroni), with the t's allowance for so few probes
         k = v.shape[1]
         level = 0.5 + CALIBRATION_LEVEL / 2.0
         gain = simultaneous_factor(k) * float(student_t.ppf(level, NOISY_PROBES) / norm.ppf(level))
-        return Probes(models, gain)
+        return Probes(exact, plain, noisy, gain)
+
+    def _miss(self, probes: Probes, rows: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """(m, k) the error this method makes at query rows (m, d) on the network model (voltages v):
+        its exact probe's miss, and with noisy readings the noisy probes' scatter, times the gain."""
+        assert probes.exact is not None
+        exact = np.asarray(self.base.summarize(probes.exact, rows).mean)
+        miss = np.square(np.where(np.isfinite(exact), exact - v, 0.0))
+        if probes.noisy:
+            plain = exact if probes.plain is None else np.asarray(self.prober.summarize(probes.plain, rows).mean)
+            scatter = [np.asarray(self.prober.summarize(model, rows).mean) - plain for model in probes.noisy]
+            miss = miss + np.mean([np.square(np.where(np.isfinite(s), s, 0.0)) for s in scatter], axis=0)
+        out: np.ndarray = probes.gain * np.sqrt(miss)
+        return out
 
     def predict(self, fitted: GuardedFit, query_x: np.ndarray) -> Predictive:
         """The wrapped method's predictive, unwidened (the service asks `summarize`)."""
@@ -227,7 +256,7 @@ class OffContextGuard(Method):
         q = np.asarray(query_x, dtype=np.float64)
         weight = ramp(extrapolation)
         probes = fitted.probes.get()
-        if not probes.models:
+        if probes.exact is None:
             return own
         mean, std = own.mean.copy(), own.std.copy()
         quantiles = own.quantiles.copy()
@@ -238,9 +267,8 @@ class OffContextGuard(Method):
                 v = solved(self.voltage_model, q[rows], "query_x")
             except RowsRefused as exc:
                 raise RowsRefused(exc.field, [int(rows[r]) for r in exc.rows], exc.reason, exc.expected) from None
-            misses = [self.base.summarize(model, q[rows]).mean - v for model in probes.models]
-            miss = np.sqrt(np.mean([np.square(np.where(np.isfinite(m), m, 0.0)) for m in misses], axis=0))
-            widened = np.sqrt(np.square(std[rows]) + np.square(probes.gain * weight[rows, None] * miss))
+            miss = self._miss(probes, q[rows], v)
+            widened = np.sqrt(np.square(std[rows]) + np.square(weight[rows, None] * miss))
             factor = widened / np.maximum(std[rows], np.finfo(np.float64).tiny)
             centre = mean[rows]
             quantiles[:, rows] = centre[None] + factor[None] * (quantiles[:, rows] - centre[None])

@@ -235,9 +235,11 @@ class Registry:
             guarded = self._guards.get(key)
             if guarded is None or guarded.method.base is not loaded.method:  # type: ignore[attr-defined]
                 from gridsim.api import VoltageModel
+                from models import physics_fit
                 from models.off_context import OffContextGuard
 
-                method = OffContextGuard(loaded.method, VoltageModel(network))
+                voltages = VoltageModel(network)  # probed with its physics base (OffContextGuard's `prober`)
+                method = OffContextGuard(loaded.method, voltages, physics_fit.method_for(voltages.network))
                 guarded = self._guards[key] = replace(loaded, method=method)
         return guarded
 
@@ -447,11 +449,14 @@ def any_network_builder(loaded: LoadedModel[PFNMethod]) -> Callable[[Any], Loade
     """Serves a checkpoint of any feeder on one network: its weights bound to the network's load positions
     (shared, not copied), its spread widened off the context like every checkpoint's."""
     from gridsim.api import VoltageModel
+    from models import physics_fit
     from models.off_context import OffContextGuard
     from models.physics_fit import on_network
 
     def build(network: Any) -> LoadedModel[Method]:
-        method = OffContextGuard(loaded.method.on_network(network.load_positions), VoltageModel(network))
+        method = OffContextGuard(
+            loaded.method.on_network(network.load_positions), VoltageModel(network), physics_fit.method_for(network)
+        )
         return LoadedModel(loaded.name, loaded.version, on_network(loaded.card, network), method, loaded.device)
 
     return build

@@ -101,8 +101,8 @@ def test_the_readings_noise_is_inferred_and_probed_with(feeder):
     assert np.all((estimate > 0.8e-4) & (estimate < 1.2e-4))
     guard = OffContextGuard(PhysicsBaseMethod(net.load_positions), truth_of)
     exact, noisy_fit = guard.fit(x, v).probes.get(), guard.fit(x, noisy).probes.get()
-    assert len(exact.models) == 1 and exact.gain == 1.0
-    assert len(noisy_fit.models) == NOISY_PROBES and noisy_fit.gain > 1.0
+    assert exact.exact is not None and not exact.noisy and exact.gain == 1.0
+    assert noisy_fit.plain is None and len(noisy_fit.noisy) == NOISY_PROBES and noisy_fit.gain > 1.0
 
 
 def test_the_probes_are_paid_only_when_a_query_lies_beyond_the_reach(feeder):
@@ -150,3 +150,29 @@ def test_loads_the_feeder_cannot_carry_are_refused_not_answered_with_a_tiny_spre
     assert refused.value.rows == [2, 4] and refused.value.field == "query_x"
     answered = guard.summarize(fitted, np.delete(impossible, [2, 4], axis=0), (0.05, 0.95), (0.95, 1.05))
     assert np.isfinite(answered.std).all()
+
+
+def test_a_checkpoint_is_probed_with_its_physics_base(feeder):
+    """The served guard of a checkpoint fits the checkpoint once on the network model's voltages (its own
+    miss) and its prober (physics-fit) for the noisy probes: closed-form fits, not forward passes."""
+    from models.off_context import NOISY_PROBES
+    from models.physics_base import PhysicsBaseFitted
+
+    net, x, queries, rng = feeder
+    truth_of = VoltageModel(net)
+    y = truth_of(x) + rng.normal(0.0, 1e-5, (len(x), len(net.output_buses)))
+
+    class Refusing(PhysicsBaseMethod):  # the wrapped method: answers, but must not be probed
+        probed = 0
+
+        def fit(self, context_x, context_y):
+            Refusing.probed += 1
+            return super().fit(context_x, context_y)
+
+    guard = OffContextGuard(Refusing(net.load_positions), truth_of, PhysicsBaseMethod(net.load_positions))
+    fitted = guard.fit(x, y)
+    guard.summarize(fitted, queries * 1.4, LEVELS)
+    probes = fitted.probes.get()
+    assert Refusing.probed == 2  # the answer's fit and its own on the network model's voltages, no noisy one
+    assert isinstance(probes.plain, PhysicsBaseFitted) and len(probes.noisy) == NOISY_PROBES
+    assert all(isinstance(m, PhysicsBaseFitted) for m in probes.noisy)

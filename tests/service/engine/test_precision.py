@@ -12,6 +12,7 @@ import pytest
 
 import gridsim
 from gridsim.api import VoltageModel
+from models import physics_fit
 from models.off_context import OffContextGuard
 from models.registry import load_checkpoint
 from models.testing import TINY_CONFIG, build_tiny_registry
@@ -102,7 +103,8 @@ def test_small_context_floor_reaches_the_http_answer(physics_server):
     assert encoded.min_half is not None
     # as served: inside the off-context guard (16 rows span little of 64 loads: every query is beyond
     # the context's reach, so the answer is the floored one widened by the network-model miss)
-    served = OffContextGuard(method, VoltageModel("ieee33"))
+    voltages = VoltageModel("ieee33")
+    served = OffContextGuard(method, voltages, physics_fit.method_for(voltages.network))  # probed as served
     local = served.summarize(served.fit(cx, cy), qx, LEVELS)
     unfloored = method.summarize(dataclasses.replace(encoded, min_half=None), qx, LEVELS)
     assert (0.5 * (unfloored.quantiles[1] - unfloored.quantiles[0]) < encoded.min_half).any()  # it binds here

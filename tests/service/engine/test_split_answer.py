@@ -45,7 +45,8 @@ def test_a_split_guarded_answer_equals_the_whole_one():
             executor.shutdown()
 
     answer, split_placed, _ = asyncio.run(split())
-    np.testing.assert_array_equal(split_placed.extrapolation, placed.extrapolation)
+    # a block's rows may meet another BLAS kernel than the whole's: equal to the last bit or two
+    np.testing.assert_allclose(split_placed.extrapolation, placed.extrapolation, rtol=1e-14, atol=0)
     np.testing.assert_array_equal(answer.mean, whole.mean)
     far = placed.extrapolated
     unwidened = guard.base.summarize(fitted.real, queries, spec.quantiles, spec.band)
