@@ -733,7 +733,7 @@ def _result_format(path: str | os.PathLike | None, format: str | None) -> str:
 
 
 def _frame(data: bytes, fmt: str) -> pd.DataFrame:
-    """A result as a DataFrame; a Parquet result's metadata (the context's per-bus `metered`, `readings`) in .attrs."""
+    """A result as a DataFrame; a Parquet result's metadata (per bus: `metered`, `readings`, `determined`) in .attrs."""
     if fmt == "csv":
         return pd.read_csv(io.BytesIO(data))
     import pyarrow.parquet as pq

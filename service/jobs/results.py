@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # the engine imports torch: a Dask coordinator, which only as
 # dictionary attempt per float column made writing several times slower: bench/results/service-notes.md).
 # Column statistics stay on, so query engines can skip row groups (say, where p_outside is 0).
 WRITE_OPTIONS = dict(compression="none", use_dictionary=False)
-METADATA_KEY = b"gridpfn"  # the result's schema metadata: the context's per-bus `metered` and `readings`
+METADATA_KEY = b"gridpfn"  # the result's schema metadata: the context's per-bus `metered`, `readings` (`determined`)
 
 
 class JobFiles:

@@ -1,5 +1,5 @@
 // The operator's page: talks to the service's own /v1 API (and the /ui/api helpers of routers/ui.py) from the browser.
-import { drawHistogram, drawProfile, drawRiskMap, el, fmt, ms, pct, prob, sig, volt } from "/ui/static/charts.js";
+import { drawHistogram, drawProfile, drawRiskMap, el, fmt, ms, pct, prob, share, sig, volt } from "/ui/static/charts.js";
 
 const $ = (id) => document.getElementById(id);
 const QUANTILES = [0.05, 0.25, 0.5, 0.75, 0.95];
@@ -518,6 +518,8 @@ function busData(answer, row) {
       p: answer.p_outside_band[row][j],
       // whether the context read this bus (absent from answers of servers before sparse contexts: read)
       metered: answer.metered ? answer.metered[j] : true, readings: answer.readings ? answer.readings[j] : null,
+      // network-fit's: how far the meters pin the bus's correction (0: the network model alone, 1: pinned)
+      determined: answer.determined ? answer.determined[j] : undefined,
       gpMean: answer.gp ? answer.gp.mean[row][j] : undefined, gpStd: answer.gp ? answer.gp.std[row][j] : undefined });
   });
   return map;
@@ -528,7 +530,7 @@ function draw() {
   if (!a) return;
   const row = +($("row-select").value || 0);
   const data = { topo: state.topo, bus: busData(a, row), band: a.band, threshold: +$("risk-threshold").value / 100, gp: !!a.gp,
-                 model: a.model };
+                 determined: !!a.determined, model: a.model };
   showExtrapolation(a, row);
   drawProfile($("profile"), data);
   drawRiskMap($("riskmap"), data, (bus, e) => hover(data, bus, e));
@@ -585,6 +587,7 @@ function hover(data, bus, e) {
     `Bus ${bus}${name}`, `P(outside ${data.band[0]}–${data.band[1]} p.u.): ${prob(d.p)} (${pct(d.p)})`,
     `mean ${volt(d.mean)} p.u.`, `50 % band ${volt(d.q25)} – ${volt(d.q75)}`, `90 % band ${volt(d.q05)} – ${volt(d.q95)}`];
   if (!d.slack && d.gpMean !== undefined) lines.push(`GP mean ${volt(d.gpMean)} ± ${sig(d.gpStd)}`);
+  if (!d.slack && d.determined !== undefined) lines.push(`determined by the meters ${share(d.determined)} (0: network model alone, 1: pinned)`);
   lines.forEach((l, i) => { const div = document.createElement("div"); div.textContent = l; if (!i) div.style.fontWeight = 600; tip.appendChild(div); });
   tip.hidden = false;
   // beside the pointer, flipped to the other side where the window's edge would cut it off
@@ -598,10 +601,11 @@ function hover(data, bus, e) {
 
 function busTable(data) {
   const t = $("bus-table");
-  const gp = data.gp;
+  const gp = data.gp, determined = data.determined;
   t.textContent = "";
   const hr = t.createTHead().insertRow();
-  for (const label of ["bus", "mean p.u.", "5 %", "25 %", "75 %", "95 %", "P(outside)", "context readings", ...(gp ? ["GP mean", "GP std"] : [])]) {
+  for (const label of ["bus", "mean p.u.", "5 %", "25 %", "75 %", "95 %", "P(outside)", "context readings",
+                       ...(determined ? ["determined"] : []), ...(gp ? ["GP mean", "GP std"] : [])]) {
     const th = document.createElement("th");
     th.textContent = label;
     hr.appendChild(th);
@@ -615,7 +619,7 @@ function busTable(data) {
     // rounded for reading; the API's exact numbers in data-value and the cell's title (and in the download)
     const read = d.metered ? (d.readings === null ? "yes" : String(d.readings)) : "not metered";
     const cells = [[busLabel(bus)], [d.mean, volt], [d.q05, volt], [d.q25, volt], [d.q75, volt], [d.q95, volt], [d.p, prob], [read],
-                   ...(gp ? [[d.gpMean, volt], [d.gpStd, sig]] : [])];
+                   ...(determined ? [[d.determined, share]] : []), ...(gp ? [[d.gpMean, volt], [d.gpStd, sig]] : [])];
     for (const [value, format] of cells) {
       const td = tr.insertCell();
       td.textContent = format ? format(value) : String(value);

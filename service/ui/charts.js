@@ -114,6 +114,7 @@ export function sig(x, digits = 2) {
   return Math.abs(x) < 1e-3 ? x.toExponential(digits - 1) : x.toPrecision(digits);  // 5.90e-6, not 0.00000590
 }
 export function prob(p) { return sig(p, 3); }
+export function share(x) { return fmt(x, 2); }  // a share in [0, 1] (network-fit's `determined`): 0.93
 export function ms(x) {
   return Number.isFinite(x) ? `${x.toLocaleString("en", { minimumFractionDigits: 1, maximumFractionDigits: 1 })} ms` : "–";
 }
@@ -132,7 +133,7 @@ function niceTicks(lo, hi, n = 6) {
   return { ticks, step };
 }
 
-// Voltage profile. data: {topo, bus: Map(bus -> {mean, q05, q25, q75, q95, p, gpMean, gpStd, slack}),
+// Voltage profile. data: {topo, bus: Map(bus -> {mean, q05, q25, q75, q95, p, gpMean, gpStd, slack, metered, determined}),
 // band: [low, high], threshold, gp: bool}
 export function drawProfile(svg, data) {
   clear(svg);
@@ -221,12 +222,14 @@ export function drawProfile(svg, data) {
       cx: sx(p.x), cy: sy(d.mean), r: atRisk ? 5 : 3,
       "data-bus": p.bus, "data-mean": String(d.mean), "data-slack": d.slack ? "true" : null,
       "data-metered": d.slack ? null : String(d.metered !== false),
+      "data-determined": d.slack || d.determined === undefined ? null : String(d.determined),
       "data-q05": d.slack ? null : String(d.q05), "data-q25": d.slack ? null : String(d.q25),
       "data-q75": d.slack ? null : String(d.q75), "data-q95": d.slack ? null : String(d.q95),
       "data-p-outside": d.slack ? null : String(d.p), "data-at-risk": atRisk ? "true" : "false" }, svg);
     el("title", {}, c, d.slack ? `bus ${p.bus} (substation, slack): ${volt(d.mean)} p.u.`
       : `bus ${p.bus}: mean ${volt(d.mean)} p.u.\n90 % band ${volt(d.q05)} – ${volt(d.q95)}\nP(outside band) ${prob(d.p)}` +
-        (unmetered ? "\nnot metered in the context" : ""));
+        (unmetered ? "\nnot metered in the context" : "") +
+        (d.determined === undefined ? "" : `\ndetermined by the meters ${share(d.determined)} (0: network model alone, 1: pinned)`));
     if (data.gp && !d.slack) {
       el("circle", { class: "gp-point", cx: sx(p.x), cy: sy(d.gpMean), r: 2, fill: "var(--gp)",
         "data-bus": p.bus, "data-gp-mean": String(d.gpMean), "data-gp-std": String(d.gpStd) }, svg);

@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 
 import gridsim
+from service.http.middleware import PAGE_CSP
 from service.jobs.settings import JobSettings
 from service.settings import Settings
 from tests.service.conftest import LIMITS, MODEL, Server
@@ -144,6 +145,11 @@ def drawn(driver, selector: str, attribute: str) -> dict[int, float]:
     return {int(bus): float(value) for bus, value in values}
 
 
+def table_columns(driver) -> list[str]:
+    """The per-bus table's column labels."""
+    return [th.get_attribute("textContent") for th in css(driver, "#bus-table thead th")]
+
+
 def by_bus(answer: dict, values: list[float]) -> dict[int, float]:
     return {int(name.removeprefix("vm_pu_bus")): v for name, v in zip(answer["outputs"], values)}
 
@@ -231,6 +237,8 @@ def test_key_context_prediction_and_drawn_numbers_equal_the_api(ui_server, api, 
         f"{line['from_bus']}-{line['to_bus']}" for line in feeder["lines"] if not line["closed"]
     )
     assert drawn(driver, "#profile circle.gp-point", "data-gp-mean") == by_bus(answer, answer["gp"]["mean"][0])
+    assert "determined" not in answer and "determined" not in table_columns(driver)  # network-fit's alone
+    assert not drawn(driver, "#profile circle.bus-mean", "data-determined")
     at_risk = {int(e.get_attribute("data-bus")) for e in css(driver, "#profile circle.bus-mean.at-risk")}
     assert at_risk == {bus for bus, p in risk.items() if p > 0.05}
     assert int(by_id(driver, "risk-count").get_attribute("data-count")) == len(at_risk)
@@ -298,6 +306,38 @@ def test_first_paint_and_prediction_round_trip(ui_server, browser):
     log.info("/ui first contentful paint %s ms, predict round trips %s ms", paints, trips)
     assert min(paints) < 1000, paints
     assert min(trips) < 200, trips
+
+
+def test_the_page_works_under_its_content_security_policy(ui_server, browser):
+    """The page is served with its Content Security Policy (service.http.middleware.PAGE_CSP) and nothing it
+    does is refused: its scripts and styles load, its fetches answer, the legend's inline swatch colours
+    (style attributes, the one inline thing the policy allows) and the tooltip's positions apply."""
+    with httpx.Client(base_url=ui_server.url, timeout=30) as client:
+        page = client.get("/ui")
+    assert page.headers["content-security-policy"] == PAGE_CSP and page.headers["x-frame-options"] == "DENY"
+    driver = browser
+    driver.execute_cdp_cmd(  # every violation from the first script on (a script CDP adds is exempt)
+        "Page.addScriptToEvaluateOnNewDocument",
+        {
+            "source": "window.cspViolations = []; document.addEventListener('securitypolicyviolation', "
+            "(e) => window.cspViolations.push(`${e.effectiveDirective} ${e.blockedURI} ${e.sourceFile}`));"
+        },
+    )
+    console_errors(driver)  # drained
+    open_page(driver, ui_server)
+    simulate_context(driver, n=60, delta=0.1, seed=8)
+    predict_and_wait(driver)
+    swatches = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#profile-legend i'), (i) => getComputedStyle(i).backgroundColor)"
+    )
+    assert len(swatches) >= 4 and "rgba(0, 0, 0, 0)" not in swatches[:4], swatches  # the colours applied
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(driver).move_to_element(css(driver, '#riskmap circle.node[data-bus="18"]')[0]).perform()
+    tip = wait(driver, lambda d: by_id(d, "tooltip").is_displayed() and by_id(d, "tooltip"), what="tooltip")
+    assert tip.value_of_css_property("left") != "auto"  # placed by CSSOM writes, which no policy governs
+    assert driver.execute_script("return window.cspViolations") == []
+    assert console_errors(driver) == []
 
 
 def test_batch_job_progress_histogram(ui_server, api, browser, tmp_path):
@@ -465,6 +505,27 @@ def test_a_sparse_context_upload_picks_network_fit_and_marks_the_buses_it_never_
     cid = info.get_attribute("data-context-id")
     answer = api.post("/v1/predict", json={"model": "network-fit", "context_id": cid, "queries": [list(x[0])]}).json()
     assert answer["readings"][NET.output_names.index("vm_pu_bus12")] == 40
+    # how far the meters pin each bus (a property of the fit, whatever the query): a column of the table, exact
+    # in its cells' data-value, and on each marker (its tooltip says it too)
+    determined = by_bus(answer, answer["determined"])
+    column = table_columns(driver).index("determined")
+    cells = {
+        int(r.find_element("css selector", "td").get_attribute("textContent")): r.find_elements("css selector", "td")
+        for r in css(driver, "#bus-table tbody tr")
+    }
+    assert {bus: float(tds[column].get_attribute("data-value")) for bus, tds in cells.items()} == determined
+    shown = cells[7][column].get_attribute("textContent")  # two decimals, as read
+    assert re.fullmatch(r"[01]\.\d\d", shown) and abs(float(shown) - determined[7]) <= 0.005 + 1e-12, shown
+    assert drawn(driver, "#profile circle.bus-mean", "data-determined") == determined
+    title = css(driver, '#profile circle.bus-mean[data-bus="7"] title')[0].get_attribute("textContent")
+    assert f"determined by the meters {shown} " in title and "not metered" in title, title
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(driver).move_to_element(css(driver, '#riskmap circle.node[data-bus="7"]')[0]).perform()
+    tip = wait(driver, lambda d: by_id(d, "tooltip").is_displayed() and by_id(d, "tooltip"), what="tooltip")
+    assert "Bus 7" in tip.text and f"determined by the meters {shown} " in tip.text, tip.text
+    driver.execute_script("document.getElementById('bus-table').closest('details').open = true")
+    shot(driver, "sparse-context-determined")
 
 
 # --- issue 31: networks from the page, planning studies, honest timings, rounded numbers -----------------------

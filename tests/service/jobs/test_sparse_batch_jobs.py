@@ -1,6 +1,7 @@
 """Batch jobs on a sparse context set (null where a load or voltage was not measured): network-fit runs
 them, its result equals POST /v1/predict on the same context and says in its metadata which buses the
-context read; a model that does not accept missing values is refused at submission (422), nothing queued.
+context read and how far the meters pin each (`determined`, as the JSON answer's; the long CSV as columns);
+a model that does not accept missing values is refused at submission (422), nothing queued.
 Real uvicorn server (embedded store), real gridsim contexts."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import io
 import httpx
 import numpy as np
 import orjson
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
@@ -50,8 +52,9 @@ def test_a_sparse_context_runs_as_a_batch_job_with_network_fit(embedded):
     frame.to_parquet(path, index=False)
     response = submit_file(client, path, cid, model="network-fit")
     assert response.status_code == 202, response.text
-    wait_for(client, response.json()["id"], done)
-    raw = client.get(f"/v1/batch-jobs/{response.json()['id']}/result")
+    job_id = response.json()["id"]
+    wait_for(client, job_id, done)
+    raw = client.get(f"/v1/batch-jobs/{job_id}/result")
     table = pq.read_table(io.BytesIO(raw.content))
     about = orjson.loads(table.schema.metadata[b"gridpfn"])
     readings = (~np.isnan(y)).sum(axis=0)
@@ -66,6 +69,23 @@ def test_a_sparse_context_runs_as_a_batch_job_with_network_fit(embedded):
     )
     assert direct.status_code == 200, direct.text
     np.testing.assert_allclose(block(result, "mean")[:20], direct.json()["mean"], rtol=0, atol=1e-12)
+    # network-fit's `determined` (how far the meters pin each bus): the JSON answer's, in the metadata
+    determined = direct.json()["determined"]
+    assert len(determined) == len(OUTPUTS) and all(0.0 <= v <= 1.0 for v in determined)
+    np.testing.assert_allclose(about["determined"], determined, rtol=0, atol=1e-6)
+    # CSV has no metadata: the wide CSV is the Parquet's columns alone; the long layout carries the per-bus
+    # facts (`metered`, `readings`, `determined`) as columns, on each row of the bus
+    wide_csv = client.get(f"/v1/batch-jobs/{job_id}/result", headers={"accept": "text/csv"})
+    assert wide_csv.status_code == 200 and wide_csv.headers["content-type"].startswith("text/csv")
+    assert list(pd.read_csv(io.StringIO(wide_csv.text)).columns) == table.column_names
+    long_csv = client.get(f"/v1/batch-jobs/{job_id}/result", params={"layout": "long"}, headers={"accept": "text/csv"})
+    assert long_csv.status_code == 200 and long_csv.headers["content-type"].startswith("text/csv")
+    long = pd.read_csv(io.StringIO(long_csv.text))
+    assert len(long) == len(frame) * len(OUTPUTS)
+    per_bus = long.groupby("bus", sort=False)[["metered", "readings", "determined"]].agg(["min", "max"])
+    for key, expected in (("metered", about["metered"]), ("readings", readings.tolist()), ("determined", determined)):
+        for end in ("min", "max"):  # the same value on every row of a bus: the bus's
+            np.testing.assert_allclose(per_bus[(key, end)].to_numpy(dtype=float), expected, rtol=0, atol=1e-6)
 
 
 def test_a_model_that_does_not_accept_missing_values_is_refused_at_submission(embedded):
