@@ -28,7 +28,7 @@ from scipy.stats import t as student_t
 
 from models.calibration import CALIBRATION_LEVEL, simultaneous_factor
 from models.errors import RowsRefused
-from models.linear import BayesianLinearRegression
+from models.linear import BayesianLinearRegression, posterior
 from models.network_voltages import solved
 from models.physics_base import CONSTANT_LOAD_STD  # a load that never moves: a query moving it is far outside
 from models.predictive import Method, Predictive, Summary
@@ -91,6 +91,12 @@ NOISELESS_PU = 1e-10
 # flips with the noise), and on IEEE 33 at 1e-5 p.u. five of twelve off-context cells left a bus at 0 %
 # coverage; sixteen left one. Each probe is a closed-form fit (physics-fit), so this costs ms, once a context.
 NOISY_PROBES = 16
+# With noisy readings the spread also reaches this far past the fit's own noise-driven error, known up to the
+# network model's nonlinearity miss: the prober's fit of the readings less its fit of the network model's
+# voltages plus the readings' smooth departure from them (a 95 % interval's edge 10 % beyond it). Random
+# probes sample that error; this one is the fit's own, so a fit whose noise carried it far out (the heavy
+# tail sixteen probes still miss: one IEEE 33 growth seed in eight at 1e-5 p.u.) is covered too.
+REACH = 1.1 / float(norm.ppf(0.5 + CALIBRATION_LEVEL / 2.0))
 # Queries per block when widening (a PFN's bars are m x k x n_bars per block).
 GUARD_BLOCK = 512
 
@@ -106,12 +112,15 @@ class Probes:
     """What the guard widens by: the wrapped method fitted on the network model's voltages at the context
     loads (its miss there is the nonlinearity it cannot follow), and where the readings are noisy the
     prober's fits on those voltages plus noise like the readings' (their scatter around the prober's fit
-    on the plain voltages is how far the noise can carry a fit off the context), and the gain."""
+    on the plain voltages is how far the noise can carry a fit off the context), the prober's fits of the
+    readings and of the voltages plus the readings' smooth part (their difference: how far it did), and the gain."""
 
     exact: Any | None  # the method's fit on the network model's voltages (None: no power flow at the context)
     plain: Any | None  # the prober's on the same voltages (None: the prober is the method: `exact`)
     noisy: list[Any]  # the prober's on them plus noise (empty: exact readings)
     gain: float  # the miss's rms to the std that makes a 95 % interval hold: 1 for exact readings
+    read: Any | None = None  # the prober's fit of the readings (None: the prober is the method: the answer's own)
+    smooth: Any | None = None  # the prober's fit of the voltages plus the readings' smooth part (None: exact readings)
 
 
 class LazyProbes:
@@ -146,10 +155,16 @@ class GuardedFit:
 def reading_noise(x: np.ndarray, residual: np.ndarray) -> np.ndarray:
     """(k,) the readings' noise std per bus: what a Bayesian linear fit on the loads leaves of the
     readings minus the network model's voltages (the model's own error there is smooth in the loads)."""
+    return _noise_and_smooth(x, residual)[0]
+
+
+def _noise_and_smooth(x: np.ndarray, residual: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`reading_noise`, and the smooth part (n, k) of the residual at the context rows: the readings'
+    departure from the network model that is no noise (a wrong impedance, a tap, a load scaling)."""
     fit = BayesianLinearRegression().fit(x, residual)
     n = x.shape[0]
     noise: np.ndarray = fit.y_scale * np.sqrt(fit.noise_var / (1.0 + 1.0 / n))
-    return noise
+    return noise, posterior(fit, x, readings=False).mean
 
 
 class OffContextGuard(Method):
@@ -191,10 +206,10 @@ class OffContextGuard(Method):
         if not np.isfinite(v).all() or v.shape != y.shape:
             return Probes(None, None, [], 1.0)
         exact = self.base.fit(x, v)
-        noise = reading_noise(x, y - v)
+        noise, smooth = _noise_and_smooth(x, y - v)
         if float(noise.max()) <= NOISELESS_PU:
             return Probes(exact, None, [], 1.0)
-        plain = None if self.prober is self.base else self.prober.fit(x, v)
+        plain, read = (None, None) if self.prober is self.base else (self.prober.fit(x, v), self.prober.fit(x, y))
         rng = np.random.default_rng(0)
         noisy = [self.prober.fit(x, v + rng.normal(0.0, noise, v.shape)) for _ in range(NOISY_PROBES)]
         # a noisy context's fit errs by a bias per bus that every query of the bus shares: the interval
@@ -202,19 +217,30 @@ class OffContextGuard(Method):
         k = v.shape[1]
         level = 0.5 + CALIBRATION_LEVEL / 2.0
         gain = simultaneous_factor(k) * float(student_t.ppf(level, NOISY_PROBES) / norm.ppf(level))
-        return Probes(exact, plain, noisy, gain)
+        return Probes(exact, plain, noisy, gain, read, self.prober.fit(x, v + smooth))
 
-    def _miss(self, probes: Probes, rows: np.ndarray, v: np.ndarray) -> np.ndarray:
+    def _miss(self, fitted: GuardedFit, probes: Probes, rows: np.ndarray, v: np.ndarray) -> np.ndarray:
         """(m, k) the error this method makes at query rows (m, d) on the network model (voltages v):
-        its exact probe's miss, and with noisy readings the noisy probes' scatter, times the gain."""
+        its exact probe's miss, and with noisy readings the noisy probes' scatter, times the gain, or
+        where larger the fit's own noise-driven error plus that miss, REACH times (Probes)."""
         assert probes.exact is not None
-        exact = np.asarray(self.base.summarize(probes.exact, rows).mean)
-        miss = np.square(np.where(np.isfinite(exact), exact - v, 0.0))
-        if probes.noisy:
-            plain = exact if probes.plain is None else np.asarray(self.prober.summarize(probes.plain, rows).mean)
-            scatter = [np.asarray(self.prober.summarize(model, rows).mean) - plain for model in probes.noisy]
-            miss = miss + np.mean([np.square(np.where(np.isfinite(s), s, 0.0)) for s in scatter], axis=0)
-        out: np.ndarray = probes.gain * np.sqrt(miss)
+
+        def mean(method: Method, model: Any) -> np.ndarray:
+            out = np.asarray(method.summarize(model, rows).mean)
+            answered: np.ndarray = np.where(np.isfinite(out), out, v)  # a probe with no answer there adds nothing
+            return answered
+
+        nonlinear = mean(self.base, probes.exact) - v
+        if not probes.noisy:
+            exact: np.ndarray = np.abs(nonlinear)
+            return exact
+        plain = nonlinear + v if probes.plain is None else mean(self.prober, probes.plain)
+        scatter = np.mean([np.square(mean(self.prober, model) - plain) for model in probes.noisy], axis=0)
+        sampled = probes.gain * np.sqrt(np.square(nonlinear) + scatter)
+        assert probes.smooth is not None
+        read = mean(self.prober, fitted.real if probes.read is None else probes.read)
+        own = REACH * np.abs(read - mean(self.prober, probes.smooth) + nonlinear)
+        out: np.ndarray = np.maximum(sampled, own)
         return out
 
     def predict(self, fitted: GuardedFit, query_x: np.ndarray) -> Predictive:
@@ -267,7 +293,7 @@ class OffContextGuard(Method):
                 v = solved(self.voltage_model, q[rows], "query_x")
             except RowsRefused as exc:
                 raise RowsRefused(exc.field, [int(rows[r]) for r in exc.rows], exc.reason, exc.expected) from None
-            miss = self._miss(probes, q[rows], v)
+            miss = self._miss(fitted, probes, q[rows], v)
             widened = np.sqrt(np.square(std[rows]) + np.square(weight[rows, None] * miss))
             factor = widened / np.maximum(std[rows], np.finfo(np.float64).tiny)
             centre = mean[rows]
