@@ -8,8 +8,12 @@ bodies get (LOAD_LIMIT), so a file cannot carry a value that a JSON request coul
 
 from __future__ import annotations
 
+import io
+import os
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -86,14 +90,31 @@ def csv_header_names(head: bytes) -> list[str]:
     return [h.strip().strip('"') for h in line.decode("utf-8", "replace").split(",") if h.strip()]
 
 
+# Text of a number as pyarrow's CSV reader converts it to float64: ASCII digits, an optional sign, point and
+# exponent, inf/infinity/nan in any case, spaces and tabs around. Python's float() also takes `1_0` (as 10),
+# other scripts' digits and Unicode spaces, which the reader refuses: judged by float(), such a cell was not
+# found when the reader's error was located, so the error named no row. (Possessive quantifiers: linear time
+# on a cell of megabytes.)
+NUMBER_TEXT = re.compile(
+    r"[ \t]*+[+-]?+(?:(?:[0-9]++(?:\.[0-9]*+)?+|\.[0-9]++)(?:[eE][+-]?+[0-9]++)?+|inf(?:inity)?+|nan)[ \t]*+",
+    re.IGNORECASE,
+)
+SHOWN_CHARS = 40  # of a refused cell's text quoted in a message
+
+
 def first_non_number(values: pa.Array) -> int | None:
-    """Index of the first value that is not text of a number (None if all are)."""
+    """Index of the first value that is not text of a number as the CSV reader reads one (None if all are)."""
     for i, value in enumerate(values.to_pylist()):
-        try:
-            float(value)
-        except (TypeError, ValueError):
+        if not isinstance(value, str) or NUMBER_TEXT.fullmatch(value) is None:
             return i
     return None
+
+
+def shown(value: object) -> str:
+    """A refused cell's text for a message: its repr, cut to SHOWN_CHARS characters (its length said) if longer."""
+    if isinstance(value, str) and len(value) > SHOWN_CHARS:
+        return f"{value[:SHOWN_CHARS]!r}... ({len(value)} characters)"
+    return repr(value)
 
 
 def plain_text(column: pa.ChunkedArray | pa.Array, name: str, offset: int, width: int) -> pa.ChunkedArray | pa.Array:
@@ -177,6 +198,114 @@ def csv_batches(
             yield batch
     except pa.ArrowInvalid as exc:
         raise locate(exc) from exc
+
+
+SCAN_BYTES = 1 << 20  # read at a time by overlong_cell
+
+
+def _line_ends(chunk: bytes) -> np.ndarray:
+    codes = np.frombuffer(chunk, np.uint8)
+    return np.flatnonzero((codes == 10) | (codes == 13))
+
+
+def _long_line(handle: io.BufferedIOBase, limit: int, after: int) -> tuple[int, int] | None:
+    """(its data row, its offset) of the first line past data row `after` longer than `limit` bytes, or None.
+    A line's data row is the count of non-empty lines before it (the header's is 0)."""
+    rows = start = at = 0  # non-empty lines ended so far, where the current line starts, bytes read
+    while chunk := handle.read(SCAN_BYTES):
+        ends = _line_ends(chunk) + at
+        starts = np.concatenate(([start], ends + 1))
+        lengths = ends - starts[:-1]
+        before = rows + np.cumsum(lengths > 0) - (lengths > 0)  # the data row of each line ended here
+        long = np.flatnonzero((lengths > limit) & (before > after))
+        if long.size:
+            first = int(long[0])
+            return int(before[first]), int(starts[first])
+        rows, start, at = rows + int(np.count_nonzero(lengths)), int(starts[-1]), at + len(chunk)
+        if at - start > limit and rows > after:  # the line read so far is too long already
+            return rows, start
+    return None
+
+
+def _longest_cell(handle: io.BufferedIOBase, start: int) -> tuple[int, int]:
+    """(index, bytes) of the longest cell of the line at `start`: cells end at commas outside double quotes."""
+    handle.seek(start)
+    cell, cell_start, quotes, at = 0, start, 0, start
+    best = (0, 0)
+    while chunk := handle.read(SCAN_BYTES):
+        ends = _line_ends(chunk)
+        codes = np.frombuffer(chunk, np.uint8)[: int(ends[0]) if ends.size else len(chunk)]
+        quoted = codes == 34
+        outside = (np.cumsum(quoted) + quotes) % 2 == 0  # an escaped quote ("") is two: parity is kept
+        commas = np.flatnonzero((codes == 44) & outside) + at
+        bounds = np.concatenate(([cell_start], commas + 1))
+        lengths = commas - bounds[:-1]
+        if lengths.size and int(lengths.max()) > best[1]:
+            best = (cell + int(np.argmax(lengths)), int(lengths.max()))
+        cell, cell_start = cell + len(commas), int(bounds[-1])
+        quotes, at = quotes + int(quoted.sum()), at + len(codes)
+        if ends.size:
+            break
+    return (cell, at - cell_start) if at - cell_start > best[1] else best
+
+
+def overlong_cell(
+    source: Path | bytes, limit: int, expected: Callable[[str | None], str], after: int = 0
+) -> InputError | None:
+    """The error naming the first line of a CSV past data row `after` (the rows the reader gave before it
+    failed) longer than `limit` bytes (pyarrow's reader, taking `limit` bytes at a time, refuses it naming
+    neither row nor column) by its data row (1-based, header excluded) and the column of its longest cell
+    (`expected(column)` says what that column takes); None if there is none.
+
+    The rows are counted as the reader counts them (a CR or LF ends a line, quoted or not; empty lines are no
+    rows), in bounded memory whatever the file's size."""
+    handle: io.BufferedIOBase = open(source, "rb") if isinstance(source, (str, os.PathLike)) else io.BytesIO(source)
+    with handle:
+        found = _long_line(handle, limit, after)
+        if found is None:
+            return None
+        rows, start = found
+        handle.seek(0)
+        names = csv_header_names(handle.read(HEADER_READ_BYTES))
+        index, length = _longest_cell(handle, start)
+    column = names[index] if index < len(names) else None
+    return InputError(
+        f"a value of {length} bytes (its row is longer than the {limit} bytes read at a time)",
+        expected(column),
+        rows,
+        column,
+    )
+
+
+def locate_csv_error(
+    text_batches: Callable[[], Iterator[pa.RecordBatch] | pcsv.CSVStreamingReader],
+    numbers: Sequence[str],
+    source: Path | bytes,
+    block_bytes: int,
+    expected: Callable[[str | None], str],
+) -> InputError | None:
+    """Where the cell is that a CSV reader (reading `block_bytes` at a time) refused with an error naming no row:
+    the first row, and its first column of `numbers`, holding something not a number, found by reading the
+    file again as text (`text_batches`); else a row too long for the reader, named by its longest cell (see
+    overlong_cell); None if neither is found: the caller words the reader's own error. `expected(column)`
+    says what a cell of the column takes."""
+    offset = 0
+    try:
+        for batch in text_batches():
+            found: list[tuple[int, int, str]] = []
+            for position, name in enumerate(numbers):
+                column = batch.column(name)
+                bad = first_non_number(column.drop_null())
+                if bad is not None:
+                    found.append((pc.indices_nonzero(pc.is_valid(column)).to_pylist()[bad], position, name))
+            if found:
+                row, _, name = min(found)
+                value = batch.column(name)[row].as_py()
+                return InputError(f"{shown(value)} is not a number", expected(name), offset + row + 1, name)
+            offset += batch.num_rows
+    except pa.ArrowInvalid:
+        return overlong_cell(source, block_bytes, expected, after=offset)
+    return None
 
 
 class NamedColumns:

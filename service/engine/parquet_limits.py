@@ -8,6 +8,11 @@ is walked (Thrift compact protocol, a few bytes each, no page decompressed): a c
 pages decompress to more than its rows of its type can hold is refused. Decoded rows are still
 counted by the callers as they stream (a footer can lie), so memory stays bounded by the row limit.
 
+The row counts must agree: the footer's with the sum of its row groups', a row group's with each read
+column chunk's count of values and with what its data pages' headers say they hold. pyarrow reads a row
+group to the count it states, so a group stating fewer rows than its pages hold lost the rest silently;
+such a file is refused naming both counts, and `batches` counts each group's rows as they are decoded.
+
 Only flat numeric columns are read, and that is decided from the footer's schema alone: every leaf
 pyarrow would decode for a wanted name (a nested column's leaves are `name.list.element`, `name.x`)
 must be that name itself, unrepeated and not inside a group, of a physical type whose width is
@@ -26,7 +31,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -59,6 +64,7 @@ FLAG_WIDTH = 1  # BOOLEAN, where a caller allows a flag column
 TEXT_WIDTH = TEXT_BYTES  # bytes a value of a flat text column may take: a number written as text
 _EXPECTED = "a valid Parquet file"
 _NUMBERS = "numbers (float64): a flat column of int, float or decimal values"
+_AGREEING = "a Parquet file whose row counts agree: the footer's, its row groups' and what their pages hold"
 
 
 def _bad(reason: str) -> InputError:
@@ -133,8 +139,9 @@ class _Compact:
         if self.pos > len(self.data):
             raise IndexError
 
-    def fields(self, depth: int = 0, wanted: Sequence[int] = ()) -> dict[int, int]:
-        """Read a struct's fields up to its stop byte; the i32 values of the `wanted` field ids."""
+    def fields(self, depth: int = 0, wanted: Sequence[int] = (), nested: Sequence[int] = ()) -> dict[int, int]:
+        """Read a struct's fields up to its stop byte; the i32 values of the `wanted` field ids, and of the
+        struct fields of the `nested` ids, their own field 1's i32 (-1 where it is missing)."""
         found: dict[int, int] = {}
         last = 0
         while True:
@@ -145,19 +152,24 @@ class _Compact:
             last = last + delta if delta else self.zigzag()
             if last in wanted and kind == 5:
                 found[last] = self.zigzag()
+            elif last in nested and kind == 12:
+                found[last] = self.fields(depth + 1, wanted=(1,)).get(1, -1)
             else:
                 self.skip(kind, depth)
 
 
-def _page_header(handle: BinaryIO, at: int, end: int) -> tuple[int, int, int]:
-    """(uncompressed size, compressed size, header length) of the page header at `at`."""
+def _page_header(handle: BinaryIO, at: int, end: int) -> tuple[int, int, int, int]:
+    """(uncompressed size, compressed size, header length, values) of the page header at `at`; the values
+    (rows of a flat column, nulls included) a data page states it holds, 0 for any other page."""
     window = 256
     while True:
         handle.seek(at)
         data = handle.read(min(window, end - at))
         reader = _Compact(data)
         try:
-            sizes = reader.fields(wanted=(2, 3))  # PageHeader: 2 uncompressed_page_size, 3 compressed_page_size
+            # PageHeader: 2 uncompressed_page_size, 3 compressed_page_size; the num_values (field 1) of
+            # 5 data_page_header and 8 data_page_header_v2 (a dictionary page's 7 counts dictionary entries)
+            sizes = reader.fields(wanted=(2, 3), nested=(5, 8))
         except IndexError:
             if len(data) < window or window >= PAGE_HEADER_MAX_BYTES:
                 raise _bad(f"a page header is cut off or larger than {PAGE_HEADER_MAX_BYTES} bytes") from None
@@ -167,29 +179,45 @@ def _page_header(handle: BinaryIO, at: int, end: int) -> tuple[int, int, int]:
             raise _bad(f"a page header is not Thrift ({exc})") from None
         if 2 not in sizes or 3 not in sizes or sizes[2] < 0 or sizes[3] < 0:
             raise _bad("a page header without its sizes")
-        return sizes[2], sizes[3], reader.pos
+        values = sizes.get(5, sizes.get(8, 0))
+        if values < 0:
+            raise _bad("a data page header without its count of values")
+        return sizes[2], sizes[3], reader.pos, values
+
+
+def _rows_differ(what: str, group: int, rows: int, held: str, name: str) -> InputError:
+    return InputError(
+        f"row group {group} states {rows} rows but {what} hold {held}: a reader would drop or invent rows",
+        _AGREEING,
+        column=name,
+    )
 
 
 def _check_chunk(
-    handle: BinaryIO, file_size: int, chunk: pq.ColumnChunkMetaData, rows: int, width: int, name: str
+    handle: BinaryIO, file_size: int, chunk: pq.ColumnChunkMetaData, group: int, rows: int, width: int, name: str
 ) -> None:
-    """The pages of one column chunk decompress to at most what `rows` values of `width` bytes need."""
+    """The pages of one column chunk (of row group `group`) decompress to at most what `rows` values of `width`
+    bytes need, and its data pages hold `rows` values (a flat column: one per row, nulls included)."""
+    if chunk.num_values != rows:
+        raise _rows_differ("its column chunk's footer says they", group, rows, f"{chunk.num_values} values", name)
     start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
     end = start + chunk.total_compressed_size
     if start < 4 or chunk.total_compressed_size < 0 or end > file_size:
         raise _bad(f"column {name!r} lies outside the file")
     limit = rows * (2 * width + 8) + CHUNK_SLACK_BYTES  # dictionary + indices or plain values, and levels
     pages_limit = rows + 2  # every data page holds at least one value; one dictionary page
-    total, pages, at = 0, 0, start
+    total, pages, values, at = 0, 0, 0, start
     while at < end:
-        uncompressed, compressed, header = _page_header(handle, at, end)
-        total, pages, at = total + uncompressed, pages + 1, at + header + compressed
+        uncompressed, compressed, header, held = _page_header(handle, at, end)
+        total, pages, values, at = total + uncompressed, pages + 1, values + held, at + header + compressed
         if total > limit or pages > pages_limit:
             raise InputError(
                 f"its pages decompress to more than {rows} rows can hold ({total} bytes in {pages} pages so far)",
                 f"at most {limit} bytes for {rows} rows",
                 column=name,
             )
+    if values != rows:  # counted to the end: a page too large for its rows is named as such first
+        raise _rows_differ("its pages", group, rows, f"{values} values", name)
 
 
 def _footer_length(handle: BinaryIO, file_size: int) -> int:
@@ -282,6 +310,12 @@ def open_file(
             raise TooLarge("file", f"the file declares {declared} rows", f"at most {max_rows} rows ({limit_name})")
         if meta.num_rows < 0 or any(group.num_rows < 0 for group in groups):
             raise _bad("a negative row count")
+        if meta.num_rows != sum(group.num_rows for group in groups):  # a reader would drop or invent rows
+            raise InputError(
+                f"the footer states {meta.num_rows} rows but its row groups hold "
+                f"{sum(group.num_rows for group in groups)} ({meta.num_row_groups} row groups)",
+                _AGREEING,
+            )
         paths, selected = parquet.reader.column_paths, _selected_leaves(parquet)
         widths: dict[int, tuple[int, str]] = {}  # leaf -> (value width, the wanted name that reads it)
         for name in columns:  # the types first, from the schema: nothing is read for a file refused here
@@ -296,8 +330,8 @@ def open_file(
                     )
                 widths[index] = (width, name)
         for index, (width, name) in widths.items():  # then every page pyarrow will decode for them
-            for group in groups:
-                _check_chunk(handle, file_size, group.column(index), group.num_rows, width, name)
+            for number, group in enumerate(groups):
+                _check_chunk(handle, file_size, group.column(index), number, group.num_rows, width, name)
     text = sorted(
         {name for index, (width, name) in widths.items() if schema.column(index).physical_type == "BYTE_ARRAY"}
     )
@@ -310,3 +344,21 @@ def open_file(
             read_dictionary=text,
         )
     return parquet
+
+
+def batches(source: pq.ParquetFile, columns: Sequence[str], batch_size: int) -> Iterator[pa.RecordBatch]:
+    """The record batches of `columns` of a file open_file opened, a row group at a time, each group's rows
+    counted as they are decoded against the count its footer states (open_file checked the footer and page
+    headers agree; this holds whatever a decoder makes of the pages): a difference is an InputError."""
+    for group in range(source.num_row_groups):
+        rows, read = source.metadata.row_group(group).num_rows, 0
+        for batch in source.iter_batches(batch_size=batch_size, row_groups=[group], columns=list(columns)):
+            read += batch.num_rows
+            if read > rows:
+                break
+            yield batch
+        if read != rows:
+            raise InputError(
+                f"row group {group} states {rows} rows but {'more' if read > rows else read} were read from it",
+                _AGREEING,
+            )

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from gridsim.network import Network
@@ -39,7 +38,7 @@ from service.engine.load_table import (
     as_float,
     csv_batches,
     csv_header_names,
-    first_non_number,
+    locate_csv_error,
     plain_text,
     too_many_columns,
     within,
@@ -48,9 +47,10 @@ from service.engine.load_table import (
 TIME_COLUMNS = ("time", "timestamp", "timestamps")
 FACTOR_RANGE = (-1.0, 100.0)
 MAX_LABEL = 64  # characters of a step's label, as a JSON time series' timestamps
+LABEL_EXPECTED = f"a step's label: text of 1 to {MAX_LABEL} characters"
 EXTRA_COLUMNS = 64  # columns read beyond one per load bus and kind: overall factors and class profiles
 ROWS_SETTING = "GRIDPFN_MAX_STUDY_ROWS"
-CSV_BLOCK_BYTES = 4 << 20
+CSV_BLOCK_BYTES = 4 << 20  # and a row longer than this is refused, named by its longest cell
 PARQUET_MAGIC = b"PAR1"
 
 
@@ -182,11 +182,7 @@ def _parquet_batches(path: Path, time: str, used: list[str], max_rows: int) -> I
                 exc.message, "labels as text (ISO 8601) or numbers: write a datetime column as text", column=time
             ) from None
         raise
-    return (
-        batch
-        for group in range(source.num_row_groups)
-        for batch in source.iter_batches(batch_size=65536, row_groups=[group], columns=[time, *used])
-    )
+    return parquet_limits.batches(source, [time, *used], 65536)
 
 
 def _open_csv(path: Path, time: str, used: list[str], as_text: bool = False) -> pcsv.CSVStreamingReader:
@@ -207,24 +203,20 @@ def _csv_batches(path: Path, time: str, used: list[str]) -> Iterator[pa.RecordBa
 
 
 def _locate_csv_error(path: Path, time: str, used: list[str], exc: Exception) -> InputError:
-    """Re-read as text to name the first row (and its first column) holding something not a number."""
-    offset = 0
-    try:
-        for batch in _open_csv(path, time, used, as_text=True):
-            found: list[tuple[int, int, str]] = []
-            for position, name in enumerate(used):
-                column = batch.column(name)
-                bad = first_non_number(column.drop_null())
-                if bad is not None:
-                    found.append((pc.indices_nonzero(pc.is_valid(column)).to_pylist()[bad], position, name))
-            if found:
-                row, _, name = min(found)
-                value = batch.column(name)[row].as_py()
-                return InputError(f"{value!r} is not a number", "a factor (a number)", offset + row + 1, name)
-            offset += batch.num_rows
-    except pa.ArrowInvalid as text_exc:
-        exc = text_exc
-    return InputError(f"unreadable CSV: {str(exc)[:200]}", "a comma-separated file with a header row")
+    """The first row (and its first column) holding something not a number, or a row too long to read."""
+    located = locate_csv_error(
+        lambda: _open_csv(path, time, used, as_text=True),
+        used,
+        path,
+        CSV_BLOCK_BYTES,
+        lambda column: _expected(column, time),
+    )
+    return located or InputError(f"unreadable CSV: {str(exc)[:200]}", "a comma-separated file with a header row")
+
+
+def _expected(column: str | None, time: str) -> str:
+    """What a cell of `column` takes (a label in the time column, a factor in any other)."""
+    return LABEL_EXPECTED if column == time else "a factor (a number)"
 
 
 def _labels(column: pa.ChunkedArray | pa.Array, name: str, offset: int) -> list[str]:
@@ -237,7 +229,7 @@ def _labels(column: pa.ChunkedArray | pa.Array, name: str, offset: int) -> list[
     for i, label in enumerate(column.to_pylist()):
         if not isinstance(label, str) or not label.strip() or len(label) > MAX_LABEL:
             problem = "an empty label" if not isinstance(label, str) or not label.strip() else "a label too long"
-            raise InputError(problem, f"a step's label: text of 1 to {MAX_LABEL} characters", offset + i + 1, name)
+            raise InputError(problem, LABEL_EXPECTED, offset + i + 1, name)
         labels.append(label)
     return labels
 

@@ -18,7 +18,7 @@ from service.engine.runtime import Runtime
 from service.engine.store import open_store
 from service.http import docs_pages, openapi, problems
 from service.http.hot_routes import HotRoutes
-from service.http.middleware import BodyLimitMiddleware, HTTPMetricsMiddleware
+from service.http.middleware import BodyLimitMiddleware, HTTPMetricsMiddleware, SecurityHeadersMiddleware
 from service.http.routers import (
     batch_jobs,
     context_sets,
@@ -121,4 +121,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         admin_api_key=settings.admin_api_key,
     )
     app.add_middleware(HTTPMetricsMiddleware, metrics=app.state.metrics)
+    # outermost of ours: nosniff on every answer (the metrics' own 500s too), a page's frame and content policy
+    app.add_middleware(SecurityHeadersMiddleware)
     return app

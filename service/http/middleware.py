@@ -1,6 +1,6 @@
-"""The ASGI middleware around every request: metrics and Server-Timing (outermost, also answering
-what nothing else handled), then the body limit, which refuses request bodies over the configured
-size with 413 before any parsing happens.
+"""The ASGI middleware around every request: security headers (outermost: every answer, refusals and
+500s included), metrics and Server-Timing (also answering what nothing else handled), then the body
+limit, which refuses request bodies over the configured size with 413 before any parsing happens.
 """
 
 from __future__ import annotations
@@ -21,6 +21,55 @@ CLIENT_CLOSED = 499  # the metrics' status of a request whose client went away b
 # The scope key under which BodyLimitMiddleware leaves the body it read (within the limit) for the hot routes
 # (service.http.hot_routes), which then take it from there instead of reading it again through Starlette.
 READ_BODY = "gridpfn.body"
+
+# The Content Security Policy of an HTML page that sets none of its own: the operator's page (service/ui),
+# which loads its module scripts, stylesheet and icon from /ui/static and fetches this service's own API;
+# nothing inline but the style attributes of its profile legend's colour swatches (app.js writes them into
+# markup; set through CSSOM, as `el.style.left = ...` is elsewhere, they would need no allowance). Its
+# downloads are blob: URLs clicked as links, which no fetch directive governs. The docs pages set their own
+# (service.http.docs_pages).
+PAGE_CSP = (
+    "default-src 'self'; style-src-attr 'unsafe-inline'; object-src 'none'; base-uri 'none'; "
+    "form-action 'none'; frame-ancestors 'none'"
+)
+_NOSNIFF = (b"x-content-type-options", b"nosniff")
+_NO_FRAMES = (b"x-frame-options", b"DENY")
+_PAGE_CSP = (b"content-security-policy", PAGE_CSP.encode())
+
+
+class SecurityHeadersMiddleware:
+    """`X-Content-Type-Options: nosniff` on every answer (a browser runs or styles nothing by guessing its
+    type); on an HTML answer also `X-Frame-Options: DENY` and, unless the page set its own, PAGE_CSP.
+
+    Plain ASGI: the start message's header list is copied with them appended, and nothing else is done
+    per request (the predict path is timed: bench/results/service-notes.md says what this costs)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_secured(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers") or ())
+                headers.append(_NOSNIFF)
+                html = own_policy = False
+                for name, value in headers:
+                    if name == b"content-type":
+                        html = value.startswith(b"text/html")
+                    elif name == b"content-security-policy":
+                        own_policy = True
+                if html:
+                    headers.append(_NO_FRAMES)
+                    if not own_policy:
+                        headers.append(_PAGE_CSP)
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_secured)
 
 
 class HTTPMetricsMiddleware:

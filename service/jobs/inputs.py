@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
@@ -32,11 +31,11 @@ from service.engine.load_table import (
     check_columns,
     csv_batches,
     csv_header_names,
-    first_non_number,
+    locate_csv_error,
 )
 from service.jobs.results import WRITE_OPTIONS
 
-CSV_BLOCK_BYTES = 4 << 20
+CSV_BLOCK_BYTES = 4 << 20  # and a row longer than this is refused, named by its longest cell
 MAX_ROWS_SETTING = "GRIDPFN_JOB_MAX_ROWS"
 PARQUET_MAGIC = b"PAR1"
 
@@ -94,11 +93,7 @@ def _parquet_batches(path: Path, features: Sequence[str], batch_rows: int, max_r
     """Checked at once (footer, page headers, columns); the batches then come a row group at a time."""
     source = parquet_limits.open_file(path, features, max_rows, MAX_ROWS_SETTING)  # no pre-buffering: no read-ahead
     check_columns(source.schema_arrow.names, features)
-    return (
-        batch
-        for group in range(source.num_row_groups)
-        for batch in source.iter_batches(batch_size=batch_rows, row_groups=[group], columns=list(features))
-    )
+    return parquet_limits.batches(source, features, batch_rows)
 
 
 def _csv_header(path: Path, features: Sequence[str]) -> None:
@@ -119,25 +114,13 @@ def _open_csv(path: Path, features: Sequence[str], as_text: bool = False):
 
 
 def _locate_csv_type_error(path: Path, features: Sequence[str], exc: Exception) -> InputError:
-    """Re-read as text to name the first row (and its first column) holding something not a number."""
-    offset = 0
-    try:
-        for batch in _open_csv(path, features, as_text=True):
-            found: list[tuple[int, int, str]] = []
-            for position, name in enumerate(features):
-                column = batch.column(batch.schema.get_field_index(name))
-                bad = first_non_number(column.drop_null())
-                if bad is not None:
-                    row = pc.indices_nonzero(pc.is_valid(column)).to_pylist()[bad]
-                    found.append((row, position, name))
-            if found:
-                row, _, name = min(found)
-                value = batch.column(batch.schema.get_field_index(name))[row].as_py()
-                return InputError(f"{value!r} is not a number", "a finite number", offset + row + 1, name)
-            offset += batch.num_rows
-    except pa.ArrowInvalid as text_exc:
-        exc = text_exc
-    return InputError(f"unreadable CSV: {exc}", "a comma-separated file with a header row and numbers")
+    """The first row (and its first column) holding something not a number, or a row too long to read."""
+    located = locate_csv_error(
+        lambda: _open_csv(path, features, as_text=True), features, path, CSV_BLOCK_BYTES, lambda _: "a finite number"
+    )
+    return located or InputError(
+        f"unreadable CSV: {str(exc)[:200]}", "a comma-separated file with a header row and numbers"
+    )
 
 
 def _csv_batches(path: Path, features: Sequence[str]) -> Iterator[pa.RecordBatch]:

@@ -35,7 +35,14 @@ from starlette.responses import FileResponse, Response
 
 from service.engine import parquet_limits
 from service.engine.errors import InvalidInput, NotFound, TooLarge
-from service.engine.load_table import HEADER_READ_BYTES, InputError, as_float, as_load, csv_header_names
+from service.engine.load_table import (
+    HEADER_READ_BYTES,
+    InputError,
+    as_float,
+    as_load,
+    csv_header_names,
+    locate_csv_error,
+)
 from service.http.auth import TenantDep, require_api_key
 from service.http.deps import RuntimeDep
 from service.http.problems import ProblemError
@@ -73,33 +80,49 @@ async def static(name: str) -> Response:
 
 
 _UNREADABLE = "a CSV file with a header row, or a Parquet file"
+_CELL = "a number (a load in MW or Mvar, a voltage in p.u.); empty or NaN where not measured"
 CONVERGED = "converged"  # the optional column of `gridpfn simulate -o`: rows false in it are left out
 BATCH_ROWS = 4096
+CSV_BLOCK_BYTES = pcsv.ReadOptions().block_size  # the reader's: a longer row is refused, named by its longest cell
 
 
 def _open(data: bytes, filename: str | None, columns: list[str], max_rows: int) -> tuple[list[str], Any]:
     """(the file's column names, batches of those of `columns` it has). A Parquet file is sized from its
     footer and page headers first (service.engine.parquet_limits); neither is decoded whole."""
-    try:
-        if data[:4] == PARQUET_MAGIC:
-            source = parquet_limits.open_file(data, columns, max_rows, "GRIDPFN_MAX_CONTEXT_ROWS", flags=(CONVERGED,))
-            names = source.schema_arrow.names
-            return names, source.iter_batches(batch_size=BATCH_ROWS, columns=[c for c in columns if c in names])
-        if filename and filename.lower().endswith((".parquet", ".pq")):
-            raise InputError("the file is named .parquet but is not a Parquet file", "a Parquet or CSV file")
-        csv_header_names(data[:HEADER_READ_BYTES])  # a header line of bounded length and columns, first
-        names = pcsv.open_csv(io.BytesIO(data)).schema.names  # the header (and the first block's types)
-        include = pcsv.ConvertOptions(include_columns=[c for c in columns if c in names])
-        return names, pcsv.open_csv(io.BytesIO(data), convert_options=include)
-    except pa.ArrowException as exc:
-        raise InputError(f"unreadable file: {exc}", _UNREADABLE) from exc
+    if data[:4] == PARQUET_MAGIC:
+        source = parquet_limits.open_file(data, columns, max_rows, "GRIDPFN_MAX_CONTEXT_ROWS", flags=(CONVERGED,))
+        names = source.schema_arrow.names
+        return names, parquet_limits.batches(source, [c for c in columns if c in names], BATCH_ROWS)
+    if filename and filename.lower().endswith((".parquet", ".pq")):
+        raise InputError("the file is named .parquet but is not a Parquet file", "a Parquet or CSV file")
+    csv_header_names(data[:HEADER_READ_BYTES])  # a header line of bounded length and columns, first
+    names = pcsv.open_csv(io.BytesIO(data)).schema.names  # the header (and the first block's types)
+    include = pcsv.ConvertOptions(include_columns=[c for c in columns if c in names])
+    return names, pcsv.open_csv(io.BytesIO(data), convert_options=include)
+
+
+def _located(data: bytes, names: list[str], columns: list[str], exc: pa.ArrowException) -> InputError:
+    """What the CSV reader refused (a cell it could not convert, a row too long for it) by its row and column."""
+    numbers = [c for c in columns if c in names and c != CONVERGED]
+    as_text = pcsv.ConvertOptions(
+        include_columns=numbers, column_types=dict.fromkeys(numbers, pa.string()), strings_can_be_null=True
+    )
+    located = locate_csv_error(
+        lambda: pcsv.open_csv(io.BytesIO(data), convert_options=as_text), numbers, data, CSV_BLOCK_BYTES, _expected
+    )
+    return located or InputError(f"unreadable file: {str(exc)[:200]}", _UNREADABLE)
+
+
+def _expected(column: str | None) -> str:
+    return "true or false" if column == CONVERGED else _CELL
 
 
 def _read_table(data: bytes, filename: str | None, columns: list[str], max_rows: int) -> tuple[list[str], pa.Table]:
     """The file's column names and its table of `columns`, refused past `max_rows` rows as they stream."""
-    names, batches = _open(data, filename, columns, max_rows)
+    names: list[str] = []
     kept, rows = [], 0
     try:
+        names, batches = _open(data, filename, columns, max_rows)
         for batch in batches:
             rows += batch.num_rows
             if rows > max_rows:  # counted as decoded: a footer may understate its rows
@@ -108,7 +131,9 @@ def _read_table(data: bytes, filename: str | None, columns: list[str], max_rows:
                 )
             kept.append(batch)
     except pa.ArrowException as exc:
-        raise InputError(f"unreadable file: {exc}", _UNREADABLE) from exc
+        if data[:4] == PARQUET_MAGIC:
+            raise InputError(f"unreadable file: {str(exc)[:200]}", _UNREADABLE) from exc
+        raise _located(data, names, columns, exc) from exc
     return names, pa.Table.from_batches(kept) if kept else pa.table({})
 
 

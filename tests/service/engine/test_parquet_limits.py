@@ -14,7 +14,7 @@ import pytest
 
 from service.engine.errors import TooLarge
 from service.engine.load_table import MAX_COLUMNS, TEXT_BYTES, InputError, as_float, plain_text
-from service.engine.parquet_limits import open_file
+from service.engine.parquet_limits import batches, open_file
 
 ROWS = 3000
 COLUMNS = ["f64", "f32", "i64", "i32", "i8", "u64", "dec", "dec9", "f16", "flag", "text"]
@@ -210,3 +210,97 @@ def test_broken_files_are_input_errors():
     ):
         with pytest.raises(InputError, match="unreadable Parquet file"):
             open_file(broken, COLUMNS, ROWS, "THE_LIMIT")
+
+
+def footer_field(data: bytes, value: int, new: int, which: int) -> bytes:
+    """`data` with the `which`-th i64 field of the footer holding `value` (field-id delta 1: a file's, row group's
+    num_rows, a column chunk's num_values) set to `new` (zigzag varints of the same length: same footer length)."""
+    length = struct.unpack("<I", data[-8:-4])[0]
+    start = len(data) - 8 - length
+    footer = bytearray(data[start:-8])
+    old, replacement = b"\x16" + _varint(2 * value), b"\x16" + _varint(2 * new)
+    assert len(old) == len(replacement)
+    at = [i for i in range(len(footer)) if footer.startswith(old, i)][which]
+    footer[at : at + len(old)] = replacement
+    return data[:start] + bytes(footer) + data[-8:]
+
+
+def _two_groups(**options) -> bytes:
+    """1000 rows of two columns in row groups of 700 and 300; the footer's i64 fields holding 700, in order: a's
+    num_values, b's num_values, the first row group's num_rows; holding 1000: the file's num_rows."""
+    data = pa.table({"a": np.arange(1000.0), "b": pa.array(np.arange(1000.0), mask=np.arange(1000) % 7 == 0)})
+    return parquet(data, row_group_size=700, write_statistics=False, **options)
+
+
+@pytest.mark.parametrize("claimed", [900, 1100])
+def test_a_footer_whose_row_count_is_not_its_row_groups_sum_is_refused_naming_both(claimed):
+    data = footer_field(_two_groups(), 1000, claimed, 0)
+    assert pq.ParquetFile(io.BytesIO(data)).metadata.num_rows == claimed
+    with pytest.raises(InputError) as refused:
+        open_file(data, ["a", "b"], 2000, "THE_LIMIT")
+    message = refused.value.message
+    assert f"the footer states {claimed} rows" in message and "its row groups hold 1000" in message, message
+    assert refused.value.row is None and "row count" in refused.value.expected
+    with pytest.raises(InputError, match=f"states {claimed} rows"):  # whichever columns are read, none too
+        open_file(data, [], 2000, "THE_LIMIT")
+
+
+@pytest.mark.parametrize("claimed", [600, 800])
+def test_a_row_group_whose_rows_are_not_its_columns_values_is_refused_naming_both(claimed):
+    """A row group stating fewer rows than its pages hold was read to its count, the rest silently dropped."""
+    data = footer_field(footer_field(_two_groups(), 700, claimed, 2), 1000, 300 + claimed, 0)  # sums agree
+    meta = pq.ParquetFile(io.BytesIO(data)).metadata
+    assert (meta.num_rows, meta.row_group(0).num_rows, meta.row_group(0).column(0).num_values) == (
+        300 + claimed,
+        claimed,
+        700,
+    )
+    if claimed < 700:
+        assert pq.ParquetFile(io.BytesIO(data)).read().num_rows == 300 + claimed  # what was silently dropped
+    with pytest.raises(InputError) as refused:
+        open_file(data, ["a", "b"], 2000, "THE_LIMIT")
+    assert refused.value.column == "a", refused.value
+    assert f"row group 0 states {claimed} rows" in refused.value.message and "700 values" in refused.value.message
+    open_file(data, ["unknown"], 2000, "THE_LIMIT")  # a column not read is not counted
+
+
+@pytest.mark.parametrize("version", ["1.0", "2.0"])
+def test_pages_holding_other_than_their_row_groups_rows_are_refused_naming_both(version):
+    """Every count of the footer agreeing (file, row group, column chunk) but the pages holding more values: read
+    to the footer's count, the rest silently dropped; the pages' headers say how many values they hold."""
+    plain = _two_groups(data_page_version=version)
+    data = plain
+    for which in (2, 1, 0):  # the row group's rows, then b's and a's values, then the file's rows
+        data = footer_field(data, 700, 650, which)
+    data = footer_field(data, 1000, 950, 0)
+    assert pq.ParquetFile(io.BytesIO(data)).read().num_rows == 950  # 50 rows silently dropped
+    with pytest.raises(InputError) as refused:
+        open_file(data, ["b", "a"], 2000, "THE_LIMIT")
+    assert refused.value.column == "b", refused.value
+    assert "its pages hold 700 values" in refused.value.message and "650 rows" in refused.value.message
+    assert open_file(plain, ["a", "b"], 1000, "THE_LIMIT").read().num_rows == 1000
+
+
+class _Decoding:
+    """A ParquetFile whose decoder yields `rows[g]` rows of row group g, whatever its footer states."""
+
+    def __init__(self, source: pq.ParquetFile, rows: list[int]) -> None:
+        self.source, self.rows = source, rows
+        self.metadata, self.num_row_groups = source.metadata, source.num_row_groups
+
+    def iter_batches(self, batch_size: int, row_groups: list[int], columns: list[str]):
+        table = self.source.read_row_group(row_groups[0], columns=columns)
+        decoded = pa.concat_tables([table] * 2).slice(0, self.rows[row_groups[0]])
+        return iter(decoded.to_batches(max_chunksize=batch_size))
+
+
+@pytest.mark.parametrize("decoded", [[700, 299], [700, 301], [0, 300]])
+def test_batches_counts_each_row_groups_rows_as_decoded_against_its_footer(decoded):
+    opened = open_file(_two_groups(), ["a"], 1000, "THE_LIMIT")
+    assert sum(b.num_rows for b in batches(opened, ["a"], 256)) == 1000
+    with pytest.raises(InputError) as refused:
+        sum(b.num_rows for b in batches(_Decoding(opened, decoded), ["a"], 256))  # type: ignore[arg-type]
+    group = 0 if decoded[0] != 700 else 1
+    stated = (700, 300)[group]
+    read = "more" if decoded[group] > stated else str(decoded[group])
+    assert f"row group {group} states {stated} rows but {read} were read" in refused.value.message

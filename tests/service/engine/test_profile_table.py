@@ -106,3 +106,24 @@ def test_a_dictionary_label_bomb_is_refused_from_its_dictionary(tmp_path):
     with pytest.raises(InputError) as refused:
         read(path, "bomb.parquet", WANTED, rows, column_limit(NET))
     assert (refused.value.row, refused.value.column) == (1, "time") and "longer than" in refused.value.message
+
+
+def test_a_number_the_csv_reader_refuses_is_named_never_read_as_another(tmp_path):
+    """`1_0` (Python's float() reads 10) is refused naming its row and column like any cell not a number."""
+    frame = pd.DataFrame({"time": [f"t{i}" for i in range(5)], "PV9": ["0.5", "0.5", "0.5", "1_0", "0.5"]})
+    with pytest.raises(InputError) as refused:
+        read(_write(tmp_path, frame, "csv"), None, WANTED, max_rows=10, max_columns=column_limit(NET))
+    assert (refused.value.row, refused.value.column) == (4, "PV9") and "'1_0' is not a number" in refused.value.message
+
+
+@pytest.mark.parametrize("column", ["time", "PV9"])
+def test_a_20_mib_label_or_cell_is_named_by_its_row_and_column(tmp_path, column):
+    """Longer than the block the CSV reader takes at once: it refuses the row naming neither row nor column."""
+    frame = pd.DataFrame({"time": [f"t{i}" for i in range(6)], "PV9": [0.5] * 6, "load": [1.0] * 6})
+    frame[column] = frame[column].astype(object)
+    frame.loc[4, column] = "7" * (20 << 20)
+    with pytest.raises(InputError) as refused:
+        read(_write(tmp_path, frame, "csv"), None, WANTED, max_rows=10, max_columns=column_limit(NET))
+    assert (refused.value.row, refused.value.column) == (5, column), refused.value
+    assert refused.value.message.startswith(f"a value of {20 << 20} bytes")
+    assert ("label" in refused.value.expected) == (column == "time"), refused.value.expected

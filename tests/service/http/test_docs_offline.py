@@ -1,8 +1,11 @@
-"""/docs and /redoc work without the internet: every page the service serves refers only to itself."""
+"""/docs and /redoc work without the internet (every page the service serves refers only to itself) and
+under their Content Security Policy, in a real headless Chromium."""
 
 from __future__ import annotations
 
+import os
 import re
+import time
 
 import httpx
 import pytest
@@ -54,3 +57,70 @@ def test_the_docs_pages_load_their_scripts_from_the_service(memory_server, page,
         assert "max-age" in script.headers["cache-control"]
         missing = client.get("/docs/assets/nothing.js")
         assert missing.status_code == 404 and missing.json()["errors"][0]["field"] == "name"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from tests.service.http.browser import headless_chrome
+
+    if os.environ.get("GRIDPFN_UI_TESTS") == "skip":
+        pytest.skip("GRIDPFN_UI_TESTS=skip: browser tests skipped")
+    try:
+        driver = headless_chrome()
+    except RuntimeError as exc:  # Chromium missing and not installable here: say so, loudly
+        pytest.fail(f"the browser tests need Chromium: {exc} (set GRIDPFN_UI_TESTS=skip to skip them)")
+    # every violation of the page's Content Security Policy, from its first script on (CDP's script is exempt)
+    driver.execute_cdp_cmd(
+        "Page.addScriptToEvaluateOnNewDocument",
+        {
+            "source": "window.cspViolations = []; document.addEventListener('securitypolicyviolation', "
+            "(e) => window.cspViolations.push(`${e.effectiveDirective} ${e.blockedURI}`));"
+        },
+    )
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+# per page: a script counting what it drew of the OpenAPI document (operations, sections)
+DRAWN = {
+    "/docs": "return document.querySelectorAll('#swagger-ui .opblock').length",
+    "/redoc": "return document.querySelectorAll('redoc [data-section-id]').length",
+}
+# ReDoc's "powered by" logo comes from its CDN: refused (it then hides itself), as nothing from outside may load
+REFUSED = {"/docs": [], "/redoc": ["img-src https://cdn.redoc.ly/redoc/logo-mini.svg"]}
+
+
+def _until(driver, script: str, what: str):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, 60, poll_frequency=0.1).until(lambda d: d.execute_script(script), what)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("path", DRAWN)
+def test_the_docs_pages_work_under_their_content_security_policy(memory_server, browser, path):
+    from tests.service.http.browser import console_errors
+
+    driver = browser
+    console_errors(driver)  # drained
+    driver.get(memory_server.url + path)
+    _until(driver, DRAWN[path] + " >= 10", "the document drawn")
+    if path == "/docs":  # an operation opened and tried: its form (select arrows: data: SVGs) and a fetch
+        driver.execute_script(
+            "document.querySelector('#operations-health-live_healthz_get .opblock-summary-control').click()"
+        )
+        _until(driver, "return document.querySelector('.try-out__btn')", "Try it out")
+        driver.execute_script("document.querySelector('.try-out__btn').click()")
+        _until(driver, "return document.querySelector('.btn.execute')", "Execute")
+        driver.execute_script("document.querySelector('.btn.execute').click()")
+        _until(driver, "return document.querySelector('.live-responses-table tbody .response-col_status')", "answered")
+        status = driver.execute_script(
+            "return document.querySelector('.live-responses-table tbody .response-col_status').textContent"
+        )
+        assert "200" in status, status
+    time.sleep(1.0)  # what the page loads after drawing (icons, workers) has had its chance to be refused
+    assert driver.execute_script("return window.cspViolations") == REFUSED[path]
+    errors = console_errors(driver, allow_http_errors=False)
+    assert len(errors) == len(REFUSED[path]) and all("cdn.redoc.ly" in e for e in errors), errors

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 
+import httpx
 import numpy as np
 import orjson
 import pandas as pd
@@ -16,7 +17,10 @@ import pytest
 
 import gridsim
 from service.client import arrow_request_body
+from service.engine.load_table import InputError
+from service.http.routers.ui import context_arrays
 from tests.service.conftest import MODEL, assert_problem
+from tests.service.engine.test_parquet_limits import footer_field
 
 NET = gridsim.network("ieee33")
 NEVER = 5  # vm_pu_bus7: never metered
@@ -280,6 +284,42 @@ def test_csv_and_parquet_context_uploads_take_empty_and_nan_cells(client, sparse
         client.post("/ui/api/context-sets", files={"file": ("i.csv", infinite.to_csv(index=False).encode())}), 422
     )
     assert problem["errors"][0]["row"] == 7 and problem["errors"][0]["column"] == NET.feature_names[2]
+
+
+def test_a_context_upload_names_the_row_and_column_of_what_its_reader_refused(memory_server, scenarios):
+    """A cell the CSV reader cannot convert past its first block (`1_0`: Python's float() reads 10), a Parquet
+    file whose row group states fewer rows than its pages hold: each a 422 naming the row and column (or the
+    counts), never an unplaced "unreadable file" (and nothing dropped)."""
+    x, y = (np.resize(a, (600, a.shape[1])) for a in scenarios)  # the most rows a context may have here
+    frame = _context_file(x, y).astype(object)
+    frame.iloc[590, 9] = "1_0"
+    csv = frame.to_csv(index=False).encode()
+    assert csv.index(b"1_0") > (1 << 20)  # past the reader's first block (its types come from that one)
+    table = pa.Table.from_pandas(_context_file(x[:100], y[:100]), preserve_index=False)
+    sink = io.BytesIO()
+    pq.write_table(table, sink, row_group_size=60, write_statistics=False)
+    understated = footer_field(footer_field(sink.getvalue(), 60, 50, 96), 100, 90, 0)  # group 0: 50 of 60 rows
+    with httpx.Client(base_url=memory_server.url, timeout=60) as client:
+        for name, data, row, column, words in (
+            ("late.csv", csv, 591, NET.feature_names[9], "'1_0' is not a number"),
+            ("short.parquet", understated, None, NET.feature_names[0], "row group 0 states 50 rows"),
+        ):
+            problem = assert_problem(client.post("/ui/api/context-sets", files={"file": (name, data)}), 422, "file")
+            error = problem["errors"][0]
+            assert (error["row"], error["column"]) == (row, column) and error["message"].startswith(words), problem
+            assert len(problem["detail"]) < 400, problem["detail"][:500]
+
+
+def test_a_context_file_row_longer_than_its_reader_takes_is_named_by_row_and_column(scenarios):
+    """20 MiB in one cell (over the test server's body limit, within the default 32 MiB): the CSV reader refuses
+    its row, longer than the 1 MiB block it reads at a time, naming neither row nor column."""
+    long = _context_file(scenarios[0][:20], scenarios[1][:20]).astype(object)
+    long.iloc[12, 40] = "7" * (20 << 20)
+    features, outputs = list(NET.feature_names), list(NET.output_names)
+    with pytest.raises(InputError) as refused:
+        context_arrays(long.to_csv(index=False).encode(), "long.csv", features, outputs, 600)
+    assert (refused.value.row, refused.value.column) == (13, NET.feature_names[40]), refused.value
+    assert refused.value.message.startswith(f"a value of {20 << 20} bytes") and "a number" in refused.value.expected
 
 
 def test_typical_loads_with_a_full_context_and_a_model_that_needs_none_are_ignored(client, scenarios):

@@ -30,6 +30,7 @@ from tests.service.batch_support import (
     wait_for,
 )
 from tests.service.conftest import MODEL, assert_problem
+from tests.service.engine.test_parquet_limits import footer_field
 
 CHUNK = 400
 
@@ -124,6 +125,13 @@ def _bad_files(tmp_path):
     text = frame.astype(object)
     text.loc[41, "p_mw_bus9"] = "12kW"
     cases["text"] = (csv("text", text), 42, "p_mw_bus9")
+    underscore = frame.astype(object)
+    underscore.loc[29, "q_mvar_bus18"] = "1_0"  # Python's float() reads 10; the CSV reader does not
+    cases["underscore"] = (csv("underscore", underscore), 30, "q_mvar_bus18")
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), tmp_path / "groups.parquet", row_group_size=30)
+    groups = (tmp_path / "groups.parquet").read_bytes()  # 30 + 20 rows; the footer: the file's rows stated 40
+    (tmp_path / "rows.parquet").write_bytes(footer_field(groups, 50, 40, 0))
+    cases["parquet-row-counts"] = (tmp_path / "rows.parquet", None, None)
     cases["header-only"] = (csv("header", frame.iloc[:0]), None, None)
     empty = tmp_path / "empty.csv"
     empty.write_bytes(b"")
