@@ -92,11 +92,13 @@ NOISELESS_PU = 1e-10
 # coverage; sixteen left one. Each probe is a closed-form fit (physics-fit), so this costs ms, once a context.
 NOISY_PROBES = 16
 # With noisy readings the spread also reaches this far past the fit's own noise-driven error, known up to the
-# network model's nonlinearity miss: the prober's fit of the readings less its fit of the network model's
-# voltages plus the readings' smooth departure from them (a 95 % interval's edge 10 % beyond it). Random
+# network model's nonlinearity miss: the method's answer less its fit of the network model's voltages plus
+# the readings' smooth departure from them (a 95 % interval's edge 10 % beyond it). Random
 # probes sample that error; this one is the fit's own, so a fit whose noise carried it far out (the heavy
 # tail sixteen probes still miss: one IEEE 33 growth seed in eight at 1e-5 p.u.) is covered too.
-REACH = 1.1 / float(norm.ppf(0.5 + CALIBRATION_LEVEL / 2.0))
+# A standard normal's central CALIBRATION_LEVEL half-width.
+GAUSS_HALF = float(norm.ppf(0.5 + CALIBRATION_LEVEL / 2.0))
+REACH = 1.1 / GAUSS_HALF
 # Queries per block when widening (a PFN's bars are m x k x n_bars per block).
 GUARD_BLOCK = 512
 
@@ -112,15 +114,14 @@ class Probes:
     """What the guard widens by: the wrapped method fitted on the network model's voltages at the context
     loads (its miss there is the nonlinearity it cannot follow), and where the readings are noisy the
     prober's fits on those voltages plus noise like the readings' (their scatter around the prober's fit
-    on the plain voltages is how far the noise can carry a fit off the context), the prober's fits of the
-    readings and of the voltages plus the readings' smooth part (their difference: how far it did), and the gain."""
+    on the plain voltages is how far the noise can carry a fit off the context), the method's fit of the
+    voltages plus the readings' smooth part (the answer's fit less it: how far the noise did), and the gain."""
 
     exact: Any | None  # the method's fit on the network model's voltages (None: no power flow at the context)
     plain: Any | None  # the prober's on the same voltages (None: the prober is the method: `exact`)
     noisy: list[Any]  # the prober's on them plus noise (empty: exact readings)
     gain: float  # the miss's rms to the std that makes a 95 % interval hold: 1 for exact readings
-    read: Any | None = None  # the prober's fit of the readings (None: the prober is the method: the answer's own)
-    smooth: Any | None = None  # the prober's fit of the voltages plus the readings' smooth part (None: exact readings)
+    smooth: Any | None = None  # the method's fit of the voltages plus the readings' smooth part (None: exact readings)
 
 
 class LazyProbes:
@@ -181,8 +182,9 @@ class OffContextGuard(Method):
     method itself, or for a checkpoint its closed-form physics base), their rms scatter added to that
     miss, widened to hold on every bus at once (the error is a bias per bus) with a Student-t's
     allowance for the probes' number. The
-    answer keeps the method's mean and widens its distribution around it (y' = m + s (y - m), so
-    quantiles, std and p_outside_band follow) to the std sqrt(std^2 + (w e)^2), where w = `ramp`:
+    answer keeps the method's mean and adds an independent normal error of std w e to its distribution:
+    std sqrt(std^2 + (w e)^2), each quantile moved out in quadrature (`widened_quantiles`),
+    p_outside_band of the sum (`convolved_outside`), where w = `ramp`:
     within the context's reach the method's own calibrated spread is kept, from twice its reach the
     full network-model error counts.
     """
@@ -209,7 +211,7 @@ class OffContextGuard(Method):
         noise, smooth = _noise_and_smooth(x, y - v)
         if float(noise.max()) <= NOISELESS_PU:
             return Probes(exact, None, [], 1.0)
-        plain, read = (None, None) if self.prober is self.base else (self.prober.fit(x, v), self.prober.fit(x, y))
+        plain = None if self.prober is self.base else self.prober.fit(x, v)
         rng = np.random.default_rng(0)
         noisy = [self.prober.fit(x, v + rng.normal(0.0, noise, v.shape)) for _ in range(NOISY_PROBES)]
         # a noisy context's fit errs by a bias per bus that every query of the bus shares: the interval
@@ -217,7 +219,7 @@ class OffContextGuard(Method):
         k = v.shape[1]
         level = 0.5 + CALIBRATION_LEVEL / 2.0
         gain = simultaneous_factor(k) * float(student_t.ppf(level, NOISY_PROBES) / norm.ppf(level))
-        return Probes(exact, plain, noisy, gain, read, self.prober.fit(x, v + smooth))
+        return Probes(exact, plain, noisy, gain, self.base.fit(x, v + smooth))
 
     def _miss(self, fitted: GuardedFit, probes: Probes, rows: np.ndarray, v: np.ndarray) -> np.ndarray:
         """(m, k) the error this method makes at query rows (m, d) on the network model (voltages v):
@@ -238,8 +240,7 @@ class OffContextGuard(Method):
         scatter = np.mean([np.square(mean(self.prober, model) - plain) for model in probes.noisy], axis=0)
         sampled = probes.gain * np.sqrt(np.square(nonlinear) + scatter)
         assert probes.smooth is not None
-        read = mean(self.prober, fitted.real if probes.read is None else probes.read)
-        own = REACH * np.abs(read - mean(self.prober, probes.smooth) + nonlinear)
+        own = REACH * np.abs(mean(self.base, fitted.real) - mean(self.base, probes.smooth) + nonlinear)
         out: np.ndarray = np.maximum(sampled, own)
         return out
 
@@ -262,7 +263,7 @@ class OffContextGuard(Method):
         own = self.base.summarize(fitted.real, q, levels, band)
         if extrapolation is None:
             extrapolation = fitted.geometry.extrapolation(q) if q.ndim == 2 and len(q) else np.zeros(len(q))
-        return self.widen(fitted, q, own, extrapolation, band)
+        return self.widen(fitted, q, own, extrapolation, band, levels)
 
     def widen(
         self,
@@ -271,10 +272,12 @@ class OffContextGuard(Method):
         own: Summary,
         extrapolation: np.ndarray,
         band: tuple[float, float] | None = None,
+        levels: Sequence[float] = (),
     ) -> Summary:
-        """`own` (the wrapped method's summary of these queries) widened where they lie beyond the context's
-        reach. Apart from `summarize` so a caller that splits a big answer over threads widens it once, after
-        the split: the few far rows' small calls are slow beside another thread's big forward pass."""
+        """`own` (the wrapped method's summary of these queries at quantile `levels`) widened where they lie
+        beyond the context's reach. Apart from `summarize` so a caller that splits a big answer over threads
+        widens it once, after the split: the few far rows' small calls are slow beside another thread's big
+        forward pass."""
         # the rows whose ramp is above 0 (a flat test first: most answers have none, and clip is slow on a few rows)
         far = np.flatnonzero(np.asarray(extrapolation) > EXTRAPOLATION_THRESHOLD)
         if not far.size:
@@ -287,21 +290,59 @@ class OffContextGuard(Method):
         mean, std = own.mean.copy(), own.std.copy()
         quantiles = own.quantiles.copy()
         p_outside = None if own.p_outside is None else own.p_outside.copy()
+        z = norm.ppf(np.asarray(levels, dtype=np.float64))[:, None, None]  # (L, 1, 1)
         for start in range(0, far.size, GUARD_BLOCK):
             rows = far[start : start + GUARD_BLOCK]
             try:  # a row with no power flow is no query any model can answer: refused, as network-fit does
                 v = solved(self.voltage_model, q[rows], "query_x")
             except RowsRefused as exc:
                 raise RowsRefused(exc.field, [int(rows[r]) for r in exc.rows], exc.reason, exc.expected) from None
-            miss = self._miss(fitted, probes, q[rows], v)
-            widened = np.sqrt(np.square(std[rows]) + np.square(weight[rows, None] * miss))
-            factor = widened / np.maximum(std[rows], np.finfo(np.float64).tiny)
-            centre = mean[rows]
-            quantiles[:, rows] = centre[None] + factor[None] * (quantiles[:, rows] - centre[None])
-            std[rows] = std[rows] * factor
+            added = weight[rows, None] * self._miss(fitted, probes, q[rows], v)
+            std[rows] = np.sqrt(np.square(std[rows]) + np.square(added))
+            if len(levels):
+                quantiles[:, rows] = widened_quantiles(quantiles[:, rows], mean[rows], z * added[None])
             if band is not None and p_outside is not None:
-                low, high = band  # the widened distribution's band is the original's, pulled in around the mean
                 pred = self.base.predict(fitted.real, q[rows])
-                inside = pred.cdf(centre + (high - centre) / factor) - pred.cdf(centre + (low - centre) / factor)
-                p_outside[rows] = np.clip(1.0 - inside, 0.0, 1.0)
+                p_outside[rows] = convolved_outside(pred, band, added)
         return Summary(mean, std, quantiles, p_outside)
+
+
+# The band probability of the method's answer plus a normal error: integrated over whichever of the two is
+# the wider (the other's cdf is then smooth on the integration's scale): Gauss-Hermite nodes over the error,
+# or the answer's quantiles at QUADRATURE_LEVELS midpoints.
+_NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(24)
+_WEIGHTS = _WEIGHTS / _WEIGHTS.sum()
+QUADRATURE_LEVELS = 64
+
+
+def widened_quantiles(quantiles: np.ndarray, centre: np.ndarray, offset: np.ndarray) -> np.ndarray:
+    """Quantiles (L, m, k) of an answer plus an independent normal error, whose own quantile at each level
+    is `offset` (L, m, k): in quadrature with each quantile's distance from the mean on its own side (exact
+    for a normal answer), added where a quantile lies on the other side (a skewed answer's levels near the
+    median). A heavy-tailed or skewed PFN answer so widens its short side as much as its long one."""
+    d = quantiles - centre[None]
+    same_side = d * offset > 0.0
+    out: np.ndarray = centre[None] + np.where(
+        same_side, np.sign(offset) * np.sqrt(np.square(d) + np.square(offset)), d + offset
+    )
+    return out
+
+
+def convolved_outside(pred: Predictive, band: tuple[float, float], added: np.ndarray) -> np.ndarray:
+    """(m, k) P(outside `band`) of `pred` plus an independent normal error of std `added` (m, k), to about
+    4e-4 (a normal answer 3x narrower than the error, tests/models/test_off_context.py)."""
+    low, high = band
+    over_error = np.zeros_like(added)
+    for node, w in zip(_NODES, _WEIGHTS, strict=True):
+        shift = node * added
+        over_error += w * (pred.cdf(high - shift) - pred.cdf(low - shift))
+    wide = added > np.asarray(pred.std)
+    inside = over_error
+    if wide.any():  # integrate over the answer instead: its quantiles at equal-probability midpoints
+        levels = (np.arange(QUADRATURE_LEVELS) + 0.5) / QUADRATURE_LEVELS
+        y = pred.quantile(list(levels))  # (L, m, k)
+        scale = np.maximum(added, np.finfo(np.float64).tiny)[None]
+        over_answer = np.mean(norm.cdf((high - y) / scale) - norm.cdf((low - y) / scale), axis=0)
+        inside = np.where(wide, over_answer, over_error)
+    out: np.ndarray = np.clip(1.0 - inside, 0.0, 1.0)
+    return out

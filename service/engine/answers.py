@@ -84,7 +84,7 @@ def widened(
 ) -> Answer:
     """A guarded method's unwidened answer (`placed_answer(..., widen=False)`) widened where it lies far out."""
     assert isinstance(method, OffContextGuard)
-    out = method.widen(fitted, queries, own, placed.extrapolation, spec.band)
+    out = method.widen(fitted, queries, own, placed.extrapolation, spec.band, spec.quantiles)
     out.all_finite()  # in the worker thread, as `placed_answer`'s callers check theirs
     return out
 

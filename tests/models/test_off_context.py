@@ -169,8 +169,9 @@ def test_noisy_readings_off_the_context_keep_every_bus_covered():
 
 
 def test_a_checkpoint_is_probed_with_its_physics_base(feeder):
-    """The served guard of a checkpoint fits the checkpoint once on the network model's voltages (its own
-    miss) and its prober (physics-fit) for the noisy probes: closed-form fits, not forward passes."""
+    """The served guard of a checkpoint fits the checkpoint on the network model's voltages (its own miss, and
+    with the readings' smooth part: its own noise-driven error) and its prober (physics-fit) for the noisy
+    probes: closed-form fits, not forward passes."""
     from models.off_context import NOISY_PROBES
     from models.physics_base import PhysicsBaseFitted
 
@@ -189,6 +190,39 @@ def test_a_checkpoint_is_probed_with_its_physics_base(feeder):
     fitted = guard.fit(x, y)
     guard.summarize(fitted, queries * 1.4, LEVELS)
     probes = fitted.probes.get()
-    assert Refusing.probed == 2  # the answer's fit and its own on the network model's voltages, no noisy one
+    # the answer's fit, its own on the network model's voltages and on them plus the readings' smooth part
+    assert Refusing.probed == 3  # and no noisy one
     assert isinstance(probes.plain, PhysicsBaseFitted) and len(probes.noisy) == NOISY_PROBES
     assert all(isinstance(m, PhysicsBaseFitted) for m in probes.noisy)
+
+
+def test_a_normal_answer_plus_a_normal_error_is_widened_exactly():
+    from scipy.stats import norm
+
+    from models.off_context import convolved_outside, widened_quantiles
+    from models.predictive import GaussianPredictive
+
+    levels = np.array([0.025, 0.3, 0.5, 0.9, 0.975])
+    mean, sigma, added = np.full((3, 2), 1.0), np.array([[1e-3, 2e-3]] * 3), np.array([[3e-3, 1e-4]] * 3)
+    own = mean[None] + norm.ppf(levels)[:, None, None] * sigma[None]
+    out = widened_quantiles(own, mean, norm.ppf(levels)[:, None, None] * added[None])
+    total = np.sqrt(sigma**2 + added**2)
+    np.testing.assert_allclose(out, mean[None] + norm.ppf(levels)[:, None, None] * total[None], rtol=1e-12)
+    band = (0.995, 1.004)
+    outside = convolved_outside(GaussianPredictive(mean, sigma), band, added)
+    exact = 1.0 - (norm.cdf((band[1] - mean) / total) - norm.cdf((band[0] - mean) / total))
+    np.testing.assert_allclose(outside, exact, atol=5e-4)  # the quadrature's accuracy (convolved_outside)
+
+
+def test_a_skewed_answer_widens_its_short_side_too():
+    """A PFN's bars may put its 2.5 % quantile 8 spreads below the mean and its 97.5 % one 2 above: an added
+    error of std e must move both out by about 1.96 e (a factor on the distances kept the short side short)."""
+    from models.off_context import widened_quantiles
+
+    mean = np.zeros((1, 1))
+    own = np.array([-8e-5, -1e-5, 2.2e-5]).reshape(3, 1, 1)  # levels 0.025, 0.5, 0.975 (median below the mean)
+    z = np.array([-1.96, 0.0, 1.96]).reshape(3, 1, 1)
+    out = widened_quantiles(own, mean, z * 1e-3)
+    assert out[0, 0, 0] < -1.96e-3 and out[2, 0, 0] > 1.96e-3  # both sides reach past the added error's
+    assert out[1, 0, 0] == own[1, 0, 0]  # the median is not moved
+    assert np.all(np.diff(out[:, 0, 0]) > 0)
