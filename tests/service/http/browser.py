@@ -54,6 +54,19 @@ def chromium_paths() -> tuple[str, str]:
     return found
 
 
+def browser_for(what: str):
+    """A headless Chromium for the browser tests of `what` (a page), or the test skipped with
+    GRIDPFN_UI_TESTS=skip; failed loudly when Chromium is missing and cannot be installed."""
+    import pytest
+
+    if os.environ.get("GRIDPFN_UI_TESTS") == "skip":
+        pytest.skip(f"GRIDPFN_UI_TESTS=skip: browser tests of {what} skipped")
+    try:
+        return headless_chrome()
+    except RuntimeError as exc:  # Chromium missing and not installable here: say so, loudly
+        pytest.fail(f"the browser tests of {what} need Chromium: {exc} (set GRIDPFN_UI_TESTS=skip to skip them)")
+
+
 def headless_chrome(width: int = 1400, height: int = 1100):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service

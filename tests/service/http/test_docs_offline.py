@@ -3,7 +3,6 @@ under their Content Security Policy, in a real headless Chromium."""
 
 from __future__ import annotations
 
-import os
 import re
 import time
 
@@ -61,14 +60,9 @@ def test_the_docs_pages_load_their_scripts_from_the_service(memory_server, page,
 
 @pytest.fixture(scope="module")
 def browser():
-    from tests.service.http.browser import headless_chrome
+    from tests.service.http.browser import browser_for
 
-    if os.environ.get("GRIDPFN_UI_TESTS") == "skip":
-        pytest.skip("GRIDPFN_UI_TESTS=skip: browser tests skipped")
-    try:
-        driver = headless_chrome()
-    except RuntimeError as exc:  # Chromium missing and not installable here: say so, loudly
-        pytest.fail(f"the browser tests need Chromium: {exc} (set GRIDPFN_UI_TESTS=skip to skip them)")
+    driver = browser_for("/docs and /redoc")
     # every violation of the page's Content Security Policy, from its first script on (CDP's script is exempt)
     driver.execute_cdp_cmd(
         "Page.addScriptToEvaluateOnNewDocument",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
 import re
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ from service.http.middleware import PAGE_CSP
 from service.jobs.settings import JobSettings
 from service.settings import Settings
 from tests.service.conftest import LIMITS, MODEL, Server
-from tests.service.http.browser import ARTIFACTS, console_errors, headless_chrome
+from tests.service.http.browser import ARTIFACTS, browser_for, console_errors
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +59,7 @@ def api(ui_server):
 
 @pytest.fixture(scope="module")
 def browser():
-    if os.environ.get("GRIDPFN_UI_TESTS") == "skip":
-        pytest.skip("GRIDPFN_UI_TESTS=skip: browser tests of /ui skipped")
-    try:
-        driver = headless_chrome()
-    except RuntimeError as exc:  # Chromium missing and not installable here: say so, loudly
-        pytest.fail(f"the /ui browser tests need Chromium: {exc} (set GRIDPFN_UI_TESTS=skip to skip them)")
+    driver = browser_for("/ui")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     try:
         yield driver
