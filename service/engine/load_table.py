@@ -74,10 +74,18 @@ def check_columns(names: Sequence[str], features: Sequence[str]) -> None:
         )
 
 
+BLANKS = "a space, tab or no-break space"
+
+
 def csv_header_names(head: bytes) -> list[str]:
     """The names in a CSV's header line, given the file's first HEADER_READ_BYTES (a BOM, the line and its
     CRLF fit): a line that does not end within them, or that names more than MAX_COLUMNS columns, is
-    refused before any name is compared (quotes around a name are dropped)."""
+    refused before any name is compared (quotes around a name are dropped).
+
+    The names are those the CSV reader gives its columns, which keeps every character of a name: a name with
+    blanks around it (`p_mw_bus5 `) is refused naming it (read as another column, it once matched a feature
+    here and no column there: a 500), and so is a column without a name (a trailing comma: a data column
+    no check saw), by its position (1-based)."""
     head = head[len(UTF8_BOM) :] if head.startswith(UTF8_BOM) else head
     line = head.partition(b"\n")[0]
     if line.count(b",") >= MAX_COLUMNS:
@@ -87,7 +95,25 @@ def csv_header_names(head: bytes) -> list[str]:
             f"the header line is longer than {MAX_HEADER_BYTES} bytes",
             f"a header line of at most {MAX_HEADER_BYTES} bytes ({MAX_COLUMNS} columns at most), ended by a newline",
         )
-    return [h.strip().strip('"') for h in line.decode("utf-8", "replace").split(",") if h.strip()]
+    line = line[:-1] if line.endswith(b"\r") else line
+    if not line.strip():
+        return []  # no header: the callers refuse an empty file
+    names = []
+    for position, raw in enumerate(line.decode("utf-8", "replace").split(","), start=1):
+        name = raw.strip('"') if raw == raw.strip() else raw
+        if not name.strip():
+            raise InputError(
+                f"header column {position} has no name",
+                "a name for every column (no trailing comma; no unnamed index column: pandas' index=False)",
+            )
+        if name != name.strip():
+            raise InputError(
+                f"header column {position} is named {name!r}: blanks ({BLANKS}) around a name are part of it",
+                f"{name.strip()!r}, without blanks around it",
+                column=name,
+            )
+        names.append(name)
+    return names
 
 
 # Text of a number as pyarrow's CSV reader converts it to float64: ASCII digits, an optional sign, point and
@@ -100,12 +126,24 @@ NUMBER_TEXT = re.compile(
     re.IGNORECASE,
 )
 SHOWN_CHARS = 40  # of a refused cell's text quoted in a message
+# A flag (a context file's `converged`) as pyarrow's CSV reader converts text to bool: its default true_values and
+# false_values, exactly (no blanks around, no other case); an empty cell, NaN or null is a missing value.
+TRUE_TEXT, FALSE_TEXT = ("1", "True", "TRUE", "true"), ("0", "False", "FALSE", "false")
+FLAG_EXPECTED = "true or false (also True, TRUE, 1; False, FALSE, 0)"
 
 
 def first_non_number(values: pa.Array) -> int | None:
     """Index of the first value that is not text of a number as the CSV reader reads one (None if all are)."""
     for i, value in enumerate(values.to_pylist()):
         if not isinstance(value, str) or NUMBER_TEXT.fullmatch(value) is None:
+            return i
+    return None
+
+
+def first_non_flag(values: pa.Array) -> int | None:
+    """Index of the first value that is not text of a flag as the CSV reader reads one (None if all are)."""
+    for i, value in enumerate(values.to_pylist()):
+        if value not in TRUE_TEXT and value not in FALSE_TEXT:
             return i
     return None
 
@@ -181,6 +219,37 @@ def as_load(column: pa.ChunkedArray | pa.Array, name: str, offset: int, missing:
     """`as_float`, and within +-LOAD_LIMIT: the first value outside is refused with its row and column."""
     values = as_float(column, name, offset, missing)
     return within(values, -LOAD_LIMIT, LOAD_LIMIT, f"MW or Mvar within +-{LOAD_LIMIT:g}", name, offset)
+
+
+def as_flag(column: pa.ChunkedArray | pa.Array, name: str, offset: int) -> np.ndarray:
+    """bool values of one batch column (a context file's `converged`): booleans, the numbers 0 and 1, or their
+    text as the CSV reader takes it (TRUE_TEXT, FALSE_TEXT); the first missing value (an empty cell, NaN, null) or
+    any other value is refused with its row and column: a row is never left out, or kept, on a guess."""
+    column = plain_text(column, name, offset, TEXT_BYTES)
+    kind = column.type
+    if pa.types.is_boolean(kind) or pa.types.is_null(kind):
+        values = column
+    elif pa.types.is_floating(kind) or pa.types.is_integer(kind) or pa.types.is_decimal(kind):
+        numbers = pc.cast(column, pa.float64())
+        bad = pc.and_(pc.is_valid(numbers), pc.invert(pc.is_in(numbers, pa.array([0.0, 1.0]))))
+        if pc.any(bad).as_py():
+            idx = pc.index(bad, True).as_py()
+            raise InputError(f"{numbers[idx].as_py()!r} is not a flag", FLAG_EXPECTED, offset + idx + 1, name)
+        values = pc.not_equal(numbers, 0.0)
+    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        bad = first_non_flag(column.drop_null())
+        if bad is not None:
+            idx = pc.indices_nonzero(pc.is_valid(column)).to_pylist()[bad]
+            raise InputError(
+                f"{shown(column[idx].as_py())} is not true or false", FLAG_EXPECTED, offset + idx + 1, name
+            )
+        values = pc.if_else(pc.is_valid(column), pc.is_in(column, pa.array(TRUE_TEXT)), None)
+    else:
+        raise InputError(f"type {kind} is not a flag", FLAG_EXPECTED, offset + 1, name)
+    if values.null_count:
+        idx = pc.index(pc.is_null(values), True).as_py()
+        raise InputError("missing value (empty or NaN)", FLAG_EXPECTED, offset + idx + 1, name)
+    return np.asarray(values.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def csv_batches(
@@ -277,34 +346,112 @@ def overlong_cell(
     )
 
 
+def _line_at(handle: io.BufferedIOBase, text: bytes) -> int | None:
+    """Where the first line that is exactly `text` starts (a CR or LF, or the file's start, before it; a CR, LF
+    or the file's end after it), or None; in bounded memory (SCAN_BYTES and the line at a time)."""
+    base, window = 0, b""  # window: what is held of the file, from byte `base`
+    while text:
+        chunk = handle.read(SCAN_BYTES)
+        window += chunk
+        find = window.find(text)
+        while find >= 0:
+            end = find + len(text)
+            if end == len(window) and chunk:
+                break  # its line may go on in the next read: judged then
+            before = window[find - 1 : find] in (b"\n", b"\r") if find else base == 0
+            if before and (end == len(window) or window[end : end + 1] in (b"\n", b"\r")):
+                return base + find
+            find = window.find(text, find + 1)
+        if not chunk:
+            return None
+        keep = min(len(window), len(text) + 1)  # a line still open at the end, and the byte before it
+        base, window = base + len(window) - keep, window[len(window) - keep :]
+    return None
+
+
+def _data_row_at(handle: io.BufferedIOBase, position: int) -> int:
+    """The data row of the line starting at `position`: non-empty lines before it (the header's is 0)."""
+    handle.seek(0)
+    rows = start = at = 0
+    while at < position and (chunk := handle.read(min(SCAN_BYTES, position - at))):
+        ends = _line_ends(chunk) + at
+        starts = np.concatenate(([start], ends + 1))
+        rows += int(np.count_nonzero(ends - starts[:-1]))
+        start, at = int(starts[-1]), at + len(chunk)
+    return rows
+
+
+def wrong_cell_count(source: Path | bytes, block_bytes: int) -> InputError | None:
+    """The error naming the first row with more or fewer cells than the header has names (pyarrow's reader
+    refuses it as "Expected 64 columns, got 60", naming no row) by its data row, counted as overlong_cell counts
+    them (None where the row's text is not found on a line of its own); None if every row has its cells."""
+    found: list[tuple[int, int, str]] = []
+
+    def invalid(row: pcsv.InvalidRow) -> str:
+        found.append((row.expected_columns, row.actual_columns, row.text))
+        return "error"
+
+    handle: io.BufferedIOBase = open(source, "rb") if isinstance(source, (str, os.PathLike)) else io.BytesIO(source)
+    with handle:
+        names = csv_header_names(handle.read(HEADER_READ_BYTES))
+        if not names:
+            return None
+        handle.seek(0)
+        try:
+            for _ in pcsv.open_csv(
+                handle,
+                read_options=pcsv.ReadOptions(block_size=block_bytes),
+                parse_options=pcsv.ParseOptions(invalid_row_handler=invalid),
+                convert_options=pcsv.ConvertOptions(include_columns=names[:1], column_types={names[0]: pa.string()}),
+            ):
+                pass
+        except pa.ArrowInvalid:
+            pass
+        if not found:
+            return None
+        expected, actual, text = found[0]
+        handle.seek(0)
+        position = _line_at(handle, text.encode())
+        row = None if position is None else _data_row_at(handle, position)
+    return InputError(
+        f"{actual} cells where the header names {expected} columns",
+        f"one cell per header column ({expected}) in every row: a comma for each empty cell, none after the last",
+        row,
+    )
+
+
 def locate_csv_error(
     text_batches: Callable[[], Iterator[pa.RecordBatch] | pcsv.CSVStreamingReader],
     numbers: Sequence[str],
     source: Path | bytes,
     block_bytes: int,
     expected: Callable[[str | None], str],
+    flags: Sequence[str] = (),
 ) -> InputError | None:
     """Where the cell is that a CSV reader (reading `block_bytes` at a time) refused with an error naming no row:
     the first row, and its first column of `numbers`, holding something not a number, found by reading the
     file again as text (`text_batches`); else a row too long for the reader, named by its longest cell (see
     overlong_cell); None if neither is found: the caller words the reader's own error. `expected(column)`
-    says what a cell of the column takes."""
+    says what a cell of the column takes. The columns of `flags` (read as text too) are bool to the reader:
+    their first cell that is not true or false (first_non_flag) is named likewise."""
     offset = 0
     try:
         for batch in text_batches():
             found: list[tuple[int, int, str]] = []
-            for position, name in enumerate(numbers):
+            for position, name in enumerate([*numbers, *flags]):
                 column = batch.column(name)
-                bad = first_non_number(column.drop_null())
+                judge = first_non_flag if position >= len(numbers) else first_non_number
+                bad = judge(column.drop_null())
                 if bad is not None:
                     found.append((pc.indices_nonzero(pc.is_valid(column)).to_pylist()[bad], position, name))
             if found:
-                row, _, name = min(found)
+                row, position, name = min(found)
                 value = batch.column(name)[row].as_py()
-                return InputError(f"{shown(value)} is not a number", expected(name), offset + row + 1, name)
+                what = "true or false" if position >= len(numbers) else "a number"
+                return InputError(f"{shown(value)} is not {what}", expected(name), offset + row + 1, name)
             offset += batch.num_rows
     except pa.ArrowInvalid:
-        return overlong_cell(source, block_bytes, expected, after=offset)
+        return overlong_cell(source, block_bytes, expected, after=offset) or wrong_cell_count(source, block_bytes)
     return None
 
 

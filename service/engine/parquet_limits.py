@@ -13,6 +13,12 @@ column chunk's count of values and with what its data pages' headers say they ho
 group to the count it states, so a group stating fewer rows than its pages hold lost the rest silently;
 such a file is refused naming both counts, and `batches` counts each group's rows as they are decoded.
 
+The walk reads the pages Arrow reads, in its order: from where parquet-cpp starts a column chunk (its
+dictionary_page_offset only when that is above 0 and before its data_page_offset; one set at or after it is
+refused: a footer pointing it past the data page once walked a decoy of a small page and a filler while Arrow
+decompressed 1 GiB from the data page), header to header, landing exactly on the chunk's stated end and on its
+data_page_offset, each page storing no more than its declared size compresses to at worst.
+
 Only flat numeric columns are read, and that is decided from the footer's schema alone: every leaf
 pyarrow would decode for a wanted name (a nested column's leaves are `name.list.element`, `name.x`)
 must be that name itself, unrepeated and not inside a group, of a physical type whose width is
@@ -64,6 +70,10 @@ FLAG_WIDTH = 1  # BOOLEAN, where a caller allows a flag column
 TEXT_WIDTH = TEXT_BYTES  # bytes a value of a flat text column may take: a number written as text
 _EXPECTED = "a valid Parquet file"
 _NUMBERS = "numbers (float64): a flat column of int, float or decimal values"
+_CHUNK = (
+    "a valid Parquet file: each column chunk's pages, from its dictionary page (before its first data page)"
+    " or its first data page, laid end to end over its stated size"
+)
 _AGREEING = "a Parquet file whose row counts agree: the footer's, its row groups' and what their pages hold"
 
 
@@ -158,18 +168,22 @@ class _Compact:
                 self.skip(kind, depth)
 
 
+DATA_PAGE, DATA_PAGE_V2 = 0, 3  # PageType: the pages whose values Arrow counts (it skips INDEX_PAGE and unknown types)
+
+
 def _page_header(handle: BinaryIO, at: int, end: int) -> tuple[int, int, int, int]:
     """(uncompressed size, compressed size, header length, values) of the page header at `at`; the values
-    (rows of a flat column, nulls included) a data page states it holds, 0 for any other page."""
+    (rows of a flat column, nulls included) a data page states it holds, counted as Arrow counts them (a v1 page's
+    data_page_header, a v2 page's data_page_header_v2, by the page's type), 0 for any other page."""
     window = 256
     while True:
         handle.seek(at)
         data = handle.read(min(window, end - at))
         reader = _Compact(data)
         try:
-            # PageHeader: 2 uncompressed_page_size, 3 compressed_page_size; the num_values (field 1) of
+            # PageHeader: 1 type, 2 uncompressed_page_size, 3 compressed_page_size; the num_values (field 1) of
             # 5 data_page_header and 8 data_page_header_v2 (a dictionary page's 7 counts dictionary entries)
-            sizes = reader.fields(wanted=(2, 3), nested=(5, 8))
+            sizes = reader.fields(wanted=(1, 2, 3), nested=(5, 8))
         except IndexError:
             if len(data) < window or window >= PAGE_HEADER_MAX_BYTES:
                 raise _bad(f"a page header is cut off or larger than {PAGE_HEADER_MAX_BYTES} bytes") from None
@@ -177,9 +191,10 @@ def _page_header(handle: BinaryIO, at: int, end: int) -> tuple[int, int, int, in
             continue
         except ValueError as exc:
             raise _bad(f"a page header is not Thrift ({exc})") from None
-        if 2 not in sizes or 3 not in sizes or sizes[2] < 0 or sizes[3] < 0:
-            raise _bad("a page header without its sizes")
-        values = sizes.get(5, sizes.get(8, 0))
+        if 1 not in sizes or 2 not in sizes or 3 not in sizes or sizes[2] < 0 or sizes[3] < 0:
+            raise _bad("a page header without its type or sizes")
+        kind = sizes[1]
+        values = sizes.get(5, -1) if kind == DATA_PAGE else sizes.get(8, -1) if kind == DATA_PAGE_V2 else 0
         if values < 0:
             raise _bad("a data page header without its count of values")
         return sizes[2], sizes[3], reader.pos, values
@@ -193,22 +208,64 @@ def _rows_differ(what: str, group: int, rows: int, held: str, name: str) -> Inpu
     )
 
 
+def _stored_limit(uncompressed: int) -> int:
+    """The most bytes a page that decompresses to `uncompressed` bytes takes stored: every codec Parquet names
+    stores incompressible data in at most its size and a sixth (snappy's worst) and some framing; encryption adds
+    32 bytes. A page storing more hides bytes behind its declared size (a filler declaring 0 covered a decoy)."""
+    return uncompressed + uncompressed // 4 + 64
+
+
+def _chunk_start(chunk: pq.ColumnChunkMetaData, name: str) -> int:
+    """Where Arrow starts reading the pages of `chunk` (parquet-cpp's ComputeColumnChunkRange): at its
+    dictionary_page_offset where one is set, above 0 and before its data_page_offset, else at data_page_offset.
+
+    A dictionary_page_offset at or after data_page_offset is refused: Arrow starts at the data page and never
+    reads the "dictionary" the footer points to, so a walk starting there would size pages Arrow never reads
+    and skip the ones it decompresses (a decoy: a small page and a filler, while the data page declared 1 GiB).
+    0 is what some writers store for no dictionary; Arrow ignores it, and so does the walk."""
+    data = chunk.data_page_offset
+    dictionary = chunk.dictionary_page_offset if chunk.has_dictionary_page else None
+    if dictionary is None or dictionary == 0:
+        return int(data)
+    if dictionary < 0 or dictionary >= data:
+        raise _chunk_bad(name, f"its dictionary page offset ({dictionary}) is not before its data page offset ({data})")
+    return int(dictionary)
+
+
+def _chunk_bad(name: str, reason: str) -> InputError:
+    return InputError(f"unreadable Parquet file: {reason}", _CHUNK, column=name)
+
+
 def _check_chunk(
     handle: BinaryIO, file_size: int, chunk: pq.ColumnChunkMetaData, group: int, rows: int, width: int, name: str
 ) -> None:
     """The pages of one column chunk (of row group `group`) decompress to at most what `rows` values of `width`
-    bytes need, and its data pages hold `rows` values (a flat column: one per row, nulls included)."""
+    bytes need, and its data pages hold `rows` values (a flat column: one per row, nulls included).
+
+    The walk visits every page Arrow will: it starts where Arrow starts (_chunk_start), steps from header to
+    header as Arrow does, must land exactly on the chunk's end (total_compressed_size) and pass its
+    data_page_offset on a page boundary, and no page's stored bytes may exceed what its declared size can
+    compress to (a page declaring 0 bytes cannot cover others). Arrow stops once the data pages' values reach
+    the chunk's count, which the walk's count equals: no page past the walk is read."""
     if chunk.num_values != rows:
         raise _rows_differ("its column chunk's footer says they", group, rows, f"{chunk.num_values} values", name)
-    start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+    if rows == 0:
+        return  # Arrow reads pages until their values reach the chunk's 0: none (pyarrow writes its offsets as 0 or 4)
+    start, data = _chunk_start(chunk, name), chunk.data_page_offset
     end = start + chunk.total_compressed_size
     if start < 4 or chunk.total_compressed_size < 0 or end > file_size:
         raise _bad(f"column {name!r} lies outside the file")
     limit = rows * (2 * width + 8) + CHUNK_SLACK_BYTES  # dictionary + indices or plain values, and levels
     pages_limit = rows + 2  # every data page holds at least one value; one dictionary page
-    total, pages, values, at = 0, 0, 0, start
+    total, pages, values, at, passed = 0, 0, 0, start, False
     while at < end:
+        passed = passed or at == data
         uncompressed, compressed, header, held = _page_header(handle, at, end)
+        if compressed > _stored_limit(uncompressed):
+            raise _chunk_bad(
+                name,
+                f"a page at byte {at} stores {compressed} bytes but declares it decompresses to {uncompressed}",
+            )
         total, pages, values, at = total + uncompressed, pages + 1, values + held, at + header + compressed
         if total > limit or pages > pages_limit:
             raise InputError(
@@ -216,6 +273,10 @@ def _check_chunk(
                 f"at most {limit} bytes for {rows} rows",
                 column=name,
             )
+    if at != end:
+        raise _chunk_bad(name, f"its last page ends at byte {at}, not at the column chunk's end ({end})")
+    if not passed:
+        raise _chunk_bad(name, f"its data page offset ({data}) is not where one of its pages starts")
     if values != rows:  # counted to the end: a page too large for its rows is named as such first
         raise _rows_differ("its pages", group, rows, f"{values} values", name)
 

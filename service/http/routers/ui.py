@@ -3,8 +3,11 @@ the page needs beyond the /v1 API (which gives it models, networks, context sets
 
 - `POST /ui/api/context-sets`: a measured context uploaded as a CSV or Parquet file (the 64 load columns
   and the 32 `vm_pu_bus*` columns, as `gridpfn simulate -o` writes them) stored exactly as
-  `POST /v1/context-sets` stores `{x, y}` (an empty or NaN cell is a value not measured, as null there);
-  a bad cell is a 422 naming its row and column. The file is
+  `POST /v1/context-sets` stores `{x, y}` (an empty or NaN cell is a value not measured, as null there;
+  every load and voltage column is read as float64, whatever the file's first rows hold); a bad cell is a
+  422 naming its row and column. An optional `converged` column (`gridpfn simulate -o` writes one) leaves
+  out the rows false in it; a cell of it that is not true or false (1 or 0), an empty one included, is a
+  422 naming its row: whether that row's voltages were solved is not guessed. The file is
   decoded only up to `GRIDPFN_MAX_CONTEXT_ROWS` rows (a Parquet file is sized from its footer first).
 - `GET /ui/api/batch-jobs/{id}/risk-histogram`: the histogram of each row's worst-bus P(outside band)
   over a finished job's result, and how many rows are extrapolated (and the largest extrapolation),
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +40,10 @@ from starlette.responses import FileResponse, Response
 from service.engine import parquet_limits
 from service.engine.errors import InvalidInput, NotFound, TooLarge
 from service.engine.load_table import (
+    FLAG_EXPECTED,
     HEADER_READ_BYTES,
     InputError,
+    as_flag,
     as_float,
     as_load,
     csv_header_names,
@@ -81,7 +87,7 @@ async def static(name: str) -> Response:
 
 _UNREADABLE = "a CSV file with a header row, or a Parquet file"
 _CELL = "a number (a load in MW or Mvar, a voltage in p.u.); empty or NaN where not measured"
-CONVERGED = "converged"  # the optional column of `gridpfn simulate -o`: rows false in it are left out
+CONVERGED = "converged"  # the optional column of `gridpfn simulate -o`: rows false in it are left out (as_flag)
 BATCH_ROWS = 4096
 CSV_BLOCK_BYTES = pcsv.ReadOptions().block_size  # the reader's: a longer row is refused, named by its longest cell
 
@@ -97,24 +103,47 @@ def _open(data: bytes, filename: str | None, columns: list[str], max_rows: int) 
         raise InputError("the file is named .parquet but is not a Parquet file", "a Parquet or CSV file")
     csv_header_names(data[:HEADER_READ_BYTES])  # a header line of bounded length and columns, first
     names = pcsv.open_csv(io.BytesIO(data)).schema.names  # the header (and the first block's types)
-    include = pcsv.ConvertOptions(include_columns=[c for c in columns if c in names])
-    return names, pcsv.open_csv(io.BytesIO(data), convert_options=include)
+    return names, _csv_rows(data, [c for c in columns if c in names])
+
+
+def _csv_rows(data: bytes, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """The batches of `columns`, the reader opened at the first (its first block converted then: an error there
+    comes once the caller holds the names, to locate it)."""
+    yield from pcsv.open_csv(io.BytesIO(data), convert_options=_types(columns))
+
+
+def _types(columns: list[str]) -> pcsv.ConvertOptions:
+    """Every column its type, never one guessed from the first block the reader takes (a column of whole numbers
+    there, or of empty cells, was int64 or null, and a later 0.5 or reading a 422 naming no row): numbers are
+    float64 (an empty cell or NaN: null, a value not measured), `converged` is bool (true or false, 1 or 0)."""
+    return pcsv.ConvertOptions(
+        include_columns=columns,
+        column_types={c: pa.bool_() if c == CONVERGED else pa.float64() for c in columns},
+    )
 
 
 def _located(data: bytes, names: list[str], columns: list[str], exc: pa.ArrowException) -> InputError:
     """What the CSV reader refused (a cell it could not convert, a row too long for it) by its row and column."""
     numbers = [c for c in columns if c in names and c != CONVERGED]
+    flags = [CONVERGED] if CONVERGED in names else []
     as_text = pcsv.ConvertOptions(
-        include_columns=numbers, column_types=dict.fromkeys(numbers, pa.string()), strings_can_be_null=True
+        include_columns=[*numbers, *flags],
+        column_types=dict.fromkeys([*numbers, *flags], pa.string()),
+        strings_can_be_null=True,
     )
     located = locate_csv_error(
-        lambda: pcsv.open_csv(io.BytesIO(data), convert_options=as_text), numbers, data, CSV_BLOCK_BYTES, _expected
+        lambda: pcsv.open_csv(io.BytesIO(data), convert_options=as_text),
+        numbers,
+        data,
+        CSV_BLOCK_BYTES,
+        _expected,
+        flags,
     )
     return located or InputError(f"unreadable file: {str(exc)[:200]}", _UNREADABLE)
 
 
 def _expected(column: str | None) -> str:
-    return "true or false" if column == CONVERGED else _CELL
+    return FLAG_EXPECTED if column == CONVERGED else _CELL
 
 
 def _read_table(data: bytes, filename: str | None, columns: list[str], max_rows: int) -> tuple[list[str], pa.Table]:
@@ -141,7 +170,8 @@ def context_arrays(
     data: bytes, filename: str | None, features: list[str], outputs: list[str], max_rows: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(x, y, rows) of an uploaded context file of at most `max_rows` rows; rows whose `converged` column
-    is false are left out, and `rows` are the file's data rows (1-based) that x and y hold. Loads are
+    is false are left out (a cell of it neither true nor false, empty included, is refused naming its row),
+    and `rows` are the file's data rows (1-based) that x and y hold. Loads are
     held to +-LOAD_LIMIT as batch files are: a bad cell is named by its row in the file and its column.
     An empty or NaN cell is NaN: a load or voltage not measured (service.engine.sparse)."""
     names, table = _read_table(data, filename, [*features, *outputs, CONVERGED], max_rows)
@@ -155,8 +185,8 @@ def context_arrays(
         )
     rows = np.arange(1, table.num_rows + 1)
     if table.num_rows and CONVERGED in table.column_names:
-        kept = pc.cast(table[CONVERGED], pa.bool_())
-        table, rows = table.filter(kept), rows[np.asarray(kept.to_numpy(zero_copy_only=False), dtype=bool)]
+        kept = as_flag(table[CONVERGED], CONVERGED, 0)
+        table, rows = table.filter(pa.array(kept)), rows[kept]
     if table.num_rows == 0:
         raise InputError("no data rows", "at least one load -> voltage row")
     try:

@@ -304,3 +304,257 @@ def test_batches_counts_each_row_groups_rows_as_decoded_against_its_footer(decod
     stated = (700, 300)[group]
     read = "more" if decoded[group] > stated else str(decoded[group])
     assert f"row group {group} states {stated} rows but {read} were read" in refused.value.message
+
+
+class Thrift:
+    """Just enough of Thrift's compact protocol to rewrite a footer or page header: a struct is a list of
+    [field id, type, value] (a list's value is [element type, items]; a nested struct's, its own list)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def _byte(self) -> int:
+        self.pos += 1
+        return self.data[self.pos - 1]
+
+    def _varint(self) -> int:
+        shift = result = 0
+        while True:
+            b = self._byte()
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result
+            shift += 7
+
+    def _value(self, kind: int):
+        if kind in (1, 2):
+            return kind == 1
+        if kind == 3:
+            return struct.unpack("b", bytes([self._byte()]))[0]
+        if kind in (4, 5, 6):
+            n = self._varint()
+            return (n >> 1) ^ -(n & 1)
+        if kind == 7:
+            self.pos += 8
+            return struct.unpack("<d", self.data[self.pos - 8 : self.pos])[0]
+        if kind == 8:
+            n = self._varint()
+            self.pos += n
+            return self.data[self.pos - n : self.pos]
+        if kind in (9, 10):
+            head = self._byte()
+            size, element = head >> 4, head & 0x0F
+            size = self._varint() if size == 15 else size
+            return [element, [self._byte() == 1 if element in (1, 2) else self._value(element) for _ in range(size)]]
+        assert kind == 12, kind
+        return self.struct()
+
+    def struct(self) -> list:
+        fields, last = [], 0
+        while head := self._byte():
+            kind, delta = head & 0x0F, head >> 4
+            last = last + delta if delta else self._value(5)
+            fields.append([last, kind, self._value(kind)])
+        return fields
+
+    @staticmethod
+    def encode(fields: list) -> bytes:
+        def varint(n: int) -> bytes:
+            return _varint(n)
+
+        def value(kind: int, v) -> bytes:
+            if kind in (1, 2):
+                return b""
+            if kind == 3:
+                return struct.pack("b", v)
+            if kind in (4, 5, 6):
+                return varint((v << 1) ^ (v >> 63))
+            if kind == 7:
+                return struct.pack("<d", v)
+            if kind == 8:
+                return varint(len(v)) + v
+            if kind in (9, 10):
+                element, items = v
+                head = (
+                    bytes([len(items) << 4 | element])
+                    if len(items) < 15
+                    else bytes([0xF0 | element]) + varint(len(items))
+                )
+                return head + b"".join(
+                    bytes([1 if x else 2]) if element in (1, 2) else value(element, x) for x in items
+                )
+            return Thrift.encode(v)
+
+        out, last = bytearray(), 0
+        for fid, kind, v in sorted(fields, key=lambda f: f[0]):
+            kind = (1 if v else 2) if kind in (1, 2) else kind
+            out += bytes([(fid - last) << 4 | kind]) if 0 < fid - last <= 15 else bytes([kind]) + value(5, fid)
+            out += value(kind, v)
+            last = fid
+        return bytes(out + b"\0")
+
+
+def field(fields: list, fid: int) -> list:
+    return next(f for f in fields if f[0] == fid)
+
+
+def footer(data: bytes) -> tuple[list, int]:
+    """The footer of a Parquet file, decoded, and where it starts."""
+    length = struct.unpack("<I", data[-8:-4])[0]
+    return Thrift(data[-8 - length : -8]).struct(), len(data) - 8 - length
+
+
+def with_footer(body: bytes, meta: list) -> bytes:
+    encoded = Thrift.encode(meta)
+    return body + encoded + struct.pack("<I", len(encoded)) + b"PAR1"
+
+
+def chunk_meta(meta: list, column: int, group: int = 0) -> list:
+    """ColumnMetaData of a column chunk: 6 total_uncompressed_size, 7 total_compressed_size, 9 data_page_offset,
+    11 dictionary_page_offset (FileMetaData 4: row groups; RowGroup 1: columns; ColumnChunk 3: its metadata)."""
+    chunks = field(field(meta, 4)[2][1][group], 1)[2][1]
+    return field(chunks[column], 3)[2]
+
+
+def set_field(fields: list, fid: int, kind: int, value) -> None:
+    found = [f for f in fields if f[0] == fid]
+    if found:
+        found[0][2] = value
+    else:
+        fields.append([fid, kind, value])
+
+
+def page_header(header: list, payload: bytes) -> bytes:
+    return Thrift.encode(header) + payload
+
+
+ZSTD_BOMB_BYTES = 32 << 20  # what the bomb's data page declares it decompresses to
+
+
+def decoy_bomb(data: pa.Table | None = None) -> tuple[bytes, int, int]:
+    """The attack: a column chunk whose footer points its dictionary_page_offset AFTER its data_page_offset. Arrow
+    starts reading at data_page_offset (a dictionary offset counts only before it), where a zstd page declares
+    32 MiB (its 50 values, then zeros); the check started at the dictionary offset and walked a decoy: the
+    real 50-value page, then a filler page (an INDEX_PAGE declaring 0 bytes) covering the rest of the chunk.
+    The first column of `data` (a table of 50 rows) is the bomb. Returns the file, where the bomb page starts and
+    the size it declares."""
+    rows = 50
+    data = pa.table({"a": np.random.default_rng(0).random(rows), "b": np.ones(rows)}) if data is None else data
+    plain = parquet(
+        data,
+        compression="zstd",
+        use_dictionary=False,
+        write_statistics=False,
+    )
+    meta, start = footer(plain)
+    column = chunk_meta(meta, 0)
+    offset, size = field(column, 9)[2], field(column, 7)[2]
+    real = plain[offset : offset + size]
+    reader = Thrift(real)
+    header = reader.struct()
+    compressed = real[reader.pos : reader.pos + field(header, 3)[2]]
+    values = pa.decompress(compressed, decompressed_size=field(header, 2)[2], codec="zstd").to_pybytes()
+    payload = values + bytes(ZSTD_BOMB_BYTES - len(values))
+    squeezed = pa.compress(payload, codec="zstd", asbytes=True)
+    set_field(header, 2, 5, len(payload))
+    set_field(header, 3, 5, len(squeezed))
+    bomb = page_header(header, squeezed)
+    body = bytearray(plain[:start])
+    bomb_at = len(body)
+    body += bomb
+    decoy_at, chunk_size = len(body), len(bomb) + 64
+    rest = chunk_size - len(real)
+    for length in range(1, 10):  # a filler whose header plus declared body is the rest of the chunk
+        filler = Thrift.encode([[1, 5, 1], [2, 5, 0], [3, 5, rest - length]])
+        if len(filler) == length:
+            break
+    body += real + filler + bytes(rest - len(filler))
+    set_field(column, 9, 6, bomb_at)
+    set_field(column, 11, 6, decoy_at)
+    set_field(column, 7, 6, chunk_size)
+    set_field(column, 6, 6, chunk_size)
+    return with_footer(bytes(body), meta), bomb_at, len(payload)
+
+
+def test_a_dictionary_offset_after_the_data_page_is_refused_before_any_page_is_decoded(monkeypatch):
+    """A ~40 KB file whose one column chunk Arrow reads from its data_page_offset (a 32 MiB zstd page; 1 GiB
+    took 100 KB) while its footer's dictionary_page_offset, after it, pointed the check at a decoy of a small
+    page and a filler: refused from the footer, naming the column, before pyarrow decodes a page."""
+    data, bomb_at, declared = decoy_bomb()
+    assert len(data) < declared // 5000
+    meta = pq.ParquetFile(io.BytesIO(data)).metadata.row_group(0).column(0)
+    assert meta.has_dictionary_page and meta.dictionary_page_offset > meta.data_page_offset == bomb_at
+    assert pq.ParquetFile(io.BytesIO(data)).read(columns=["a"]).num_rows == 50  # pyarrow decodes the bomb page:
+    zeroed = data[:bomb_at] + bytes(64) + data[bomb_at + 64 :]
+    with pytest.raises(OSError):  # without it, nothing reads
+        pq.ParquetFile(io.BytesIO(zeroed)).read(columns=["a"])
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("a page was read")
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", no_reading)
+    monkeypatch.setattr(pq.ParquetFile, "read", no_reading)
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", no_reading)
+    with pytest.raises(InputError) as refused:
+        open_file(data, ["a", "b"], 1000, "THE_LIMIT")
+    assert refused.value.column == "a", refused.value
+    assert (
+        "dictionary page offset" in refused.value.message and "not before its data page offset" in refused.value.message
+    )
+    assert "dictionary page (before its first data page)" in refused.value.expected
+    open_file(data, ["b"], 1000, "THE_LIMIT")  # a column not read is not walked
+
+
+def _one_column(**options) -> bytes:
+    return parquet(pa.table({"a": np.arange(1000.0)}), write_statistics=False, **options)
+
+
+def test_a_page_declaring_fewer_bytes_than_it_stores_is_refused():
+    """A page declaring it decompresses to 0 bytes while it covers others (the decoy's filler) hides them: a page
+    stores at most what its declared size compresses to at worst."""
+    plain = _one_column(compression="zstd", use_dictionary=False)
+    meta, start = footer(plain)
+    column = chunk_meta(meta, 0)
+    offset, size = field(column, 9)[2], field(column, 7)[2]
+    filler_body = 4096
+    filler = Thrift.encode([[1, 5, 1], [2, 5, 0], [3, 5, filler_body]]) + bytes(filler_body)
+    body = plain[:offset] + filler + plain[offset:start]
+    set_field(column, 9, 6, offset)  # the chunk now starts with the filler, then its data page
+    set_field(column, 7, 6, size + len(filler))
+    data = with_footer(body, meta)
+    assert pq.ParquetFile(io.BytesIO(data)).read().num_rows == 1000  # Arrow skips the filler: a readable file
+    with pytest.raises(InputError) as refused:
+        open_file(data, ["a"], 1000, "THE_LIMIT")
+    assert refused.value.column == "a"
+    assert f"stores {filler_body} bytes but declares it decompresses to 0" in refused.value.message, refused.value
+
+
+@pytest.mark.parametrize("change", ["data page inside a page", "chunk too short", "chunk too long"])
+def test_a_walk_that_does_not_step_onto_the_data_page_and_the_chunks_end_is_refused(change):
+    """Every page Arrow decodes is one the walk sized: its pages end exactly at the chunk's end, and its data page
+    offset is where one of them starts."""
+    plain = _one_column(compression="zstd")  # a dictionary page, then data pages
+    meta, start = footer(plain)
+    column = chunk_meta(meta, 0)
+    assert field(column, 11)[2] < field(column, 9)[2]
+    if change == "data page inside a page":
+        field(column, 9)[2] += 1
+        expected = "is not where one of its pages starts"
+    else:
+        field(column, 7)[2] += -1 if change == "chunk too short" else 1
+        expected = "not at the column chunk's end" if change == "chunk too short" else "cut off"
+    data = with_footer(plain[:start], meta)
+    with pytest.raises(InputError) as refused:
+        open_file(data, ["a"], 1000, "THE_LIMIT")
+    assert expected in str(refused.value), refused.value
+    assert open_file(plain, ["a"], 1000, "THE_LIMIT").read().num_rows == 1000
+
+
+@pytest.mark.parametrize("options", WRITERS.values(), ids=WRITERS.keys())
+def test_files_of_no_rows_and_of_null_columns_pass(options):
+    """Arrow reads no page of a chunk of 0 values (pyarrow writes its offsets as 0 and 4); a column of nulls
+    is a dictionary page of no entries or a page of levels alone: both are ordinary."""
+    data = pa.table({"a": pa.array([None] * 100, pa.float64()), "b": np.arange(100.0)})
+    for rows in (0, 100):
+        opened = open_file(parquet(data.slice(0, rows), **options), ["a", "b"], 100, "THE_LIMIT")
+        assert opened.read().num_rows == rows

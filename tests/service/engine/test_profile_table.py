@@ -127,3 +127,21 @@ def test_a_20_mib_label_or_cell_is_named_by_its_row_and_column(tmp_path, column)
     assert (refused.value.row, refused.value.column) == (5, column), refused.value
     assert refused.value.message.startswith(f"a value of {20 << 20} bytes")
     assert ("label" in refused.value.expected) == (column == "time"), refused.value.expected
+
+
+@pytest.mark.parametrize("name", [" load", "load\u00a0", "load\t"])
+def test_a_header_name_with_blanks_around_it_is_refused_naming_it(tmp_path, name):
+    """` load` was `load` to the header check and no column to the reader (a 500: ArrowKeyError)."""
+    path = tmp_path / "profiles.csv"
+    pd.DataFrame({"time": ["a", "b"], name: [1.0, 0.5], "PV9": [0.0, 0.5]}).to_csv(path, index=False)
+    with pytest.raises(InputError) as refused:
+        read(path, None, WANTED, max_rows=10, max_columns=column_limit(NET))
+    assert refused.value.column == name and "'load', without blanks" in refused.value.expected
+
+
+def test_a_short_row_is_named_by_its_row(tmp_path):
+    path = tmp_path / "profiles.csv"
+    path.write_text("time,load,PV9\na,1,0\nb,1\nc,1,0\n")
+    with pytest.raises(InputError) as refused:
+        read(path, None, WANTED, max_rows=10, max_columns=column_limit(NET))
+    assert refused.value.row == 2 and "2 cells where the header names 3 columns" in refused.value.message

@@ -330,3 +330,66 @@ def test_typical_loads_with_a_full_context_and_a_model_that_needs_none_are_ignor
         response = client.post("/v1/predict", json={**body, "queries": x[:3].tolist()})
         assert response.status_code == 200, response.text
         assert "determined" not in response.json()  # only network-fit's fit says how well each bus is known
+
+
+def _late(scenarios, rows: int = 1500) -> tuple[pd.DataFrame, int]:
+    """A context file of `rows` rows, and the first of its rows (0-based) past its CSV reader's first block (1 MiB):
+    one the reader never saw when it chose a type for each column."""
+    x, y = (np.resize(a, (rows, a.shape[1])) for a in scenarios)
+    frame = _context_file(x, y).astype(object)
+    ends = np.cumsum([len(line) + 1 for line in frame.to_csv(index=False).splitlines()])  # the header's first
+    return frame, int(np.searchsorted(ends, 1 << 20)) + 50  # (a margin for cells made shorter)
+
+
+def test_a_context_upload_reads_its_columns_as_numbers_whatever_its_first_block_holds(scenarios):
+    """The reader typed a column from its first block: whole numbers there made it int64 and a later 0.25 a 422
+    naming no row; a column empty there (a meter read later) was null and its first reading a 422 likewise."""
+    features, outputs = list(NET.feature_names), list(NET.output_names)
+    frame, late = _late(scenarios)
+    frame.iloc[:late, 3] = 0  # whole numbers, then the file's own decimals
+    frame.iloc[:late, 70] = None  # vm_pu_bus9: read only from row `late` on
+    data = frame.to_csv(index=False, na_rep="").encode()
+    assert sum(len(line) + 1 for line in data.splitlines()[: late + 1]) > 1 << 20  # row `late` starts past 1 MiB
+    x, y, rows = context_arrays(data, "c.csv", features, outputs, 5000)
+    assert len(rows) == len(frame) and x[late, 3] == frame.iloc[late, 3] and x[0, 3] == 0.0
+    assert np.isnan(y[:late, 70 - 64]).all() and y[late, 70 - 64] == frame.iloc[late, 70]
+
+
+@pytest.mark.parametrize("cell, words", [("yes", "'yes' is not true or false"), ("", "missing value")])
+def test_a_converged_cell_that_is_not_true_or_false_is_refused_naming_its_row(scenarios, cell, words):
+    """`yes` was a 500 (ArrowInvalid); an empty cell left its row out silently, as if false: the flag says
+    which rows the file's own solver left unsolved, and a row is neither kept nor dropped on a guess."""
+    features, outputs = list(NET.feature_names), list(NET.output_names)
+    frame, late = _late(scenarios)
+    frame["converged"] = "true"
+    frame.loc[3, "converged"] = "false"  # left out, as ever
+    for row in (late, 7):  # past the reader's first block, and within it
+        bad = frame.copy()
+        bad.loc[row, "converged"] = cell
+        with pytest.raises(InputError) as refused:
+            context_arrays(bad.to_csv(index=False).encode(), "c.csv", features, outputs, 5000)
+        assert (refused.value.row, refused.value.column) == (row + 1, "converged"), refused.value
+        assert refused.value.message.startswith(words) and "true or false" in refused.value.expected
+        flags = (
+            pa.array(bad["converged"])
+            if cell
+            else pa.array([{"true": True, "false": False}.get(v) for v in bad["converged"]])
+        )
+        table = pa.Table.from_pandas(bad.drop(columns="converged").astype(float), preserve_index=False)
+        parquet = io.BytesIO()  # the same in a Parquet file: text, or booleans with a null
+        pq.write_table(table.append_column("converged", flags), parquet)
+        with pytest.raises(InputError) as refused:
+            context_arrays(parquet.getvalue(), "c.parquet", features, outputs, 5000)
+        assert (refused.value.row, refused.value.column) == (row + 1, "converged"), refused.value
+    x, _, rows = context_arrays(frame.to_csv(index=False).encode(), "c.csv", features, outputs, 5000)
+    assert len(x) == len(frame) - 1 and 4 not in rows
+
+
+def test_a_context_upload_refuses_a_bad_flag_and_a_blank_in_a_name_as_422s(client, scenarios):
+    frame = _context_file(*scenarios).assign(converged="yes")
+    for data, column, row in (
+        (frame.to_csv(index=False).encode(), "converged", 1),
+        (frame.rename(columns={"vm_pu_bus2": "vm_pu_bus2 "}).to_csv(index=False).encode(), "vm_pu_bus2 ", None),
+    ):
+        problem = assert_problem(client.post("/ui/api/context-sets", files={"file": ("c.csv", data)}), 422, "file")
+        assert (problem["errors"][0]["row"], problem["errors"][0]["column"]) == (row, column), problem

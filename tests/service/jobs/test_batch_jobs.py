@@ -30,7 +30,7 @@ from tests.service.batch_support import (
     wait_for,
 )
 from tests.service.conftest import MODEL, assert_problem
-from tests.service.engine.test_parquet_limits import footer_field
+from tests.service.engine.test_parquet_limits import decoy_bomb, footer_field
 
 CHUNK = 400
 
@@ -144,6 +144,8 @@ def _bad_files(tmp_path):
     cases["parquet-string"] = (tmp_path / "strings.parquet", 11, "p_mw_bus3")
     pq.write_table(pa.Table.from_pandas(frame.iloc[:0], preserve_index=False), tmp_path / "none.parquet")
     cases["parquet-empty"] = (tmp_path / "none.parquet", None, None)
+    (tmp_path / "bomb.parquet").write_bytes(decoy_bomb(pa.Table.from_pandas(frame, preserve_index=False))[0])
+    cases["parquet-decoy-bomb"] = (tmp_path / "bomb.parquet", None, FEATURES[0])  # 32 MiB behind a decoy page
     return cases
 
 

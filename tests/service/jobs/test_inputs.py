@@ -81,3 +81,34 @@ def test_a_parquet_file_whose_row_counts_disagree_is_refused_naming_both(tmp_pat
     error = _refused(path, "parquet")
     assert error.column == FEATURES[0] and "row group 0 states 650 rows" in error.message, error
     assert "700 values" in error.message and "row counts agree" in error.expected
+
+
+@pytest.mark.parametrize("blank", [" ", "\t", "\u00a0"])
+def test_a_header_name_with_blanks_around_it_is_refused_naming_it(tmp_path, blank):
+    """`p_mw_bus5 ` matched the feature once stripped, and was another column to the reader: a 500 (ValueError)."""
+    path = tmp_path / "loads.csv"
+    frame = _frame(20).rename(columns={"p_mw_bus5": f"p_mw_bus5{blank}"})
+    frame.to_csv(path, index=False)
+    error = _refused(path)
+    assert error.column == f"p_mw_bus5{blank}" and "header column 4" in error.message, error
+    assert error.expected == "'p_mw_bus5', without blanks around it"
+
+
+def test_a_column_without_a_name_is_refused_naming_its_position(tmp_path):
+    """A trailing comma in the header and a 65th cell in every row: its values were read by nobody, silently."""
+    path = tmp_path / "loads.csv"
+    lines = _frame(20).to_csv(index=False).splitlines()
+    path.write_text("\n".join([lines[0] + ","] + [line + ",99" for line in lines[1:]]) + "\n")
+    error = _refused(path)
+    assert error.message == f"header column {len(FEATURES) + 1} has no name" and error.row is None, error
+
+
+@pytest.mark.parametrize("cells", [60, 65])
+def test_a_row_of_too_few_or_too_many_cells_is_named_by_its_row(tmp_path, cells):
+    path = tmp_path / "loads.csv"
+    lines = _frame(5000).to_csv(index=False).splitlines()
+    row = lines[4321].split(",")
+    lines[4321] = ",".join(row[:cells] if cells < len(row) else row + ["0.1"] * (cells - len(row)))
+    path.write_text("\n".join(lines) + "\n")
+    error = _refused(path)
+    assert error.row == 4321 and error.message == f"{cells} cells where the header names {len(FEATURES)} columns"
