@@ -91,13 +91,13 @@ NOISELESS_PU = 1e-10
 # flips with the noise), and on IEEE 33 at 1e-5 p.u. five of twelve off-context cells left a bus at 0 %
 # coverage; sixteen left one. Each probe is a closed-form fit (physics-fit), so this costs ms, once a context.
 NOISY_PROBES = 16
+# A standard normal's central CALIBRATION_LEVEL half-width.
+GAUSS_HALF = float(norm.ppf(0.5 + CALIBRATION_LEVEL / 2.0))
 # With noisy readings the spread also reaches this far past the fit's own noise-driven error, known up to the
 # network model's nonlinearity miss: the method's answer less its fit of the network model's voltages plus
 # the readings' smooth departure from them (a 95 % interval's edge 10 % beyond it). Random
 # probes sample that error; this one is the fit's own, so a fit whose noise carried it far out (the heavy
 # tail sixteen probes still miss: one IEEE 33 growth seed in eight at 1e-5 p.u.) is covered too.
-# A standard normal's central CALIBRATION_LEVEL half-width.
-GAUSS_HALF = float(norm.ppf(0.5 + CALIBRATION_LEVEL / 2.0))
 REACH = 1.1 / GAUSS_HALF
 # Queries per block when widening (a PFN's bars are m x k x n_bars per block).
 GUARD_BLOCK = 512
@@ -217,14 +217,14 @@ class OffContextGuard(Method):
         # a noisy context's fit errs by a bias per bus that every query of the bus shares: the interval
         # must hold on all k buses at once (Bonferroni), with the t's allowance for so few probes
         k = v.shape[1]
-        level = 0.5 + CALIBRATION_LEVEL / 2.0
-        gain = simultaneous_factor(k) * float(student_t.ppf(level, NOISY_PROBES) / norm.ppf(level))
+        gain = simultaneous_factor(k) * float(student_t.ppf(0.5 + CALIBRATION_LEVEL / 2.0, NOISY_PROBES)) / GAUSS_HALF
         return Probes(exact, plain, noisy, gain, self.base.fit(x, v + smooth))
 
-    def _miss(self, fitted: GuardedFit, probes: Probes, rows: np.ndarray, v: np.ndarray) -> np.ndarray:
+    def _miss(self, probes: Probes, rows: np.ndarray, v: np.ndarray, answer: np.ndarray) -> np.ndarray:
         """(m, k) the error this method makes at query rows (m, d) on the network model (voltages v):
         its exact probe's miss, and with noisy readings the noisy probes' scatter, times the gain, or
-        where larger the fit's own noise-driven error plus that miss, REACH times (Probes)."""
+        where larger the fit's own noise-driven error plus that miss, REACH times (Probes); `answer`:
+        the method's own mean there (already computed: a checkpoint's is a forward pass)."""
         assert probes.exact is not None
 
         def mean(method: Method, model: Any) -> np.ndarray:
@@ -240,7 +240,7 @@ class OffContextGuard(Method):
         scatter = np.mean([np.square(mean(self.prober, model) - plain) for model in probes.noisy], axis=0)
         sampled = probes.gain * np.sqrt(np.square(nonlinear) + scatter)
         assert probes.smooth is not None
-        own = REACH * np.abs(mean(self.base, fitted.real) - mean(self.base, probes.smooth) + nonlinear)
+        own = REACH * np.abs(answer - mean(self.base, probes.smooth) + nonlinear)
         out: np.ndarray = np.maximum(sampled, own)
         return out
 
@@ -297,7 +297,7 @@ class OffContextGuard(Method):
                 v = solved(self.voltage_model, q[rows], "query_x")
             except RowsRefused as exc:
                 raise RowsRefused(exc.field, [int(rows[r]) for r in exc.rows], exc.reason, exc.expected) from None
-            added = weight[rows, None] * self._miss(fitted, probes, q[rows], v)
+            added = weight[rows, None] * self._miss(probes, q[rows], v, mean[rows])
             std[rows] = np.sqrt(np.square(std[rows]) + np.square(added))
             if len(levels):
                 quantiles[:, rows] = widened_quantiles(quantiles[:, rows], mean[rows], z * added[None])
