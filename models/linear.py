@@ -104,13 +104,19 @@ def _standardised_svd(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     )
 
 
+def posterior_mean(fit: LinearFit, query_x: np.ndarray) -> np.ndarray:
+    """(m, k) the posterior mean alone at (m, d) queries: `posterior`'s without the variance's cost."""
+    mean: np.ndarray = fit.y_mean + fit.y_scale * (((query_x - fit.x_mean) / fit.x_scale) @ fit.w)
+    return mean
+
+
 @_one_blas_thread
 def posterior(fit: LinearFit, query_x: np.ndarray, readings: bool = True) -> GaussianPredictive:
     """The predictive at (m, d) queries: of a new reading (`readings`: the noise included), or of the
     function itself (the posterior of intercept + coefficients only: what a noise-free truth needs)."""
     xq = check_queries(query_x, d=fit.x_mean.shape[0])
     xs = (xq - fit.x_mean) / fit.x_scale
-    mu = fit.y_mean + fit.y_scale * (xs @ fit.w)
+    mu = posterior_mean(fit, xq)
     proj = xs @ fit.vt.T  # (m, r)
     n = fit.n_context
     noise = fit.noise_var if readings or n is None else fit.noise_var / (n + 1.0)  # the intercept's share only

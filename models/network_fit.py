@@ -28,17 +28,23 @@ not a new reading: the truth has no meter noise), which grows with the query's d
 context; it is shared by every query of a bus (an error in the correction moves them all), so it
 is widened to hold for all k buses at once (Bonferroni: a 95 % interval for the worst bus, not
 the average one); on a bus no meter reads it is also widened by how much held-out meters' errors
-exceed their posterior std (models.branch_correction). `NetworkFitted.determined` says per bus how far
-the meters pin its correction (1 - posterior std / prior std). And a model-error term the context
-cannot show: how far a linear fit of the network model's own voltages on the same context misses V at the query
-(e(q), known exactly: large off the context, small within it), scaled by the correction's share of
-the feeder's response (rho, the largest over buses: a model 30 % off leaves a correction 30 % of
-the response, whose nonlinear part a linear correction misses) and by MODEL_ERROR_GAIN
-(second-order terms scale with the impedances squared: a relative error rho in them is ~2 rho).
+exceed their posterior std (models.branch_correction). The per-bus stage counts as the mixture its
+positive-part factor implies (signal, or reading noise fitted: `_per_bus_variance`).
+`NetworkFitted.determined` says per bus how far the meters pin its correction (1 - posterior std /
+prior std). And a model-error term the context cannot show (`_model_error`): the impedance probe's
+miss, this method fitted on the same context loads to the exact voltages of the network with the
+fitted impedance errors applied (models.corrected_network), at each query, where the network model
+knows the answer: what first-order DistFlow in those errors misses off the context, taken with the
+branch stage alone where the readings' noise hides that misfit from the per-bus stage; beside it a
+linear fit's miss of the network model's own voltages e(q) scaled by the per-bus stage's share of the
+feeder's response (rho: a model 30 % off in a way no impedance explains leaves a correction 30 % of the
+response, whose nonlinear part a linear correction misses); each times MODEL_ERROR_GAIN (second-order
+terms scale with the impedances squared: a relative error rho in them is ~2 rho).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -47,8 +53,9 @@ import numpy as np
 
 from models.branch_correction import BranchCorrection, flows
 from models.calibration import simultaneous_factor
+from models.corrected_network import CorrectedNetwork
 from models.errors import InputValidationError
-from models.linear import BayesianLinearRegression, LinearFit, posterior
+from models.linear import BayesianLinearRegression, LinearFit, posterior, posterior_mean
 from models.network_voltages import solved
 from models.physics_fit import VERSION as VERSION  # built in, as physics-fit
 from models.physics_fit import on_network, width_free_card
@@ -85,9 +92,23 @@ class NetworkFitted:
     keep: np.ndarray  # (k,) how much of that per-bus part is signal (positive-part James-Stein factor)
     probe: LinearFit  # V(x) itself, linear on the same context: its miss at a query is e(q)
     share: float  # rho: the fitted correction's variation relative to the model's, largest over buses
+    own_share: float  # the same of the per-bus stage's part alone (what the impedance probe does not cover)
     simultaneous: float  # the epistemic std's factor for a 95 % interval on all k buses at once
     metered: np.ndarray  # (k,) the share of context rows in which each bus's voltage was read
     determined: np.ndarray  # (k,) in [0, 1]: 1 - the correction's posterior std / its prior std, per bus
+    branch_misfit: np.ndarray  # (k,) rms of the readings less the branch stage's fit: what the per-bus stage sees
+    noise: np.ndarray  # (k,) the readings' noise std as the per-bus stage infers it
+    read_rows: np.ndarray  # (k,) context rows that read each bus (at least 1)
+    loads_guessed: bool  # some context load was not metered (NaN): it took its typical value
+    impedance_probe: ImpedanceProbe | None = None  # see NetworkFitMethod._impedance_probe
+
+
+@dataclass(frozen=True)
+class ImpedanceProbe:
+    """The network with the fitted impedance errors (its voltage model) and this method fitted to its voltages."""
+
+    model: VoltageModel
+    fitted: NetworkFitted
 
 
 class NetworkFitMethod(Method):
@@ -105,8 +126,12 @@ class NetworkFitMethod(Method):
         impedance: np.ndarray,
         typical_loads: np.ndarray | None = None,
         shunts: np.ndarray | None = None,
+        corrected: CorrectedNetwork | None = None,
     ):
         self.voltage_model = voltage_model
+        # the network with the fitted impedance errors applied, whose exact voltages the probe fits (None: no
+        # such probe; the model-error term is then the linear probe's alone)
+        self.corrected = corrected
         # (k,) complex: MW + j MVAr each output bus's shunts draw at 1 p.u. (line charging, transformer
         # magnetising, bus shunts), drawn through the branches above it at |V|^2; None: none
         self.shunts = None if shunts is None else np.asarray(shunts, dtype=np.complex128)
@@ -142,6 +167,25 @@ class NetworkFitMethod(Method):
         v = solved(self.voltage_model, x, "context.x")
         if v.shape != y.shape:
             raise InputValidationError("context.y", f"expected {v.shape[1]} buses per row, got {y.shape[1]}")
+        fitted = self._fit(x, y, v, read, guessed)
+        return dataclasses.replace(fitted, impedance_probe=self._impedance_probe(x, v, read, guessed, fitted))
+
+    def _impedance_probe(
+        self, x: np.ndarray, v: np.ndarray, read: np.ndarray, guessed: bool, fitted: NetworkFitted
+    ) -> ImpedanceProbe | None:
+        """This method fitted, on the same context loads and meters, to the exact voltages of the network with
+        the fitted impedance errors applied (models.corrected_network); None without a branch stage, or where
+        that network has no power flow at some context row."""
+        if self.corrected is None or fitted.branches is None:
+            return None
+        model = self.corrected.at(fitted.branches.theta)
+        exact = np.asarray(model(x), dtype=np.float64)
+        if not np.isfinite(exact).all():
+            return None
+        return ImpedanceProbe(model, self._fit(x, np.where(read, exact, np.nan), v, read, guessed))
+
+    def _fit(self, x: np.ndarray, y: np.ndarray, v: np.ndarray, read: np.ndarray, guessed: bool) -> NetworkFitted:
+        """The two stages on complete loads x, readings y (NaN where not `read`) and the model's voltages v."""
         k = y.shape[1]
         r = np.where(read, y - v, 0.0)
         branches, shared = None, np.zeros_like(r)
@@ -157,23 +201,40 @@ class NetworkFitMethod(Method):
                 )
             half = branches.posterior(fp, fq, with_std=False)[0] + self.moved_losses(branches.theta, losses)
             shared = np.sqrt(np.maximum(np.square(v) + 2.0 * half, 0.01 * np.square(v))) - v
-        per_bus = self.linear.fit(self._features(x), np.where(read, r - shared, 0.0))
+        features = self._features(x)
+        per_bus = self.linear.fit(features, np.where(read, r - shared, 0.0))
+        count = np.maximum(read.sum(axis=0), 1)
+        branch_misfit = np.sqrt(np.where(read, np.square(r - shared), 0.0).sum(axis=0) / count)
         # linear in the loads: its miss measures the nonlinearity a correction must follow
         probe = self.linear.fit(x, v)
-        own = posterior(per_bus, self._features(x), readings=False)
+        own = posterior(per_bus, features, readings=False)
         keep = _positive_part(own.mean, own.sigma, read)
         fitted_r = shared + keep * own.mean
-        count = np.maximum(read.sum(axis=0), 1)
         centre = np.where(read, fitted_r, 0.0).sum(axis=0) / count
         spread_r = np.sqrt(np.where(read, np.square(fitted_r - centre), 0.0).sum(axis=0) / count)
         # a context whose loads barely move shows nothing of the feeder's response: share taken as at most
         # SHARE_CAP, its response as at least RESPONSE_FLOOR_PU (identical rows would divide by 0)
-        share = np.minimum(spread_r / np.maximum(v.std(axis=0), RESPONSE_FLOOR_PU), SHARE_CAP)
+        response = np.maximum(v.std(axis=0), RESPONSE_FLOOR_PU)
+        share = np.minimum(spread_r / response, SHARE_CAP)
+        own_r = np.where(read, keep * own.mean, 0.0)
+        own_spread = np.sqrt(np.where(read, np.square(own_r - own_r.sum(axis=0) / count), 0.0).sum(axis=0) / count)
         metered = read.mean(axis=0)
         determined = branches.determined(fp, fq, metered) if branches is not None else np.where(metered > 0, 1.0, 0.0)
         # every bus's losses flow through the branches above it: the largest share anywhere counts everywhere
         return NetworkFitted(
-            branches, per_bus, keep, probe, float(share.max()), simultaneous_factor(k), metered, determined
+            branches,
+            per_bus,
+            keep,
+            probe,
+            float(share.max()),
+            float(np.minimum(own_spread / response, SHARE_CAP).max()),
+            simultaneous_factor(k),
+            metered,
+            determined,
+            branch_misfit,
+            per_bus.y_scale * np.sqrt(per_bus.noise_var / (1.0 + 1.0 / x.shape[0])),
+            count,
+            guessed,
         )
 
     def moved_losses(self, theta: np.ndarray, losses: np.ndarray) -> np.ndarray:
@@ -216,24 +277,87 @@ class NetworkFitMethod(Method):
         """Everything the predictive at `query_x` needs but the branch posterior's std (models.meter_placement
         swaps in the std a meter more would leave)."""
         q = check_queries(query_x, d=self.load_positions.shape[0] * 2)
-        v = solved(self.voltage_model, q, "queries")
-        shared, fp, fq = np.zeros_like(v), np.zeros_like(v), np.zeros_like(v)
-        if fitted.branches is not None:
-            fp, fq, losses = self.branch_inputs(q, v)
-            half_square = fitted.branches.posterior(fp, fq, with_std=False)[0]
-            half_square = half_square + self.moved_losses(fitted.branches.theta, losses)
-            shared = np.sqrt(np.maximum(np.square(v) + 2.0 * half_square, 0.01 * np.square(v))) - v
-        r = posterior(fitted.per_bus, self._features(q), readings=False)
-        probe_error = posterior(fitted.probe, q, readings=False).mean - v
-        dropped = (1.0 - fitted.keep) * r.mean  # what the positive-part factor left out may be signal after all
+        at = self._inputs(q, solved(self.voltage_model, q, "queries"), fitted.branches is not None)
+        corrected = self._corrected(fitted, at)
+        r = posterior(fitted.per_bus, at.features, readings=False)
+        linear_miss = posterior(fitted.probe, q, readings=False).mean - at.v
         return QueryParts(
-            mean=v + shared + fitted.keep * r.mean,
-            corrected=v + shared,
-            fp=fp,
-            fq=fq,
-            other=np.square(r.sigma) + np.square(dropped),
-            model_error=MODEL_ERROR_GAIN * fitted.share * np.abs(probe_error),
+            mean=corrected + fitted.keep * r.mean,
+            corrected=corrected,
+            fp=at.fp,
+            fq=at.fq,
+            other=self._per_bus_variance(fitted, r.mean, r.sigma),
+            model_error=self._model_error(fitted, at, linear_miss, fitted.keep * r.mean),
         )
+
+    def _inputs(self, q: np.ndarray, v: np.ndarray, branches: bool) -> QueryInputs:
+        """What both stages read at queries q (their model voltages v), for any fit of this network."""
+        if not branches:
+            zeros = np.zeros_like(v)
+            return QueryInputs(q, v, zeros, zeros, None, self._features(q))
+        fp, fq, losses = self.branch_inputs(q, v)
+        return QueryInputs(q, v, fp, fq, losses, self._features(q))
+
+    def _corrected(self, fitted: NetworkFitted, at: QueryInputs) -> np.ndarray:
+        """(m, k) the model's voltages with the branch stage's correction."""
+        if fitted.branches is None or at.losses is None:
+            return at.v
+        half_square = fitted.branches.posterior(at.fp, at.fq, with_std=False)[0]
+        half_square = half_square + self.moved_losses(fitted.branches.theta, at.losses)
+        corrected: np.ndarray = np.sqrt(np.maximum(np.square(at.v) + 2.0 * half_square, 0.01 * np.square(at.v)))
+        return corrected
+
+    @staticmethod
+    def _per_bus_variance(fitted: NetworkFitted, mean: np.ndarray, sigma: np.ndarray) -> np.ndarray:
+        """(m, k) the per-bus stage's epistemic variance about the answer's keep * mean. With every load read,
+        the positive-part factor `keep` is the odds that the stage fitted signal rather than reading noise:
+        the variance of that mixture (signal with its posterior, or nothing) is keep (sigma^2 + (1 - keep)
+        mean^2). With loads guessed, what it fitted beyond the signal is the guesses' error, which moves with
+        the loads and is not in the posterior: its posterior and the part left out count whole."""
+        if fitted.loads_guessed:
+            variance: np.ndarray = np.square(sigma) + np.square((1.0 - fitted.keep) * mean)
+            return variance
+        variance = fitted.keep * (np.square(sigma) + (1.0 - fitted.keep) * np.square(mean))
+        return variance
+
+    def _model_error(
+        self, fitted: NetworkFitted, at: QueryInputs, linear_miss: np.ndarray, kept: np.ndarray
+    ) -> np.ndarray:
+        """(m, k) what the correction misses at the queries beyond its posterior (module docstring): with an
+        impedance probe, its miss on the network with the fitted errors (the branch stage's nonlinear part)
+        beside the linear probe's miss scaled by the per-bus stage's share; else the linear probe's by the
+        whole correction's share. Where the probe's network has no power flow, the latter stands."""
+        whole = MODEL_ERROR_GAIN * fitted.share * np.abs(linear_miss)
+        probe = fitted.impedance_probe
+        if probe is None:
+            return whole
+        exact = np.asarray(probe.model(at.q), dtype=np.float64)
+        probe_corrected = self._corrected(probe.fitted, at)
+        probe_mean = probe_corrected + probe.fitted.keep * posterior_mean(probe.fitted.per_bus, at.features)
+        # the probe's branch stage misfits its exact readings in the context by a little (the linearisation), which
+        # its per-bus stage follows; the user's per-bus stage can follow it only where the readings' noise leaves
+        # it visible: its n readings resolve a misfit s over noise sigma in p features when n s^2 > p sigma^2
+        p = probe.fitted.per_bus.w.shape[0]
+        hidden = p * np.square(fitted.noise) / (fitted.read_rows * np.square(probe.fitted.branch_misfit) + 1e-300)
+        resolved = np.clip(1.0 - hidden, 0.0, 1.0)
+        miss = resolved * np.abs(probe_mean - exact) + (1.0 - resolved) * np.abs(probe_corrected - exact)
+        own = MODEL_ERROR_GAIN * fitted.own_share * np.abs(linear_miss)
+        # and where the misfit is hidden, what the per-bus stage kept (`kept`, m x k) is the noise it fitted
+        error = np.sqrt(np.square(own) + np.square(MODEL_ERROR_GAIN * miss) + np.square((1.0 - resolved) * kept))
+        error: np.ndarray = np.where(np.isfinite(exact).all(axis=1, keepdims=True), error, whole)
+        return error
+
+
+@dataclass(frozen=True)
+class QueryInputs:
+    """What network-fit's stages read at some queries q (m, d): the same for an answer and its probe."""
+
+    q: np.ndarray
+    v: np.ndarray  # (m, k) the network model's voltages
+    fp: np.ndarray  # (m, k) the branch stage's P and Q inputs (zeros without a branch stage)
+    fq: np.ndarray
+    losses: np.ndarray | None  # (m, 2k) the branches' losses (None without a branch stage)
+    features: np.ndarray  # the per-bus stage's inputs
 
 
 @dataclass(frozen=True)
@@ -333,7 +457,13 @@ def method_for(network: Any) -> NetworkFitMethod:
     below = downstream(network)
     impedance = branch_impedance(network, below)
     return NetworkFitMethod(
-        NetworkVoltages(network), below, network.load_positions, impedance, network.base_x, bus_shunts(network)
+        NetworkVoltages(network),
+        below,
+        network.load_positions,
+        impedance,
+        network.base_x,
+        bus_shunts(network),
+        CorrectedNetwork(network, below),
     )
 
 
