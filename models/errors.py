@@ -33,6 +33,11 @@ class RowsRefused(InputValidationError):
         return InputValidationError, (self.field, self.message, self.expected)
 
 
-def rows_text(rows: list[int], shown: int = 10) -> str:
-    """The first `shown` row numbers as a list, '...' when there are more."""
-    return f"{rows[:shown]}{' ...' if len(rows) > shown else ''}"
+ROWS_SHOWN = 10  # row numbers an error lists; beyond them it says how many there are in all
+
+
+def rows_text(rows: list[int], shown: int = ROWS_SHOWN, total: int | None = None) -> str:
+    """The first `shown` row numbers as a list, then '...' and how many in all when there are more (`total`:
+    how many there are, where `rows` holds only the first of them)."""
+    total = len(rows) if total is None else total
+    return f"{rows[:shown]}{f' ... ({total} rows in all)' if total > shown else ''}"

@@ -273,6 +273,10 @@ class NetworkFitMethod(Method):
         std = parts.branch_std(fitted.branches.posterior(parts.fp, parts.fq)[1]) if fitted.branches else None
         return parts.predictive(fitted, std, fitted.metered)
 
+    def refuse_unsolved(self, fitted: NetworkFitted, query_x: np.ndarray, extrapolation: np.ndarray) -> None:
+        """RowsRefused naming the queries without a power flow: every answer reads it (`at_queries`)."""
+        solved(self.voltage_model, check_queries(query_x, d=self.load_positions.shape[0] * 2), "queries")
+
     def at_queries(self, fitted: NetworkFitted, query_x: np.ndarray) -> QueryParts:
         """Everything the predictive at `query_x` needs but the branch posterior's std (models.meter_placement
         swaps in the std a meter more would leave)."""
@@ -327,7 +331,7 @@ class NetworkFitMethod(Method):
         impedance probe, its miss on the network with the fitted errors (the branch stage's nonlinear part)
         beside the linear probe's miss scaled by the per-bus stage's share; else the linear probe's by the
         whole correction's share. Where the probe's network has no power flow, the latter stands."""
-        whole = MODEL_ERROR_GAIN * fitted.share * np.abs(linear_miss)
+        whole: np.ndarray = MODEL_ERROR_GAIN * fitted.share * np.abs(linear_miss)
         probe = fitted.impedance_probe
         if probe is None:
             return whole
@@ -344,8 +348,9 @@ class NetworkFitMethod(Method):
         own = MODEL_ERROR_GAIN * fitted.own_share * np.abs(linear_miss)
         # and where the misfit is hidden, what the per-bus stage kept (`kept`, m x k) is the noise it fitted
         error = np.sqrt(np.square(own) + np.square(MODEL_ERROR_GAIN * miss) + np.square((1.0 - resolved) * kept))
-        error: np.ndarray = np.where(np.isfinite(exact).all(axis=1, keepdims=True), error, whole)
-        return error
+        solvable = np.isfinite(exact).all(axis=1, keepdims=True)
+        out: np.ndarray = np.where(solvable, error, whole)
+        return out
 
 
 @dataclass(frozen=True)

@@ -278,25 +278,19 @@ class OffContextGuard(Method):
         beyond the context's reach. Apart from `summarize` so a caller that splits a big answer over threads
         widens it once, after the split: the few far rows' small calls are slow beside another thread's big
         forward pass."""
-        # the rows whose ramp is above 0 (a flat test first: most answers have none, and clip is slow on a few rows)
-        far = np.flatnonzero(np.asarray(extrapolation) > EXTRAPOLATION_THRESHOLD)
+        far = self.consulted(fitted, extrapolation)
         if not far.size:
             return own
         q = np.asarray(query_x, dtype=np.float64)
         weight = ramp(extrapolation)
         probes = fitted.probes.get()
-        if probes.exact is None:
-            return own
         mean, std = own.mean.copy(), own.std.copy()
         quantiles = own.quantiles.copy()
         p_outside = None if own.p_outside is None else own.p_outside.copy()
         z = norm.ppf(np.asarray(levels, dtype=np.float64))[:, None, None]  # (L, 1, 1)
         for start in range(0, far.size, GUARD_BLOCK):
             rows = far[start : start + GUARD_BLOCK]
-            try:  # a row with no power flow is no query any model can answer: refused, as network-fit does
-                v = solved(self.voltage_model, q[rows], "query_x")
-            except RowsRefused as exc:
-                raise RowsRefused(exc.field, [int(rows[r]) for r in exc.rows], exc.reason, exc.expected) from None
+            v = self._solved(q, rows)
             added = weight[rows, None] * self._miss(probes, q[rows], v, mean[rows])
             std[rows] = np.sqrt(np.square(std[rows]) + np.square(added))
             if len(levels):
@@ -305,6 +299,38 @@ class OffContextGuard(Method):
                 pred = self.base.predict(fitted.real, q[rows])
                 p_outside[rows] = convolved_outside(pred, band, added)
         return Summary(mean, std, quantiles, p_outside)
+
+    def consulted(self, fitted: GuardedFit, extrapolation: np.ndarray) -> np.ndarray:
+        """The query rows whose answer `widen` reads the network model's power flow at: those beyond the
+        context's reach (their ramp above 0), where the probes have a power flow at the context (they are
+        built here, once, if there is such a row)."""
+        # a flat test first: most answers have no such row, and clip is slow on a few rows
+        far = np.flatnonzero(np.asarray(extrapolation) > EXTRAPOLATION_THRESHOLD)
+        if far.size and fitted.probes.get().exact is None:
+            return far[:0]
+        return far
+
+    def _solved(self, q: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The network model's |V| at rows `rows` of the queries q; RowsRefused naming them in q's numbering."""
+        try:  # a row with no power flow is no query any model can answer: refused, as network-fit does
+            return solved(self.voltage_model, q[rows], "query_x")
+        except RowsRefused as exc:
+            raise RowsRefused(exc.field, [int(rows[r]) for r in exc.rows], exc.reason, exc.expected) from None
+
+    def refuse_unsolved(self, fitted: GuardedFit, query_x: np.ndarray, extrapolation: np.ndarray) -> None:
+        """RowsRefused naming every query row `widen` would refuse (a consulted one without a power flow),
+        asked in `widen`'s blocks, the refused rows of all of them named (`widen` stops at the first)."""
+        q = np.asarray(query_x, dtype=np.float64)
+        far = self.consulted(fitted, extrapolation)
+        rows: list[int] = []
+        refused: RowsRefused | None = None
+        for start in range(0, far.size, GUARD_BLOCK):
+            try:
+                self._solved(q, far[start : start + GUARD_BLOCK])
+            except RowsRefused as exc:
+                rows, refused = rows + exc.rows, exc
+        if refused is not None:
+            raise RowsRefused(refused.field, rows, refused.reason, refused.expected)
 
 
 # The band probability of the method's answer plus a normal error: integrated over whichever of the two is

@@ -226,6 +226,14 @@ class Method(ABC):
         """The statistics an answer carries for (m, d) queries; a method may stream this in chunks."""
         return self.predict(fitted, query_x).summary(levels, band)
 
+    def refuse_unsolved(self, fitted: Any, query_x: np.ndarray, extrapolation: np.ndarray) -> None:
+        """RowsRefused naming every query row whose answer this method would refuse because the network
+        model's power flow has no solution at its loads (models.network_voltages), found without computing
+        any answer: a batch job checks its whole input so before its first chunk. `extrapolation`: the
+        rows' measure on the context's geometry (a guarded method asks the network model only beyond the
+        context's reach). Here none: a method that never asks the network model refuses no row for it."""
+        return None
+
     def __call__(self, context_x: np.ndarray, context_y: np.ndarray, query_x: np.ndarray) -> Predictive:
         """Fit and predict in one call, with both times recorded on the result."""
         t0 = time.perf_counter()

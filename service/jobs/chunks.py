@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from models.errors import ROWS_SHOWN, InputValidationError, RowsRefused, rows_text
 from service.jobs import results
 from service.jobs.jobspec import JobSpec
 from service.jobs.results import JobFiles
@@ -37,6 +38,8 @@ log = logging.getLogger(__name__)
 
 BLOCK_ROWS = 256  # a chunk is cut into blocks of at least this many rows when it runs on several threads
 Models = Callable[..., Any]  # (name, gridsim Network[, version]) -> LoadedModel; LookupError when none
+# What a job's rows are called in its errors (by the job's source): the field of the submission they came from
+INPUT_FIELDS = {"csv": "file", "parquet": "file", "simulate": "simulate", "study": "scenarios"}
 
 
 @dataclass
@@ -110,7 +113,7 @@ def prepare(spec: JobSpec, jobs_dir: Path, models: Models) -> PreparedJob:
     context = ContextSet.from_bytes(spec.context_id, files.context.read_bytes())
     # a sparse context's typical loads go with it; each row's extrapolation is read from its measured loads
     encoded = sparse.fit(loaded.method, context.x, context.y, context.typical_loads)
-    return PreparedJob(
+    job = PreparedJob(
         spec=spec,
         files=files,
         network=network,
@@ -121,17 +124,60 @@ def prepare(spec: JobSpec, jobs_dir: Path, models: Models) -> PreparedJob:
         answer_spec=AnswerSpec(spec.quantiles, spec.voltage_band),
         source=pq.ParquetFile(files.input),
     )
+    if spec.hosting is None:  # a hosting-capacity study counts a row without a power flow as at risk: no refusal
+        check_power_flow(job)
+    return job
+
+
+def input_field(spec: JobSpec) -> str:
+    """What the job's rows are called in its errors: the field of the submission they came from."""
+    return INPUT_FIELDS.get(spec.source, "input")
+
+
+def _refusal(spec: JobSpec, rows: list[int], refused: RowsRefused, total: int | None = None) -> InputValidationError:
+    """`refused` with `rows` in the job's own numbering (1-based, as the checks at submit name a file's rows)
+    and its field: the job's error reads as POST /v1/predict's 422 does for its queries."""
+    message = f"rows {rows_text(rows, total=total)}: {refused.reason}"
+    return InputValidationError(input_field(spec), message, refused.expected)
+
+
+def _loads(job: PreparedJob, index: int, whole: bool = True) -> tuple[pa.Table, np.ndarray]:
+    """Row group `index` of the job's input (`whole`: every column, else the loads alone) and its (m, d) loads."""
+    with job.read_lock:
+        inputs = job.source.read_row_group(index, columns=None if whole else list(job.spec.features))
+    return inputs, np.column_stack([inputs.column(name).to_numpy() for name in job.spec.features])
+
+
+def check_power_flow(job: PreparedJob) -> None:
+    """Before the job's first chunk: the rows where its model would ask the network model's power flow (every
+    row for network-fit, those beyond the context's reach for a guarded model: Method.refuse_unsolved) all
+    have one, or the whole job is refused (InputValidationError naming the first of them in the job's rows,
+    and how many there are) before any answer is computed, instead of failing at the chunk that holds one.
+    A row group at a time, so memory stays bounded by a chunk."""
+    from service.engine.answers import OffContext
+
+    spec = job.spec
+    shown: list[int] = []
+    total, refused = 0, None
+    for index in range(spec.chunks):  # row group i is chunk i
+        _, x = _loads(job, index, whole=False)
+        try:
+            job.method.refuse_unsolved(job.encoded, x, OffContext.of(job.geometry, x).extrapolation)
+        except RowsRefused as exc:
+            first = index * spec.chunk_rows + 1
+            shown += [first + r for r in exc.rows[: ROWS_SHOWN - len(shown)]]
+            total, refused = total + len(exc.rows), exc
+    if refused is not None:
+        raise _refusal(spec, shown, refused, total)
 
 
 def _answer(job: PreparedJob, block: np.ndarray, first_row: int) -> tuple[Answer, OffContext]:
-    from models.errors import InputValidationError, RowsRefused, rows_text
     from service.engine.answers import placed_answer
 
     try:
         return placed_answer(job.method, job.encoded, job.geometry, block, job.answer_spec)
-    except RowsRefused as exc:  # named in the file's own rows (1-based), not the block's
-        rows = [first_row + r + 1 for r in exc.rows]
-        raise InputValidationError("input", f"rows {rows_text(rows)}: {exc.reason}", exc.expected) from None
+    except RowsRefused as exc:  # check_power_flow passed, so not expected; named in the job's rows all the same
+        raise _refusal(job.spec, [first_row + r + 1 for r in exc.rows], exc) from None
 
 
 def compute_chunk(
@@ -145,9 +191,7 @@ def compute_chunk(
     if spec.hosting is not None:
         return _hosting_chunk(job, index)
     t0 = time.perf_counter()
-    with job.read_lock:
-        inputs = job.source.read_row_group(index)
-    x = np.column_stack([inputs.column(name).to_numpy() for name in spec.features])  # not a study's labels
+    inputs, x = _loads(job, index)  # x: the loads, not a study's labels
     t1 = time.perf_counter()
     blocks = np.array_split(x, min(parallel, max(1, len(x) // BLOCK_ROWS)))
     firsts = (index * spec.chunk_rows + np.cumsum([0] + [len(b) for b in blocks[:-1]])).tolist()
@@ -217,7 +261,8 @@ class PreparedJobs:
 
     def __init__(self, size: int = 4) -> None:
         self.size = size
-        self._jobs: OrderedDict[str, tuple[threading.Lock, list[PreparedJob]]] = OrderedDict()
+        # per job: its lock, and once prepared the PreparedJob, or the refusal of its input
+        self._jobs: OrderedDict[str, tuple[threading.Lock, list[PreparedJob | InputValidationError]]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, spec: JobSpec, jobs_dir: Path, models: Models) -> tuple[PreparedJob, float]:
@@ -232,10 +277,18 @@ class PreparedJobs:
         lock, slot = entry
         with lock:
             if slot:
-                return slot[0], 0.0
+                prepared = slot[0]
+                if isinstance(prepared, InputValidationError):  # the job's input was refused here: not checked again
+                    raise prepared
+                return prepared, 0.0
             t0 = time.perf_counter()
-            slot.append(prepare(spec, jobs_dir, models))
-            return slot[0], time.perf_counter() - t0
+            try:
+                job = prepare(spec, jobs_dir, models)
+            except InputValidationError as exc:  # the same input gives the same refusal: kept for its other chunks
+                slot.append(exc)
+                raise
+            slot.append(job)
+            return job, time.perf_counter() - t0
 
     def forget(self, job_id: str) -> None:
         with self._lock:

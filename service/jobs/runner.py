@@ -29,6 +29,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from models.errors import InputValidationError
 from service.jobs import results
 from service.jobs.chunks import ChunkResult
 from service.jobs.chunks import job_network as job_network  # re-exported: the routers import it from here
@@ -335,7 +336,9 @@ class ChunkRunner:
             log.info("job %s stopped at a chunk boundary: %s", run.spec.id, state)
 
     def _failed(self, run: JobRun, claim: Claim, exc: Exception) -> None:
-        if self.states.fail(run.spec.id, f"{type(exc).__name__}: {exc}"):
+        # the caller's input refused ("file: rows [17001]: ..."): worded as predict's 422; else a fault, by its type
+        error = str(exc) if isinstance(exc, InputValidationError) else f"{type(exc).__name__}: {exc}"
+        if self.states.fail(run.spec.id, error):
             where = "assembling" if claim.assemble else f"in chunk {claim.index}"
             log.error("job %s failed %s", run.spec.id, where, exc_info=exc)
             self._stopped(run, "failed")

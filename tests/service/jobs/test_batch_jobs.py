@@ -295,7 +295,8 @@ def test_streamed_result_publishes_only_a_complete_in_order_run(tmp_path):
 
 
 def test_a_row_the_network_cannot_carry_fails_the_job_naming_its_file_row(embedded, tmp_path):
-    """network-fit refuses loads beyond what the feeder carries; a batch job names the file's row (1-based)."""
+    """network-fit refuses loads beyond what the feeder carries; a batch job names the file's row (1-based), before
+    its first chunk (tests/service/jobs/test_chunks.py: the check itself)."""
     server, client, _ = embedded
     cid = context_id(client)
     frame = loads(CHUNK + 10, seed=3)
@@ -305,5 +306,6 @@ def test_a_row_the_network_cannot_carry_fails_the_job_naming_its_file_row(embedd
     response = submit_file(client, path, cid, model="network-fit")
     assert response.status_code == 202, response.text
     final = wait_for(client, response.json()["id"], lambda s: s["state"] in ("failed", "done"))
-    assert final["state"] == "failed"
-    assert f"rows [{CHUNK + 5}]" in str(final["errors"]) and "beyond what the feeder can carry" in str(final["errors"])
+    assert final["state"] == "failed" and final["chunks_done"] == 0  # refused before the first chunk
+    assert final["errors"][0]["message"].startswith(f"file: rows [{CHUNK + 5}]: ")
+    assert "beyond what the feeder can carry" in final["errors"][0]["message"]
