@@ -92,7 +92,8 @@ class NetworkFitted:
     keep: np.ndarray  # (k,) how much of that per-bus part is signal (positive-part James-Stein factor)
     probe: LinearFit  # V(x) itself, linear on the same context: its miss at a query is e(q)
     share: float  # rho: the fitted correction's variation relative to the model's, largest over buses
-    own_share: float  # the same of the per-bus stage's part alone (what the impedance probe does not cover)
+    own_share: np.ndarray  # (k,) the same per bus of the per-bus stage's signal alone (what the impedance probe
+    # does not cover; per bus, as each bus's stage is its own)
     simultaneous: float  # the epistemic std's factor for a 95 % interval on all k buses at once
     metered: np.ndarray  # (k,) the share of context rows in which each bus's voltage was read
     determined: np.ndarray  # (k,) in [0, 1]: 1 - the correction's posterior std / its prior std, per bus
@@ -218,6 +219,9 @@ class NetworkFitMethod(Method):
         share = np.minimum(spread_r / response, SHARE_CAP)
         own_r = np.where(read, keep * own.mean, 0.0)
         own_spread = np.sqrt(np.where(read, np.square(own_r - own_r.sum(axis=0) / count), 0.0).sum(axis=0) / count)
+        # as in _per_bus_variance: the kept part is signal with odds keep (its std in the mixture sqrt(keep)), but
+        # with loads guessed what it fitted moves with them and counts whole
+        signal_odds = np.ones_like(keep) if guessed else np.sqrt(keep)
         metered = read.mean(axis=0)
         determined = branches.determined(fp, fq, metered) if branches is not None else np.where(metered > 0, 1.0, 0.0)
         # every bus's losses flow through the branches above it: the largest share anywhere counts everywhere
@@ -227,7 +231,7 @@ class NetworkFitMethod(Method):
             keep,
             probe,
             float(share.max()),
-            float(np.minimum(own_spread / response, SHARE_CAP).max()),
+            np.minimum(signal_odds * own_spread / response, SHARE_CAP),
             simultaneous_factor(k),
             metered,
             determined,

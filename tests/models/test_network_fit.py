@@ -83,13 +83,14 @@ def test_a_feeder_unlike_its_model_is_corrected_and_honest_off_the_context(ieee3
     assert float(((truth >= lo) & (truth <= hi)).mean(axis=0).min()) < 0.5
 
 
-@pytest.mark.parametrize("noise", [0.0, 1e-5])
-def test_off_the_context_on_a_feeder_unlike_its_model_the_spread_is_what_the_impedance_probe_misses(ieee33, noise):
-    """Lines 0.7-1.3 off (not told), queries at 1.3-1.5x load: the model-error term is the method's own miss on the
-    network with the fitted impedance errors (models.corrected_network), so intervals hold every bus at a few
-    times the width that just covers (a linear probe's miss scaled by the correction's share made them 40-135x)."""
+@pytest.mark.parametrize(("lines_off", "noise", "widest"), [(True, 0.0, 5.0), (True, 1e-5, 5.0), (False, 1e-5, 15.0)])
+def test_off_the_context_the_spread_is_what_the_impedance_probe_misses(ieee33, lines_off, noise, widest):
+    """Queries at 1.3-1.5x load, on a feeder whose lines are 0.7-1.3 off (not told) or on the model itself with
+    noisy readings: the model-error term is the method's own miss on the network with the fitted impedance errors
+    (models.corrected_network), the per-bus stage counted as signal only as far as its positive-part factor says,
+    so intervals hold every bus at a few times the width that just covers (40-350x before)."""
     rng = np.random.default_rng(5)
-    scale = rng.uniform(0.7, 1.3, ieee33.n_lines)
+    scale = rng.uniform(0.7, 1.3, ieee33.n_lines) if lines_off else np.ones(ieee33.n_lines)
     truth_of = VoltageModel(dataclasses.replace(ieee33, r_ohm=ieee33.r_ohm * scale, x_ohm=ieee33.x_ohm * scale))
     x = sample_loads(ieee33, 500, 0.1, rng)
     y = truth_of(x) + rng.normal(0.0, noise, (500, ieee33.n_outputs))
@@ -101,7 +102,7 @@ def test_off_the_context_on_a_feeder_unlike_its_model_the_spread_is_what_the_imp
     ours = method.summarize(fitted, queries, LEVELS)
     assert _coverage(ours, truth) >= 0.9
     just_cover = 2.0 * np.quantile(np.abs(ours.mean - truth), 0.95, axis=0).mean()
-    assert (ours.quantiles[1] - ours.quantiles[0]).mean() <= 10.0 * just_cover
+    assert (ours.quantiles[1] - ours.quantiles[0]).mean() <= widest * just_cover  # measured 2.3, 2.3, 6.8
 
 
 def test_loads_the_feeder_cannot_carry_are_refused_by_row(ieee33):
