@@ -183,10 +183,20 @@ class NetworkFitMethod(Method):
         exact = np.asarray(model(x), dtype=np.float64)
         if not np.isfinite(exact).all():
             return None
-        return ImpedanceProbe(model, self._fit(x, np.where(read, exact, np.nan), v, read, guessed))
+        return ImpedanceProbe(model, self._fit(x, np.where(read, exact, np.nan), v, read, guessed, fitted))
 
-    def _fit(self, x: np.ndarray, y: np.ndarray, v: np.ndarray, read: np.ndarray, guessed: bool) -> NetworkFitted:
-        """The two stages on complete loads x, readings y (NaN where not `read`) and the model's voltages v."""
+    def _fit(
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        v: np.ndarray,
+        read: np.ndarray,
+        guessed: bool,
+        probing: NetworkFitted | None = None,
+    ) -> NetworkFitted:
+        """The two stages on complete loads x, readings y (NaN where not `read`) and the model's voltages v.
+        `probing`: the answer's own fit, when this is its impedance probe: the linear fit of v and `determined`
+        are that fit's (the same loads, voltages and meters; `determined` costs a posterior std at every row)."""
         k = y.shape[1]
         r = np.where(read, y - v, 0.0)
         branches, shared = None, np.zeros_like(r)
@@ -207,7 +217,7 @@ class NetworkFitMethod(Method):
         count = np.maximum(read.sum(axis=0), 1)
         branch_misfit = np.sqrt(np.where(read, np.square(r - shared), 0.0).sum(axis=0) / count)
         # linear in the loads: its miss measures the nonlinearity a correction must follow
-        probe = self.linear.fit(x, v)
+        probe = self.linear.fit(x, v) if probing is None else probing.probe
         own = posterior(per_bus, features, readings=False)
         keep = _positive_part(own.mean, own.sigma, read)
         fitted_r = shared + keep * own.mean
@@ -223,7 +233,12 @@ class NetworkFitMethod(Method):
         # with loads guessed what it fitted moves with them and counts whole
         signal_odds = np.ones_like(keep) if guessed else np.sqrt(keep)
         metered = read.mean(axis=0)
-        determined = branches.determined(fp, fq, metered) if branches is not None else np.where(metered > 0, 1.0, 0.0)
+        if probing is not None:
+            determined = probing.determined
+        elif branches is not None:
+            determined = branches.determined(fp, fq, metered)
+        else:
+            determined = np.where(metered > 0, 1.0, 0.0)
         # every bus's losses flow through the branches above it: the largest share anywhere counts everywhere
         return NetworkFitted(
             branches,
