@@ -163,3 +163,20 @@ def worker_env(redis_url: str, model_dir: Path, jobs_dir: Path, queue: str, **ex
         "GRIDPFN_JOB_QUEUE": queue,
         **{k: str(v) for k, v in extra.items()},
     }
+
+
+@contextmanager
+def server_and_worker(model_dir: Path, redis_url: str, jobs_dir: Path, chunk_rows: int):
+    """A server in Redis mode on its own stream and one `gridpfn worker` process sharing `jobs_dir`: yields
+    (server, client, queue, worker)."""
+    import uuid
+
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    worker = WorkerProcess(jobs_dir.parent / f"{queue}-worker.log", worker_env(redis_url, model_dir, jobs_dir, queue))
+    try:
+        with job_server(model_dir, jobs_dir, redis_url, job_chunk_rows=chunk_rows, job_queue=queue) as server:
+            worker.wait_ready()
+            with httpx.Client(base_url=server.url, timeout=60) as client:
+                yield server, client, queue, worker
+    finally:
+        worker.stop()

@@ -3,9 +3,6 @@ the CLI (submit --wait, status, fetch), and bad files leaving nothing on the str
 
 from __future__ import annotations
 
-import uuid
-
-import httpx
 import numpy as np
 import pandas as pd
 import pytest
@@ -15,17 +12,15 @@ from service.commands.cli import main
 from tests.service.batch_support import (
     FEATURES,
     QUANTILES,
-    WorkerProcess,
     block,
     context_id,
     done,
     expected_stats,
     fetch_frame,
-    job_server,
     loads,
+    server_and_worker,
     submit_file,
     wait_for,
-    worker_env,
 )
 from tests.service.conftest import MODEL, assert_problem
 
@@ -36,15 +31,8 @@ CHUNK = 500
 def stack(model_dir, redis_url, tmp_path_factory):
     """Server (Redis mode, its own stream) + one worker process sharing a jobs directory."""
     jobs_dir = tmp_path_factory.mktemp("jobs-redis")
-    queue = f"test-{uuid.uuid4().hex[:8]}"
-    worker = WorkerProcess(jobs_dir.parent / f"{queue}-worker.log", worker_env(redis_url, model_dir, jobs_dir, queue))
-    try:
-        with job_server(model_dir, jobs_dir, redis_url, job_chunk_rows=CHUNK, job_queue=queue) as server:
-            worker.wait_ready()
-            with httpx.Client(base_url=server.url, timeout=60) as client:
-                yield server, client, jobs_dir, queue
-    finally:
-        worker.stop()
+    with server_and_worker(model_dir, redis_url, jobs_dir, CHUNK) as (server, client, queue, _):
+        yield server, client, jobs_dir, queue
 
 
 def test_upload_poll_fetch_with_worker(stack, model_dir, tmp_path):

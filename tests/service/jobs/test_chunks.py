@@ -6,23 +6,18 @@ real `gridpfn worker`, the tiny checkpoint, 100-row chunks (a late row is in the
 
 from __future__ import annotations
 
-import uuid
-
-import httpx
 import numpy as np
 import pytest
 
 from service.jobs import chunks
 from tests.service.batch_support import (
-    WorkerProcess,
     context_id,
     done,
     fetch_frame,
-    job_server,
     loads,
+    server_and_worker,
     submit_file,
     wait_for,
-    worker_env,
 )
 from tests.service.conftest import MODEL, assert_problem
 
@@ -35,15 +30,8 @@ NO_SOLUTION = "the network model's power flow does not converge at these loads: 
 def stack(model_dir, redis_url, tmp_path_factory):
     """Server (Redis mode, its own stream) + one worker process sharing a jobs directory."""
     jobs_dir = tmp_path_factory.mktemp("jobs-power-flow")
-    queue = f"test-{uuid.uuid4().hex[:8]}"
-    worker = WorkerProcess(jobs_dir.parent / f"{queue}-worker.log", worker_env(redis_url, model_dir, jobs_dir, queue))
-    try:
-        with job_server(model_dir, jobs_dir, redis_url, job_chunk_rows=CHUNK, job_queue=queue) as server:
-            worker.wait_ready()
-            with httpx.Client(base_url=server.url, timeout=60) as client:
-                yield client, jobs_dir, worker
-    finally:
-        worker.stop()
+    with server_and_worker(model_dir, redis_url, jobs_dir, CHUNK) as (_, client, _, worker):
+        yield client, jobs_dir, worker
 
 
 def _run(client, tmp_path, frame, model):
