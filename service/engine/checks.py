@@ -112,6 +112,13 @@ class Checks:
                 raise InvalidInput(
                     f"{field}.{name}[{row}][{col}]", "is infinite", "a finite number, or null if missing"
                 )
+        if (ya <= 0).any():  # NaN (not read) compares False
+            row, col = map(int, np.argwhere(ya <= 0)[0])
+            raise InvalidInput(
+                f"{field}.y[{row}][{col}]",
+                f"is {ya[row, col]:g}",
+                "a voltage magnitude above 0 p.u., or null if not read",
+            )
         check_rows(ya, f"{field}.y")
         typical = None
         if typical_loads is not None:

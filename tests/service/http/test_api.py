@@ -10,7 +10,7 @@ import gridsim
 from models import physics_fit
 from service.engine.context_sets import context_id
 from service.settings import Settings
-from tests.service.conftest import MODEL, metric, rows
+from tests.service.conftest import MODEL, assert_problem, metric, rows
 
 K = 32
 
@@ -59,6 +59,17 @@ def test_context_set_upload_is_content_addressed(client, scenarios):
     assert "x" not in client.get(f"/v1/context-sets/{cid}").json()  # arrays only when asked for
     assert client.delete(f"/v1/context-sets/{cid}").status_code == 204
     assert client.get(f"/v1/context-sets/{cid}").status_code == 404
+
+
+def test_a_voltage_reading_of_zero_or_below_is_refused_naming_its_cell(client, scenarios):
+    """|V| in p.u. is positive: a 0.0 (a dead meter's default) or negative reading is a 422 naming the cell,
+    where a 0.0 was taken as a reading and its bus's lower quantile came out negative."""
+    x, y = (np.asarray(a[:60]) for a in scenarios)
+    for bad in (0.0, -1.0):
+        broken = y.copy()
+        broken[7, 17] = bad
+        problem = assert_problem(client.post("/v1/context-sets", json={"x": rows(x), "y": rows(broken)}), 422)
+        assert problem["errors"][0]["field"].endswith("y[7][17]"), problem  # -1: the schema's own bound
 
 
 def test_context_set_simulated_matches_gridsim(client):
