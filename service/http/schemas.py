@@ -63,7 +63,7 @@ LOAD_LIMIT = load_table.LOAD_LIMIT  # one bound for JSON bodies, Arrow bodies an
 Load = Annotated[
     float, Field(allow_inf_nan=False, strict=True, ge=-LOAD_LIMIT, le=LOAD_LIMIT, description="MW or Mvar")
 ]
-Voltage = Annotated[float, Field(allow_inf_nan=False, strict=True, ge=0.0, le=5.0, description="|V| in p.u.")]
+Voltage = Annotated[float, Field(allow_inf_nan=False, strict=True, gt=0.0, le=5.0, description="|V| in p.u.")]
 
 
 def _within(low: int, high: int, what: str):
