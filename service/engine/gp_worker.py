@@ -76,6 +76,7 @@ def _warm(method: Any) -> None:
     x, y = rng.normal(size=(16, 4)), 1.0 + 0.01 * rng.normal(size=(16, 2))
     quick = type(method)(linear_term=method.linear_term, max_iter=1)
     quick.predict(quick.fit(x, y), x[:2])
+    import service.engine.answers  # noqa: F401  every job's answer is built there: imported before "ready", not in a job's time
 
 
 def serve(conn: Connection) -> None:

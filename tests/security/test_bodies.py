@@ -294,7 +294,11 @@ def disk_watched(jobs_dir: Path):
     seen = {"largest": 0, "inputs": set()}
 
     def look() -> None:
-        for path in list(jobs_dir.rglob("*")) if jobs_dir.exists() else []:
+        try:
+            paths = list(jobs_dir.rglob("*")) if jobs_dir.exists() else []
+        except OSError:  # a refused job's directory removed while it was listed: the next look sees the rest
+            return
+        for path in paths:
             try:
                 size = path.stat().st_size if path.is_file() else 0
             except OSError:

@@ -9,6 +9,7 @@ import time
 import httpx
 import numpy as np
 
+from service.http.routers import context_sets
 from service.settings import Settings
 from tests.service.conftest import MODEL, assert_problem, metric, rows, running
 
@@ -51,8 +52,17 @@ def test_concurrent_single_queries_share_forward_passes(model_dir, scenarios):
             assert metric(c, "gridpfn_microbatch_requests_total") >= 8
 
 
-def test_full_queue_answers_503_with_retry_after(model_dir, scenarios):
+def test_full_queue_answers_503_with_retry_after(model_dir, scenarios, monkeypatch):
     x, y = scenarios
+    # the simulation holds the one model worker until the predict below has its answer: 1,000 power flows take
+    # tens of ms, and on a busy host (pytest-xdist's other worker) they could end before the predict arrived
+    release, simulate_context = threading.Event(), context_sets.simulate_context
+
+    def held(spec, net):
+        release.wait(60)
+        return simulate_context(spec, net)
+
+    monkeypatch.setattr(context_sets, "simulate_context", held)
     settings = Settings(model_dir=model_dir, workers=1, queue_size=0, max_simulate=1000)
     with running(settings) as server, httpx.Client(base_url=server.url, timeout=120) as c:
         cid = c.post("/v1/context-sets", json={"x": rows(x[:30]), "y": rows(y[:30])}).json()["id"]
@@ -69,7 +79,10 @@ def test_full_queue_answers_503_with_retry_after(model_dir, scenarios):
         deadline = time.monotonic() + 30
         while metric(c, "gridpfn_pool_running") < 1 and time.monotonic() < deadline:
             time.sleep(0.01)
-        response = c.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows(x[:1])})
+        try:
+            response = c.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows(x[:1])})
+        finally:
+            release.set()
         body = assert_problem(response, 503)
         assert body["type"].endswith("overloaded") and int(response.headers["retry-after"]) >= 1
         assert metric(c, "gridpfn_rejected_total", reason="queue_full") >= 1

@@ -6,10 +6,12 @@ Debian hosts like this one) and says clearly why when it cannot; `headless_chrom
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -40,14 +42,20 @@ def chromium_paths() -> tuple[str, str]:
             f"`sudo apt-get update && sudo apt-get install -y {' '.join(PACKAGES)}`"
         )
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for command in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", *PACKAGES]):
-        log.warning("Chromium missing: running %s", " ".join(command))
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-        if done.returncode != 0:
-            raise RuntimeError(
-                f"could not install Chromium ({' '.join(command)} exited {done.returncode}): "
-                f"{(done.stderr or done.stdout)[-600:]}"
-            )
+    # one installer at a time: the page tests of two pytest-xdist workers would meet on dpkg's lock (apt-get
+    # fails at once when it is held); whoever waited finds Chromium installed
+    with open(Path(tempfile.gettempdir()) / "gridpfn-chromium-install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if found := _found():
+            return found
+        for command in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", *PACKAGES]):
+            log.warning("Chromium missing: running %s", " ".join(command))
+            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+            if done.returncode != 0:
+                raise RuntimeError(
+                    f"could not install Chromium ({' '.join(command)} exited {done.returncode}): "
+                    f"{(done.stderr or done.stdout)[-600:]}"
+                )
     found = _found()
     if not found:
         raise RuntimeError(f"apt-get installed {PACKAGES} but `chromium`/`chromedriver` are still not on PATH")
