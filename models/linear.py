@@ -68,6 +68,13 @@ class LinearFit:
         intercept: np.ndarray = self.y_mean - self.x_mean @ self.coef
         return intercept
 
+    @property
+    def noise_std(self) -> np.ndarray:
+        """(k,) the readings' noise std in output units, the intercept's 1 / n share taken out of noise_var."""
+        share = 1.0 if self.n_context is None else 1.0 + 1.0 / self.n_context
+        std: np.ndarray = self.y_scale * np.sqrt(self.noise_var / share)
+        return std
+
 
 @_one_blas_thread
 def _standardised_svd(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
@@ -106,7 +113,12 @@ def _standardised_svd(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
 
 def posterior_mean(fit: LinearFit, query_x: np.ndarray) -> np.ndarray:
     """(m, k) the posterior mean alone at (m, d) queries: `posterior`'s without the variance's cost."""
-    mean: np.ndarray = fit.y_mean + fit.y_scale * (((query_x - fit.x_mean) / fit.x_scale) @ fit.w)
+    return _mean_at(fit, (query_x - fit.x_mean) / fit.x_scale)
+
+
+def _mean_at(fit: LinearFit, xs: np.ndarray) -> np.ndarray:
+    """The posterior mean at standardised queries xs (m, d)."""
+    mean: np.ndarray = fit.y_mean + fit.y_scale * (xs @ fit.w)
     return mean
 
 
@@ -116,7 +128,7 @@ def posterior(fit: LinearFit, query_x: np.ndarray, readings: bool = True) -> Gau
     function itself (the posterior of intercept + coefficients only: what a noise-free truth needs)."""
     xq = check_queries(query_x, d=fit.x_mean.shape[0])
     xs = (xq - fit.x_mean) / fit.x_scale
-    mu = posterior_mean(fit, xq)
+    mu = _mean_at(fit, xs)
     proj = xs @ fit.vt.T  # (m, r)
     n = fit.n_context
     noise = fit.noise_var if readings or n is None else fit.noise_var / (n + 1.0)  # the intercept's share only

@@ -210,8 +210,7 @@ class NetworkFitMethod(Method):
                 branches = BranchCorrection.fit(
                     fp, fq, half_square - moved, self.downstream, self.impedance, read, weights=weights
                 )
-            half = branches.posterior(fp, fq, with_std=False)[0] + self.moved_losses(branches.theta, losses)
-            shared = np.sqrt(np.maximum(np.square(v) + 2.0 * half, 0.01 * np.square(v))) - v
+            shared = self._corrected(branches, v, fp, fq, losses) - v
         features = self._features(x)
         per_bus = self.linear.fit(features, np.where(read, r - shared, 0.0))
         count = np.maximum(read.sum(axis=0), 1)
@@ -251,7 +250,7 @@ class NetworkFitMethod(Method):
             metered,
             determined,
             branch_misfit,
-            per_bus.y_scale * np.sqrt(per_bus.noise_var / (1.0 + 1.0 / x.shape[0])),
+            per_bus.noise_std,
             count,
             guessed,
         )
@@ -301,7 +300,7 @@ class NetworkFitMethod(Method):
         swaps in the std a meter more would leave)."""
         q = check_queries(query_x, d=self.load_positions.shape[0] * 2)
         at = self._inputs(q, solved(self.voltage_model, q, "queries"), fitted.branches is not None)
-        corrected = self._corrected(fitted, at)
+        corrected = self._corrected_at(fitted, at)
         r = posterior(fitted.per_bus, at.features, readings=False)
         linear_miss = posterior(fitted.probe, q, readings=False).mean - at.v
         return QueryParts(
@@ -321,13 +320,19 @@ class NetworkFitMethod(Method):
         fp, fq, losses = self.branch_inputs(q, v)
         return QueryInputs(q, v, fp, fq, losses, self._features(q))
 
-    def _corrected(self, fitted: NetworkFitted, at: QueryInputs) -> np.ndarray:
-        """(m, k) the model's voltages with the branch stage's correction."""
+    def _corrected_at(self, fitted: NetworkFitted, at: QueryInputs) -> np.ndarray:
+        """(m, k) the model's voltages at the queries with `fitted`'s branch correction."""
         if fitted.branches is None or at.losses is None:
             return at.v
-        half_square = fitted.branches.posterior(at.fp, at.fq, with_std=False)[0]
-        half_square = half_square + self.moved_losses(fitted.branches.theta, at.losses)
-        corrected: np.ndarray = np.sqrt(np.maximum(np.square(at.v) + 2.0 * half_square, 0.01 * np.square(at.v)))
+        return self._corrected(fitted.branches, at.v, at.fp, at.fq, at.losses)
+
+    def _corrected(
+        self, branches: BranchCorrection, v: np.ndarray, fp: np.ndarray, fq: np.ndarray, losses: np.ndarray
+    ) -> np.ndarray:
+        """(n, k) voltages v with the branch correction: |V|^2 / 2 moved by the branches' errors times their
+        flows and by the losses those errors move (kept above 0.1 v: a wild fit cannot take |V| to 0)."""
+        half_square = branches.posterior(fp, fq, with_std=False)[0] + self.moved_losses(branches.theta, losses)
+        corrected: np.ndarray = np.sqrt(np.maximum(np.square(v) + 2.0 * half_square, 0.01 * np.square(v)))
         return corrected
 
     @staticmethod
@@ -355,7 +360,7 @@ class NetworkFitMethod(Method):
         if probe is None:
             return whole
         exact = np.asarray(probe.model(at.q), dtype=np.float64)
-        probe_corrected = self._corrected(probe.fitted, at)
+        probe_corrected = self._corrected_at(probe.fitted, at)
         probe_mean = probe_corrected + probe.fitted.keep * posterior_mean(probe.fitted.per_bus, at.features)
         # the probe's branch stage misfits its exact readings in the context by a little (the linearisation), which
         # its per-bus stage follows; the user's per-bus stage can follow it only where the readings' noise leaves

@@ -163,9 +163,7 @@ def _noise_and_smooth(x: np.ndarray, residual: np.ndarray) -> tuple[np.ndarray, 
     """`reading_noise`, and the smooth part (n, k) of the residual at the context rows: the readings'
     departure from the network model that is no noise (a wrong impedance, a tap, a load scaling)."""
     fit = BayesianLinearRegression().fit(x, residual)
-    n = x.shape[0]
-    noise: np.ndarray = fit.y_scale * np.sqrt(fit.noise_var / (1.0 + 1.0 / n))
-    return noise, posterior(fit, x, readings=False).mean
+    return fit.noise_std, posterior(fit, x, readings=False).mean
 
 
 class OffContextGuard(Method):
