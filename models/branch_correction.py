@@ -6,7 +6,8 @@ With one prior for every branch's *relative* error (features standardised by the
 impedance), a meter pins the branches on its path (its readings' response to each load is the
 impedance that load's path shares with it), a branch no meter lies below keeps the prior, and the
 posterior over branches is joint, so a bus's std says what the meters leave open. The prior's size
-and the reading noise are set by maximum evidence. Where some bus is never read, the readings are trusted no
+and the reading noise are set by maximum evidence, the noise no smaller than the power flow's accuracy (a
+context that excites no branch keeps the widest prior allowed, MAX_RELATIVE_ERROR). Where some bus is never read, the readings are trusted no
 closer than the linearisation's share of the correction (LINEARISATION_SHARE: what it misses is systematic
 and does not average out), and a bus no meter reads gets the held-out meters' measure of what the posterior
 still understates (`_heldout_factor`) and that share as its least std.
@@ -35,6 +36,11 @@ OFFSET_PENALTY = 1e-12
 # covered 1 % of its worst bus, at 5 % every IEEE 33 and SimBench 1-MV-rural case of bench/sparse_meters.py
 # covered >= 0.8 with the unread buses' MAE 5-30 % higher than at 2 %.
 LINEARISATION_SHARE = 0.05
+# Readings are trusted no closer than this (p.u.): the network model's power flow and a reference solver agree
+# to ~1e-9. Without it a context the model explains exactly (a feeder with no load draws no current, so its
+# readings say nothing of any impedance) made the noise and with it every branch's prior variance 0: answers
+# 1e-3 p.u. off at 2e-9 spread where such a context was all there was.
+READING_FLOOR_PU = 2e-9
 # Held-out meters (at most this many, spread over the metered buses) that calibrate unmetered buses' spread.
 MAX_HELDOUT = 12
 
@@ -113,7 +119,10 @@ class BranchCorrection:
         # the penalty's unit: the branches' mean weight had every bus been read in every row (the prior is
         # per branch, not per reading, so fewer meters must not weaken it)
         full = on_path.sum(axis=0) * np.square(flows * scale[:-1]).sum(axis=0)
-        unit = float(full[full > 0].mean()) if (full > 0).any() else 1.0
+        # (no flow anywhere, as in a context of no load: the data say nothing of any branch, and the grid's weakest
+        # prior is the widest allowed at the noise floor)
+        no_flow = READING_FLOOR_PU**2 / (MAX_RELATIVE_ERROR**2 * BRANCH_PRIOR_GRID[0])
+        unit = float(full[full > 0].mean()) if (full > 0).any() else no_flow
         total = float(np.square(r).sum())
         best: tuple[float, np.ndarray, np.ndarray, float, np.ndarray] | None = None
         for prior in BRANCH_PRIOR_GRID:  # profile evidence, the noise variance maximised out
@@ -123,7 +132,7 @@ class BranchCorrection:
             except np.linalg.LinAlgError:  # too weak a prior for what the readings leave undetermined
                 continue
             theta = cho_solve((chol, True), rhs_s)
-            energy = max(total - float(rhs_s @ theta), np.finfo(np.float64).tiny)
+            energy = max(total - float(rhs_s @ theta), dof * READING_FLOOR_PU**2)
             if energy / dof > np.square(MAX_RELATIVE_ERROR) * penalty[0] and prior != BRANCH_PRIOR_GRID[-1]:
                 continue  # a prior wider than any real impedance error is off
             evidence = 0.5 * np.log(penalty[:-1]).sum() - np.log(np.diag(chol)).sum() - 0.5 * dof * np.log(energy)

@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from models.branch_correction import BranchCorrection, flows
+from models.branch_correction import READING_FLOOR_PU, BranchCorrection, flows
 from models.calibration import simultaneous_factor
 from models.corrected_network import CorrectedNetwork
 from models.errors import InputValidationError
@@ -74,7 +74,7 @@ RESPONSE_FLOOR_PU = 1e-9
 # The correction's share of the response is capped here: beyond, the network model explains nothing.
 SHARE_CAP = 10.0
 # The smallest spread (p.u.): the network model's power flow and a reference solver agree to ~1e-9.
-SPREAD_FLOOR_PU = 2e-9
+SPREAD_FLOOR_PU = READING_FLOOR_PU
 # Above this many buses the per-branch stage is skipped (its (2k + 1)^2 system grows as k^3 to solve).
 MAX_BRANCH_BUSES = 400
 # Readings' relative precisions (where loads are guessed) are kept within [this, 1 / this].
