@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy import special
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
@@ -187,13 +188,25 @@ class OffContextGuard(Method):
     full network-model error counts.
     """
 
-    def __init__(self, base: Method, voltage_model: Callable[[np.ndarray], np.ndarray], prober: Method | None = None):
+    def __init__(
+        self,
+        base: Method,
+        voltage_model: Callable[[np.ndarray], np.ndarray],
+        prober: Method | None = None,
+        within_reach: bool = False,
+    ):
         # `prober`: the method whose noisy fits measure how far reading noise carries a fit off the context
         # (None: the method itself). A checkpoint is probed with its physics base (physics-fit): its mean off
         # the context moves with the base's, and NOISY_PROBES forward passes per far query block would cost
         # more than the answer itself. Its own miss on the exact voltages is still its own (one fit).
+        # `within_reach`: every query, not only those beyond the context's reach, is widened by at least the
+        # exact probe's miss there (its nonlinearity, which reading noise does not change): for a method whose
+        # spread is its context's residual scale (physics-fit), which a context from one season cannot show
+        # for another (SimBench, context of the year's first 500 steps: worst-bus coverage 0.66-0.82 -> 1.00;
+        # in its 0.5-1.0 extrapolation the errors were 2-18 spreads). Every answer then pays the power flow.
         self.base, self.voltage_model = base, voltage_model
         self.prober = base if prober is None else prober
+        self.within_reach = within_reach
         self.name = getattr(base, "name", "method")
 
     def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> GuardedFit:
@@ -218,27 +231,36 @@ class OffContextGuard(Method):
         gain = simultaneous_factor(k) * float(student_t.ppf(0.5 + CALIBRATION_LEVEL / 2.0, NOISY_PROBES)) / GAUSS_HALF
         return Probes(exact, plain, noisy, gain, self.base.fit(x, v + smooth))
 
-    def _miss(self, probes: Probes, rows: np.ndarray, v: np.ndarray, answer: np.ndarray) -> np.ndarray:
-        """(m, k) the error this method makes at query rows (m, d) on the network model (voltages v):
-        its exact probe's miss, and with noisy readings the noisy probes' scatter, times the gain, or
-        where larger the fit's own noise-driven error plus that miss, REACH times (Probes); `answer`:
-        the method's own mean there (already computed: a checkpoint's is a forward pass)."""
+    def _miss(
+        self, probes: Probes, rows: np.ndarray, v: np.ndarray, answer: np.ndarray, weight: np.ndarray
+    ) -> np.ndarray:
+        """(m, k) what widens the answer at query rows (m, d), the network model's voltages there v: the error
+        this method makes there on the network model times each row's `weight` (m,) (`_far_miss`), and
+        `within_reach`, at least the exact probe's miss whatever the weight. `answer`: the method's own mean
+        there (already computed: a checkpoint's is a forward pass)."""
         assert probes.exact is not None
+        nonlinear = _answered(self.base, probes.exact, rows, v) - v
+        out: np.ndarray = np.abs(nonlinear) if self.within_reach else np.zeros_like(nonlinear)
+        beyond = weight > 0.0
+        if beyond.any():  # the noisy probes' answers only where they count
+            far = self._far_miss(probes, rows[beyond], v[beyond], answer[beyond], nonlinear[beyond])
+            out[beyond] = np.maximum(out[beyond], weight[beyond, None] * far)
+        return out
 
-        def mean(method: Method, model: Any) -> np.ndarray:
-            out = np.asarray(method.summarize(model, rows).mean)
-            answered: np.ndarray = np.where(np.isfinite(out), out, v)  # a probe with no answer there adds nothing
-            return answered
-
-        nonlinear = mean(self.base, probes.exact) - v
+    def _far_miss(
+        self, probes: Probes, rows: np.ndarray, v: np.ndarray, answer: np.ndarray, nonlinear: np.ndarray
+    ) -> np.ndarray:
+        """The error this method makes at query rows on the network model: its exact probe's miss `nonlinear`,
+        and with noisy readings the noisy probes' scatter, times the gain, or where larger the fit's own
+        noise-driven error plus that miss, REACH times (Probes)."""
         if not probes.noisy:
             exact: np.ndarray = np.abs(nonlinear)
             return exact
-        plain = nonlinear + v if probes.plain is None else mean(self.prober, probes.plain)
-        scatter = np.mean([np.square(mean(self.prober, model) - plain) for model in probes.noisy], axis=0)
+        plain = nonlinear + v if probes.plain is None else _answered(self.prober, probes.plain, rows, v)
+        scatter = np.mean([np.square(_answered(self.prober, model, rows, v) - plain) for model in probes.noisy], axis=0)
         sampled = probes.gain * np.sqrt(np.square(nonlinear) + scatter)
         assert probes.smooth is not None
-        own = REACH * np.abs(answer - mean(self.base, probes.smooth) + nonlinear)
+        own = REACH * np.abs(answer - _answered(self.base, probes.smooth, rows, v) + nonlinear)
         out: np.ndarray = np.maximum(sampled, own)
         return out
 
@@ -289,7 +311,7 @@ class OffContextGuard(Method):
         for start in range(0, far.size, GUARD_BLOCK):
             rows = far[start : start + GUARD_BLOCK]
             v = self._solved(q, rows)
-            added = weight[rows, None] * self._miss(probes, q[rows], v, mean[rows])
+            added = self._miss(probes, q[rows], v, mean[rows], weight[rows])
             std[rows] = np.sqrt(np.square(std[rows]) + np.square(added))
             if len(levels):
                 quantiles[:, rows] = widened_quantiles(quantiles[:, rows], mean[rows], z * added[None])
@@ -300,10 +322,11 @@ class OffContextGuard(Method):
 
     def consulted(self, fitted: GuardedFit, extrapolation: np.ndarray) -> np.ndarray:
         """The query rows whose answer `widen` reads the network model's power flow at: those beyond the
-        context's reach (their ramp above 0), where the probes have a power flow at the context (they are
-        built here, once, if there is such a row)."""
+        context's reach (their ramp above 0; every row `within_reach`), where the probes have a power flow at
+        the context (they are built here, once, if there is such a row)."""
         # a flat test first: most answers have no such row, and clip is slow on a few rows
-        far = np.flatnonzero(np.asarray(extrapolation) > EXTRAPOLATION_THRESHOLD)
+        beyond = np.asarray(extrapolation) > EXTRAPOLATION_THRESHOLD
+        far = np.flatnonzero(np.ones_like(beyond) if self.within_reach else beyond)
         if far.size and fitted.probes.get().exact is None:
             return far[:0]
         return far
@@ -337,6 +360,16 @@ class OffContextGuard(Method):
 _NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(24)
 _WEIGHTS = _WEIGHTS / _WEIGHTS.sum()
 QUADRATURE_LEVELS = 64
+# A cell the answer leaves the band from with less than QUIET_P even QUIET_REACH error stds nearer to it is
+# given that bound (a normal error reaches that far with probability 6e-16): most cells of most answers.
+QUIET_REACH, QUIET_P = 8.0, 1e-9
+
+
+def _answered(method: Method, model: Any, rows: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """A probe's mean at query rows, the network model's voltages v where it has no answer (it adds nothing)."""
+    out = np.asarray(method.summarize(model, rows).mean)
+    answered: np.ndarray = np.where(np.isfinite(out), out, v)
+    return answered
 
 
 def widened_quantiles(quantiles: np.ndarray, centre: np.ndarray, offset: np.ndarray) -> np.ndarray:
@@ -354,7 +387,24 @@ def widened_quantiles(quantiles: np.ndarray, centre: np.ndarray, offset: np.ndar
 
 def convolved_outside(pred: Predictive, band: tuple[float, float], added: np.ndarray) -> np.ndarray:
     """(m, k) P(outside `band`) of `pred` plus an independent normal error of std `added` (m, k), to about
-    4e-4 (a normal answer 3x narrower than the error, tests/models/test_off_context.py)."""
+    4e-4 (a normal answer 3x narrower than the error, tests/models/test_off_context.py). Cells whose band
+    lies more than QUIET_REACH errors beyond where the answer leaves it with QUIET_P get that bound (at most
+    ~QUIET_P) without the quadrature, where the answer can give them alone (`Predictive.cells`)."""
+    low, high = band
+    bound = pred.cdf(low + QUIET_REACH * added) + (1.0 - pred.cdf(high - QUIET_REACH * added))
+    live = ~(bound < QUIET_P)
+    sub = pred.cells(live) if not live.all() else None
+    if sub is None:
+        return _convolved_outside(pred, band, added)
+    out: np.ndarray = np.clip(bound, 0.0, 1.0)
+    if live.any():
+        out[live] = _convolved_outside(sub, band, added[live][None])[0]
+    return out
+
+
+def _convolved_outside(pred: Predictive, band: tuple[float, float], added: np.ndarray) -> np.ndarray:
+    """`convolved_outside` on every cell: Gauss-Hermite over the error, or where the error is the wider over the
+    answer's quantiles."""
     low, high = band
     over_error = np.zeros_like(added)
     for node, w in zip(_NODES, _WEIGHTS, strict=True):
@@ -366,7 +416,7 @@ def convolved_outside(pred: Predictive, band: tuple[float, float], added: np.nda
         levels = (np.arange(QUADRATURE_LEVELS) + 0.5) / QUADRATURE_LEVELS
         y = pred.quantile(list(levels))  # (L, m, k)
         scale = np.maximum(added, np.finfo(np.float64).tiny)[None]
-        over_answer = np.mean(norm.cdf((high - y) / scale) - norm.cdf((low - y) / scale), axis=0)
+        over_answer = np.mean(special.ndtr((high - y) / scale) - special.ndtr((low - y) / scale), axis=0)
         inside = np.where(wide, over_answer, over_error)
     out: np.ndarray = np.clip(1.0 - inside, 0.0, 1.0)
     return out

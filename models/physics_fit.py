@@ -41,7 +41,9 @@ def general_card(max_context: int) -> dict[str, Any]:
         NAME,
         "the physics base fit alone (no weights): per bus, linear in the loads plus DistFlow's second-order "
         "branch-flow terms, the feeder's tree recovered from the context; the spread is each bus's held-out "
-        "error of the fit on the context (models.physics_base)",
+        "error of the fit on the context (models.physics_base), widened at every query by the fit's own miss "
+        "there on the network model's power flow (a regime the context never showed: another season, PV), "
+        "and further beyond the context's reach (models.off_context)",
         "physics",
         max_context,
     )

@@ -7,6 +7,7 @@ Arrays are numpy, shaped (m queries, k outputs); quantile() adds a leading level
 
 from __future__ import annotations
 
+import copy
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -94,6 +95,11 @@ class Predictive(ABC):
     def log_prob(self, y: np.ndarray) -> np.ndarray:
         """(m, k) log-density of observed y; the NLL reported by the benchmarks."""
 
+    def cells(self, mask: np.ndarray) -> Predictive | None:
+        """The distributions of the (m, k) cells where `mask` holds, as (1, count) (None: not offered): work
+        that matters on a few cells only (models.off_context.convolved_outside) need not touch the others."""
+        return None
+
     def p_outside(self, low: float, high: float) -> np.ndarray:
         """(m, k) probability of leaving the band [low, high]."""
         outside: np.ndarray = np.clip(1.0 - (self.cdf(high) - self.cdf(low)), 0.0, 1.0)
@@ -140,6 +146,11 @@ class _LocationScale(Predictive):
 
     def cdf(self, values: np.ndarray | float) -> np.ndarray:
         return self._standard_cdf(self._standard(values))
+
+    def cells(self, mask: np.ndarray) -> Predictive | None:
+        out = copy.copy(self)
+        out.mu, out.scale = self.mu[mask][None], self.scale[mask][None]
+        return out
 
     def log_prob(self, y: np.ndarray) -> np.ndarray:
         lp: np.ndarray = self._standard_log_pdf(self._standard(y)) - np.log(self.scale)

@@ -464,7 +464,8 @@ def any_network_builder(loaded: LoadedModel[PFNMethod]) -> Callable[[Any], Loade
 
 def width_free_builder(name: str, max_context: int) -> Callable[[Any], LoadedModel[Method]]:
     """Builds a width-free model ("physics-fit": models.physics_fit, "network-fit": models.network_fit) for
-    one network. physics-fit's spread is widened off the context (models.off_context.OffContextGuard)."""
+    one network. physics-fit's spread is widened by the network model's miss at every query, and further off the
+    context (models.off_context.OffContextGuard, `within_reach`)."""
     from gridsim.api import VoltageModel
     from models import network_fit, physics_fit
     from models.off_context import OffContextGuard
@@ -474,7 +475,7 @@ def width_free_builder(name: str, max_context: int) -> Callable[[Any], LoadedMod
     def build(network: Any) -> LoadedModel[Method]:
         method: Method = kind.method_for(network)
         if kind is physics_fit:
-            method = OffContextGuard(method, VoltageModel(network))
+            method = OffContextGuard(method, VoltageModel(network), within_reach=True)
         return LoadedModel(kind.NAME, kind.VERSION, kind.card_for(network, max_context), method, "cpu")
 
     return build

@@ -74,9 +74,12 @@ def placed_answer(
 
 
 def needs_widening(method: Method, placed: OffContext) -> bool:
-    """Whether a guarded method's answer has rows beyond the context's reach (`widened` changes it): rows whose
-    `ramp` is above 0, which are exactly the `extrapolated` ones (extrapolation > EXTRAPOLATION_THRESHOLD)."""
-    return isinstance(method, OffContextGuard) and bool(placed.extrapolated.any())
+    """Whether `widened` changes a guarded method's answer: every answer of one widened within the context's
+    reach too (physics-fit), else where it has rows beyond that reach: rows whose `ramp` is above 0, which are
+    exactly the `extrapolated` ones (extrapolation > EXTRAPOLATION_THRESHOLD)."""
+    if not isinstance(method, OffContextGuard):
+        return False
+    return method.within_reach or bool(placed.extrapolated.any())
 
 
 def widened(
