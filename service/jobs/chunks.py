@@ -5,7 +5,8 @@ A chunk is: read row group i of the job's input, forward passes + statistics in 
 truth power flow, then part i written to a temporary name and renamed. The same chunk always gives the
 same bytes, so running it twice (a lease that expired under a slow worker, a retaken chunk) is harmless:
 either copy is whole and equal. What every chunk of a job needs (the model for the job's network, the
-context encoded once, its geometry) is prepared once per process and job and cached (`PreparedJobs`).
+context encoded once, its geometry, the input's power-flow check) is prepared once per process and job and
+cached (`PreparedJobs`); network-fit's chunks answer from the voltages the check solved (service.jobs.voltages).
 The job's network is a built-in's name or an upload's id, rebuilt from the JSON its directory holds (the
 store's copy may have expired by the time a worker runs it).
 """
@@ -27,7 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from models.errors import ROWS_SHOWN, InputValidationError, RowsRefused, rows_text
-from service.jobs import results
+from service.jobs import results, voltages
 from service.jobs.jobspec import JobSpec
 from service.jobs.results import JobFiles
 
@@ -40,6 +41,16 @@ BLOCK_ROWS = 256  # a chunk is cut into blocks of at least this many rows when i
 Models = Callable[..., Any]  # (name, gridsim Network[, version]) -> LoadedModel; LookupError when none
 # What a job's rows are called in its errors (by the job's source): the field of the submission they came from
 INPUT_FIELDS = {"csv": "file", "parquet": "file", "simulate": "simulate", "study": "scenarios"}
+Stopped = Callable[[], bool]  # whether the job ended meanwhile (the runner's JobRun.ended): asked between blocks
+
+
+def _never() -> bool:
+    return False
+
+
+class JobStopped(Exception):
+    """The job ended (cancelled, deleted, or failed elsewhere) while this process checked its input: the runner
+    knows, as it told the check; nothing is recorded."""
 
 
 @dataclass
@@ -101,8 +112,9 @@ def _model(spec: JobSpec, network: Any, models: Models) -> Any:
     return loaded
 
 
-def prepare(spec: JobSpec, jobs_dir: Path, models: Models) -> PreparedJob:
-    """Load the model for the job's network and encode its context (the costly part, once per process)."""
+def prepare(spec: JobSpec, jobs_dir: Path, models: Models, parallel: int = 1, stopped: Stopped = _never) -> PreparedJob:
+    """Load the model for the job's network, encode its context and check its input (the costly part, once per
+    process); `parallel`: the blocks this process's chunks are cut into (`blocks`), which the check solves."""
     from service.engine import sparse
     from service.engine.answers import AnswerSpec
     from service.engine.context_sets import ContextSet
@@ -125,7 +137,7 @@ def prepare(spec: JobSpec, jobs_dir: Path, models: Models) -> PreparedJob:
         source=pq.ParquetFile(files.input),
     )
     if spec.hosting is None:  # a hosting-capacity study counts a row without a power flow as at risk: no refusal
-        check_power_flow(job)
+        check_power_flow(job, parallel, stopped)
     return job
 
 
@@ -148,34 +160,72 @@ def _loads(job: PreparedJob, index: int, whole: bool = True) -> tuple[pa.Table, 
     return inputs, np.column_stack([inputs.column(name).to_numpy() for name in job.spec.features])
 
 
-def check_power_flow(job: PreparedJob) -> None:
+def blocks(x: np.ndarray, parallel: int) -> list[np.ndarray]:
+    """A chunk's rows as it answers them, `parallel` blocks side by side (each at least BLOCK_ROWS rows); the
+    power-flow check solves the same blocks, so network-fit's answers from its voltages are bit for bit the same."""
+    return np.array_split(x, min(parallel, max(1, len(x) // BLOCK_ROWS)))
+
+
+def check_power_flow(job: PreparedJob, parallel: int = 1, stopped: Stopped = _never) -> None:
     """Before the job's first chunk: the rows where its model would ask the network model's power flow (every
     row for network-fit, those beyond the context's reach for a guarded model: Method.refuse_unsolved) all
     have one, or the whole job is refused (InputValidationError naming the first of them in the job's rows,
     and how many there are) before any answer is computed, instead of failing at the chunk that holds one.
-    A row group at a time, so memory stays bounded by a chunk."""
-    from service.engine.answers import OffContext
-
+    A chunk's rows at a time, in its blocks, so memory stays bounded by a chunk and a cancelled job stops it
+    within a block (JobStopped once `stopped`). A chunk whose part exists was checked by whoever answered it."""
     spec = job.spec
     shown: list[int] = []
     total, refused = 0, None
     for index in range(spec.chunks):  # row group i is chunk i
-        _, x = _loads(job, index, whole=False)
+        if job.files.part(index).exists():
+            continue
         try:
-            job.method.refuse_unsolved(job.encoded, x, OffContext.of(job.geometry, x).extrapolation)
+            _check_chunk(job, index, parallel, stopped)
         except RowsRefused as exc:
             first = index * spec.chunk_rows + 1
             shown += [first + r for r in exc.rows[: ROWS_SHOWN - len(shown)]]
             total, refused = total + len(exc.rows), exc
     if refused is not None:
+        job.files.remove_parts()  # the voltages left for chunks that will not run
         raise _refusal(spec, shown, refused, total)
 
 
-def _answer(job: PreparedJob, block: np.ndarray, first_row: int) -> tuple[Answer, OffContext]:
+def _check_chunk(job: PreparedJob, index: int, parallel: int, stopped: Stopped) -> None:
+    """Chunk `index`'s rows block by block: RowsRefused naming (in the chunk's rows) every one without a power
+    flow, else network-fit's voltages at them left for the chunk (service.jobs.voltages)."""
+    from service.engine.answers import OffContext
+
+    _, x = _loads(job, index, whole=False)
+    solved: list[np.ndarray | None] = []
+    rows: list[int] = []
+    refused, offset = None, 0
+    for block in blocks(x, parallel):
+        if stopped():
+            log.info(
+                "job %s: power-flow check stopped at chunk %d of %d: the job ended", job.spec.id, index, job.spec.chunks
+            )
+            raise JobStopped(job.spec.id)
+        method, kept = voltages.solving_once(job.method, block)
+        try:
+            method.refuse_unsolved(job.encoded, block, OffContext.of(job.geometry, block).extrapolation)
+        except RowsRefused as exc:
+            rows, refused = rows + [offset + r for r in exc.rows], exc
+        solved.append(None if kept is None else kept.v)
+        offset += len(block)
+    if refused is not None:
+        raise RowsRefused(refused.field, rows, refused.reason, refused.expected)
+    voltages.save(job.files, index, solved)
+
+
+def _answer(
+    job: PreparedJob, block: np.ndarray, first_row: int, v: np.ndarray | None = None
+) -> tuple[Answer, OffContext]:
+    """The block's answer; `v`: network-fit's voltages at its rows, as the power-flow check solved them."""
     from service.engine.answers import placed_answer
 
+    method = job.method if v is None else voltages.solving_once(job.method, block, v)[0]
     try:
-        return placed_answer(job.method, job.encoded, job.geometry, block, job.answer_spec)
+        return placed_answer(method, job.encoded, job.geometry, block, job.answer_spec)
     except RowsRefused as exc:  # check_power_flow passed, so not expected; named in the job's rows all the same
         raise _refusal(job.spec, [first_row + r + 1 for r in exc.rows], exc) from None
 
@@ -193,12 +243,13 @@ def compute_chunk(
     t0 = time.perf_counter()
     inputs, x = _loads(job, index)  # x: the loads, not a study's labels
     t1 = time.perf_counter()
-    blocks = np.array_split(x, min(parallel, max(1, len(x) // BLOCK_ROWS)))
-    firsts = (index * spec.chunk_rows + np.cumsum([0] + [len(b) for b in blocks[:-1]])).tolist()
+    cut = blocks(x, parallel)
+    firsts = (index * spec.chunk_rows + np.cumsum([0] + [len(b) for b in cut[:-1]])).tolist()
+    solved = voltages.load(job.files, index, cut)
     if pool is None:
-        answered = [_answer(job, b, first) for b, first in zip(blocks, firsts)]
+        answered = [_answer(job, b, first, v) for b, first, v in zip(cut, firsts, solved)]
     else:
-        answered = list(pool.map(_answer, [job] * len(blocks), blocks, firsts))
+        answered = list(pool.map(_answer, [job] * len(cut), cut, firsts, solved))
     answer = Answer.concat([a for a, _ in answered])
     placed = OffContext.concat([p for _, p in answered])
     t2 = time.perf_counter()
@@ -244,6 +295,7 @@ def run_chunk(job: PreparedJob, index: int, pool: Executor | None = None, parall
     table, times = compute_chunk(job, index, pool, parallel)
     t0 = time.perf_counter()
     results.write_part(job.files, index, table)
+    voltages.discard(job.files, index)
     times["write"] += time.perf_counter() - t0
     return ChunkResult(table.num_rows, table, times)
 
@@ -261,12 +313,15 @@ class PreparedJobs:
 
     def __init__(self, size: int = 4) -> None:
         self.size = size
-        # per job: its lock, and once prepared the PreparedJob, or the refusal of its input
-        self._jobs: OrderedDict[str, tuple[threading.Lock, list[PreparedJob | InputValidationError]]] = OrderedDict()
+        # per job: its lock, and once prepared the PreparedJob, or the refusal of its input, or JobStopped
+        self._jobs: OrderedDict[str, tuple[threading.Lock, list[PreparedJob | Exception]]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, spec: JobSpec, jobs_dir: Path, models: Models) -> tuple[PreparedJob, float]:
-        """The prepared job and the seconds this call spent preparing it (0 when it was cached)."""
+    def get(
+        self, spec: JobSpec, jobs_dir: Path, models: Models, parallel: int = 1, stopped: Stopped = _never
+    ) -> tuple[PreparedJob, float]:
+        """The prepared job and the seconds this call spent preparing it (0 when it was cached); `parallel` and
+        `stopped` as `prepare` takes them."""
         with self._lock:
             entry = self._jobs.get(spec.id)
             if entry is None:
@@ -278,13 +333,13 @@ class PreparedJobs:
         with lock:
             if slot:
                 prepared = slot[0]
-                if isinstance(prepared, InputValidationError):  # the job's input was refused here: not checked again
+                if isinstance(prepared, Exception):  # refused or stopped here: the job's other chunks hear the same
                     raise prepared
                 return prepared, 0.0
             t0 = time.perf_counter()
             try:
-                job = prepare(spec, jobs_dir, models)
-            except InputValidationError as exc:  # the same input gives the same refusal: kept for its other chunks
+                job = prepare(spec, jobs_dir, models, parallel, stopped)
+            except (InputValidationError, JobStopped) as exc:  # the same input gives the same refusal; ended is ended
                 slot.append(exc)
                 raise
             slot.append(job)

@@ -27,7 +27,7 @@ from concurrent.futures import Future, InvalidStateError
 from pathlib import Path
 from typing import Any
 
-from service.jobs.chunks import ChunkResult, Models, PreparedJobs, run_chunk
+from service.jobs.chunks import ChunkResult, Models, PreparedJobs, Stopped, run_chunk
 from service.jobs.jobspec import JobSpec
 
 log = logging.getLogger(__name__)
@@ -135,7 +135,9 @@ class DaskChunks:
             self._asked = time.monotonic()
         return self._threads * self.per_thread
 
-    def submit(self, spec: JobSpec, index: int) -> Future[ChunkResult]:
+    def submit(self, spec: JobSpec, index: int, stopped: Stopped) -> Future[ChunkResult]:
+        """`stopped` stays here (a Dask worker cannot ask it): a cluster's power-flow check of a job cancelled
+        meanwhile runs to its end, as a chunk does."""
         out: Future[ChunkResult] = Future()
         task = self.client.submit(
             run_on_dask_worker,

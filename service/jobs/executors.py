@@ -10,7 +10,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Protocol
 
-from service.jobs.chunks import ChunkResult, Models, PreparedJobs, run_chunk
+from service.jobs.chunks import ChunkResult, Models, PreparedJobs, Stopped, run_chunk
 from service.jobs.jobspec import JobSpec
 
 
@@ -24,7 +24,10 @@ class ChunkExecutor(Protocol):
         """How many chunks to keep in flight: enough that none of its workers waits for the next one."""
         ...
 
-    def submit(self, spec: JobSpec, index: int) -> Future[ChunkResult]: ...
+    def submit(self, spec: JobSpec, index: int, stopped: Stopped) -> Future[ChunkResult]:
+        """Run chunk `index`; `stopped`: whether the runner stopped working on the job meanwhile (JobRun.ended),
+        which the job's power-flow check asks between its blocks."""
+        ...
 
     def forget(self, job_id: str) -> None:
         """The job ended: drop what was prepared for it."""
@@ -49,11 +52,11 @@ class LocalChunks:
     def capacity(self) -> int:
         return self.in_flight
 
-    def submit(self, spec: JobSpec, index: int) -> Future[ChunkResult]:
-        return self.chunk_pool.submit(self._run, spec, index)
+    def submit(self, spec: JobSpec, index: int, stopped: Stopped) -> Future[ChunkResult]:
+        return self.chunk_pool.submit(self._run, spec, index, stopped)
 
-    def _run(self, spec: JobSpec, index: int) -> ChunkResult:
-        job, encode_s = self.prepared.get(spec, self.jobs_dir, self.models)
+    def _run(self, spec: JobSpec, index: int, stopped: Stopped) -> ChunkResult:
+        job, encode_s = self.prepared.get(spec, self.jobs_dir, self.models, self.parallel, stopped)
         result = run_chunk(job, index, self.block_pool, self.parallel)
         result.times["encode"] = encode_s
         return result

@@ -14,7 +14,7 @@ import io
 import os
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,13 +45,20 @@ class JobFiles:
         self.input, self.context = self.dir / "input.parquet", self.dir / "context.bin"
         self.network = self.dir / "network.json"  # an uploaded network's pandapower JSON (built-ins: absent)
         self.parts, self.result = self.dir / "parts", self.dir / "result.parquet"
+        self.solved = self.dir / "voltages"  # network-fit's voltages per chunk, from the power-flow check
         self.streaming = self.dir / "result.streaming"  # a StreamedResult in progress (or left by a killed worker)
 
     def part(self, index: int) -> Path:
         return self.parts / f"part-{index:06d}.parquet"
 
+    def voltages(self, index: int) -> Path:
+        """network-fit's voltages at chunk `index`'s rows, left by the power-flow check (service.jobs.voltages)."""
+        return self.solved / f"chunk-{index:06d}.npz"
+
     def remove_parts(self) -> None:
+        """The parts and what the chunks were to read (the job ended, or its result is published)."""
         shutil.rmtree(self.parts, ignore_errors=True)
+        shutil.rmtree(self.solved, ignore_errors=True)
 
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -110,17 +117,23 @@ def _private_tmp(path: Path) -> Path:
     return path.with_name(f"{path.name}.{uuid.uuid4().hex[:12]}.tmp")
 
 
-def write_part(files: JobFiles, index: int, table: pa.Table) -> None:
-    """Part `index`, whole or not at all. The job's directory is not recreated: a deleted job's chunk fails
-    (FileNotFoundError) instead of leaving a directory behind."""
-    files.parts.mkdir(exist_ok=True)
-    tmp = _private_tmp(files.part(index))
+def write_whole(path: Path, write: Callable[[Path], None]) -> None:
+    """`path` in a directory of the job's, whole or not at all (`write` fills a temporary name, then it is
+    renamed). The job's directory is not recreated: a deleted job's chunk fails (FileNotFoundError) instead
+    of leaving a directory behind."""
+    path.parent.mkdir(exist_ok=True)
+    tmp = _private_tmp(path)
     try:
-        pq.write_table(table, tmp, **WRITE_OPTIONS)
-        os.replace(tmp, files.part(index))
+        write(tmp)
+        os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_part(files: JobFiles, index: int, table: pa.Table) -> None:
+    """Part `index`, whole or not at all."""
+    write_whole(files.part(index), lambda tmp: pq.write_table(table, tmp, **WRITE_OPTIONS))
 
 
 class StreamedResult:
@@ -152,7 +165,7 @@ class StreamedResult:
         self.writer.close()
         self.writer = None
         os.replace(self.tmp, self.files.result)
-        shutil.rmtree(self.files.parts, ignore_errors=True)
+        self.files.remove_parts()
         return True
 
     def abort(self) -> None:
@@ -192,7 +205,7 @@ def assemble(files: JobFiles, spec: JobSpec) -> int:
         tmp.unlink(missing_ok=True)
         raise RuntimeError(f"assembled {total} rows, the input has {spec.rows}")
     os.replace(tmp, files.result)
-    shutil.rmtree(files.parts, ignore_errors=True)
+    files.remove_parts()
     files.streaming.unlink(missing_ok=True)  # what a killed worker was streaming
     return total
 

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from models.errors import InputValidationError
 from service.jobs import results
-from service.jobs.chunks import ChunkResult
+from service.jobs.chunks import ChunkResult, JobStopped
 from service.jobs.chunks import job_network as job_network  # re-exported: the routers import it from here
 from service.jobs.executors import ChunkExecutor
 from service.jobs.jobspec import JobSpec
@@ -69,11 +69,15 @@ class JobRun:
     pump: Future[None] | None = None  # the latest append pass queued on the assembler thread
     assembling: bool = False
     chunks_run: int = 0
-    ended: bool = False
+    ended: bool = False  # this process stopped working on it (set on the runner's thread, read by its chunks')
 
     @property
     def appending(self) -> bool:
         return self.stream is not None and not self.ended and not self.assembling
+
+    def stopped(self) -> bool:
+        """What a chunk of the job asks between the blocks of the job's power-flow check."""
+        return self.ended
 
 
 class ChunkRunner:
@@ -106,6 +110,7 @@ class ChunkRunner:
     def step(self, wait_s: float = 1.0, claim: bool = True) -> bool:
         """Claim chunks up to the executor's capacity, wait up to `wait_s` for one to finish and record what
         finished; False when nothing is in flight (no chunk was free anywhere)."""
+        self._notice_ended()  # first: a cancelled job's leases are gone, which is no lapse
         self._renew()
         if claim and not self.should_stop():
             self._fill()
@@ -162,18 +167,24 @@ class ChunkRunner:
                 else:
                     if claim.index == 0 and not claim.retaken:  # the first to take chunk 0: the appender
                         run.stream = results.StreamedResult(run.files)
-                    future = self.chunks.submit(run.spec, claim.index)  # type: ignore[assignment]
+                    future = self.chunks.submit(run.spec, claim.index, run.stopped)  # type: ignore[assignment]
             except BaseException:  # nothing will run it: give it back at once
                 self.states.release(claim.job_id, self.owner, [claim.index])
                 raise
             self.in_flight[future] = claim
 
-    def _claim(self) -> Claim | None:
-        active = self.states.active()
+    def _notice_ended(self) -> None:
+        """Stop working on the jobs that ended elsewhere (done, cancelled, failed or deleted: off the active list).
+        Every step, not only when a chunk is free to claim: a chunk still checking its job's input hears of it."""
+        if not self.runs:
+            return
+        active = set(self.states.active())
         for job_id in [j for j in self.runs if j not in active and not self.runs[j].assembling]:
-            self._stopped(self.runs[job_id], None)  # ended elsewhere: done, cancelled, failed or deleted
+            self._stopped(self.runs[job_id], None)
             self._forget_if_idle(job_id)
-        for job_id in active:
+
+    def _claim(self) -> Claim | None:
+        for job_id in self.states.active():
             run = self._run(job_id)
             if run is None or run.ended or run.assembling:
                 continue
@@ -259,6 +270,8 @@ class ChunkRunner:
             else:
                 assert isinstance(outcome, ChunkResult)
                 self._record(run, claim, outcome)
+        except JobStopped:  # it ended while this chunk checked the job's input: _stopped already ran
+            pass
         except Exception as exc:
             self._failed(run, claim, exc)
         finally:
@@ -336,9 +349,13 @@ class ChunkRunner:
             log.info("job %s stopped at a chunk boundary: %s", run.spec.id, state)
 
     def _failed(self, run: JobRun, claim: Claim, exc: Exception) -> None:
-        # the caller's input refused ("file: rows [17001]: ..."): worded as predict's 422; else a fault, by its type
-        error = str(exc) if isinstance(exc, InputValidationError) else f"{type(exc).__name__}: {exc}"
-        if self.states.fail(run.spec.id, error):
+        # the caller's input refused ("file: rows [17001]: ..."): worded and named as predict's 422; else a fault,
+        # by its type, of the job itself
+        if isinstance(exc, InputValidationError):
+            failed = self.states.fail(run.spec.id, str(exc), exc.field, exc.expected)
+        else:
+            failed = self.states.fail(run.spec.id, f"{type(exc).__name__}: {exc}")
+        if failed:
             where = "assembling" if claim.assemble else f"in chunk {claim.index}"
             log.error("job %s failed %s", run.spec.id, where, exc_info=exc)
             self._stopped(run, "failed")

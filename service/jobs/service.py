@@ -40,6 +40,18 @@ def new_job_id() -> str:
     return uuid.uuid4().hex
 
 
+def _error_entry(job: dict[str, Any]) -> dict[str, Any]:
+    """A failed job's error as a 422 names a refused field: the submission's field its input came from (in the
+    body: `file`, `simulate`, `scenarios`) and what would do; a fault of the job itself names the job."""
+    field = job["error_field"]
+    return {
+        "location": "job" if field is None else "body",
+        "field": field or "job",
+        "message": job["error"],
+        "expected": job["error_expected"],
+    }
+
+
 class JobService:
     """Job bookkeeping for one server process."""
 
@@ -184,9 +196,7 @@ class JobService:
         if job["started_at"] is not None:
             elapsed = (job["finished_at"] or time.time()) - job["started_at"]
             rate = job["rows_done"] / elapsed if elapsed > 0 else None
-        errors = (
-            [] if not job["error"] else [{"location": "job", "field": "job", "message": job["error"], "expected": None}]
-        )
+        errors = [] if not job["error"] else [_error_entry(job)]
         return {
             "id": spec.id,
             "state": state.value,

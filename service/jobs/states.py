@@ -197,13 +197,16 @@ redis.call('ZREM', KEYS[5], ARGV[3])
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 return 1
 """
-# KEYS: record, leases hash, active zset; ARGV: new state, wall clock now, job id, error
+# KEYS: record, leases hash, active zset; ARGV: new state, wall clock now, job id, error, the error's field, what it
+# expected (the last three '' when none)
 _END = """
 local state = redis.call('HGET', KEYS[1], 'state')
 redis.call('ZREM', KEYS[3], ARGV[3])
 if state ~= 'queued' and state ~= 'running' then return 0 end
 redis.call('HSET', KEYS[1], 'state', ARGV[1], 'finished_at', ARGV[2])
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'error', ARGV[4]) end
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'error_field', ARGV[5]) end
+if ARGV[6] ~= '' then redis.call('HSET', KEYS[1], 'error_expected', ARGV[6]) end
 redis.call('DEL', KEYS[2])
 return 1
 """
@@ -224,8 +227,9 @@ class JobStates(ABC):
 
     @abstractmethod
     def get(self, job_id: str) -> dict[str, Any] | None:
-        """{spec, state, chunks_done, rows_done, attempts, started_at, finished_at, error, workers} or None;
-        `workers`: chunks completed per worker (a Dask coordinator counts its cluster's workers)."""
+        """{spec, state, chunks_done, rows_done, attempts, started_at, finished_at, error, error_field,
+        error_expected, workers} or None; `workers`: chunks completed per worker (a Dask coordinator counts its
+        cluster's workers); `error_field`: the submission's field the error is about (None: the job itself)."""
 
     @abstractmethod
     def active(self) -> list[str]:
@@ -270,8 +274,9 @@ class JobStates(ABC):
         """Done, once: True when this call made a running job with every chunk done `done`."""
 
     @abstractmethod
-    def fail(self, job_id: str, error: str) -> bool:
-        """True when an active job was failed with `error`."""
+    def fail(self, job_id: str, error: str, field: str | None = None, expected: str | None = None) -> bool:
+        """True when an active job was failed with `error`; `field`: the submission's field it is about (the
+        input refused: "file: rows [17001]: ..."), with what would do (`expected`), as a 422 names them."""
 
     @abstractmethod
     def cancel(self, job_id: str) -> bool:
@@ -298,6 +303,8 @@ def _decode(raw: dict[str, str], workers: dict[str, int]) -> dict[str, Any] | No
         "started_at": num("started_at"),
         "finished_at": num("finished_at"),
         "error": raw.get("error") or None,
+        "error_field": raw.get("error_field") or None,
+        "error_expected": raw.get("error_expected") or None,
         "workers": workers,
     }
 
@@ -392,12 +399,14 @@ class RedisJobStates(JobStates):
         keys = [self.key(job_id, part) for part in ("", "done", "leases", "lost")] + [self.active_key]
         return bool(self._finish(keys=keys, args=[chunks, time.time(), job_id, self.ttl_s]))
 
-    def _to(self, job_id: str, state: JobState, error: str = "") -> bool:
+    def _to(
+        self, job_id: str, state: JobState, error: str = "", field: str | None = None, expected: str | None = None
+    ) -> bool:
         keys = [self.key(job_id), self.key(job_id, "leases"), self.active_key]
-        return bool(self._end(keys=keys, args=[state.value, time.time(), job_id, error]))
+        return bool(self._end(keys=keys, args=[state.value, time.time(), job_id, error, field or "", expected or ""]))
 
-    def fail(self, job_id: str, error: str) -> bool:
-        return self._to(job_id, JobState.FAILED, error)
+    def fail(self, job_id: str, error: str, field: str | None = None, expected: str | None = None) -> bool:
+        return self._to(job_id, JobState.FAILED, error, field, expected)
 
     def cancel(self, job_id: str) -> bool:
         return self._to(job_id, JobState.CANCELLED)
@@ -419,6 +428,8 @@ class _MemoryJob:
     started_at: float | None = None
     finished_at: float | None = None
     error: str | None = None
+    error_field: str | None = None
+    error_expected: str | None = None
     cursor: int = 0
     appender: str | None = None
     done: set[int] = field(default_factory=set)
@@ -427,8 +438,11 @@ class _MemoryJob:
     lost: set[str] = field(default_factory=set)
     workers: dict[str, int] = field(default_factory=dict)
 
-    def end(self, state: JobState, error: str | None = None) -> None:
+    def end(
+        self, state: JobState, error: str | None = None, field: str | None = None, expected: str | None = None
+    ) -> None:
         self.state, self.finished_at, self.error = state, time.time(), error
+        self.error_field, self.error_expected = field, expected
         self.leases.clear()
 
 
@@ -457,6 +471,8 @@ class MemoryJobStates(JobStates):
                 "started_at": job.started_at,
                 "finished_at": job.finished_at,
                 "error": job.error,
+                "error_field": job.error_field,
+                "error_expected": job.error_expected,
                 "workers": dict(job.workers),
             }
 
@@ -572,16 +588,23 @@ class MemoryJobStates(JobStates):
             job.end(JobState.DONE)
             return True
 
-    def _to(self, job_id: str, state: JobState, error: str | None = None) -> bool:
+    def _to(
+        self,
+        job_id: str,
+        state: JobState,
+        error: str | None = None,
+        field: str | None = None,
+        expected: str | None = None,
+    ) -> bool:
         with self._lock:
             job = self._jobs.get(job_id)
             if job is None or job.state.terminal:
                 return False
-            job.end(state, error)
+            job.end(state, error, field, expected)
             return True
 
-    def fail(self, job_id: str, error: str) -> bool:
-        return self._to(job_id, JobState.FAILED, error or None)
+    def fail(self, job_id: str, error: str, field: str | None = None, expected: str | None = None) -> bool:
+        return self._to(job_id, JobState.FAILED, error or None, field, expected)
 
     def cancel(self, job_id: str) -> bool:
         return self._to(job_id, JobState.CANCELLED)

@@ -309,3 +309,4 @@ def test_a_row_the_network_cannot_carry_fails_the_job_naming_its_file_row(embedd
     assert final["state"] == "failed" and final["chunks_done"] == 0  # refused before the first chunk
     assert final["errors"][0]["message"].startswith(f"file: rows [{CHUNK + 5}]: ")
     assert "beyond what the feeder can carry" in final["errors"][0]["message"]
+    assert (final["errors"][0]["location"], final["errors"][0]["field"]) == ("body", "file")  # the field refused
