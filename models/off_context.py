@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 from scipy import special
@@ -34,6 +34,8 @@ from models.network_voltages import solved
 from models.physics_base import CONSTANT_LOAD_STD  # a load that never moves: a query moving it is far outside
 from models.predictive import Method, Predictive, Summary
 from models.validation import check_queries
+
+T = TypeVar("T")
 
 # A query farther out than the context's farthest row is flagged.
 EXTRAPOLATION_THRESHOLD = 1.0
@@ -125,24 +127,34 @@ class Probes:
     smooth: Any | None = None  # the method's fit of the voltages plus the readings' smooth part (None: exact readings)
 
 
-class LazyProbes:
-    """`Probes`, built on the first query beyond the context's reach and kept: most contexts are only ever
-    asked within it, and then the network model's power flow and the method's second fit are never paid."""
+class Lazy(Generic[T]):
+    """A value built on its first use and kept: most contexts are only ever asked within their reach, and then the
+    noisy probes (and, but for physics-fit, the network model's power flow and the method's second fit) are never
+    paid. The service's worker threads may ask at once: built once."""
 
-    def __init__(self, build: Callable[[], Probes]):
-        self._build: Callable[[], Probes] | None = build
-        self._probes: Probes | None = None
+    def __init__(self, build: Callable[[], T]):
+        self._build: Callable[[], T] | None = build
+        self._value: T | None = None
         self._lock = threading.Lock()
 
-    def get(self) -> Probes:
-        probes = self._probes
-        if probes is not None:
-            return probes
-        with self._lock:  # the service's worker threads may ask at once: build once
-            if self._probes is None:
+    def get(self) -> T:
+        value = self._value
+        if value is not None:
+            return value
+        with self._lock:
+            if self._value is None:
                 assert self._build is not None
-                self._probes, self._build = self._build(), None
-            return self._probes
+                self._value, self._build = self._build(), None
+            return self._value
+
+
+@dataclass(frozen=True)
+class ExactProbe:
+    """The network model's voltages at the context loads and the wrapped method fitted on them (both None where
+    that power flow has no solution): all a query within the context's reach is widened by (`within_reach`)."""
+
+    v: np.ndarray | None
+    fit: Any | None
 
 
 @dataclass(frozen=True)
@@ -150,7 +162,8 @@ class GuardedFit:
     """The wrapped method's fit on the readings, the probes on the network model (lazy), the geometry."""
 
     real: Any
-    probes: LazyProbes
+    exact: Lazy[ExactProbe]
+    probes: Lazy[Probes]  # built on the first query beyond the context's reach
     geometry: ContextGeometry
 
 
@@ -212,13 +225,21 @@ class OffContextGuard(Method):
     def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> GuardedFit:
         x = np.asarray(context_x, dtype=np.float64)
         y = np.asarray(context_y, dtype=np.float64)
-        return GuardedFit(self.base.fit(x, y), LazyProbes(lambda: self._probes(x, y)), ContextGeometry.of(x))
+        exact = Lazy(lambda: self._exact_probe(x, y.shape))
+        return GuardedFit(
+            self.base.fit(x, y), exact, Lazy(lambda: self._probes(x, y, exact.get())), ContextGeometry.of(x)
+        )
 
-    def _probes(self, x: np.ndarray, y: np.ndarray) -> Probes:
+    def _exact_probe(self, x: np.ndarray, shape: tuple[int, ...]) -> ExactProbe:
         v = np.asarray(self.voltage_model(x), dtype=np.float64)
-        if not np.isfinite(v).all() or v.shape != y.shape:
+        if not np.isfinite(v).all() or v.shape != shape:
+            return ExactProbe(None, None)
+        return ExactProbe(v, self.base.fit(x, v))
+
+    def _probes(self, x: np.ndarray, y: np.ndarray, probe: ExactProbe) -> Probes:
+        v, exact = probe.v, probe.fit
+        if v is None:
             return Probes(None, None, [], 1.0)
-        exact = self.base.fit(x, v)
         noise, smooth = _noise_and_smooth(x, y - v)
         if float(noise.max()) <= NOISELESS_PU:
             return Probes(exact, None, [], 1.0)
@@ -232,18 +253,19 @@ class OffContextGuard(Method):
         return Probes(exact, plain, noisy, gain, self.base.fit(x, v + smooth))
 
     def _miss(
-        self, probes: Probes, rows: np.ndarray, v: np.ndarray, answer: np.ndarray, weight: np.ndarray
+        self, fitted: GuardedFit, rows: np.ndarray, v: np.ndarray, answer: np.ndarray, weight: np.ndarray
     ) -> np.ndarray:
         """(m, k) what widens the answer at query rows (m, d), the network model's voltages there v: the error
         this method makes there on the network model times each row's `weight` (m,) (`_far_miss`), and
         `within_reach`, at least the exact probe's miss whatever the weight. `answer`: the method's own mean
         there (already computed: a checkpoint's is a forward pass)."""
-        assert probes.exact is not None
-        nonlinear = _answered(self.base, probes.exact, rows, v) - v
+        exact = fitted.exact.get().fit
+        assert exact is not None
+        nonlinear = _answered(self.base, exact, rows, v) - v
         out: np.ndarray = np.abs(nonlinear) if self.within_reach else np.zeros_like(nonlinear)
         beyond = weight > 0.0
         if beyond.any():  # the noisy probes' answers only where they count
-            far = self._far_miss(probes, rows[beyond], v[beyond], answer[beyond], nonlinear[beyond])
+            far = self._far_miss(fitted.probes.get(), rows[beyond], v[beyond], answer[beyond], nonlinear[beyond])
             out[beyond] = np.maximum(out[beyond], weight[beyond, None] * far)
         return out
 
@@ -303,7 +325,6 @@ class OffContextGuard(Method):
             return own
         q = np.asarray(query_x, dtype=np.float64)
         weight = ramp(extrapolation)
-        probes = fitted.probes.get()
         mean, std = own.mean.copy(), own.std.copy()
         quantiles = own.quantiles.copy()
         p_outside = None if own.p_outside is None else own.p_outside.copy()
@@ -311,7 +332,7 @@ class OffContextGuard(Method):
         for start in range(0, far.size, GUARD_BLOCK):
             rows = far[start : start + GUARD_BLOCK]
             v = self._solved(q, rows)
-            added = self._miss(probes, q[rows], v, mean[rows], weight[rows])
+            added = self._miss(fitted, q[rows], v, mean[rows], weight[rows])
             std[rows] = np.sqrt(np.square(std[rows]) + np.square(added))
             if len(levels):
                 quantiles[:, rows] = widened_quantiles(quantiles[:, rows], mean[rows], z * added[None])
@@ -327,7 +348,7 @@ class OffContextGuard(Method):
         # a flat test first: most answers have no such row, and clip is slow on a few rows
         beyond = np.asarray(extrapolation) > EXTRAPOLATION_THRESHOLD
         far = np.flatnonzero(np.ones_like(beyond) if self.within_reach else beyond)
-        if far.size and fitted.probes.get().exact is None:
+        if far.size and fitted.exact.get().fit is None:
             return far[:0]
         return far
 
@@ -360,8 +381,8 @@ class OffContextGuard(Method):
 _NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(24)
 _WEIGHTS = _WEIGHTS / _WEIGHTS.sum()
 QUADRATURE_LEVELS = 64
-# A cell the answer leaves the band from with less than QUIET_P even QUIET_REACH error stds nearer to it is
-# given that bound (a normal error reaches that far with probability 6e-16): most cells of most answers.
+# convolved_outside's cells the band is out of reach of (a normal error reaches QUIET_REACH stds with
+# probability 6e-16): given their bound, within QUIET_P of the quadrature's answer.
 QUIET_REACH, QUIET_P = 8.0, 1e-9
 
 
@@ -387,16 +408,19 @@ def widened_quantiles(quantiles: np.ndarray, centre: np.ndarray, offset: np.ndar
 
 def convolved_outside(pred: Predictive, band: tuple[float, float], added: np.ndarray) -> np.ndarray:
     """(m, k) P(outside `band`) of `pred` plus an independent normal error of std `added` (m, k), to about
-    4e-4 (a normal answer 3x narrower than the error, tests/models/test_off_context.py). Cells whose band
-    lies more than QUIET_REACH errors beyond where the answer leaves it with QUIET_P get that bound (at most
-    ~QUIET_P) without the quadrature, where the answer can give them alone (`Predictive.cells`)."""
+    4e-4 (a normal answer 3x narrower than the error, tests/models/test_off_context.py). A cell the answer
+    leaves (or stays in) the band from with less than QUIET_P even QUIET_REACH error stds nearer to it (or
+    farther out) gets that bound without the quadrature, where the answer can give its other cells alone
+    (`Predictive.cells`): most cells of most answers lie far inside the band or far outside it."""
     low, high = band
-    bound = pred.cdf(low + QUIET_REACH * added) + (1.0 - pred.cdf(high - QUIET_REACH * added))
-    live = ~(bound < QUIET_P)
+    reach = QUIET_REACH * added
+    leaves = pred.cdf(low + reach) + (1.0 - pred.cdf(high - reach))  # at least P(outside)
+    stays = np.maximum(pred.cdf(high + reach) - pred.cdf(low - reach), 0.0)  # at least P(inside)
+    live = ~((leaves < QUIET_P) | (stays < QUIET_P))
     sub = pred.cells(live) if not live.all() else None
     if sub is None:
         return _convolved_outside(pred, band, added)
-    out: np.ndarray = np.clip(bound, 0.0, 1.0)
+    out: np.ndarray = np.clip(np.where(leaves < QUIET_P, leaves, 1.0 - stays), 0.0, 1.0)
     if live.any():
         out[live] = _convolved_outside(sub, band, added[live][None])[0]
     return out
