@@ -158,20 +158,22 @@ def test_a_context_whose_loads_never_move_still_gets_a_finite_answer(ieee33):
     assert np.isfinite(nothing.std).all()
 
 
-def test_a_context_of_no_load_says_nothing_of_the_impedances_and_the_spread_says_so(ieee33):
-    """With no load a feeder draws no current: its readings are 1.0 p.u. whatever its lines, so they pin no
-    impedance. On a feeder whose lines are 0.7-1.3 off its model, queries at loads 0.5-1.5x nominal err by ~1e-3
-    p.u.; the spread was 2e-9 there (the readings fitted exactly made the noise, and every branch's prior, 0)."""
+@pytest.mark.parametrize("load", [0.0, 1e-9, 1e-8])
+def test_a_context_of_no_load_says_nothing_of_the_impedances_and_the_spread_says_so(ieee33, load):
+    """With (next to) no load a feeder draws no current: its readings are 1.0 p.u. whatever its lines, so they pin
+    no impedance. On a feeder whose lines are 0.7-1.3 off its model, queries at loads 0.5-1.5x nominal err by ~1e-3
+    p.u.; the spread was 2e-9 there (no load: the readings fitted exactly made the noise, and every branch's prior,
+    0) and 1e-6-1e-7 (1e-9 and 1e-8 MW: the evidence rose to its grid's end, certain of every impedance)."""
     rng = np.random.default_rng(3)
     scale = rng.uniform(0.7, 1.3, ieee33.n_lines)
     truth_of = VoltageModel(dataclasses.replace(ieee33, r_ohm=ieee33.r_ohm * scale, x_ohm=ieee33.x_ohm * scale))
-    x = np.zeros((50, ieee33.base_x.shape[0]))
+    x = np.full((50, ieee33.base_x.shape[0]), load)
     queries = ieee33.base_x * rng.uniform(0.5, 1.5, (200, ieee33.base_x.shape[0]))
     truth = truth_of(queries)
     method = method_for(ieee33)
     fitted = method.fit(x, truth_of(x))
     assert fitted.branches is not None
-    assert fitted.branches.prior_var == pytest.approx(0.25)  # the widest prior allowed: MAX_RELATIVE_ERROR^2
+    assert fitted.branches.prior_var >= 0.01  # relative errors of 10 % and more (MAX_RELATIVE_ERROR: 50 %)
     ours = method.summarize(fitted, queries, LEVELS)
     assert np.abs(ours.mean - truth).mean() > 1e-4  # the model alone, as wrong as its lines
     assert _coverage(ours, truth) >= 0.95
