@@ -45,7 +45,7 @@ from service.http.deps import RuntimeDep, problems
 from service.http.form_stream import FRAMING_BYTES, FormStream
 from service.http.problems import ProblemError, field_error, unavailable
 from service.http.responses import json_response
-from service.http.schemas import VERSION_PATTERN, ContextId, Level, ModelVersion, SimulateSpec, Strict, StrictBool
+from service.http.schemas import VERSION_PATTERN, ContextId, Levels, ModelVersion, SimulateSpec, Strict, StrictBool
 from service.jobs import long_results, result_summary
 from service.jobs.inputs import InputError
 from service.jobs.jobspec import HOSTING_SOURCE, JobSpec, JobState
@@ -69,7 +69,7 @@ class BatchOptions(Strict):
     model: str = Field(description="a name from GET /v1/models")
     version: ModelVersion | None = None
     context_id: ContextId
-    quantiles: Annotated[list[Level], Field(max_length=99)] = []
+    quantiles: Levels = []
     voltage_band: VoltageBand | None = Field(None, description="[low, high] p.u., low < 1 <= high; adds p_outside_*")
     with_ground_truth: StrictBool = Field(False, description="also solve the AC power flow per row; adds true_*, err_*")
 

@@ -40,7 +40,7 @@ from service.http.form_stream import FormStream
 from service.http.problems import ProblemError, field_error
 from service.http.responses import json_response
 from service.http.routers import batch_jobs
-from service.http.schemas import Level, ModelVersion, OneContext, Strict, StrictBool, StrictInt
+from service.http.schemas import Levels, ModelVersion, OneContext, Strict, StrictBool, StrictInt
 from service.jobs.inputs import STUDY_LABELS
 
 
@@ -189,7 +189,7 @@ class StudyRequest(OneContext):
     scenarios: Annotated[list[ScenarioSpec], Field(min_length=1, max_length=1000)]
     time_series: TimeSeriesSpec | None = None
     voltage_band: VoltageBand | None = Field(None, description="[low, high] p.u.; default [0.95, 1.05]")
-    quantiles: Annotated[list[Level], Field(max_length=99)] = Field(
+    quantiles: Levels = Field(
         [], description="default [0.05, 0.95]; the summary's lowest/highest use the first and last"
     )
     detail: Literal["summary", "long"] = Field("long", description="long: also every row x bus")

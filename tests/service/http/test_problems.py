@@ -188,11 +188,13 @@ def test_a_models_typed_input_error_is_a_422_naming_the_request_field(api, cid, 
 
 
 def test_a_body_with_thousands_of_bad_cells_lists_a_bounded_number(api, scenarios):
-    """3,200 out-of-range voltages: the problem lists the first MAX_LISTED_ERRORS and says how many."""
+    """6,400 out-of-range voltages in 200 rows: each row stops at its first bad cell (schemas.FAIL_FAST), and the
+    problem lists the first MAX_LISTED_ERRORS of the 200 and says how many."""
     from service.http.problems import MAX_LISTED_ERRORS
 
     x, _ = scenarios
-    response = api.post("/v1/context-sets", json={"x": rows(x[:100]), "y": [[-1.0] * 32] * 100})
+    response = api.post("/v1/context-sets", json={"x": rows(x[:200]), "y": [[-1.0] * 32] * 200})
     body = assert_problem(response, 422, "y[0][0]")
-    assert len(body["errors"]) == MAX_LISTED_ERRORS and "3200 errors" in body["detail"]
+    assert len(body["errors"]) == MAX_LISTED_ERRORS and "200 errors" in body["detail"]
+    assert body["errors"][1]["field"] == "y[1][0]"
     assert len(response.content) < 50_000
