@@ -104,6 +104,9 @@ GAUSS_HALF = float(norm.ppf(0.5 + CALIBRATION_LEVEL / 2.0))
 REACH = 1.1 / GAUSS_HALF
 # Queries per block when widening (a PFN's bars are m x k x n_bars per block).
 GUARD_BLOCK = 512
+# Queries per call of the network model's power flow when widening (a call costs ~10 ms whatever its size on a
+# small feeder: 512-row calls were a third of physics-fit's answer on Kerber's 17 buses); a multiple of GUARD_BLOCK.
+SOLVE_BLOCK = 8 * GUARD_BLOCK
 
 
 def ramp(extrapolation: np.ndarray) -> np.ndarray:
@@ -329,17 +332,35 @@ class OffContextGuard(Method):
         quantiles = own.quantiles.copy()
         p_outside = None if own.p_outside is None else own.p_outside.copy()
         z = norm.ppf(np.asarray(levels, dtype=np.float64))[:, None, None]  # (L, 1, 1)
-        for start in range(0, far.size, GUARD_BLOCK):
-            rows = far[start : start + GUARD_BLOCK]
-            v = self._solved(q, rows)
-            added = self._miss(fitted, q[rows], v, mean[rows], weight[rows])
-            std[rows] = np.sqrt(np.square(std[rows]) + np.square(added))
-            if len(levels):
-                quantiles[:, rows] = widened_quantiles(quantiles[:, rows], mean[rows], z * added[None])
-            if band is not None and p_outside is not None:
-                pred = self.base.predict(fitted.real, q[rows])
-                p_outside[rows] = convolved_outside(pred, band, added)
+        for solve_start in range(0, far.size, SOLVE_BLOCK):  # the power flow in big blocks (its cost is per call)
+            solving = far[solve_start : solve_start + SOLVE_BLOCK]
+            voltages = self._solved(q, solving)
+            for start in range(0, solving.size, GUARD_BLOCK):
+                rows, v = solving[start : start + GUARD_BLOCK], voltages[start : start + GUARD_BLOCK]
+                self._widen_block(fitted, q, rows, v, weight, (mean, std, quantiles, p_outside), z, band)
         return Summary(mean, std, quantiles, p_outside)
+
+    def _widen_block(
+        self,
+        fitted: GuardedFit,
+        q: np.ndarray,
+        rows: np.ndarray,
+        v: np.ndarray,
+        weight: np.ndarray,
+        out: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None],
+        z: np.ndarray,
+        band: tuple[float, float] | None,
+    ) -> None:
+        """`widen` at query rows `rows` (the network model's voltages there v): std, quantiles and p_outside of
+        `out` (mean, std, quantiles, p_outside; the last None without a band) widened in place."""
+        mean, std, quantiles, p_outside = out
+        added = self._miss(fitted, q[rows], v, mean[rows], weight[rows])
+        std[rows] = np.sqrt(np.square(std[rows]) + np.square(added))
+        if z.size:
+            quantiles[:, rows] = widened_quantiles(quantiles[:, rows], mean[rows], z * added[None])
+        if band is not None and p_outside is not None:
+            pred = self.base.predict(fitted.real, q[rows])
+            p_outside[rows] = convolved_outside(pred, band, added)
 
     def consulted(self, fitted: GuardedFit, extrapolation: np.ndarray) -> np.ndarray:
         """The query rows whose answer `widen` reads the network model's power flow at: those beyond the
@@ -361,14 +382,14 @@ class OffContextGuard(Method):
 
     def refuse_unsolved(self, fitted: GuardedFit, query_x: np.ndarray, extrapolation: np.ndarray) -> None:
         """RowsRefused naming every query row `widen` would refuse (a consulted one without a power flow),
-        asked in `widen`'s blocks, the refused rows of all of them named (`widen` stops at the first)."""
+        asked in `widen`'s power-flow blocks, the refused rows of all of them named (`widen` stops at the first)."""
         q = np.asarray(query_x, dtype=np.float64)
         far = self.consulted(fitted, extrapolation)
         rows: list[int] = []
         refused: RowsRefused | None = None
-        for start in range(0, far.size, GUARD_BLOCK):
+        for start in range(0, far.size, SOLVE_BLOCK):
             try:
-                self._solved(q, far[start : start + GUARD_BLOCK])
+                self._solved(q, far[start : start + SOLVE_BLOCK])
             except RowsRefused as exc:
                 rows, refused = rows + exc.rows, exc
         if refused is not None:
