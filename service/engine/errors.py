@@ -86,7 +86,9 @@ class InputRejected(EngineError):
 
     def __init__(self, exc: InputValidationError, context_field: str = "context") -> None:
         field = context_field if exc.field in ("context_x", "context_y") else self.FIELDS.get(exc.field, exc.field)
-        super().__init__(str(exc), field, str(exc), exc.expected or "inputs within the model's supported range")
+        # worded with the request's field, not the model argument's ("queries: rows [5]", never "query_x: ...")
+        text = f"{field}: {exc.message}" if field != exc.field else str(exc)
+        super().__init__(text, field, text, exc.expected or "inputs within the model's supported range")
 
 
 class QueueFull(EngineError):

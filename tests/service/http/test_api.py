@@ -268,3 +268,18 @@ def test_big_predict_split_across_workers_equals_small_requests(model_dir, scena
     np.testing.assert_array_equal(
         np.array(whole["quantiles"]["0.9"]), np.concatenate([np.array(p["quantiles"]["0.9"]) for p in parts])
     )
+
+
+@pytest.mark.parametrize("model", ["physics-fit", "network-fit"])
+def test_rows_the_feeder_cannot_carry_are_named_in_the_requests_own_words(client, scenarios, model):
+    """Rows at 6x nominal load (voltage collapse) among rows in range: a 422 naming `queries` and worded with it
+    (physics-fit's said "query_x: rows ...", the model argument's name, where network-fit said "queries: ...")."""
+    x, y = scenarios
+    cid = upload(client, x[:60], y[:60])
+    queries = np.asarray(x[100:104]).copy()
+    queries[2] *= 6.0
+    problem = assert_problem(
+        client.post("/v1/predict", json={"model": model, "context_id": cid, "queries": rows(queries)}), 422
+    )
+    error = problem["errors"][0]
+    assert error["field"] == "queries" and error["message"].startswith("queries: rows [2]"), error
