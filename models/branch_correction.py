@@ -7,10 +7,11 @@ impedance), a meter pins the branches on its path (its readings' response to eac
 impedance that load's path shares with it), a branch no meter lies below keeps the prior, and the
 posterior over branches is joint, so a bus's std says what the meters leave open. The prior's size
 and the reading noise are set by maximum evidence, the noise no smaller than the power flow's accuracy (a
-context that excites no branch keeps the widest prior allowed, MAX_RELATIVE_ERROR). Where some bus is never read, the readings are trusted no
-closer than the linearisation's share of the correction (LINEARISATION_SHARE: what it misses is systematic
-and does not average out), and a bus no meter reads gets the held-out meters' measure of what the posterior
-still understates (`_heldout_factor`) and that share as its least std.
+context that excites no branch keeps a prior as wide as its readings allow, at most MAX_RELATIVE_ERROR).
+Where some bus is never read, the readings are trusted no closer than the linearisation's share of the
+correction (LINEARISATION_SHARE: what it misses is systematic and does not average out), and a bus no meter
+reads gets the held-out meters' measure of what the posterior still understates (`_heldout_factor`) and that
+share as its least std.
 """
 
 from __future__ import annotations
@@ -156,9 +157,9 @@ class BranchCorrection:
         unseen = shown <= UNSEEN_SIGNAL
         if chosen == BRANCH_PRIOR_GRID[-1] and unseen:
             # the evidence rose to the grid's end, and no branch's error of MAX_RELATIVE_ERROR would move the readings
-            # much beyond their noise (UNSEEN_SIGNAL): a context that excites nothing (loads of 1e-9 MW) shows no error because it could not,
-            # and the grid's end made it certain of every impedance. The prior is kept where the readings could
-            # first show an error (as precise as they are), at most MAX_RELATIVE_ERROR wide.
+            # much beyond their noise (UNSEEN_SIGNAL): a context that excites nothing (loads of 1e-9 MW) shows no
+            # error because it could not, and the grid's end made it certain of every impedance. The prior is kept
+            # where the readings could first show an error (as precise as they are), at most MAX_RELATIVE_ERROR wide.
             limit = at(max(1.0, best[3] / dof / (np.square(MAX_RELATIVE_ERROR) * unit)))
             best = best if limit is None else limit
         _, chol, theta, energy, penalty = best

@@ -1,9 +1,9 @@
 """network-fit's and physics-fit's power flow solved once per row of a batch job, not twice.
 
 Every network-fit and physics-fit answer reads the network model's voltages at its rows, and the power-flow
-check before the job's first chunk (service.jobs.chunks) must solve the same rows to refuse those without a solution: the
-check keeps what it solved, a file per chunk, and the chunk answers from it (the second solve was 15-20 % of
-such a job). A file, not memory: the check passes over the whole input before the first chunk, and a job may
+check before the job's first chunk (service.jobs.chunks) must solve the same rows to refuse those without a
+solution: the check keeps what it solved, a file per chunk, and the chunk answers from it (the second solve was
+15-20 % of a network-fit job). A file, not memory: the check passes over the whole input before the first chunk, and a job may
 hold GRIDPFN_JOB_MAX_ROWS rows (8 bytes per row and bus). It lies in the job's directory (JobFiles.voltages:
 removed with the parts when the job ends, and by the chunk once its part is written), .npz of float64 arrays
 read without pickle.
