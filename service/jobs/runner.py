@@ -356,8 +356,11 @@ class ChunkRunner:
         else:
             failed = self.states.fail(run.spec.id, f"{type(exc).__name__}: {exc}")
         if failed:
-            where = "assembling" if claim.assemble else f"in chunk {claim.index}"
-            log.error("job %s failed %s", run.spec.id, where, exc_info=exc)
+            if isinstance(exc, InputValidationError):  # the client's input, not a fault here: no traceback
+                log.warning("job %s refused its input: %s", run.spec.id, exc)
+            else:
+                where = "assembling" if claim.assemble else f"in chunk {claim.index}"
+                log.error("job %s failed %s", run.spec.id, where, exc_info=exc)
             self._stopped(run, "failed")
         else:  # already ended (cancelled or deleted under it, or finished by another worker)
             job = self.states.get(run.spec.id)

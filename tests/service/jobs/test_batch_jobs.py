@@ -3,6 +3,7 @@ cancel, and the client importable without torch. Real uvicorn server, real tiny 
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 
@@ -294,9 +295,11 @@ def test_streamed_result_publishes_only_a_complete_in_order_run(tmp_path):
     assert not files.parts.exists()
 
 
-def test_a_row_the_network_cannot_carry_fails_the_job_naming_its_file_row(embedded, tmp_path):
+def test_a_row_the_network_cannot_carry_fails_the_job_naming_its_file_row(embedded, tmp_path, caplog):
     """network-fit refuses loads beyond what the feeder carries; a batch job names the file's row (1-based), before
-    its first chunk (tests/service/jobs/test_chunks.py: the check itself)."""
+    its first chunk (tests/service/jobs/test_chunks.py: the check itself). The worker logs the client's refusal as
+    a warning, not as its own failure (it logged an ERROR with a traceback, "failed in chunk 0")."""
+    caplog.set_level(logging.WARNING, logger="service.jobs.runner")
     server, client, _ = embedded
     cid = context_id(client)
     frame = loads(CHUNK + 10, seed=3)
@@ -310,3 +313,5 @@ def test_a_row_the_network_cannot_carry_fails_the_job_naming_its_file_row(embedd
     assert final["errors"][0]["message"].startswith(f"file: rows [{CHUNK + 5}]: ")
     assert "beyond what the feeder can carry" in final["errors"][0]["message"]
     assert (final["errors"][0]["location"], final["errors"][0]["field"]) == ("body", "file")  # the field refused
+    mine = [r for r in caplog.records if r.name == "service.jobs.runner" and final["id"] in r.getMessage()]
+    assert [r.levelno for r in mine] == [logging.WARNING] and mine[0].exc_info is None, mine
