@@ -40,11 +40,8 @@ def main() -> None:
         for _ in range(3):
             n_context = 300
             batch = trainer._bind(trainer.prior.sample(8, n_context + 100, g, n_context=n_context))
-            cx, cy, qx, qy, pick = trainer._split(batch.x, batch.y, n_context, g)
             with torch.no_grad():
-                stats = trainer.model.encode_context(cx, cy, pick).stats
-                loc, _ = trainer.model.predict_base(stats, qx)
-                values.append(trainer.model.standardised_target(qy, loc, stats.y_scale[..., None]).abs().flatten())
+                values.append(trainer.standardised_targets(trainer._split(batch, n_context, g)).abs().flatten())
         v = torch.cat(values)
         quantiles = ", ".join(f"{float(v.quantile(q)):.3g}" for q in (0.5, 0.9, 0.99))
         borders = trainer.model.borders

@@ -91,6 +91,13 @@ class ModelConfig(_FileConfig):
     # to the same width, so one checkpoint serves every network; d_in is then unused, 0)
     inputs: Literal["loads", "principal"] = "loads"
     n_principal: int = 8
+    # what the bars' unit is at a query: "context" (the context's residual scale per output, every query
+    # alike) or "probe" (that scale grown by the query's leverage, and by the network model's own miss
+    # there: the base refitted on the network model's voltages at the context loads, its largest error
+    # over the buses at the query). "probe" lets a model learn queries far off its context (load growth,
+    # PV export) whose residuals are thousands of context scales; it needs the network model's voltages
+    # at every point (the prior's `probe`, the service's power flow).
+    target_scale: Literal["context", "probe"] = "context"
 
     @property
     def x_width(self) -> int:
@@ -111,6 +118,8 @@ class ModelConfig(_FileConfig):
             raise ValueError(f"backbone: expected 'transformer' or 'cnn', got {self.backbone!r}")
         if self.attention not in ("dva", "va"):
             raise ValueError(f"attention: expected 'dva' or 'va', got {self.attention!r}")
+        if self.target_scale not in ("context", "probe"):
+            raise ValueError(f"target_scale: expected 'context' or 'probe', got {self.target_scale!r}")
         if self.base not in ("physics", "ridge", "none"):
             raise ValueError(f"base: expected 'physics', 'ridge' or 'none', got {self.base!r}")
         if self.leverage not in ("design", "loads"):
@@ -186,6 +195,9 @@ class PowerFlowPriorConfig(_FileConfig):
     # `network` is then unused. None: every batch on `network`.
     random_feeders: tuple[int, int] | None = None
     feeder_seeds: tuple[int, int] = (100_000, 100_160)
+    # also solve every point on the network model (the feeder as built: no line variations, no
+    # reconfiguration) at its load readings, noise-free: the probe a model with target_scale="probe" needs
+    probe: bool = False
 
     def __post_init__(self) -> None:
         if self.random_feeders is not None:
@@ -251,8 +263,15 @@ class TrainConfig(_FileConfig):
     # the model also learns, and the share of the loss that cross-entropy against them takes
     teacher: str | None = None
     distill_weight: float = 0.0
+    # a warm start (init_weights) keeps its weights' bar borders; True places them anew from this run's
+    # prior (for a prior or target scale whose standardised residuals span another range)
+    reset_borders: bool = False
 
     def __post_init__(self) -> None:
+        if self.model.target_scale == "probe" and not self.prior.get("probe", False):
+            raise ValueError(
+                "model.target_scale='probe': the prior must solve the network model too (prior.probe true)"
+            )
         if not 0.0 <= self.distill_weight <= 1.0:
             raise ValueError(f"distill_weight: expected a share in [0, 1], got {self.distill_weight}")
         if self.distill_weight > 0.0 and self.teacher is None:

@@ -39,6 +39,15 @@ from models.config import ModelConfig
 from models.limits import MAX_CONTEXT_ROWS, MIN_CONTEXT_ROWS
 
 
+def _probe_voltages(probe_y: torch.Tensor | None, shape: Sequence[int]) -> torch.Tensor:
+    """The network model's voltages a target_scale="probe" model needs, checked: (B, N, k) float64."""
+    if probe_y is None:
+        raise ValueError("probe_y: target_scale='probe' needs the network model's voltages at every point")
+    if probe_y.shape[:-1] != tuple(shape[:-1]) or (shape[-1] != -1 and probe_y.shape[-1] != shape[-1]):
+        raise ValueError(f"probe_y: expected shape {tuple(shape)}, got {tuple(probe_y.shape)}")
+    return probe_y.double()
+
+
 def base_fit_for(cfg: ModelConfig, load_positions: Sequence[int] | None = None) -> BaseFit[Any]:
     """The closed-form base fit `cfg.base` names, each kind with the penalties it was trained with
     (`load_positions`: the network's, for a model of any feeder; else the config's)."""
@@ -96,6 +105,9 @@ class Standardisation:
     y_scale: torch.Tensor  # (B, k) float64: scale of the standardised residual
     base: FittedBase
     principal: PrincipalAxes | None = None  # the x stream's axes of a model for any feeder
+    # target_scale="probe": the base refitted on the network model's voltages at the context loads (every
+    # output: a query's probe miss is the largest over the buses, whichever outputs are trained)
+    probe: FittedBase | None = None
 
     @staticmethod
     def of(
@@ -104,10 +116,11 @@ class Standardisation:
         x_std: torch.Tensor,
         scale_floor: float,
         principal: PrincipalAxes | None = None,
+        probe: FittedBase | None = None,
     ) -> Standardisation:
         """The residuals' rms per output as the scale, plus a floor relative to the output's level."""
         scale = fit.residuals.pow(2).mean(dim=-2).sqrt() + scale_floor * (fit.fitted.y_mean.abs() + 1.0)
-        return Standardisation(x_mean, x_std, scale, fit.fitted, principal)
+        return Standardisation(x_mean, x_std, scale, fit.fitted, principal, probe)
 
     @property
     def n_context(self) -> int:
@@ -447,17 +460,25 @@ class DVAPFN(nn.Module):
 
     # -- the two calls ----------------------------------------------------------------------
     def encode_context(
-        self, context_x: torch.Tensor, context_y: torch.Tensor, outputs: torch.Tensor | None = None
+        self,
+        context_x: torch.Tensor,
+        context_y: torch.Tensor,
+        outputs: torch.Tensor | None = None,
+        probe_y: torch.Tensor | None = None,
     ) -> ContextCache:
         """Encode (B, n, d) inputs and (B, n, k) targets into per-layer keys and values.
 
-        `outputs` (B, k') keeps only those outputs after the base fit (which sees every bus).
+        `outputs` (B, k') keeps only those outputs after the base fit (which sees every bus). `probe_y`
+        (B, n, k): the network model's voltages at the context loads (target_scale="probe" only).
         """
         x_mean, x_std = physics_base.load_scaling(context_x)
         xs = self._standardise_x(context_x, x_mean, x_std)
         fit = self.base.fit(xs, context_y.double(), x_std)
         principal = PrincipalAxes.of(xs, self.cfg.n_principal) if self.cfg.any_network else None
-        stats = Standardisation.of(fit, x_mean, x_std, self.base.scale_floor, principal)
+        probe = None
+        if self.cfg.target_scale == "probe":
+            probe = self.base.fit(xs, _probe_voltages(probe_y, context_y.shape), x_std).fitted
+        stats = Standardisation.of(fit, x_mean, x_std, self.base.scale_floor, principal, probe)
         values = stats.standardised(fit.residuals)  # (B, k, n)
         leverage = leverage_feature(fit.leverage, stats.n_context, xs)
         if outputs is not None:
@@ -499,17 +520,25 @@ class DVAPFN(nn.Module):
         attention_log: list[torch.Tensor] | None = None,
         held_out: bool = False,
         out: torch.Tensor | None = None,
+        probe_y: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Logits (B, k, m, n_bars), location (B, k, m) and scale (B, k, 1), both float64.
+        """Logits (B, k, m, n_bars), location (B, k, m) and scale (B, k, 1), or (B, k, m) with
+        target_scale="probe", all float64.
 
         The predictive distribution of y is `loc + scale * z` with z ~ bars(logits). `held_out`:
         the queries are the context points the attention sees (`cache.attended`, in order), each
-        predicted with its own point masked; compare with `cache.targets`. `out`: a (B, k, m,
-        n_bars) tensor (a view into a caller's buffer) the logits are written into and returned as.
+        predicted with its own point masked; compare with `cache.targets` (the scale is the
+        context's). `out`: a (B, k, m, n_bars) tensor (a view into a caller's buffer) the logits
+        are written into and returned as. `probe_y` (B, m, k_all): the network model's voltages at
+        the query loads (target_scale="probe").
         """
         stats = cache.stats
         xs = self._standardise_x(query_x, stats.x_mean, stats.x_std)
-        loc, leverage = self._base_at(stats, xs)
+        base = self.base.predict(stats.base, xs)
+        loc, leverage = base.loc.transpose(-1, -2), leverage_feature(base.leverage, stats.n_context, xs)
+        scale = stats.y_scale[..., None]
+        if self.cfg.target_scale == "probe" and not held_out:
+            scale = self.probe_scale(stats, xs, base.leverage, probe_y)
         if held_out:
             # A context point's leave-one-out residual is the error of the fit without it, whose
             # leverage there is its own in-sample one: the feature the encoding computed. Deriving
@@ -532,7 +561,30 @@ class DVAPFN(nn.Module):
             return self.head(hy) if hx is None else self._split_head(hx, hy)
 
         logits = _in_blocks(answer, hx, hy, self.tokens_per_block, whole=attention_log is not None, out=out)
-        return logits, loc, stats.y_scale[..., None]
+        return logits, loc, scale
+
+    def query_scale(
+        self, stats: Standardisation, query_x: torch.Tensor, probe_y: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The bars' unit at queries, as `predict` returns it, without the attention: (B, k, 1) or (B, k, m)."""
+        if self.cfg.target_scale == "context":
+            return stats.y_scale[..., None]
+        xs = self._standardise_x(query_x, stats.x_mean, stats.x_std)
+        return self.probe_scale(stats, xs, self.base.predict(stats.base, xs).leverage, probe_y)
+
+    def probe_scale(
+        self, stats: Standardisation, xs: torch.Tensor, leverage: torch.Tensor | None, probe_y: torch.Tensor | None
+    ) -> torch.Tensor:
+        """target_scale="probe": each query's scale (B, k, m), float64. The context's residual scale grows
+        as the fit's prediction error does with the query's leverage h (s^2 (1 + h)), and the network
+        model's own miss there is added in quadrature: the base refitted on the network model's voltages
+        misses them at a query by what the context could not teach it (load growth, reversed flows), and
+        the fit on the readings misses the truth there by about as much."""
+        assert stats.probe is not None  # encode_context fits it for this target scale
+        truth = _probe_voltages(probe_y, (*xs.shape[:-1], -1))
+        miss = (self.base.predict(stats.probe, xs).loc - truth).abs().amax(dim=-1)  # (B, m)
+        spread = 1.0 if leverage is None else 1.0 + leverage.double()[:, None, :]
+        return (stats.y_scale[..., None].square() * spread + miss[:, None, :].square()).sqrt()
 
     def _split_head(self, hx: torch.Tensor, hy: torch.Tensor) -> torch.Tensor:
         """`head(cat[hy, hx])` without building the (B, k, N, Dv+E) concatenation.
@@ -561,10 +613,7 @@ class DVAPFN(nn.Module):
 
     def predict_base(self, stats: Standardisation, query_x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The in-context base prediction alone: location (B, k, m) float64 and leverage feature (B, m)."""
-        return self._base_at(stats, self._standardise_x(query_x, stats.x_mean, stats.x_std))
-
-    def _base_at(self, stats: Standardisation, xs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """`predict_base` at standardised query loads xs."""
+        xs = self._standardise_x(query_x, stats.x_mean, stats.x_std)
         base = self.base.predict(stats.base, xs)
         return base.loc.transpose(-1, -2), leverage_feature(base.leverage, stats.n_context, xs)
 
@@ -574,8 +623,13 @@ class DVAPFN(nn.Module):
         context_y: torch.Tensor,
         query_x: torch.Tensor,
         outputs: torch.Tensor | None = None,
+        probe_y: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return self.predict(self.encode_context(context_x, context_y, outputs), query_x)
+        """`probe_y` (B, n + m, k_all): the network model's voltages at the context's, then the queries' loads."""
+        n = context_x.shape[-2]
+        context_probe, query_probe = (None, None) if probe_y is None else (probe_y[:, :n], probe_y[:, n:])
+        cache = self.encode_context(context_x, context_y, outputs, context_probe)
+        return self.predict(cache, query_x, probe_y=query_probe)
 
     def standardised_target(self, y: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         """(B, m, k) observed targets -> (B, k, m) standardised residuals the bars describe."""

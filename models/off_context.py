@@ -383,6 +383,7 @@ class OffContextGuard(Method):
     def refuse_unsolved(self, fitted: GuardedFit, query_x: np.ndarray, extrapolation: np.ndarray) -> None:
         """RowsRefused naming every query row `widen` would refuse (a consulted one without a power flow),
         asked in `widen`'s power-flow blocks, the refused rows of all of them named (`widen` stops at the first)."""
+        self.base.refuse_unsolved(fitted.real, query_x, extrapolation)  # a probed checkpoint asks at every row
         q = np.asarray(query_x, dtype=np.float64)
         far = self.consulted(fitted, extrapolation)
         rows: list[int] = []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -20,7 +20,9 @@ from models.calibration import (
     median_leverage,
     spread_from_heldout,
 )
+from models.errors import RowsRefused
 from models.model import DVAPFN, ContextCache
+from models.network_voltages import solved
 from models.predictive import Method, Summary
 from models.validation import check_context, check_queries
 
@@ -53,24 +55,51 @@ class PFNMethod(Method):
         query_chunk: int = 2048,
         calibrate: bool = True,
         heldout_slope: float = 0.0,
+        voltages: Callable[[np.ndarray], np.ndarray] | None = None,
     ):
-        """`heldout_slope`: the checkpoint card's `calibration.heldout_slope` (models.heldout_bias)."""
+        """`heldout_slope`: the checkpoint card's `calibration.heldout_slope` (models.heldout_bias).
+        `voltages`: the network model's |V| (m, k) at load rows (m, d), NaN rows where its power flow
+        fails (gridsim.api.VoltageModel): what a model with target_scale="probe" scales its answers by."""
         self.model = model.eval().to(device)
+        self.voltages = voltages
         self.device = torch.device(device)
         self.query_chunk = query_chunk
         self.calibrate = bool(calibrate)
         self.heldout_slope = check_heldout_slope(heldout_slope, "heldout_slope")
         self.bar = BarDistribution(model.borders.detach().cpu())
 
-    def on_network(self, load_positions: Sequence[int]) -> PFNMethod:
-        """This method with a model of any feeder bound to one network (models.model.DVAPFN.on_network)."""
+    def on_network(
+        self, load_positions: Sequence[int], voltages: Callable[[np.ndarray], np.ndarray] | None = None
+    ) -> PFNMethod:
+        """This method with a model of any feeder bound to one network (models.model.DVAPFN.on_network),
+        and that network model's voltages (`voltages`, see __init__)."""
         return PFNMethod(
             self.model.on_network(load_positions),
             device=self.device,
             query_chunk=self.query_chunk,
             calibrate=self.calibrate,
             heldout_slope=self.heldout_slope,
+            voltages=voltages,
         )
+
+    @property
+    def probed(self) -> bool:
+        """Whether answers need the network model's power flow at every context row and query."""
+        return self.model.cfg.target_scale == "probe"
+
+    def _probe(self, x: np.ndarray, field: str, first_row: int = 0) -> torch.Tensor | None:
+        """(1, m, k) the network model's |V| at rows x for a probed model, else None; RowsRefused naming
+        `field`'s rows (counted from `first_row`) where its power flow fails."""
+        if not self.probed:
+            return None
+        if self.voltages is None:
+            raise ValueError(
+                "voltages: this checkpoint scales its answers by the network model's power flow; none given"
+            )
+        try:
+            return self._tensor(solved(self.voltages, x, field))[None]
+        except RowsRefused as exc:
+            raise RowsRefused(exc.field, [first_row + r for r in exc.rows], exc.reason, exc.expected) from None
 
     @property
     def d_in(self) -> int:
@@ -84,7 +113,7 @@ class PFNMethod(Method):
         context_x, context_y = check_context(context_x, context_y, d=self.d_in)
         x = self._tensor(context_x)
         y = self._tensor(context_y)
-        cache = self.model.encode_context(x[None], y[None])
+        cache = self.model.encode_context(x[None], y[None], probe_y=self._probe(context_x, "context_x"))
         if not self.calibrate:
             return EncodedContext(cache, None)
         cv = self._small_context_errors(cache, x, y)
@@ -149,9 +178,15 @@ class PFNMethod(Method):
         residuals = ((y.transpose(0, 1) - loc[0]) / cache.stats.y_scale[0][:, None]).transpose(0, 1)
         return median_leverage(residuals.cpu().numpy(), loo_targets)
 
+    def refuse_unsolved(self, fitted: EncodedContext, query_x: np.ndarray, extrapolation: np.ndarray) -> None:
+        """A probed checkpoint asks the network model at every query: RowsRefused naming each row without a
+        power flow (models.predictive.Method.refuse_unsolved); any other asks it nowhere."""
+        self._probe(check_queries(query_x, d=self.d_in), "query_x")
+
     @torch.inference_mode()
     def raw_predict(self, encoded: EncodedContext, query_x: np.ndarray) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
-        """Logits (m, k, n_bars) on the CPU, location (m, k) and scale (1, k), in query chunks."""
+        """Logits (m, k, n_bars) on the CPU, location (m, k) and scale (1, k), or (m, k) for a probed model,
+        in query chunks."""
         query_x = check_queries(query_x, d=self.d_in)
         m = len(query_x)
         # every chunk writes its logits straight into one (k, m, bars) buffer: no per-chunk tensor, no concatenation
@@ -163,12 +198,17 @@ class PFNMethod(Method):
             device=self.device,
             dtype=cast(torch.nn.Linear, self.model.head[-1]).weight.dtype,
         )
-        locs = []
+        locs, scales = [], []
         for start in range(0, m, self.query_chunk):
-            chunk = self._tensor(query_x[start : start + self.query_chunk])
-            _, loc, scale = self.model.predict(encoded.cache, chunk[None], out=out[:, :, start : start + len(chunk)])
+            rows = query_x[start : start + self.query_chunk]
+            probe = self._probe(rows, "query_x", first_row=start)
+            chunk = self._tensor(rows)
+            _, loc, scale = self.model.predict(
+                encoded.cache, chunk[None], out=out[:, :, start : start + len(chunk)], probe_y=probe
+            )
             locs.append(loc[0].transpose(0, 1).cpu())
-        scale_np = scale[0].transpose(0, 1).cpu().numpy()
+            scales.append(scale[0].transpose(0, 1).cpu())
+        scale_np = (torch.cat(scales) if self.probed else scales[-1]).numpy()
         logits = out[0].transpose(0, 1).float().cpu()  # a (m, k, bars) view: statistics need no copy
         return logits, torch.cat(locs).numpy(), scale_np
 

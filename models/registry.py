@@ -434,7 +434,10 @@ def _warm_up(method: PFNMethod, card: dict[str, Any]) -> None:
     rng = np.random.default_rng(0)
     n = int(card["context_size"]["min"])
     if method.model.cfg.any_network:
-        method = method.on_network(range(WARM_UP_LOADS))
+        # a probed checkpoint's voltages here are the warm-up's own made-up feeder, not a power flow
+        method = method.on_network(
+            range(WARM_UP_LOADS), voltages=lambda rows: 1.0 + 1e-3 * rows[:, :1] @ np.ones((1, WARM_UP_LOADS))
+        )
         k = WARM_UP_LOADS
     else:
         k = len(card["outputs"])
@@ -454,8 +457,9 @@ def any_network_builder(loaded: LoadedModel[PFNMethod]) -> Callable[[Any], Loade
     from models.physics_fit import on_network
 
     def build(network: Any) -> LoadedModel[Method]:
+        voltages = VoltageModel(network)  # one power-flow model for the checkpoint's probe and the guard
         method = OffContextGuard(
-            loaded.method.on_network(network.load_positions), VoltageModel(network), physics_fit.method_for(network)
+            loaded.method.on_network(network.load_positions, voltages), voltages, physics_fit.method_for(network)
         )
         return LoadedModel(loaded.name, loaded.version, on_network(loaded.card, network), method, loaded.device)
 

@@ -96,6 +96,27 @@ def for_network(config: TrainConfig, name: str) -> TrainConfig:
     return dataclasses.replace(config, model=model, prior={**config.prior, "network": net.name})
 
 
+@dataclass(frozen=True)
+class Split:
+    """A batch split for training: context (cx, cy), queries qx and their picked outputs' targets qy,
+    the picked outputs `pick` (B, k), and the network model's voltages at every point (B, N, k_all) or None."""
+
+    cx: torch.Tensor
+    cy: torch.Tensor
+    qx: torch.Tensor
+    qy: torch.Tensor
+    pick: torch.Tensor
+    probe: torch.Tensor | None = None
+
+    @property
+    def context_probe(self) -> torch.Tensor | None:
+        return None if self.probe is None else self.probe[:, : self.cx.shape[1]]
+
+    @property
+    def query_probe(self) -> torch.Tensor | None:
+        return None if self.probe is None else self.probe[:, self.cx.shape[1] :]
+
+
 class Trainer:
     """Owns one run directory: config, checkpoints, best weights."""
 
@@ -164,20 +185,19 @@ class Trainer:
             self.model.base = base_fit_for(self.config.model, batch.load_positions)
         return batch
 
-    def _split(
-        self, x: torch.Tensor, y: torch.Tensor, n_context: int, generator: torch.Generator
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Pick outputs per dataset and split points into context and held-out queries.
+    def _split(self, batch: PriorBatch, n_context: int, generator: torch.Generator, rows: slice = slice(None)) -> Split:
+        """Pick outputs per dataset and split points into context and held-out queries (of datasets `rows`).
 
         The context keeps every output (the base fit sees every bus); the model is trained on
         the picked outputs `pick` (B, k) only, and the queries' targets are those.
         """
+        x, y = batch.x[rows].to(self.device), batch.y[rows].to(self.device)
         k_total = y.shape[-1]
         k = min(self.config.outputs_per_dataset, k_total)
         pick = torch.rand(y.shape[0], k_total, generator=generator).argsort(dim=-1)[:, :k].to(self.device)
-        x, y = x.to(self.device), y.to(self.device)
         qy = torch.gather(y[:, n_context:], -1, pick[:, None, :].expand(-1, y.shape[1] - n_context, -1))
-        return x[:, :n_context], y[:, :n_context], x[:, n_context:], qy, pick
+        probe = None if batch.probe_y is None else batch.probe_y[rows].to(self.device)
+        return Split(x[:, :n_context], y[:, :n_context], x[:, n_context:], qy, pick, probe)
 
     def _context_size(self, g: torch.Generator) -> int:
         """Context size of a batch: uniform or log-uniform over the config's range."""
@@ -195,11 +215,8 @@ class Trainer:
         for _ in range(max(1, cfg.border_samples // cfg.batch_size)):
             n_context = self._context_size(g)
             batch = self._bind(self.prior.sample(cfg.batch_size, n_context + cfg.n_query, g, n_context=n_context))
-            cx, cy, qx, qy, pick = self._split(batch.x, batch.y, n_context, g)
             with torch.no_grad():
-                stats = self.model.encode_context(cx, cy, pick).stats
-                loc, _ = self.model.predict_base(stats, qx)
-                samples.append(self.model.standardised_target(qy, loc, stats.y_scale[..., None]).flatten())
+                samples.append(self.standardised_targets(self._split(batch, n_context, g)).flatten())
         bar = BarDistribution.from_samples(torch.cat(samples).cpu(), cfg.model.n_bars)
         self.model.borders.copy_(bar.borders.to(self.model.borders))
 
@@ -211,18 +228,18 @@ class Trainer:
         progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
         return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
-    def loss(
-        self,
-        cx: torch.Tensor,
-        cy: torch.Tensor,
-        qx: torch.Tensor,
-        qy: torch.Tensor,
-        pick: torch.Tensor,
-        distill: bool = True,
-    ) -> torch.Tensor:
+    def standardised_targets(self, split: Split) -> torch.Tensor:
+        """The held-out targets (B, k, m) in the bars' units, without the attention (what the borders place)."""
+        cache = self.model.encode_context(split.cx, split.cy, split.pick, split.context_probe)
+        loc, _ = self.model.predict_base(cache.stats, split.qx)
+        scale = self.model.query_scale(cache.stats, split.qx, split.query_probe)
+        return self.model.standardised_target(split.qy, loc, scale)
+
+    def loss(self, split: Split, distill: bool = True) -> torch.Tensor:
         """Mean NLL of held-out targets (of outputs `pick`) under the predicted bar distribution; with
         a teacher (and `distill`) mixed with the cross-entropy against the teacher's bars."""
-        logits, loc, scale = self.model(cx, cy, qx, pick)
+        cx, cy, qx, qy, pick = split.cx, split.cy, split.qx, split.qy, split.pick
+        logits, loc, scale = self.model(cx, cy, qx, pick, split.probe)
         z = self.model.standardised_target(qy, loc, scale)
         nll = -self.bar.log_prob(logits, z).mean()
         weight = self.config.distill_weight
@@ -240,8 +257,8 @@ class Trainer:
             for batch in self.val_batches:
                 self._bind(batch)
                 for start in range(0, len(batch.x), cfg.batch_size):
-                    x, y = batch.x[start : start + cfg.batch_size], batch.y[start : start + cfg.batch_size]
-                    losses.append(float(self.loss(*self._split(x, y, max(cfg.n_context), g), distill=False)))
+                    rows = slice(start, start + cfg.batch_size)
+                    losses.append(float(self.loss(self._split(batch, max(cfg.n_context), g, rows), distill=False)))
         self.model.train()
         return sum(losses) / len(losses)
 
@@ -260,7 +277,7 @@ class Trainer:
             batch = self._bind(self.prior.sample(cfg.batch_size, n_context + cfg.n_query, g, n_context=n_context))
             for group in self.optimizer.param_groups:
                 group["lr"] = self._lr(p.step)
-            loss = self.loss(*self._split(batch.x, batch.y, n_context, g))
+            loss = self.loss(self._split(batch, n_context, g))
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
@@ -362,7 +379,7 @@ class Trainer:
                 f"other shapes {fresh[:5]}"
             )
         self.model.load_state_dict({k: own[k] if k in fresh else v for k, v in found.items()})
-        if "borders" in fresh:  # another bar count: this model's borders come from the prior
+        if "borders" in fresh or self.config.reset_borders:  # another bar count or target: from the prior
             self._set_borders()
         self.progress.init = {**init_record(weights), **({"kept_fresh": fresh} if fresh else {})}
 

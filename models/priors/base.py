@@ -17,6 +17,8 @@ class PriorBatch:
     # where each load bus sits among the outputs when the batch's feeder is not the model's own (a prior
     # over feeders); None: the prior's one network, whose positions the model's config holds
     load_positions: tuple[int, ...] | None = None
+    # (B, N, k) the network model's voltages at each point's load readings (PowerFlowPriorConfig.probe); None: not asked
+    probe_y: torch.Tensor | None = None
 
 
 class Prior(Protocol):

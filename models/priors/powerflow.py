@@ -9,7 +9,9 @@ variation look like noise).
 
 Operating data (issue 29), each a share of the datasets: loads that follow correlated daily
 profiles with PV under a daylight bell (profiles.py), queries beyond the context's regime
-(shift.py), meter noise on the context's voltage and load readings (meter.py). Random draws
+(shift.py), meter noise on the context's voltage and load readings (meter.py). With `probe`, every
+point is also solved on the network model (the feeder as built) at its readings, as the service solves
+a user's network model: what a model with `target_scale="probe"` scales its targets by. Random draws
 happen on the prior's device (a GPU generator seeded from the caller's), so the whole prior
 runs on a GPU; on the CPU the caller's generator draws everything, as before.
 """
@@ -45,6 +47,7 @@ class PowerFlowPrior:
         self.device = torch.device(device or "cpu")
         self.base_p = torch.tensor(self.net.base_p_mw, dtype=torch.float64, device=self.device)
         self.base_q = torch.tensor(self.net.base_q_mvar, dtype=torch.float64, device=self.device)
+        self._zbus: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def _draws(self, g: torch.Generator) -> torch.Generator:
         """The generator of the bulk draws: the caller's on the CPU; on a GPU one on the GPU seeded
@@ -150,7 +153,7 @@ class PowerFlowPrior:
         cfg = self.config
         if n_context is not None and not 0 <= n_context <= n_points:
             raise ValueError(f"n_context: expected 0..n_points={n_points}, got {n_context}")
-        xs, ys, missing, attempts = [], [], batch_size, 0
+        xs, ys, probes, missing, attempts = [], [], [], batch_size, 0
         while missing > 0:
             attempts += 1
             if attempts > 20:
@@ -168,9 +171,24 @@ class PowerFlowPrior:
                 vm = meter.read_voltages(cfg, vm, n_context, g)
             if cfg.p_load_noise > 0:
                 x = meter.read_loads(cfg, x, n_context, g)
+            if cfg.probe:  # the network model at the readings; a dataset it cannot carry is redrawn too
+                v, converged, _ = solve_batched(*self._model_zbus, self.net.loads_to_pu(x))
+                carried = converged.all(dim=-1)
+                x, vm = x[carried], vm[carried]
+                probes.append(v[carried].abs())
+                ok = carried
             xs.append(x)
             ys.append(vm)
             missing -= int(ok.sum())
         x = torch.cat(xs)[:batch_size]
         y = torch.cat(ys)[:batch_size]
-        return PriorBatch(x.to(self.device), y.to(self.device))
+        probe = torch.cat(probes)[:batch_size].to(self.device) if cfg.probe else None
+        return PriorBatch(x.to(self.device), y.to(self.device), probe_y=probe)
+
+    @property
+    def _model_zbus(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The network model's reduced Z-bus and no-load voltages (the feeder as built), computed once."""
+        if self._zbus is None:
+            z, w = self.net.zbus()
+            self._zbus = (z.to(self.device), w.to(self.device))
+        return self._zbus

@@ -73,11 +73,11 @@ def test_student_moves_towards_the_teachers_answers(teacher_dir):
     trainer = Trainer(_config(teacher_dir), teacher_dir.parent.parent / "run")
     gen = torch.Generator().manual_seed(5)
     batch = trainer.prior.sample(2, 60, gen)
-    split = trainer._split(batch.x, batch.y, 50, gen)
+    split = trainer._split(batch, 50, gen)
 
     def gap() -> float:
         with torch.no_grad():
-            return float(trainer.loss(*split))  # distill_weight 1: the cross-entropy alone
+            return float(trainer.loss(split))  # distill_weight 1: the cross-entropy alone
 
     before = gap()
     trainer.run(show_progress=False)
