@@ -8,3 +8,7 @@ MIN_CONTEXT_ROWS = 16
 # At this size the physics base's fit is one (10,000 x ~200) SVD and the attention sees a fixed
 # subset of the rows (models.model.ATTEND_MAX).
 MAX_CONTEXT_ROWS = 10_000
+# A voltage reading (|V| p.u.) outside this range is no operating point of a distribution feeder: a reading
+# in kV or V, a meter's placeholder, a collapsed feeder. The models extrapolate such a reading into nonsense
+# (a reading of 2.0 gave a checkpoint a negative 5 % quantile), so the service refuses it by cell instead.
+READING_MIN_PU, READING_MAX_PU = 0.5, 1.5

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from models.limits import READING_MAX_PU, READING_MIN_PU
 from service.engine.context_sets import ContextSet
 from service.engine.errors import GPContextTooLarge, InvalidInput, TooLarge
 from service.engine.load_table import LOAD_LIMIT, InputError, NamedColumns
@@ -112,12 +113,13 @@ class Checks:
                 raise InvalidInput(
                     f"{field}.{name}[{row}][{col}]", "is infinite", "a finite number, or null if missing"
                 )
-        if (ya <= 0).any():  # NaN (not read) compares False
-            row, col = map(int, np.argwhere(ya <= 0)[0])
+        implausible = (ya < READING_MIN_PU) | (ya > READING_MAX_PU)  # NaN (not read) compares False
+        if implausible.any():
+            row, col = map(int, np.argwhere(implausible)[0])
             raise InvalidInput(
                 f"{field}.y[{row}][{col}]",
                 f"is {ya[row, col]:g}",
-                "a voltage magnitude above 0 p.u., or null if not read",
+                f"a voltage magnitude in p.u. within [{READING_MIN_PU:g}, {READING_MAX_PU:g}], or null if not read",
             )
         check_rows(ya, f"{field}.y")
         typical = None

@@ -19,6 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from pydantic_core import PydanticCustomError
 
 from gridsim.feeders import MAX_BUSES
+from models.limits import READING_MAX_PU, READING_MIN_PU
 from models.off_context import EXTRAPOLATION_THRESHOLD
 from service.constants import SHA256_HEX, SHA256_ID
 from service.engine import load_table
@@ -63,7 +64,16 @@ LOAD_LIMIT = load_table.LOAD_LIMIT  # one bound for JSON bodies, Arrow bodies an
 Load = Annotated[
     float, Field(allow_inf_nan=False, strict=True, ge=-LOAD_LIMIT, le=LOAD_LIMIT, description="MW or Mvar")
 ]
-Voltage = Annotated[float, Field(allow_inf_nan=False, strict=True, gt=0.0, le=5.0, description="|V| in p.u.")]
+Voltage = Annotated[
+    float,
+    Field(
+        allow_inf_nan=False,
+        strict=True,
+        ge=READING_MIN_PU,
+        le=READING_MAX_PU,
+        description="|V| in p.u.: a reading outside this range is no operating point (kV or V, a placeholder)",
+    ),
+]
 
 
 def _within(low: int, high: int, what: str):

@@ -61,11 +61,14 @@ def test_context_set_upload_is_content_addressed(client, scenarios):
     assert client.get(f"/v1/context-sets/{cid}").status_code == 404
 
 
-def test_a_voltage_reading_of_zero_or_below_is_refused_naming_its_cell(client, scenarios):
-    """|V| in p.u. is positive: a 0.0 (a dead meter's default) or negative reading is a 422 naming the cell,
-    where a 0.0 was taken as a reading and its bus's lower quantile came out negative."""
+def test_a_voltage_reading_no_feeder_operates_at_is_refused_naming_its_cell(client, scenarios):
+    """|V| in p.u. of a distribution feeder lies within [0.5, 1.5]: a 0.0 (a dead meter's default), a negative,
+    a denormal, a 2.0 or a reading in kV is a 422 naming the cell, where a 0.0 was taken as a reading (its bus's
+    lower quantile came out negative) and a 2.0 gave a checkpoint a negative 5 % quantile."""
     x, y = (np.asarray(a[:60]) for a in scenarios)
-    for bad in (0.0, -1.0):
+    cid = upload(client, x, np.where(np.arange(y.shape[1]) == 17, 0.5, y))  # the range's ends are readings
+    assert client.delete(f"/v1/context-sets/{cid}").status_code == 204
+    for bad in (0.0, -1.0, 5e-324, 0.4999, 1.5001, 2.0, 12.66):
         broken = y.copy()
         broken[7, 17] = bad
         problem = assert_problem(client.post("/v1/context-sets", json={"x": rows(x), "y": rows(broken)}), 422)

@@ -284,6 +284,14 @@ def test_csv_and_parquet_context_uploads_take_empty_and_nan_cells(client, sparse
         client.post("/ui/api/context-sets", files={"file": ("i.csv", infinite.to_csv(index=False).encode())}), 422
     )
     assert problem["errors"][0]["row"] == 7 and problem["errors"][0]["column"] == NET.feature_names[2]
+    # so is a reading no feeder operates at (here in kV), named with the range it is not in
+    kilovolts = frame.copy()
+    kilovolts[NET.output_names[4]] = 12.66
+    problem = assert_problem(
+        client.post("/ui/api/context-sets", files={"file": ("k.csv", kilovolts.to_csv(index=False).encode())}), 422
+    )
+    error = problem["errors"][0]
+    assert (error["row"], error["column"], error["expected"]) == (1, NET.output_names[4], "a number <= 1.5"), problem
 
 
 def test_a_context_upload_names_the_row_and_column_of_what_its_reader_refused(memory_server, scenarios):
