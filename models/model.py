@@ -145,6 +145,8 @@ class ContextCache:
     attended: torch.Tensor | None = None  # (n_att,) context rows the attention sees; None = all of them
     targets: torch.Tensor | None = None  # (B, k, n_att) their standardised LOO residuals, the values' source
     leverage: torch.Tensor | None = None  # (B, n_att) their own (in-sample) leverage feature
+    # target_scale="probe": (B, k, n_att) the bars' unit at each of them held out; None: the context's scale
+    heldout_scale: torch.Tensor | None = None
 
     @property
     def n_outputs(self) -> int:
@@ -477,22 +479,32 @@ class DVAPFN(nn.Module):
         principal = PrincipalAxes.of(xs, self.cfg.n_principal) if self.cfg.any_network else None
         probe = None
         if self.cfg.target_scale == "probe":
-            probe = self.base.fit(xs, _probe_voltages(probe_y, context_y.shape), x_std).fitted
-        stats = Standardisation.of(fit, x_mean, x_std, self.base.scale_floor, principal, probe)
+            probe = self.base.fit(xs, _probe_voltages(probe_y, context_y.shape), x_std)
+        stats = Standardisation.of(
+            fit, x_mean, x_std, self.base.scale_floor, principal, None if probe is None else probe.fitted
+        )
         values = stats.standardised(fit.residuals)  # (B, k, n)
         leverage = leverage_feature(fit.leverage, stats.n_context, xs)
         if outputs is not None:
             stats = stats.select(outputs)
             values = torch.gather(values, 1, outputs[..., None].expand(-1, -1, values.shape[-1]))
+        # a probed model's unit at each context point held out: its in-sample leverage, the probe's own
+        # leave-one-out miss there (what `probe_scale` is at a new query), so calibration compares like units
+        held_scale = None
+        if probe is not None:
+            miss = probe.residuals.abs().amax(dim=-1)  # (B, n)
+            spread = 1.0 if fit.leverage is None else 1.0 + fit.leverage.double()[:, None, :]
+            held_scale = (stats.y_scale[..., None].square() * spread + miss[:, None, :].square()).sqrt()
         attended = attended_rows(xs.shape[-2], xs.device)
         if attended is not None:
             xs, values, leverage = xs[:, attended], values[..., attended], leverage[:, attended]
+            held_scale = None if held_scale is None else held_scale[..., attended]
         k = values.shape[1]
         hx, joint = self._x_tokens(xs, leverage, k, stats.principal)
         hy = self.embed_y(values.to(self.embed_y.weight.dtype)[..., None])  # (B, k, n, Dv)
         if joint is not None:
             hy = hy + joint
-        cache = ContextCache(stats, attended=attended, targets=values, leverage=leverage)
+        cache = ContextCache(stats, attended=attended, targets=values, leverage=leverage, heldout_scale=held_scale)
         for layer in cast(Iterable[Layer], self.layers):
             keys, vals = layer.keys_values(hx, hy)
             cache.keys.append(keys)
@@ -527,18 +539,19 @@ class DVAPFN(nn.Module):
 
         The predictive distribution of y is `loc + scale * z` with z ~ bars(logits). `held_out`:
         the queries are the context points the attention sees (`cache.attended`, in order), each
-        predicted with its own point masked; compare with `cache.targets` (the scale is the
-        context's). `out`: a (B, k, m, n_bars) tensor (a view into a caller's buffer) the logits
+        predicted with its own point masked; compare with `cache.targets` (the scale is then
+        `cache.heldout_scale`, or the context's). `out`: a (B, k, m, n_bars) tensor (a view into a caller's buffer) the logits
         are written into and returned as. `probe_y` (B, m, k_all): the network model's voltages at
         the query loads (target_scale="probe").
         """
         stats = cache.stats
         xs = self._standardise_x(query_x, stats.x_mean, stats.x_std)
-        base = self.base.predict(stats.base, xs)
-        loc, leverage = base.loc.transpose(-1, -2), leverage_feature(base.leverage, stats.n_context, xs)
+        loc, leverage, raw_leverage = self._base_at(stats, xs)
         scale = stats.y_scale[..., None]
-        if self.cfg.target_scale == "probe" and not held_out:
-            scale = self.probe_scale(stats, xs, base.leverage, probe_y)
+        if self.cfg.target_scale == "probe":
+            held = cache.heldout_scale
+            assert held is not None  # encode_context sets it for this target scale
+            scale = held if held_out else self.probe_scale(stats, xs, raw_leverage, probe_y)
         if held_out:
             # A context point's leave-one-out residual is the error of the fit without it, whose
             # leverage there is its own in-sample one: the feature the encoding computed. Deriving
@@ -613,9 +626,16 @@ class DVAPFN(nn.Module):
 
     def predict_base(self, stats: Standardisation, query_x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The in-context base prediction alone: location (B, k, m) float64 and leverage feature (B, m)."""
-        xs = self._standardise_x(query_x, stats.x_mean, stats.x_std)
+        loc, leverage, _ = self._base_at(stats, self._standardise_x(query_x, stats.x_mean, stats.x_std))
+        return loc, leverage
+
+    def _base_at(
+        self, stats: Standardisation, xs: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """At standardised query loads xs: the base's location (B, k, m), leverage feature (B, m) and raw
+        leverage (B, m) or None."""
         base = self.base.predict(stats.base, xs)
-        return base.loc.transpose(-1, -2), leverage_feature(base.leverage, stats.n_context, xs)
+        return base.loc.transpose(-1, -2), leverage_feature(base.leverage, stats.n_context, xs), base.leverage
 
     def forward(
         self,

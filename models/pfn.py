@@ -161,8 +161,11 @@ class PFNMethod(Method):
             cv = self._small_context_errors(cache, context_x, context_y)
         points = context_x if cache.attended is None else context_x[cache.attended]
         overstatement = 1.0
+        if cache.heldout_scale is not None:  # a probed model's bars are in its held-out unit, not the context's
+            targets = targets * (cache.stats.y_scale[0][:, None] / cache.heldout_scale[0]).T.cpu().numpy()
         if cv is not None:
-            targets = (cv / cache.stats.y_scale[0]).cpu().numpy()
+            unit = cache.stats.y_scale[0] if cache.heldout_scale is None else cache.heldout_scale[0].T
+            targets = (cv / unit).cpu().numpy()
         elif self.heldout_slope > 0 and context_y is not None:  # the truth is the leave-one-out residual
             overstatement = math.exp(self.heldout_slope * self.base_leverage(cache, points, context_y, targets))
         logits, _, _ = self.model.predict(cache, points[None], held_out=True)  # (1, k, n, bars)
@@ -210,7 +213,22 @@ class PFNMethod(Method):
             scales.append(scale[0].transpose(0, 1).cpu())
         scale_np = (torch.cat(scales) if self.probed else scales[-1]).numpy()
         logits = out[0].transpose(0, 1).float().cpu()  # a (m, k, bars) view: statistics need no copy
-        return logits, torch.cat(locs).numpy(), scale_np
+        loc_np = torch.cat(locs).numpy()
+        if self.probed:  # the base fit's mean, the bars' shape and width around it
+            loc_np = loc_np - scale_np * self._bar_means(logits)
+        return logits, loc_np, scale_np
+
+    def _bar_means(self, logits: torch.Tensor) -> np.ndarray:
+        """E[z] (m, k) of each answer's bars, float64, in row blocks (a probed model's centring).
+
+        In the probe's unit, far off the context, one unit is the network model's whole miss: a bar mean of
+        0.1 there moved answers by a tenth of it, and the unit has no sign to say which way (a first probed
+        run's answers: 1.5-130x physics-fit's MAE through the API, bench/results/any-network.md). So a
+        probed checkpoint answers the base fit's mean, with its bars' shape and width around it."""
+        bar = self.bar.cast(torch.float64, logits.device)
+        step = max(1, (1 << 22) // max(logits.shape[1] * logits.shape[2], 1))
+        parts = [bar.mean(logits[start : start + step].double()) for start in range(0, len(logits), step)]
+        return torch.cat(parts).cpu().numpy() if parts else np.zeros(logits.shape[:2])
 
     def predict(self, encoded: EncodedContext, query_x: np.ndarray) -> BarPredictive:
         logits, loc, scale = self.raw_predict(encoded, query_x)

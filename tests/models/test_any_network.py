@@ -260,9 +260,14 @@ def test_a_probe_scaled_model_trains_on_shifted_queries_and_serves_an_upload(pro
     served = registry.get("tiny-probe", net)
     x = np.concatenate([_loads(net, 100, seed=1), 1.5 * _loads(net, 20, seed=5)])
     y = VoltageModel(net)(x)
-    summary = served.method.summarize(served.method.fit(x[:100], y[:100]), x[100:], (0.025, 0.975))
+    fitted = served.method.fit(x[:100], y[:100])
+    summary = served.method.summarize(fitted, x[100:], (0.025, 0.975))
     assert np.all(np.isfinite(summary.mean)) and np.all(summary.quantiles[1] > summary.quantiles[0])
     bare = served.method.base  # the checkpoint under the guard
+    # its answers are the base fit's mean (the bars give the shape and width around it), in range and at growth
+    base_loc, _ = bare.model.predict_base(fitted.real.cache.stats, torch.as_tensor(x[100:])[None])
+    np.testing.assert_allclose(summary.mean, base_loc[0].T.numpy(), rtol=0.0, atol=1e-9)
+    assert fitted.real.cache.heldout_scale is not None and np.all(np.isfinite(fitted.real.spread))
     with pytest.raises(ValueError, match="voltages"):
         bare.on_network(net.load_positions).fit(x[:100], y[:100])
     beyond = x[100:].copy()

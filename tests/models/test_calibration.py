@@ -134,7 +134,7 @@ def test_held_out_prediction_is_the_prediction_without_the_point(monkeypatch):
                 cache, keys=[k[:, :, keep] for k in cache.keys], values=[v[:, :, keep] for v in cache.values]
             )
             own = cache.leverage[:, i : i + 1]
-            monkeypatch.setattr(model, "_base_at", lambda stats, xs, own=own: (base_at(stats, xs)[0], own))
+            monkeypatch.setattr(model, "_base_at", lambda stats, xs, own=own: (base_at(stats, xs)[0], own, None))
             alone, _, _ = model.predict(smaller, cx[None, i : i + 1])
             monkeypatch.undo()
             torch.testing.assert_close(held[:, :, i], alone[:, :, 0], rtol=1e-5, atol=1e-5)
