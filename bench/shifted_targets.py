@@ -9,10 +9,12 @@ beside the bars' range: shifted queries land hundreds to tens of thousands of sc
 half-normal tails give NLLs of 1e6 and more.
 
     .venv/bin/python bench/shifted_targets.py
+    .venv/bin/python bench/shifted_targets.py --config models/configs/any-transformer-dva-fast-probe.json  # the probe's unit
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import sys
 import tempfile
@@ -31,8 +33,12 @@ INIT = ROOT / "models" / "registry" / "transformer-dva-fast" / "0.2.2" / "model.
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=CONFIG, help="a training config (its model's target_scale)")
+    config = parser.parse_args().config
+    print(f"{config}: target_scale {TrainConfig.load(config).model.target_scale}")
     for p_shifted in (0.0, 1.0):
-        cfg = TrainConfig.load(CONFIG)
+        cfg = TrainConfig.load(config)
         cfg = dataclasses.replace(cfg, prior={**cfg.prior, "p_shifted": p_shifted, "feeder_seeds": [100000, 100004]})
         trainer = Trainer(cfg, tempfile.mkdtemp(), init_weights=INIT, init_partial=True)
         g = _generator(7, -2)
