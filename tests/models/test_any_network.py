@@ -101,13 +101,11 @@ def test_the_prior_over_feeders_draws_each_batch_on_a_pool_feeder():
         PowerFlowPriorConfig(random_feeders=(2, 12))
 
 
-@pytest.fixture(scope="module")
-def any_run(tmp_path_factory):
-    """A few steps of a tiny model of any feeder on the prior over feeders, exported to a registry."""
-    root = tmp_path_factory.mktemp("any")
+def _tiny_run(root, name: str, model: ModelConfig, prior: PowerFlowPriorConfig):
+    """Four steps of a tiny model of any feeder on a prior over feeders, exported to `root`/registry as `name`."""
     config = TrainConfig(
-        model=TINY_ANY_CONFIG,
-        prior=PowerFlowPriorConfig(random_feeders=(5, 12), feeder_seeds=(100_000, 100_004), p_dg=0.3).to_dict(),
+        model=model,
+        prior=prior.to_dict(),
         steps=4,
         batch_size=4,
         lr=1e-3,
@@ -121,7 +119,16 @@ def any_run(tmp_path_factory):
     )
     trainer = Trainer(config, root / "run")
     progress = trainer.run(show_progress=False)
-    export_run(root / "run", "tiny-any", "0.1.0", root / "registry")
+    export_run(root / "run", name, "0.1.0", root / "registry")
+    return trainer, progress
+
+
+@pytest.fixture(scope="module")
+def any_run(tmp_path_factory):
+    """A few steps of a tiny model of any feeder on the prior over feeders, exported to a registry."""
+    root = tmp_path_factory.mktemp("any")
+    prior = PowerFlowPriorConfig(random_feeders=(5, 12), feeder_seeds=(100_000, 100_004), p_dg=0.3)
+    trainer, progress = _tiny_run(root, "tiny-any", TINY_ANY_CONFIG, prior)
     return root, trainer, progress
 
 
@@ -230,24 +237,10 @@ def test_probe_scale_follows_the_network_models_miss_off_the_context():
 def probe_run(tmp_path_factory):
     """A few steps of a tiny probe-scaled model of any feeder, shifted queries in its prior, exported."""
     root = tmp_path_factory.mktemp("probe")
-    config = TrainConfig(
-        model=dataclasses.replace(TINY_ANY_CONFIG, target_scale="probe"),
-        prior=PowerFlowPriorConfig(
-            random_feeders=(5, 12), feeder_seeds=(100_000, 100_004), p_shifted=0.5, p_noisy=0.5, probe=True
-        ).to_dict(),
-        steps=4,
-        batch_size=4,
-        warmup_steps=1,
-        n_context=(16, 40),
-        n_query=16,
-        val_every=2,
-        val_datasets=8,
-        border_samples=8,
-        checkpoint_minutes=100.0,
+    prior = PowerFlowPriorConfig(
+        random_feeders=(5, 12), feeder_seeds=(100_000, 100_004), p_shifted=0.5, p_noisy=0.5, probe=True
     )
-    trainer = Trainer(config, root / "run")
-    progress = trainer.run(show_progress=False)
-    export_run(root / "run", "tiny-probe", "0.1.0", root / "registry")
+    _, progress = _tiny_run(root, "tiny-probe", dataclasses.replace(TINY_ANY_CONFIG, target_scale="probe"), prior)
     return root, progress
 
 
