@@ -29,8 +29,10 @@ class RowsRefused(InputValidationError):
         super().__init__(field, f"rows {rows_text(rows)}: {reason}", expected)
         self.rows, self.reason = rows, reason
 
-    def __reduce__(self) -> tuple[type[InputValidationError], tuple[str, str, str | None]]:
-        return InputValidationError, (self.field, self.message, self.expected)
+    def __reduce__(self) -> tuple[type[RowsRefused], tuple[str, list[int], str, str | None]]:  # type: ignore[override]
+        # whole, rows included: a pool worker process sends it, and the server renumbers the rows (a block's
+        # into the request's, an Arrow table's from 1)
+        return RowsRefused, (self.field, self.rows, self.reason, self.expected)
 
 
 ROWS_SHOWN = 10  # row numbers an error lists; beyond them it says how many there are in all

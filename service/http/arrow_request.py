@@ -24,8 +24,9 @@ import orjson
 import pyarrow as pa
 from pydantic import ValidationError
 
+from models.errors import RowsRefused
 from service.engine import arrow_limits
-from service.engine.errors import InvalidInput
+from service.engine.errors import InputRejected, InvalidInput
 from service.engine.load_table import InputError, NamedColumns, as_load
 from service.http.problems import ProblemError, field_error, validation_problem
 from service.http.responses import ARROW_STREAM, METADATA_KEY
@@ -53,6 +54,15 @@ def _queries(table: pa.Table) -> NamedColumns:
     except InputError as exc:
         raise _cell_problem(exc) from None
     return NamedColumns(columns, table.schema.names)
+
+
+def in_table_rows(exc: InputRejected) -> RowsRefused | None:
+    """A model's refusal of query rows (RowsRefused) numbered as the table's rows, from 1, as its cells'
+    errors are (a JSON body's count from 0, as its array does); None for any other refusal."""
+    refused = exc.__cause__
+    if not isinstance(refused, RowsRefused) or refused.field not in ("query_x", "queries"):
+        return None
+    return RowsRefused(refused.field, [r + 1 for r in refused.rows], refused.reason, refused.expected)
 
 
 def parse(schema: type[Request], body: bytes, max_rows: int) -> Request:

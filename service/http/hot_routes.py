@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.engine import inference
 from service.engine.answers import QueryAnswer
-from service.engine.errors import EngineError
+from service.engine.errors import EngineError, InputRejected
 from service.engine.tenants import Tenant
 from service.http import arrow_request
 from service.http.auth import check_authorization_header
@@ -117,4 +117,11 @@ class HotRoutes:
                 request = schema.model_validate_json(body)
             except ValidationError as exc:
                 raise validation_problem(exc.errors(include_url=False), "body") from None
-        return answer_response(await flow(runtime, request, tenant), accept)
+        try:
+            answered = await flow(runtime, request, tenant)
+        except InputRejected as exc:
+            moved = arrow_request.in_table_rows(exc) if arrow else None
+            if moved is None:
+                raise
+            raise InputRejected(moved) from moved
+        return answer_response(answered, accept)

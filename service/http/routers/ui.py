@@ -196,6 +196,13 @@ def context_arrays(
         if exc.row is not None:
             raise InputError(exc.message, exc.expected, int(rows[exc.row - 1]), exc.column) from exc
         raise
+    unread = np.flatnonzero(np.isnan(y).all(axis=1))
+    if unread.size:  # as service.engine.sparse.check_rows refuses it, named by the file's row
+        raise InputError(
+            f"no voltage read in this row (every voltage cell empty or NaN; {unread.size} such row(s))",
+            "at least one voltage per row (an empty cell marks a bus not read in that row)",
+            int(rows[unread[0]]),
+        )
     return x, y, rows
 
 

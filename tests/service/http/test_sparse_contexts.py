@@ -246,6 +246,13 @@ def test_arrow_request_with_a_sparse_inline_context_and_its_answer_metadata(clie
     )
     problem = assert_problem(refused, 422, "queries")
     assert problem["errors"][0]["row"] == 3 and problem["errors"][0]["column"] == NET.feature_names[9]
+    # a row the feeder cannot carry is numbered as the table numbers it, from 1 (the JSON body's from 0)
+    beyond = queries[0].copy()
+    beyond[3] *= 200.0
+    refused = client.post(
+        "/v1/predict", content=arrow_request_body(beyond, fields, NET.feature_names), headers={"content-type": ARROW}
+    )
+    assert "queries: rows [4]" in assert_problem(refused, 422, "queries")["detail"]
 
 
 def _context_file(x: np.ndarray, y: np.ndarray) -> pd.DataFrame:
@@ -292,6 +299,13 @@ def test_csv_and_parquet_context_uploads_take_empty_and_nan_cells(client, sparse
     )
     error = problem["errors"][0]
     assert (error["row"], error["column"], error["expected"]) == (1, NET.output_names[4], "a number <= 1.5"), problem
+    # a row that reads no voltage at all: named by the file's row, as every cell is
+    unread = frame.copy()
+    unread.loc[4, list(NET.output_names)] = np.nan
+    problem = assert_problem(
+        client.post("/ui/api/context-sets", files={"file": ("u.csv", unread.to_csv(index=False).encode())}), 422
+    )
+    assert problem["errors"][0]["row"] == 5 and "no voltage read" in problem["errors"][0]["message"], problem
 
 
 def test_a_context_upload_names_the_row_and_column_of_what_its_reader_refused(memory_server, scenarios):
