@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-import orjson
 import pyarrow as pa
 from pydantic import ValidationError
+from pydantic_core import from_json
 
 from models.errors import RowsRefused
 from service.engine import arrow_limits
@@ -72,9 +72,9 @@ def parse(schema: type[Request], body: bytes, max_rows: int) -> Request:
     expected = "the request's fields other than queries, as a JSON object in the schema metadata 'gridpfn'"
     if raw is None:
         raise InvalidInput("gridpfn", "the schema metadata has no 'gridpfn' entry", expected)
-    try:
-        fields = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+    try:  # pydantic's own parser, as a JSON body's: a NaN or Infinity token is then refused naming its field
+        fields = from_json(raw, allow_inf_nan=True)
+    except ValueError:
         raise InvalidInput("gridpfn", "is not JSON", expected) from None
     if not isinstance(fields, dict):
         raise InvalidInput("gridpfn", f"is a JSON {type(fields).__name__}, not an object", expected)

@@ -6,6 +6,8 @@ and every bad table must be refused with the field, row and column named.
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import numpy as np
 import orjson
@@ -111,6 +113,9 @@ def _bad_tables(x: np.ndarray, cid: str):
     strings = pa.table(
         {name: pa.array(["1.0"] * 3) if name == "q_mvar_bus7" else x[:3, j] for j, name in enumerate(LOAD_FEATURES)}
     ).replace_schema_metadata({b"gridpfn": orjson.dumps(fields)})
+    readings = np.full((20, 32), 0.98)
+    readings[1, 2] = np.inf
+    inline_with_token = json.dumps({"model": MODEL, "context": {"x": x[:20].tolist(), "y": readings.tolist()}}).encode()
     return [
         ("not arrow", b"not an arrow stream", 422, "body", "Arrow IPC stream"),
         ("no metadata", _stream(_table(x[:3], None)), 422, "gridpfn", "no 'gridpfn'"),
@@ -144,6 +149,13 @@ def _bad_tables(x: np.ndarray, cid: str):
         ("too many rows", arrow_request_body(np.repeat(x, 2, axis=0)[:201], fields), 413, "queries", "201 rows"),
         ("bad quantile", arrow_request_body(x[:3], {**fields, "quantiles": [1.5]}), 422, "quantiles[0]", "less than 1"),
         ("no context", arrow_request_body(x[:3], {"model": MODEL}), 422, "body", "context"),
+        (  # Python's json (the client's) writes NaN and Infinity as bare tokens: named as a JSON body's are
+            "infinite reading in the metadata's context",
+            _stream(_table(x[:3], None).replace_schema_metadata({b"gridpfn": inline_with_token})),
+            422,
+            "context.y[1][2]",
+            "finite number",
+        ),
         ("unknown model", arrow_request_body(x[:3], {**fields, "model": "nope"}), 404, "model", "nope"),
     ]
 
