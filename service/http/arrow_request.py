@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import pyarrow as pa
 from pydantic import ValidationError
-from pydantic_core import from_json
+from pydantic_core import from_json as pydantic_json  # pydantic's plain JSON parser: no object hooks
 
 from models.errors import RowsRefused
 from service.engine import arrow_limits
@@ -73,7 +73,7 @@ def parse(schema: type[Request], body: bytes, max_rows: int) -> Request:
     if raw is None:
         raise InvalidInput("gridpfn", "the schema metadata has no 'gridpfn' entry", expected)
     try:  # pydantic's own parser, as a JSON body's: a NaN or Infinity token is then refused naming its field
-        fields = from_json(raw, allow_inf_nan=True)
+        fields = pydantic_json(raw, allow_inf_nan=True)
     except ValueError:
         raise InvalidInput("gridpfn", "is not JSON", expected) from None
     if not isinstance(fields, dict):
