@@ -48,6 +48,12 @@ def _probe_voltages(probe_y: torch.Tensor | None, shape: Sequence[int]) -> torch
     return probe_y.double()
 
 
+def _probe_unit(y_scale: torch.Tensor, leverage: torch.Tensor | None, miss: torch.Tensor) -> torch.Tensor:
+    """sqrt(s^2 (1 + h) + e^2) (B, k, m): the context's scale s (B, k), leverage h and probe miss e (B, m)."""
+    spread = 1.0 if leverage is None else 1.0 + leverage.double()[:, None, :]
+    return (y_scale[..., None].square() * spread + miss[:, None, :].square()).sqrt()
+
+
 def base_fit_for(cfg: ModelConfig, load_positions: Sequence[int] | None = None) -> BaseFit[Any]:
     """The closed-form base fit `cfg.base` names, each kind with the penalties it was trained with
     (`load_positions`: the network's, for a model of any feeder; else the config's)."""
@@ -493,8 +499,7 @@ class DVAPFN(nn.Module):
         held_scale = None
         if probe is not None:
             miss = probe.residuals.abs().amax(dim=-1)  # (B, n)
-            spread = 1.0 if fit.leverage is None else 1.0 + fit.leverage.double()[:, None, :]
-            held_scale = (stats.y_scale[..., None].square() * spread + miss[:, None, :].square()).sqrt()
+            held_scale = _probe_unit(stats.y_scale, fit.leverage, miss)
         attended = attended_rows(xs.shape[-2], xs.device)
         if attended is not None:
             xs, values, leverage = xs[:, attended], values[..., attended], leverage[:, attended]
@@ -596,8 +601,7 @@ class DVAPFN(nn.Module):
         assert stats.probe is not None  # encode_context fits it for this target scale
         truth = _probe_voltages(probe_y, (*xs.shape[:-1], -1))
         miss = (self.base.predict(stats.probe, xs).loc - truth).abs().amax(dim=-1)  # (B, m)
-        spread = 1.0 if leverage is None else 1.0 + leverage.double()[:, None, :]
-        return (stats.y_scale[..., None].square() * spread + miss[:, None, :].square()).sqrt()
+        return _probe_unit(stats.y_scale, leverage, miss)
 
     def _split_head(self, hx: torch.Tensor, hy: torch.Tensor) -> torch.Tensor:
         """`head(cat[hy, hx])` without building the (B, k, N, Dv+E) concatenation.
