@@ -98,6 +98,10 @@ class ModelConfig(_FileConfig):
     # PV export) whose residuals are thousands of context scales; it needs the network model's voltages
     # at every point (the prior's `probe`, the service's power flow).
     target_scale: Literal["context", "probe"] = "context"
+    # target_scale="probe": the probe is also refitted this many times on the network model's voltages plus
+    # noise at the readings' inferred level, and their scatter joins the probe's miss (models/probe_unit.py);
+    # 0: the exact probe alone (noise-driven misses far off the context then land 20-35 units out)
+    probe_refits: int = 0
 
     @property
     def x_width(self) -> int:
@@ -120,6 +124,8 @@ class ModelConfig(_FileConfig):
             raise ValueError(f"attention: expected 'dva' or 'va', got {self.attention!r}")
         if self.target_scale not in ("context", "probe"):
             raise ValueError(f"target_scale: expected 'context' or 'probe', got {self.target_scale!r}")
+        if self.probe_refits < 0 or (self.probe_refits and self.target_scale != "probe"):
+            raise ValueError(f"probe_refits: expected 0, or >= 1 with target_scale='probe', got {self.probe_refits}")
         if self.base not in ("physics", "ridge", "none"):
             raise ValueError(f"base: expected 'physics', 'ridge' or 'none', got {self.base!r}")
         if self.leverage not in ("design", "loads"):

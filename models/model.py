@@ -37,21 +37,7 @@ from models import physics_base
 from models.base_fit import BaseFit, ContextFit, FittedBase, MeanBase, RidgeBase
 from models.config import ModelConfig
 from models.limits import MAX_CONTEXT_ROWS, MIN_CONTEXT_ROWS
-
-
-def _probe_voltages(probe_y: torch.Tensor | None, shape: Sequence[int]) -> torch.Tensor:
-    """The network model's voltages a target_scale="probe" model needs, checked: (B, N, k) float64."""
-    if probe_y is None:
-        raise ValueError("probe_y: target_scale='probe' needs the network model's voltages at every point")
-    if probe_y.shape[:-1] != tuple(shape[:-1]) or (shape[-1] != -1 and probe_y.shape[-1] != shape[-1]):
-        raise ValueError(f"probe_y: expected shape {tuple(shape)}, got {tuple(probe_y.shape)}")
-    return probe_y.double()
-
-
-def _probe_unit(y_scale: torch.Tensor, leverage: torch.Tensor | None, miss: torch.Tensor) -> torch.Tensor:
-    """sqrt(s^2 (1 + h) + e^2) (B, k, m): the context's scale s (B, k), leverage h and probe miss e (B, m)."""
-    spread = 1.0 if leverage is None else 1.0 + leverage.double()[:, None, :]
-    return (y_scale[..., None].square() * spread + miss[:, None, :].square()).sqrt()
+from models.probe_unit import Probe, probe_unit, probe_voltages
 
 
 def base_fit_for(cfg: ModelConfig, load_positions: Sequence[int] | None = None) -> BaseFit[Any]:
@@ -113,7 +99,7 @@ class Standardisation:
     principal: PrincipalAxes | None = None  # the x stream's axes of a model for any feeder
     # target_scale="probe": the base refitted on the network model's voltages at the context loads (every
     # output: a query's probe miss is the largest over the buses, whichever outputs are trained)
-    probe: FittedBase | None = None
+    probe: Probe | None = None
 
     @staticmethod
     def of(
@@ -122,7 +108,7 @@ class Standardisation:
         x_std: torch.Tensor,
         scale_floor: float,
         principal: PrincipalAxes | None = None,
-        probe: FittedBase | None = None,
+        probe: Probe | None = None,
     ) -> Standardisation:
         """The residuals' rms per output as the scale, plus a floor relative to the output's level."""
         scale = fit.residuals.pow(2).mean(dim=-2).sqrt() + scale_floor * (fit.fitted.y_mean.abs() + 1.0)
@@ -483,12 +469,11 @@ class DVAPFN(nn.Module):
         xs = self._standardise_x(context_x, x_mean, x_std)
         fit = self.base.fit(xs, context_y.double(), x_std)
         principal = PrincipalAxes.of(xs, self.cfg.n_principal) if self.cfg.any_network else None
-        probe = None
+        probe, probe_miss = None, None
         if self.cfg.target_scale == "probe":
-            probe = self.base.fit(xs, _probe_voltages(probe_y, context_y.shape), x_std)
-        stats = Standardisation.of(
-            fit, x_mean, x_std, self.base.scale_floor, principal, None if probe is None else probe.fitted
-        )
+            voltages = probe_voltages(probe_y, context_y.shape)
+            probe, probe_miss = Probe.fit(self.base, xs, voltages, x_std, fit, self.cfg.probe_refits)
+        stats = Standardisation.of(fit, x_mean, x_std, self.base.scale_floor, principal, probe)
         values = stats.standardised(fit.residuals)  # (B, k, n)
         leverage = leverage_feature(fit.leverage, stats.n_context, xs)
         if outputs is not None:
@@ -496,10 +481,7 @@ class DVAPFN(nn.Module):
             values = torch.gather(values, 1, outputs[..., None].expand(-1, -1, values.shape[-1]))
         # a probed model's unit at each context point held out: its in-sample leverage, the probe's own
         # leave-one-out miss there (what `probe_scale` is at a new query), so calibration compares like units
-        held_scale = None
-        if probe is not None:
-            miss = probe.residuals.abs().amax(dim=-1)  # (B, n)
-            held_scale = _probe_unit(stats.y_scale, fit.leverage, miss)
+        held_scale = None if probe_miss is None else probe_unit(stats.y_scale, fit.leverage, probe_miss)
         attended = attended_rows(xs.shape[-2], xs.device)
         if attended is not None:
             xs, values, leverage = xs[:, attended], values[..., attended], leverage[:, attended]
@@ -597,11 +579,11 @@ class DVAPFN(nn.Module):
         as the fit's prediction error does with the query's leverage h (s^2 (1 + h)), and the network
         model's own miss there is added in quadrature: the base refitted on the network model's voltages
         misses them at a query by what the context could not teach it (load growth, reversed flows), and
-        the fit on the readings misses the truth there by about as much."""
+        the fit on the readings misses the truth there by about as much; with `probe_refits`, also by how
+        far the readings' noise carries the fit there (models/probe_unit.py)."""
         assert stats.probe is not None  # encode_context fits it for this target scale
-        truth = _probe_voltages(probe_y, (*xs.shape[:-1], -1))
-        miss = (self.base.predict(stats.probe, xs).loc - truth).abs().amax(dim=-1)  # (B, m)
-        return _probe_unit(stats.y_scale, leverage, miss)
+        truth = probe_voltages(probe_y, (*xs.shape[:-1], -1))
+        return probe_unit(stats.y_scale, leverage, stats.probe.miss(self.base, xs, truth))
 
     def _split_head(self, hx: torch.Tensor, hy: torch.Tensor) -> torch.Tensor:
         """`head(cat[hy, hx])` without building the (B, k, N, Dv+E) concatenation.
