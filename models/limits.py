@@ -12,3 +12,9 @@ MAX_CONTEXT_ROWS = 10_000
 # in kV or V, a meter's placeholder, a collapsed feeder. The models extrapolate such a reading into nonsense
 # (a reading of 2.0 gave a checkpoint a negative 5 % quantile), so the service refuses it by cell instead.
 READING_MIN_PU, READING_MAX_PU = 0.5, 1.5
+# A reading this far (p.u.) from the network model's power flow at its row's loads is no measurement of that
+# feeder (a swapped column, another feeder's data, made-up numbers): the service refuses it by cell
+# (service.engine.readings). Legitimate readings lie within 0.060 of it (bench/reading_tolerance.py: SimBench
+# years, meter noise 2e-3, load noise 2 %, IEEE 33 with every line 0.7-1.3x the model at loads up to 1.6x, PV
+# export); this leaves 3.3x that, and room for an unmodelled tap or regulator of a few percent.
+READING_TOLERANCE_PU = 0.2

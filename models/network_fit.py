@@ -145,14 +145,7 @@ class NetworkFitMethod(Method):
     def complete(self, context_x: np.ndarray, typical_loads: np.ndarray | None = None) -> np.ndarray:
         """Context loads with every unmetered (NaN) value replaced by its typical one (`typical_loads` (d,),
         else the network's base loads: a pseudo-measurement)."""
-        x = np.asarray(context_x, dtype=np.float64)
-        unmetered = np.isnan(x)
-        if not unmetered.any():
-            return x
-        typical = self.typical_loads if typical_loads is None else np.asarray(typical_loads, dtype=np.float64)
-        if typical is None or typical.shape != (x.shape[1],):
-            raise InputValidationError("context.x", "a load is not metered (null) and no typical values are known")
-        return np.where(unmetered, typical[None, :], x)
+        return complete_loads(context_x, self.typical_loads if typical_loads is None else typical_loads)
 
     def fit(
         self, context_x: np.ndarray, context_y: np.ndarray, typical_loads: np.ndarray | None = None
@@ -447,6 +440,20 @@ def _positive_part(fitted: np.ndarray, std: np.ndarray, read: np.ndarray) -> np.
     noise = np.where(read, np.square(std), 0.0).sum(axis=0) / count
     keep: np.ndarray = np.clip(1.0 - noise / np.maximum(signal, np.finfo(np.float64).tiny), 0.0, 1.0)
     return np.where(read.any(axis=0), keep, 0.0)
+
+
+def complete_loads(context_x: np.ndarray, typical_loads: np.ndarray | None) -> np.ndarray:
+    """Context loads (n, d) with every unmetered (NaN) value replaced by its typical one (`typical_loads` (d,)):
+    the pseudo-measurement network-fit solves the network model at, as does the service's check of the readings
+    (service.engine.readings)."""
+    x = np.asarray(context_x, dtype=np.float64)
+    unmetered = np.isnan(x)
+    if not unmetered.any():
+        return x
+    typical = None if typical_loads is None else np.asarray(typical_loads, dtype=np.float64)
+    if typical is None or typical.shape != (x.shape[1],):
+        raise InputValidationError("context.x", "a load is not metered (null) and no typical values are known")
+    return np.where(unmetered, typical[None, :], x)
 
 
 def general_card(max_context: int) -> dict[str, Any]:

@@ -193,13 +193,14 @@ class _Endpoints:
         uploaded network's id; default ieee33, or the simulate spec's); returns its id. Ids are content
         addresses, so a repeated upload stores the same set: retried like a read. x and y (arrays or
         DataFrames) may hold NaN / None where a load or voltage was not measured (sent as null; model
-        "network-fit" accepts such a context); `typical_loads` (one per load) stand in for unmetered loads."""
+        "network-fit" accepts such a context); `typical_loads` (one per load) stand in for unmetered loads.
+        An infinite value (or a NaN typical load) is a ValueError naming its cell (`y[3][4]`), nothing sent."""
         if simulate is not None:
             body: dict[str, Any] = {"simulate": {**simulate, **({"network": network} if network else {})}}
         else:
-            body = {"x": _rows(x), "y": _rows(y), **({"network": network} if network else {})}
+            body = {"x": _rows(x, "x"), "y": _rows(y, "y"), **({"network": network} if network else {})}
             if typical_loads is not None:
-                body["typical_loads"] = [float(v) for v in typical_loads]
+                body["typical_loads"] = _finite(typical_loads, "typical_loads")
         return Call("POST", "/v1/context-sets", lambda r: r.json()["id"], options={"json": body})
 
     def get_context(self, context_id: str, include_data: bool = False) -> Call:
@@ -294,7 +295,7 @@ class _Endpoints:
 
     def simulate(self, loads: Any, network: str = "ieee33") -> Call:
         """POST /v1/simulate: AC power flow of (m, features) load vectors; the answer as the service gives it."""
-        return Call("POST", "/v1/simulate", options={"json": {"network": network, "loads": _rows(loads)}})
+        return Call("POST", "/v1/simulate", options={"json": {"network": network, "loads": _rows(loads, "loads")}})
 
     # --- planning studies ----------------------------------------------------------------------------
     def study(
@@ -381,7 +382,7 @@ class _Endpoints:
             if pv_profile is not None and len(pv_profile):
                 fields["pv_profile"] = [float(v) for v in pv_profile]
             if loads is not None:
-                fields["loads"] = _rows(loads)
+                fields["loads"] = _rows(loads, "loads")
             return Call("POST", "/v1/hosting-capacity", parse, idempotent=idempotent, options={"json": fields})
         if loads is not None or load_scales is not None:
             raise ValueError("give the rows either as loads / load_scales or as a profiles table, not both")
@@ -817,7 +818,11 @@ def _query_fields(
 ) -> dict[str, Any]:
     fields: dict[str, Any] = {"quantiles": [float(q) for q in quantiles]}
     if context is not None:
-        fields["context"] = {"x": _rows(context[0]), "y": _rows(context[1]), "network": network or "ieee33"}
+        fields["context"] = {
+            "x": _rows(context[0], "context.x"),
+            "y": _rows(context[1], "context.y"),
+            "network": network or "ieee33",
+        }
     else:
         fields["context_id"] = context_id
     if voltage_band is not None:
@@ -869,17 +874,38 @@ def arrow_request_body(queries: Any, fields: dict[str, Any], features: Sequence[
     return sink.getvalue().to_pybytes()
 
 
-def _rows(a: Any) -> list:
+def _rows(a: Any, field: str) -> list:
     """Rows of numbers as JSON lists: an array's, a DataFrame's or a list's; NaN and None (a value not
-    measured) become null, which JSON has and NaN is not."""
+    measured) become null, which JSON has and NaN is not. JSON has no infinity either: one is a ValueError
+    naming its cell as the server's 422 would (`field[row][column]: is infinite`), before anything is sent."""
     import numpy as np  # pandas' own dependency
 
     if isinstance(a, pd.DataFrame):
         a = a.to_numpy(dtype=float, na_value=np.nan)
     if isinstance(a, np.ndarray) and a.dtype.kind in "fiu" and not np.isnan(a).any():
+        if a.dtype.kind == "f" and np.isinf(a).any():
+            _infinite(field, *map(int, np.argwhere(np.isinf(a))[0]))
         return a.tolist()  # the common case: every value given
     rows = a.tolist() if hasattr(a, "tolist") else [list(row) for row in a]
-    return [[None if v is None or v != v else float(v) for v in row] for row in rows]
+    out = [[None if v is None or v != v else float(v) for v in row] for row in rows]
+    for i, row in enumerate(out):
+        for j, v in enumerate(row):
+            if v is not None and abs(v) == float("inf"):
+                _infinite(field, i, j)
+    return out
+
+
+def _infinite(field: str, row: int, column: int) -> None:
+    raise ValueError(f"{field}[{row}][{column}]: is infinite (expected a finite number; JSON has no infinity)")
+
+
+def _finite(values: Any, field: str) -> list[float]:
+    """A list of finite floats; a ValueError naming the first that is not (NaN or infinite)."""
+    out = [float(v) for v in values]
+    for i, v in enumerate(out):
+        if v != v or abs(v) == float("inf"):
+            raise ValueError(f"{field}[{i}]: is {v}, not a finite number")
+    return out
 
 
 def _fields(

@@ -110,13 +110,15 @@ def _spec(req: Any) -> AnswerSpec:
 
 
 async def context_of(rt: Runtime, request: Any, tenant: Tenant) -> tuple[ContextSet, Any]:
-    """The request's context (inline, no store needed, or stored, by id) and its network (gridsim's
-    Network: the widths, names and model choice follow it), as far as `tenant` sees them (another
-    tenant's context set or uploaded network is NotFound; an inline context is addressed within the tenant)."""
+    """The request's context (inline, no store needed, its readings held to the network model once per process;
+    or stored, by id) and its network (gridsim's Network: the widths, names and model choice follow it), as far
+    as `tenant` sees them (another tenant's context set or uploaded network is NotFound; an inline context is
+    addressed within the tenant)."""
     if request.context is not None:
         net = await rt.networks.resolve(request.context.network, "context.network", tenant=tenant)
         inline = request.context
-        return rt.checks.context(inline.x, inline.y, net, owner=tenant.tag, typical_loads=inline.typical_loads), net
+        ctx = rt.checks.context(inline.x, inline.y, net, owner=tenant.tag, typical_loads=inline.typical_loads)
+        return await rt.readings.checked(ctx, net, "context"), net
     ctx = await rt.contexts.stored(request.context_id, tenant=tenant)
     return ctx, await rt.networks.for_context(ctx.network, ctx.id, tenant=tenant)
 

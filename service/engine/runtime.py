@@ -5,6 +5,7 @@
 - `uploads`: the sandbox processes that read and validate uploaded feeders (isolation),
 - `contexts`: the context sets in the store, recently used ones in memory (storage),
 - `checks`: the configured limits and row shapes (checks),
+- `readings`: a context's voltage readings held to its network model's power flow (checks),
 - `fits`: encoded contexts kept in process (caches),
 - `executor`: the worker pool and the micro-batcher (executors),
 - `gp`: the exact GP's own pool of worker processes, apart from the models' (executors).
@@ -27,6 +28,7 @@ from service.engine.errors import InvalidInput, NotFound
 from service.engine.executor import Executor
 from service.engine.gp_pool import GPPool
 from service.engine.networks import Networks
+from service.engine.readings import Readings
 from service.engine.store import Store
 from service.engine.upload_sandbox import SandboxLimits, UploadSandbox
 from service.metrics import Metrics
@@ -100,6 +102,7 @@ class Runtime:
         self.contexts = ContextSets(self.store, s.context_ttl_s, s.context_recheck_s, s.encoded_cache_size)
         self.executor = Executor(s.workers, s.queue_size, s.batch_window_ms / 1000.0, s.batch_max_queries, self.metrics)
         self.networks = Networks(self.store, s.context_ttl_s, self.executor.run, s.context_recheck_s)
+        self.readings = Readings(self.executor.run)
         self.uploads = UploadSandbox(
             SandboxLimits(s.upload_memory_mb * 2**20, s.upload_cpu_s, s.upload_timeout_s, s.max_network_bytes),
             s.upload_concurrency,

@@ -19,7 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from pydantic_core import PydanticCustomError
 
 from gridsim.feeders import MAX_BUSES
-from models.limits import READING_MAX_PU, READING_MIN_PU
+from models.limits import READING_MAX_PU, READING_MIN_PU, READING_TOLERANCE_PU
 from models.off_context import EXTRAPOLATION_THRESHOLD
 from service.constants import SHA256_HEX, SHA256_ID
 from service.engine import load_table
@@ -71,7 +71,9 @@ Voltage = Annotated[
         strict=True,
         ge=READING_MIN_PU,
         le=READING_MAX_PU,
-        description="|V| in p.u.: a reading outside this range is no operating point (kV or V, a placeholder)",
+        description="|V| in p.u.: a reading outside this range is no operating point (kV or V, a placeholder); "
+        f"the server also holds each within {READING_TOLERANCE_PU:g} p.u. of the network model's power flow at its row's "
+        "loads",
     ),
 ]
 

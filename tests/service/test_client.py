@@ -294,6 +294,35 @@ def test_sparse_contexts_from_numpy_and_pandas_nan_and_none(memory_server, scena
         assert refused.value.status == 422 and "network-fit" in refused.value.problem["errors"][0]["expected"]
 
 
+def test_an_infinite_value_is_refused_naming_its_cell_before_anything_is_sent(memory_server, scenarios):
+    """JSON has no infinity: an infinite load or reading (numpy, pandas or a list), or a typical load that is not
+    finite, was a bare ValueError from the JSON encoder naming nothing. It names the cell as the server's 422 does
+    (`y[3][4]`; `context.y[...]` inline), and no request is made; NaN stays a value not measured (null)."""
+    x, y = (np.asarray(a[:30]).copy() for a in scenarios)
+    sent: list[str] = []
+    http = httpx.Client(timeout=60, event_hooks={"request": [lambda r: sent.append(r.url.path)]})
+    infinite_y = y.copy()
+    infinite_y[3, 4] = np.inf
+    infinite_x = pd.DataFrame(x.copy(), columns=LOAD_FEATURES)
+    infinite_x.iloc[7, 2] = -np.inf
+    listed = infinite_y.tolist()
+    listed[0][0] = None  # a list with a value not measured takes the other path
+    with GridPFNClient(memory_server.url, http_client=http) as client:
+        for call, words in (
+            (lambda: client.create_context(x, infinite_y), r"^y\[3\]\[4\]: is infinite"),
+            (lambda: client.create_context(infinite_x, y), r"^x\[7\]\[2\]: is infinite"),
+            (lambda: client.create_context(x, listed), r"^y\[3\]\[4\]: is infinite"),
+            (lambda: client.create_context(x, y, typical_loads=[np.nan] * 64), r"^typical_loads\[0\]: is nan"),
+            (lambda: client.predict(x[:1], MODEL, context=(x, infinite_y)), r"^context\.y\[3\]\[4\]: is infinite"),
+        ):
+            with pytest.raises(ValueError, match=words):
+                call()
+        assert not sent
+        y[3, 4] = np.nan  # not read: null, and stored
+        assert client.get_context(client.create_context(x, y))["readings"][4] == 29
+    http.close()
+
+
 def test_the_planners_question_is_a_few_lines_with_the_client(server):
     """Issue 31's planner: loads +40 %, 250 kW of PV at 5 buses: which buses risk leaving 0.95-1.05 p.u.?
     The lines between the markers are all a planner writes; the checks after them hold the answer to the truth."""

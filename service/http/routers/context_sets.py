@@ -3,9 +3,10 @@
 Each set is its tenant's (the caller's key, service.engine.tenants): its id mixes in the tenant, and
 another key reading, using or deleting it gets the 404 of an id that never existed.
 
-A set names its network (a built-in or an upload): its widths are checked against it here, and
-every later predict, GP or batch job on the set takes the network from it. Its x and y may hold null
-where a value was not measured (service.engine.sparse); its description says which buses it reads.
+A set names its network (a built-in or an upload): its widths are checked against it here, its readings
+against the network model's power flow (service.engine.readings), and every later predict, GP or batch job on
+the set takes the network from it. Its x and y may hold null where a value was not measured
+(service.engine.sparse); its description says which buses it reads.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ async def create(rt: RuntimeDep, tenant: TenantDep, body: ContextSetCreate) -> R
             owner=tenant.tag,
             typical_loads=body.typical_loads,
         )
+        await rt.readings.checked(ctx, net, "body")  # every reading near the network model's power flow
     await rt.contexts.put(ctx)
     await rt.networks.keep(net.name)
     response = json_response(_info(ctx, rt.settings.context_ttl_s), status=201)

@@ -7,7 +7,8 @@ the page needs beyond the /v1 API (which gives it models, networks, context sets
   every load and voltage column is read as float64, whatever the file's first rows hold); a bad cell is a
   422 naming its row and column. An optional `converged` column (`gridpfn simulate -o` writes one) leaves
   out the rows false in it; a cell of it that is not true or false (1 or 0), an empty one included, is a
-  422 naming its row: whether that row's voltages were solved is not guessed. The file is
+  422 naming its row: whether that row's voltages were solved is not guessed. A reading far from the network
+  model's power flow at its row's loads (service.engine.readings) is a 422 naming its row and column. The file is
   decoded only up to `GRIDPFN_MAX_CONTEXT_ROWS` rows (a Parquet file is sized from its footer first).
 - `GET /ui/api/batch-jobs/{id}/risk-histogram`: the histogram of each row's worst-bus P(outside band)
   over a finished job's result, and how many rows are extrapolated (and the largest extrapolation),
@@ -37,7 +38,8 @@ from pydantic import ValidationError
 from starlette.datastructures import UploadFile
 from starlette.responses import FileResponse, Response
 
-from service.engine import parquet_limits
+from models.errors import RowsRefused, rows_text
+from service.engine import parquet_limits, readings
 from service.engine.errors import InvalidInput, NotFound, TooLarge
 from service.engine.load_table import (
     FLAG_EXPECTED,
@@ -49,9 +51,10 @@ from service.engine.load_table import (
     csv_header_names,
     locate_csv_error,
 )
+from service.engine.readings import ReadingsRefused, UnsolvedRows
 from service.http.auth import TenantDep, require_api_key
 from service.http.deps import RuntimeDep
-from service.http.problems import ProblemError
+from service.http.problems import ProblemError, field_error
 from service.http.responses import json_response
 from service.http.routers import batch_jobs, context_sets, networks
 from service.http.schemas import ContextSetCreate
@@ -252,7 +255,34 @@ async def upload_context(rt: RuntimeDep, tenant: TenantDep, request: Request) ->
         body = ContextSetCreate(x=_nulled(x), y=_nulled(y), network=net.name)
     except ValidationError as exc:  # e.g. a voltage the API refuses: named by its row and column
         raise _cell_problem(exc, rows, features, outputs) from exc
-    return await context_sets.create(rt=rt, tenant=tenant, body=body)
+    try:
+        return await context_sets.create(rt=rt, tenant=tenant, body=body)
+    except (ReadingsRefused, UnsolvedRows) as exc:  # the network model's refusal: by the file's rows and columns
+        raise _model_problem(exc, rows, outputs) from exc
+
+
+def _model_problem(exc: ReadingsRefused | UnsolvedRows, rows: np.ndarray, outputs: list[str]) -> ProblemError:
+    """A context's readings far from its network model's power flow, or its rows without one
+    (service.engine.readings), named as the file numbers its rows (`rows`: the file row of each kept row)."""
+    if isinstance(exc, UnsolvedRows):
+        refused = RowsRefused("file", [int(rows[r]) for r in exc.rows], exc.reason, exc.expected)
+        return ProblemError(
+            422,
+            "invalid-file",
+            "Invalid input file",
+            str(refused),
+            [field_error("file", refused.message, exc.expected)],
+        )
+    entries = [
+        {**field_error("file", c.message, c.expected), "row": int(rows[c.row]), "column": outputs[c.bus]}
+        for c in exc.far
+    ]
+    first = entries[0]
+    detail = (
+        f"file: {readings.summary(exc.readings, exc.rows)} (rows {rows_text([e['row'] for e in entries], total=exc.rows)}); "
+        f"row {first['row']}, column {first['column']!r}: {first['message']}"
+    )
+    return ProblemError(422, "invalid-file", "Invalid input file", detail, entries)
 
 
 def _extrapolated_rows(source: pq.ParquetFile) -> tuple[int | None, float | None]:

@@ -1,0 +1,158 @@
+"""A context's voltage readings held to its network model: each within READING_TOLERANCE_PU of the network
+model's power flow at its row's loads.
+
+A reading within [0.5, 1.5] p.u. (service.engine.checks) can still be no measurement of the feeder the context
+names: 0.5 p.u. at the substation's neighbour while every other bus reads 0.99, or numbers drawn at random. The
+models fit such a context as it is and answered -120..3.5 p.u. at its queries. The network model knows what
+the feeder can read: every row's loads are solved on it (the batched power flow, one call for the whole
+context), and a reading farther than READING_TOLERANCE_PU from its voltage there is refused by cell
+(ReadingsRefused); a row the network model cannot solve is refused as every model refuses one
+(models.network_voltages.solved: UnsolvedRows). Unmetered loads take their typical values, as network-fit
+solves them (models.network_fit.complete_loads); a voltage not read (NaN) is compared with nothing.
+
+Checked once per context id in each process (an inline context sent with every request pays it once), in the
+worker pool. A simulated context (POST /v1/context-sets `simulate`) is the network model's own power flow and is
+not checked.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from models.errors import ROWS_SHOWN, RowsRefused, rows_text
+from models.limits import READING_MAX_PU, READING_MIN_PU, READING_TOLERANCE_PU
+from service.engine.context_sets import ContextSet
+from service.engine.errors import InvalidInput
+
+CHECKED_KEEP = 256  # context ids whose readings this process has found consistent
+MODELS_KEEP = 16  # networks whose power-flow model is kept built (as service.engine.networks keeps uploads)
+
+
+@dataclass(frozen=True)
+class FarReading:
+    """One reading farther than READING_TOLERANCE_PU from the network model: its row (0-based, in the context)
+    and bus (the output's index), the reading and the network model's voltage there."""
+
+    row: int
+    bus: int
+    reading: float
+    model: float
+
+    @property
+    def message(self) -> str:
+        return (
+            f"is {self.reading:g}, {abs(self.reading - self.model):.3f} p.u. from the network model's power flow "
+            f"at this row's loads ({self.model:.4f} p.u.)"
+        )
+
+    @property
+    def expected(self) -> str:
+        low = max(self.model - READING_TOLERANCE_PU, READING_MIN_PU)
+        high = min(self.model + READING_TOLERANCE_PU, READING_MAX_PU)
+        return (
+            f"a reading within {READING_TOLERANCE_PU:g} p.u. of the network model's voltage at this row's loads: "
+            f"[{low:.4f}, {high:.4f}] p.u. (or null if not read)"
+        )
+
+
+class ReadingsRefused(InvalidInput):
+    """Readings of `field`.y farther than READING_TOLERANCE_PU from the network model: an entry for each of the
+    first ROWS_SHOWN rows holding one (its first such reading, `far`), the detail counting them all."""
+
+    def __init__(self, field: str, far: list[FarReading], rows: int, readings: int) -> None:
+        first = far[0]
+        super().__init__(f"{field}.y[{first.row}][{first.bus}]", first.message, first.expected)
+        self.detail = (
+            f"{field}.y: {summary(readings, rows)} (rows {rows_text([c.row for c in far], total=rows)}); "
+            f"{field}.y[{first.row}][{first.bus}] {first.message}"
+        )
+        self.entries = [
+            {"location": "body", "field": f"{field}.y[{c.row}][{c.bus}]", "message": c.message, "expected": c.expected}
+            for c in far
+        ]
+        self.far, self.rows, self.readings = far, rows, readings
+
+
+class UnsolvedRows(InvalidInput):
+    """Context rows (`rows`, 0-based) the network model has no power flow at: their readings cannot be held to it,
+    and no model that consults it could use them (models.network_voltages)."""
+
+    def __init__(self, field: str, refused: RowsRefused) -> None:
+        super().__init__(field, refused.message, refused.expected)
+        self.rows, self.reason, self.expected = refused.rows, refused.reason, refused.expected
+
+
+def summary(readings: int, rows: int) -> str:
+    return (
+        f"{readings} reading(s) in {rows} row(s) lie farther than {READING_TOLERANCE_PU:g} p.u. from the network "
+        "model's power flow at their row's loads: no measurement of this feeder"
+    )
+
+
+def check_readings(
+    voltage_model: Callable[[np.ndarray], np.ndarray], ctx: ContextSet, base_x: np.ndarray, field: str
+) -> None:
+    """ReadingsRefused naming the context's readings farther than READING_TOLERANCE_PU from the network model,
+    UnsolvedRows naming its rows without a power flow; nothing when every reading is consistent."""
+    from models.network_fit import complete_loads
+    from models.network_voltages import solved
+
+    loads = complete_loads(ctx.x, base_x if ctx.typical_loads is None else ctx.typical_loads)
+    try:
+        v = solved(voltage_model, loads, f"{field}.x")
+    except RowsRefused as exc:
+        raise UnsolvedRows(f"{field}.x", exc) from exc
+    off = np.abs(ctx.y - v) > READING_TOLERANCE_PU  # a reading not taken (NaN) compares False
+    if not off.any():
+        return
+    rows = np.flatnonzero(off.any(axis=1))
+    first = off[rows].argmax(axis=1)  # each row's first far reading, as a row of numbers stops at its first bad cell
+    far = [
+        FarReading(int(r), int(b), float(ctx.y[r, b]), float(v[r, b]))
+        for r, b in zip(rows[:ROWS_SHOWN], first[:ROWS_SHOWN], strict=True)
+    ]
+    raise ReadingsRefused(field, far, int(rows.size), int(off.sum()))
+
+
+class Readings:
+    """The check, run in the worker pool (`run`) once per context id and kept; a power-flow model per network."""
+
+    def __init__(self, run: Callable[..., Awaitable[Any]]) -> None:
+        self.run = run
+        self.consistent: OrderedDict[str, None] = OrderedDict()
+        self.models: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()  # the models are built in worker threads
+
+    async def checked(self, ctx: ContextSet, net: Any, field: str) -> ContextSet:
+        """`ctx` once its readings are consistent with the network `net` (a gridsim Network); ReadingsRefused or
+        UnsolvedRows naming `field`'s cells or rows otherwise."""
+        if ctx.id in self.consistent:
+            self.consistent.move_to_end(ctx.id)
+            return ctx
+        await self.run(self._check, ctx, net, field)
+        self.consistent[ctx.id] = None
+        while len(self.consistent) > CHECKED_KEEP:
+            self.consistent.popitem(last=False)
+        return ctx
+
+    def _check(self, ctx: ContextSet, net: Any, field: str) -> None:
+        check_readings(self._model(net), ctx, net.base_x, field)
+
+    def _model(self, net: Any) -> Any:
+        """The network's power-flow model (gridsim.api.VoltageModel: its impedance matrix reduced once)."""
+        from gridsim.api import VoltageModel
+
+        with self._lock:
+            model = self.models.get(net.name)
+            if model is None:
+                model = self.models[net.name] = VoltageModel(net)
+                while len(self.models) > MODELS_KEEP:
+                    self.models.popitem(last=False)
+            self.models.move_to_end(net.name)
+            return model
