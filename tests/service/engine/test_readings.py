@@ -13,6 +13,7 @@ import gridsim
 from gridsim.api import VoltageModel
 from models.limits import READING_TOLERANCE_PU
 from service.engine.context_sets import ContextSet
+from service.engine import readings
 from service.engine.readings import Readings, ReadingsRefused, UnsolvedRows, check_readings
 
 NET = gridsim.network("ieee33")
@@ -84,6 +85,24 @@ def test_rows_the_network_model_cannot_solve_are_refused_by_row(context):
         _check(x, y)
     assert caught.value.rows == [4, 11] and caught.value.entries[0]["field"] == "body.x"
     assert "rows [4, 11]: the network model's power flow does not converge" in caught.value.detail
+
+
+def test_the_check_stops_at_the_first_block_holding_an_unsolvable_row(context, monkeypatch):
+    """Such a row iterates to the solver's limit (a context of 10,000 of them on a 500-bus upload held a worker
+    for 45-73 s): the rows after the first block holding one are not solved, and the refusal says so."""
+    monkeypatch.setattr(readings, "CHECK_BLOCK", 16)
+    x, y = context
+    x[[20, 21, 37]] *= 30.0  # block [16, 32) holds two, block [32, 40) one more
+    solved_rows = []
+
+    def counting(rows):
+        solved_rows.append(len(rows))
+        return VoltageModel(NET)(rows)
+
+    with pytest.raises(UnsolvedRows) as caught:
+        check_readings(counting, ContextSet.build(x, y), NET.base_x, "body")
+    assert caught.value.rows == [20, 21] and solved_rows == [16, 16]
+    assert "rows from 32 on not solved" in caught.value.detail
 
 
 def test_a_context_is_checked_once_per_process(context):
