@@ -44,18 +44,24 @@ MODELS_KEEP = 16  # networks whose power-flow model is kept built (as service.en
 @dataclass(frozen=True)
 class FarReading:
     """One reading farther than READING_TOLERANCE_PU from the network model: its row (0-based, in the context)
-    and bus (the output's index), the reading and the network model's voltage there."""
+    and bus (the output's index), the reading and the network model's voltage there; `typical`: the row has
+    unmetered loads, solved at their typical values (a reading far from that may be loads far from typical)."""
 
     row: int
     bus: int
     reading: float
     model: float
+    typical: bool = False
 
     @property
     def message(self) -> str:
+        unmetered = (
+            "; this row's unmetered loads are taken at their typical values (typical_loads, else the network's "
+            "base loads): if they were far from those, meter them or send the row without this reading"
+        )
         return (
             f"is {self.reading:g}, {abs(self.reading - self.model):.3f} p.u. from the network model's power flow "
-            f"at this row's loads ({self.model:.4f} p.u.)"
+            f"at this row's loads ({self.model:.4f} p.u.){unmetered if self.typical else ''}"
         )
 
     @property
@@ -126,7 +132,7 @@ def check_readings(
     rows = np.flatnonzero(off.any(axis=1))
     first = off[rows].argmax(axis=1)  # each row's first far reading, as a row of numbers stops at its first bad cell
     far = [
-        FarReading(int(r), int(b), float(ctx.y[r, b]), float(v[r, b]))
+        FarReading(int(r), int(b), float(ctx.y[r, b]), float(v[r, b]), bool(np.isnan(ctx.x[r]).any()))
         for r, b in zip(rows[:ROWS_SHOWN], first[:ROWS_SHOWN], strict=True)
     ]
     raise ReadingsRefused(field, far, int(rows.size), int(off.sum()))

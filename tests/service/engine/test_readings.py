@@ -12,8 +12,8 @@ import pytest
 import gridsim
 from gridsim.api import VoltageModel
 from models.limits import READING_TOLERANCE_PU
-from service.engine.context_sets import ContextSet
 from service.engine import readings
+from service.engine.context_sets import ContextSet
 from service.engine.readings import Readings, ReadingsRefused, UnsolvedRows, check_readings
 
 NET = gridsim.network("ieee33")
@@ -74,8 +74,13 @@ def test_unmetered_loads_take_their_typical_values_and_unread_buses_are_not_comp
     x[:, 3], y[:, 5] = np.nan, np.nan  # a load never metered, a bus never read
     _check(x, y, typical=NET.base_x)
     y[2, 6] = 0.6
-    with pytest.raises(ReadingsRefused, match=r"body\.y\[2\]\[6\]"):
+    with pytest.raises(ReadingsRefused, match=r"body\.y\[2\]\[6\]") as caught:
         _check(x, y, typical=NET.base_x)
+    assert "unmetered loads are taken at their typical values" in caught.value.far[0].message  # the likely cause
+    x[:, 3] = NET.base_x[3]  # metered: the same miss is no longer put down to typical values
+    with pytest.raises(ReadingsRefused) as caught:
+        _check(x, y, typical=NET.base_x)
+    assert "typical" not in caught.value.far[0].message
 
 
 def test_rows_the_network_model_cannot_solve_are_refused_by_row(context):
