@@ -35,12 +35,14 @@ simulate-demo: install
 	$(BIN)/gridpfn simulate --network ieee33 --delta 0.1 -n 5000 --seed 0 -o scenarios.parquet
 
 # Two pytest-xdist workers (the suite's own fixtures keep them apart: tests/conftest.py); --dist loadfile keeps
-# each file on one worker, so a module's server starts once. Then tests/security alone: its bounds are timed
-# (/healthz within 100 ms, a GP within its limit while a hostile request runs), which a second worker's load on
-# 2 cores would measure instead. TEST_WORKERS=0: one process. One file: `.venv/bin/python -m pytest <file>`.
+# each file on one worker, so a module's server starts once, and --no-loadscope-reorder hands the files out in the
+# order tests/conftest.py collects them (LONGEST_FIRST's first), so no long file starts last. Then tests/security
+# alone: its bounds are timed (/healthz within 100 ms, a GP within its limit while a hostile request runs), which
+# a second worker's load on 2 cores would measure instead.
+# TEST_WORKERS=0: one process. One file: `.venv/bin/python -m pytest <file>`.
 TEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --ignore=tests/security
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --ignore=tests/security
 	$(BIN)/python -m pytest -q tests/security
 
 # ruff: lint and format check; mypy: strict on models/ and service/engine/ (pyproject.toml says what).

@@ -31,6 +31,43 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
 
+# The files that take longest, longest first (their seconds in a `make test` run on the 2-core host, 2026-11-27,
+# session servers included where a file is the first to use them), run before all others: with `--dist loadfile
+# --no-loadscope-reorder` (Makefile) pytest-xdist hands out files in collection order, so the long ones start first
+# and the short ones fill in at the end, instead of one worker running, say, the README's blocks alone while the
+# other has nothing left (xdist's own order is by number of tests, which put that file of two tests last). Only the
+# order changes; a file not listed runs after these.
+LONGEST_FIRST = (
+    "tests/test_readme.py",  # 75 s
+    "tests/service/http/test_network_aware.py",  # 74
+    "tests/service/http/test_ui.py",  # 62
+    "tests/service/http/test_contract.py",  # 50
+    "tests/service/jobs/test_scale_out.py",  # 49
+    "tests/service/commands/test_processes.py",  # 38
+    "tests/service/engine/test_upload_sandbox.py",  # 35
+    "tests/service/http/test_networks.py",  # 33
+    "tests/service/test_client.py",  # 32
+    "tests/models/test_off_context.py",  # 28
+    "tests/gridsim/test_parallel_and_switches.py",  # 28
+    "tests/service/http/test_api.py",  # 27
+    "tests/service/http/test_sparse_contexts.py",  # 25
+    "tests/service/engine/test_gp_pool.py",  # 23
+    "tests/service/http/test_hot_routes.py",  # 18
+    "tests/service/jobs/test_chunks.py",  # 18
+    "tests/service/jobs/test_batch_jobs_recovery.py",  # 17
+    "tests/service/jobs/test_batch_long_results.py",  # 16
+    "tests/docker/test_container_commands.py",  # 16
+    "tests/service/jobs/test_batch_jobs_redis.py",  # 14
+    "tests/service/http/test_arrow_request.py",  # 14
+)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    """LONGEST_FIRST's files first, in its order; every file's tests stay together and in their own order."""
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
 
 def _free_port() -> int:
     with socket.socket() as sock:

@@ -33,12 +33,26 @@ def every_network_dir(tmp_path_factory):
     return build_tiny_registry(tmp_path_factory.mktemp("registry-nets"), networks=BUILT_INS, any_network=(ANY,))
 
 
+@pytest.fixture(scope="module")
+def memory_network_server(every_network_dir):
+    with running(Settings(model_dir=every_network_dir, redis_url=None, **LIMITS)) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def redis_network_server(every_network_dir, redis_url, tmp_path_factory):
+    """In Redis mode, with a job queue and jobs dir of this module's own: its batch jobs wait for a worker process,
+    which test_uploaded_feeder_batch_job_in_a_worker_process starts on them (and no other test's worker takes)."""
+    jobs_dir = tmp_path_factory.mktemp("jobs-network-aware")
+    with job_server(every_network_dir, jobs_dir, redis_url, job_queue=f"test-net-{uuid.uuid4().hex[:8]}") as server:
+        yield server
+
+
 @pytest.fixture(scope="module", params=["memory", "redis"])
-def api(request, every_network_dir):
-    redis_url = request.getfixturevalue("redis_url") if request.param == "redis" else None
-    with running(Settings(model_dir=every_network_dir, redis_url=redis_url, **LIMITS)) as server:
-        with httpx.Client(base_url=server.url, timeout=60) as client:
-            yield client
+def api(request):
+    server = request.getfixturevalue(f"{request.param}_network_server")
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
@@ -232,37 +246,40 @@ def test_client_names_columns_by_the_context_network(api, feeder_json):
 
 
 def test_uploaded_feeder_batch_job_in_a_worker_process(
-    every_network_dir, redis_url, redis_server, tmp_path, feeder_json
+    every_network_dir, redis_network_server, redis_url, redis_server, tmp_path
 ):
-    """A `gridpfn worker` process rebuilds the uploaded network from the job's directory. The feeder is uploaded
-    through the session's server on the same Redis, as another replica would (its upload sandbox is running
-    already; the job server's would start for this one upload: seconds of imports)."""
-    jobs_dir, queue = tmp_path / "jobs", f"test-net-{uuid.uuid4().hex[:8]}"
-    jobs_dir.mkdir()
-    worker = WorkerProcess(tmp_path / "worker.log", worker_env(redis_url, every_network_dir, jobs_dir, queue))
+    """A `gridpfn worker` process rebuilds the uploaded network from the job's directory. The feeder (one no other
+    test uploads: this module's server has not read it) is uploaded through the session's server on the same
+    Redis, as another replica would; the job goes to this module's Redis-mode server, whose queue and jobs dir
+    are its own (no second server to start and warm). The worker's start (seconds of imports) and the upload,
+    whose sandbox may start for it, overlap."""
+    feeder = small_feeder()
+    feeder.load.loc[0, "p_mw"] = 0.45
+    settings = redis_network_server.app.state.job_settings
+    env = worker_env(redis_url, every_network_dir, settings.jobs_dir, settings.job_queue)
+    worker = WorkerProcess(tmp_path / "worker.log", env)
     try:
-        with job_server(every_network_dir, jobs_dir, redis_url, job_queue=queue) as server:
-            worker.wait_ready()
-            with httpx.Client(base_url=server.url, timeout=60) as client:
-                uploaded = httpx.post(f"{redis_server.url}/v1/networks", content=feeder_json, timeout=60)
-                assert uploaded.status_code == 201, uploaded.text
-                nid = uploaded.json()["id"]
-                cid = _context(client, nid, n=40)["id"]
-                job = client.post(
-                    "/v1/batch-jobs",
-                    json={
-                        "simulate": {"network": nid, "delta": 0.2, "n": 30, "seed": 3},
-                        "model": "physics-fit",
-                        "context_id": cid,
-                        "with_ground_truth": True,
-                    },
-                )
-                assert job.status_code == 202, job.text
-                final = wait_for(client, job.json()["id"], done)
-                assert final["state"] == "done", (final, worker.text())
-                frame = fetch_frame(client, job.json()["id"])
-                assert len(frame) == 30 and frame["converged"].all()
-                errors = frame[[c for c in frame.columns if c.startswith("err_")]].to_numpy()
-                assert errors.shape[1] == 4 and np.abs(errors).max() < 1e-4
+        uploaded = httpx.post(f"{redis_server.url}/v1/networks", content=pp.to_json(feeder), timeout=60)
+        assert uploaded.status_code == 201, uploaded.text
+        nid = uploaded.json()["id"]
+        worker.wait_ready()
+        with httpx.Client(base_url=redis_network_server.url, timeout=60) as client:
+            cid = _context(client, nid, n=40)["id"]
+            job = client.post(
+                "/v1/batch-jobs",
+                json={
+                    "simulate": {"network": nid, "delta": 0.2, "n": 30, "seed": 3},
+                    "model": "physics-fit",
+                    "context_id": cid,
+                    "with_ground_truth": True,
+                },
+            )
+            assert job.status_code == 202, job.text
+            final = wait_for(client, job.json()["id"], done)
+            assert final["state"] == "done", (final, worker.text())
+            frame = fetch_frame(client, job.json()["id"])
+            assert len(frame) == 30 and frame["converged"].all()
+            errors = frame[[c for c in frame.columns if c.startswith("err_")]].to_numpy()
+            assert errors.shape[1] == 4 and np.abs(errors).max() < 1e-4
     finally:
         worker.stop()
