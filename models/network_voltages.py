@@ -13,6 +13,8 @@ import numpy as np
 from models.errors import RowsRefused
 
 NO_SOLUTION = "the network model's power flow does not converge at these loads: beyond what the feeder can carry"
+# what a refused row should hold instead; the units, since loads in kW (1,000x) are the commonest way to get there
+CARRIED = "loads the feeder can carry (P in MW, Q in MVAr)"
 
 
 def solved(voltage_model: Callable[[np.ndarray], np.ndarray], x: np.ndarray, field: str) -> np.ndarray:
@@ -20,5 +22,5 @@ def solved(voltage_model: Callable[[np.ndarray], np.ndarray], x: np.ndarray, fie
     v = np.asarray(voltage_model(x), dtype=np.float64)
     bad = ~np.isfinite(v).all(axis=1)
     if bad.any():
-        raise RowsRefused(field, np.flatnonzero(bad).tolist(), NO_SOLUTION, "loads the feeder can carry")
+        raise RowsRefused(field, np.flatnonzero(bad).tolist(), NO_SOLUTION, CARRIED)
     return v

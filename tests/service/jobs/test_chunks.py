@@ -65,7 +65,11 @@ def test_a_late_row_without_power_flow_fails_the_job_before_any_chunk(stack, tmp
     [error] = final["errors"]
     assert error["message"] == f"file: rows [301]: {NO_SOLUTION}", final  # the field, the file's row, no type name
     # named as a 422 names a refused field: the submission's, not "job"
-    assert (error["location"], error["field"], error["expected"]) == ("body", "file", "loads the feeder can carry")
+    assert (error["location"], error["field"], error["expected"]) == (
+        "body",
+        "file",
+        "loads the feeder can carry (P in MW, Q in MVAr)",
+    )
     assert final["chunks_done"] == 0 and final["rows_done"] == 0, final  # refused before any chunk was computed
     assert_problem(client.get(f"/v1/batch-jobs/{final['id']}/result"), 409, "job_id")
     # nothing half-written: no part, no result, no streamed result; the input stays until the job is deleted
