@@ -39,9 +39,11 @@ def probe_unit(y_scale: torch.Tensor, leverage: torch.Tensor | None, miss: torch
     return (y_scale[..., None].square() * spread + miss[:, None, :].square()).sqrt()
 
 
-def reading_noise(fit: ContextFit[Any], exact: ContextFit[Any]) -> torch.Tensor:
+def excess_noise(fit: ContextFit[Any], exact: ContextFit[Any]) -> torch.Tensor:
     """(B, k) the readings' noise std per bus: the variance of the fit's leave-one-out residuals on the
-    readings beyond that of the same fit on the network model's exact voltages (its own misfit)."""
+    readings beyond that of the same fit on the network model's exact voltages (its own misfit). Not
+    models.off_context.reading_noise (a numpy Bayesian fit of the service's guard): this one is batched in
+    torch from the two fits the model has anyway, for every training step."""
     return (fit.residuals.square().mean(dim=-2) - exact.residuals.square().mean(dim=-2)).clamp_min(0.0).sqrt()
 
 
@@ -67,7 +69,7 @@ class Probe:
         held = exact.residuals.abs().amax(dim=-1).square()  # (B, n)
         noisy = []
         if refits:
-            sigma = reading_noise(fit, exact)[:, None, :]
+            sigma = excess_noise(fit, exact)[:, None, :]
             g = torch.Generator(device=voltages.device).manual_seed(REFIT_SEED)
             scatter = torch.zeros_like(held)
             for _ in range(refits):

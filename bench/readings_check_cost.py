@@ -1,0 +1,58 @@
+"""What the readings check (service/engine/readings.py) costs a worker, in process: a context of rows no power flow
+solves (loads far beyond what the feeder carries) and a legitimate one (loads within +-10 % of base, readings
+the network model's own), with the check's blocks (CHECK_BLOCK) and with one block for the whole context (as
+before the block stop).
+
+    .venv/bin/python bench/readings_check_cost.py [--network random-300-2] [--rows 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gridsim.api import VoltageModel  # noqa: E402
+from gridsim.network import network  # noqa: E402
+from service.engine import readings  # noqa: E402
+from service.engine.context_sets import ContextSet  # noqa: E402
+
+
+def seconds(model: VoltageModel, ctx: ContextSet, base_x: np.ndarray) -> float:
+    started = time.perf_counter()
+    try:
+        readings.check_readings(model, ctx, base_x, "body")
+    except (readings.UnsolvedRows, readings.ReadingsRefused):
+        pass
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--network", default="random-300-2")
+    parser.add_argument("--rows", type=int, default=10_000)
+    args = parser.parse_args()
+    net = network(args.network)
+    model = VoltageModel(net)
+    x = net.base_x * (1.0 + 0.1 * np.random.default_rng(0).uniform(-1.0, 1.0, (args.rows, net.n_features)))
+    contexts = {
+        "unsolvable (loads 30x base)": ContextSet.build(30.0 * x, np.ones((args.rows, net.n_outputs))),
+        "legitimate": ContextSet.build(x, model(x)),
+    }
+    blocks = {f"blocks of {readings.CHECK_BLOCK}": readings.CHECK_BLOCK, "one block": args.rows}
+    print(f"{net.name}: {args.rows} rows, {net.n_outputs} buses; seconds per check (this host)")
+    for name, ctx in contexts.items():
+        cells = []
+        for label, block in blocks.items():
+            readings.CHECK_BLOCK = block
+            cells.append(f"{label} {seconds(model, ctx, net.base_x):.2f} s")
+        print(f"- {name}: " + ", ".join(cells))
+
+
+if __name__ == "__main__":
+    main()
