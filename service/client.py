@@ -737,9 +737,12 @@ def _frame(data: bytes, fmt: str) -> pd.DataFrame:
     """A result as a DataFrame; a Parquet result's metadata (per bus: `metered`, `readings`, `determined`) in .attrs."""
     if fmt == "csv":
         return pd.read_csv(io.BytesIO(data))
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pq.read_table(io.BytesIO(data))
+    # a native buffer, never a Python file object: pyarrow's I/O threads reading one take the GIL, and one still
+    # doing so as the interpreter exits aborts the process after the script's work is done (apache/arrow#34314)
+    table = pq.read_table(pa.BufferReader(data))
     frame = table.to_pandas()
     about = (table.schema.metadata or {}).get(b"gridpfn")
     if about is not None:

@@ -396,10 +396,9 @@ def wrong_cell_count(source: Path | bytes, block_bytes: int) -> InputError | Non
         names = csv_header_names(handle.read(HEADER_READ_BYTES))
         if not names:
             return None
-        handle.seek(0)
         try:
             for _ in pcsv.open_csv(
-                handle,
+                source if isinstance(source, (str, os.PathLike)) else pa.BufferReader(source),  # native: no GIL
                 read_options=pcsv.ReadOptions(block_size=block_bytes),
                 parse_options=pcsv.ParseOptions(invalid_row_handler=invalid),
                 convert_options=pcsv.ConvertOptions(include_columns=names[:1], column_types={names[0]: pa.string()}),

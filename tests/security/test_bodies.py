@@ -473,7 +473,7 @@ def test_the_load_bound_itself_is_accepted_and_a_bom_csv_runs(batch_server):
                     assert "does not converge" in status["errors"][0]["message"]
                     continue
                 assert status["state"] == "done", status
-                result = pd.read_parquet(io.BytesIO(client.get(f"/v1/batch-jobs/{job}/result").content))
+                result = pd.read_parquet(pa.BufferReader(client.get(f"/v1/batch-jobs/{job}/result").content))
             assert len(result) == len(frame) and np.allclose(result[FEATURES].to_numpy(), frame.to_numpy()), name
 
 

@@ -23,7 +23,6 @@ None of them is in the OpenAPI document: they serve the page, not API clients.
 from __future__ import annotations
 
 import asyncio
-import io
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -105,14 +104,14 @@ def _open(data: bytes, filename: str | None, columns: list[str], max_rows: int) 
     if filename and filename.lower().endswith((".parquet", ".pq")):
         raise InputError("the file is named .parquet but is not a Parquet file", "a Parquet or CSV file")
     csv_header_names(data[:HEADER_READ_BYTES])  # a header line of bounded length and columns, first
-    names = pcsv.open_csv(io.BytesIO(data)).schema.names  # the header (and the first block's types)
+    names = pcsv.open_csv(pa.BufferReader(data)).schema.names  # the header (and the first block's types)
     return names, _csv_rows(data, [c for c in columns if c in names])
 
 
 def _csv_rows(data: bytes, columns: list[str]) -> Iterator[pa.RecordBatch]:
     """The batches of `columns`, the reader opened at the first (its first block converted then: an error there
     comes once the caller holds the names, to locate it)."""
-    yield from pcsv.open_csv(io.BytesIO(data), convert_options=_types(columns))
+    yield from pcsv.open_csv(pa.BufferReader(data), convert_options=_types(columns))
 
 
 def _types(columns: list[str]) -> pcsv.ConvertOptions:
@@ -135,7 +134,7 @@ def _located(data: bytes, names: list[str], columns: list[str], exc: pa.ArrowExc
         strings_can_be_null=True,
     )
     located = locate_csv_error(
-        lambda: pcsv.open_csv(io.BytesIO(data), convert_options=as_text),
+        lambda: pcsv.open_csv(pa.BufferReader(data), convert_options=as_text),
         numbers,
         data,
         CSV_BLOCK_BYTES,

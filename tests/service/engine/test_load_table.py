@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import time
 
 import pyarrow as pa
@@ -48,7 +47,7 @@ def _csv_reads(cell: str) -> bool:
     """Whether pyarrow's CSV reader reads `cell` as a float64."""
     data = f'x\n"{cell}"\n'.encode()
     try:
-        pcsv.read_csv(io.BytesIO(data), convert_options=pcsv.ConvertOptions(column_types={"x": pa.float64()}))
+        pcsv.read_csv(pa.BufferReader(data), convert_options=pcsv.ConvertOptions(column_types={"x": pa.float64()}))
     except pa.ArrowInvalid:
         return False
     return True
@@ -83,7 +82,7 @@ def test_an_overlong_line_is_named_by_its_row_and_longest_cell_as_the_reader_cou
     for end in ("\n", "\r\n", "\r"):
         data = end.join(lines).encode() + end.encode()
         # the reader's own count, read with blocks large enough: the long cell's row (1-based) and column
-        table = pcsv.read_csv(io.BytesIO(data), read_options=pcsv.ReadOptions(block_size=1 << 20))
+        table = pcsv.read_csv(pa.BufferReader(data), read_options=pcsv.ReadOptions(block_size=1 << 20))
         assert pc.utf8_length(table["b"].cast(pa.string()))[2].as_py() == len(long) + 2  # row 3 (the empty line no row)
         error = overlong_cell(data, 4096, _expected)
         assert error is not None and (error.row, error.column) == (3, "b"), (end, error)
@@ -111,7 +110,7 @@ def test_a_header_name_with_blanks_around_it_is_refused_naming_it(name):
         csv_header_names(f"p_mw_bus2,p_mw_bus3,{name},q\r\n1,2,3,4\r\n".encode())
     assert refused.value.column == raw and refused.value.message.startswith(f"header column 3 is named {raw!r}")
     assert refused.value.expected == "'p_mw_bus5', without blanks around it"
-    header = pcsv.open_csv(io.BytesIO(f"a,{name}\n1,2\n".encode())).schema.names
+    header = pcsv.open_csv(pa.BufferReader(f"a,{name}\n1,2\n".encode())).schema.names
     assert header[1] == raw  # what the reader names it
 
 
@@ -139,9 +138,9 @@ def test_a_row_of_too_few_or_too_many_cells_is_named_by_its_row(row):
     assert len(data) > 1 << 20
     text = pcsv.ConvertOptions(column_types=dict.fromkeys("abc", pa.string()), strings_can_be_null=True)
     with pytest.raises(pa.ArrowInvalid, match="Expected 3 columns"):
-        pcsv.read_csv(io.BytesIO(data), convert_options=text)
+        pcsv.read_csv(pa.BufferReader(data), convert_options=text)
     located = locate_csv_error(
-        lambda: pcsv.open_csv(io.BytesIO(data), convert_options=text), ["a", "b", "c"], data, 1 << 20, _expected
+        lambda: pcsv.open_csv(pa.BufferReader(data), convert_options=text), ["a", "b", "c"], data, 1 << 20, _expected
     )
     assert located is not None and located.row == 200_002, located
     cells = len(row.split(",")) - row.count('"') // 2
@@ -151,14 +150,15 @@ def test_a_row_of_too_few_or_too_many_cells_is_named_by_its_row(row):
 
 def test_a_flag_is_true_or_false_as_the_csv_reader_reads_one():
     read = pcsv.read_csv(
-        io.BytesIO(("f\n" + "\n".join([*TRUE_TEXT, *FALSE_TEXT, "yes", " true", "t"]) + "\n").encode()),
+        pa.BufferReader(("f\n" + "\n".join([*TRUE_TEXT, *FALSE_TEXT, "yes", " true", "t"]) + "\n").encode()),
         convert_options=pcsv.ConvertOptions(column_types={"f": pa.string()}),
     )
     assert first_non_flag(read.column("f").combine_chunks()) == len(TRUE_TEXT) + len(FALSE_TEXT)
     for cell in ("yes", " true", "t"):
         with pytest.raises(pa.ArrowInvalid):
             pcsv.read_csv(
-                io.BytesIO(f"f\n{cell}\n".encode()), convert_options=pcsv.ConvertOptions(column_types={"f": pa.bool_()})
+                pa.BufferReader(f"f\n{cell}\n".encode()),
+                convert_options=pcsv.ConvertOptions(column_types={"f": pa.bool_()}),
             )
 
 

@@ -129,7 +129,7 @@ def test_a_page_larger_than_its_rows_is_refused_naming_the_column():
         row_group_size=rows,
     )
     data = understated(plain, rows, claimed)
-    assert pq.ParquetFile(io.BytesIO(data)).metadata.num_rows == claimed
+    assert pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows == claimed
     assert len(data) < 8 * rows // 100  # the bomb: a few KB that decompress to 8 MB a column
     with pytest.raises(InputError) as refused:
         open_file(data, ["a", "b"], claimed, "THE_LIMIT")
@@ -235,7 +235,7 @@ def _two_groups(**options) -> bytes:
 @pytest.mark.parametrize("claimed", [900, 1100])
 def test_a_footer_whose_row_count_is_not_its_row_groups_sum_is_refused_naming_both(claimed):
     data = footer_field(_two_groups(), 1000, claimed, 0)
-    assert pq.ParquetFile(io.BytesIO(data)).metadata.num_rows == claimed
+    assert pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows == claimed
     with pytest.raises(InputError) as refused:
         open_file(data, ["a", "b"], 2000, "THE_LIMIT")
     message = refused.value.message
@@ -249,14 +249,14 @@ def test_a_footer_whose_row_count_is_not_its_row_groups_sum_is_refused_naming_bo
 def test_a_row_group_whose_rows_are_not_its_columns_values_is_refused_naming_both(claimed):
     """A row group stating fewer rows than its pages hold was read to its count, the rest silently dropped."""
     data = footer_field(footer_field(_two_groups(), 700, claimed, 2), 1000, 300 + claimed, 0)  # sums agree
-    meta = pq.ParquetFile(io.BytesIO(data)).metadata
+    meta = pq.ParquetFile(pa.BufferReader(data)).metadata
     assert (meta.num_rows, meta.row_group(0).num_rows, meta.row_group(0).column(0).num_values) == (
         300 + claimed,
         claimed,
         700,
     )
     if claimed < 700:
-        assert pq.ParquetFile(io.BytesIO(data)).read().num_rows == 300 + claimed  # what was silently dropped
+        assert pq.ParquetFile(pa.BufferReader(data)).read().num_rows == 300 + claimed  # what was silently dropped
     with pytest.raises(InputError) as refused:
         open_file(data, ["a", "b"], 2000, "THE_LIMIT")
     assert refused.value.column == "a", refused.value
@@ -273,7 +273,7 @@ def test_pages_holding_other_than_their_row_groups_rows_are_refused_naming_both(
     for which in (2, 1, 0):  # the row group's rows, then b's and a's values, then the file's rows
         data = footer_field(data, 700, 650, which)
     data = footer_field(data, 1000, 950, 0)
-    assert pq.ParquetFile(io.BytesIO(data)).read().num_rows == 950  # 50 rows silently dropped
+    assert pq.ParquetFile(pa.BufferReader(data)).read().num_rows == 950  # 50 rows silently dropped
     with pytest.raises(InputError) as refused:
         open_file(data, ["b", "a"], 2000, "THE_LIMIT")
     assert refused.value.column == "b", refused.value
@@ -482,12 +482,12 @@ def test_a_dictionary_offset_after_the_data_page_is_refused_before_any_page_is_d
     page and a filler: refused from the footer, naming the column, before pyarrow decodes a page."""
     data, bomb_at, declared = decoy_bomb()
     assert len(data) < declared // 5000
-    meta = pq.ParquetFile(io.BytesIO(data)).metadata.row_group(0).column(0)
+    meta = pq.ParquetFile(pa.BufferReader(data)).metadata.row_group(0).column(0)
     assert meta.has_dictionary_page and meta.dictionary_page_offset > meta.data_page_offset == bomb_at
-    assert pq.ParquetFile(io.BytesIO(data)).read(columns=["a"]).num_rows == 50  # pyarrow decodes the bomb page:
+    assert pq.ParquetFile(pa.BufferReader(data)).read(columns=["a"]).num_rows == 50  # pyarrow decodes the bomb page:
     zeroed = data[:bomb_at] + bytes(64) + data[bomb_at + 64 :]
     with pytest.raises(OSError):  # without it, nothing reads
-        pq.ParquetFile(io.BytesIO(zeroed)).read(columns=["a"])
+        pq.ParquetFile(pa.BufferReader(zeroed)).read(columns=["a"])
 
     def no_reading(*args, **kwargs):
         raise AssertionError("a page was read")
@@ -522,7 +522,7 @@ def test_a_page_declaring_fewer_bytes_than_it_stores_is_refused():
     set_field(column, 9, 6, offset)  # the chunk now starts with the filler, then its data page
     set_field(column, 7, 6, size + len(filler))
     data = with_footer(body, meta)
-    assert pq.ParquetFile(io.BytesIO(data)).read().num_rows == 1000  # Arrow skips the filler: a readable file
+    assert pq.ParquetFile(pa.BufferReader(data)).read().num_rows == 1000  # Arrow skips the filler: a readable file
     with pytest.raises(InputError) as refused:
         open_file(data, ["a"], 1000, "THE_LIMIT")
     assert refused.value.column == "a"

@@ -4,8 +4,6 @@ model), batch-job results and the Python client, all carrying the same measure o
 
 from __future__ import annotations
 
-import io
-
 import httpx
 import numpy as np
 import pandas as pd
@@ -117,7 +115,7 @@ def test_batch_results_and_the_client_carry_them(served, context, queries, tmp_p
     assert job.status_code == 202, job.text
     wait_for(client, job.json()["id"], done)
     response = client.get(f"/v1/batch-jobs/{job.json()['id']}/result")
-    result = pd.read_parquet(io.BytesIO(response.content))
+    result = pd.read_parquet(pa.BufferReader(response.content))
     assert list(result.columns[-2:]) == ["extrapolation", "extrapolated"]
     assert result["extrapolation"].dtype == np.float64 and result["extrapolated"].dtype == bool
     expected = ContextGeometry.of(x).extrapolation(loads.to_numpy())

@@ -4,6 +4,7 @@ curves, and clear errors for a study the service cannot run."""
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 
 import gridsim
 from gridsim.api import VoltageModel
@@ -249,7 +250,7 @@ def test_a_profile_table_runs_as_a_job_to_the_same_capacities(memory_server, sce
             assert time.monotonic() < deadline
             time.sleep(0.05)
         assert state == "done"
-        result = pd.read_parquet(io.BytesIO(client.get(f"/v1/batch-jobs/{job['id']}/result").content))
+        result = pd.read_parquet(pa.BufferReader(client.get(f"/v1/batch-jobs/{job['id']}/result").content))
         csv = client.get(f"/v1/batch-jobs/{job['id']}/result?format=csv")
         assert csv.status_code == 200 and csv.headers["content-type"].startswith("text/csv")
         as_text = pd.read_csv(io.StringIO(csv.text), float_precision="round_trip")

@@ -3,13 +3,13 @@ that agrees with the power flow, and a time series' expected hours outside the b
 
 from __future__ import annotations
 
-import io
 import json
 import time
 
 import httpx
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 import gridsim
@@ -282,7 +282,7 @@ def test_a_study_runs_as_a_batch_job_to_the_same_summary(memory_server, scenario
             time.sleep(0.05)
         assert state == "done"
         summary = client.get(f"/v1/batch-jobs/{job['id']}/summary").json()
-        long = pd.read_parquet(io.BytesIO(client.get(f"/v1/batch-jobs/{job['id']}/result?layout=long").content))
+        long = pd.read_parquet(pa.BufferReader(client.get(f"/v1/batch-jobs/{job['id']}/result?layout=long").content))
     want = now.json()
     assert summary["hours_per_row"] == 0.25 and summary["rows"] == want["rows"] == 18
     for got, expected in zip(summary["summary"], want["summary"], strict=True):

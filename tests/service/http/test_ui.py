@@ -7,7 +7,6 @@ Set GRIDPFN_UI_TESTS=skip to skip the browser tests on a machine where Chromium 
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import re
@@ -17,6 +16,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 import gridsim
@@ -367,7 +367,7 @@ def test_batch_job_progress_histogram(ui_server, api, browser, tmp_path):
     time.sleep(0.2)  # the file is written in one piece, but let Chromium finish renaming it
     assert saved.read_bytes() == result_bytes
 
-    result = pd.read_parquet(io.BytesIO(result_bytes))
+    result = pd.read_parquet(pa.BufferReader(result_bytes))
     worst = result[[c for c in result.columns if c.startswith("p_outside_")]].to_numpy(np.float64).max(axis=1)
     expected = np.histogram(worst, bins=np.linspace(0, 1, 21))[0].tolist()
     bars = css(driver, f'.job[data-job-id="{job_id}"] svg rect.bar')
@@ -1050,7 +1050,7 @@ def test_hosting_capacity_runs_as_a_batch_job_from_the_page(ui_server, api, brow
     assert box.get_attribute("data-state") == "done" and "3 / 3 buses" in box.text, box.text
     status = api.get(f"/v1/batch-jobs/{queued}").json()
     assert status["source"] == "hosting-capacity" and status["context_id"] == cid
-    result = pd.read_parquet(io.BytesIO(api.get(f"/v1/batch-jobs/{queued}/result").content)).set_index("bus")
+    result = pd.read_parquet(pa.BufferReader(api.get(f"/v1/batch-jobs/{queued}/result").content)).set_index("bus")
     direct = api.post("/v1/hosting-capacity", json=request).json()
     step = direct["resolution_kw"]
     table = f'.job[data-job-id="{queued}"] table.job-hosting'

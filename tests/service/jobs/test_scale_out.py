@@ -7,7 +7,6 @@ result. The tiny checkpoint and 100-row chunks keep it short."""
 from __future__ import annotations
 
 import functools
-import io
 import logging
 import signal
 import socket
@@ -18,6 +17,7 @@ from types import SimpleNamespace
 import httpx
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 import redis
 
@@ -253,7 +253,7 @@ def test_a_study_job_is_shared_by_two_workers_and_its_summary_follows_its_rows(s
     assert set(stack.states.get(job["id"])["workers"]) == {_name(a), _name(b)}  # both ran chunks of it
     summary = stack.client.get(f"/v1/batch-jobs/{job['id']}/summary").json()["summary"]
     response = stack.client.get(f"/v1/batch-jobs/{job['id']}/result", params={"layout": "long"})
-    long = pd.read_parquet(io.BytesIO(response.content))
+    long = pd.read_parquet(pa.BufferReader(response.content))
     assert long.groupby(["scenario", "year"]).size().to_dict() == {
         ("growth", 0): 16_000,
         ("growth", 10): 16_000,

@@ -12,6 +12,7 @@ import httpx
 import numpy as np
 import orjson
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -55,7 +56,7 @@ def test_a_sparse_context_runs_as_a_batch_job_with_network_fit(embedded):
     job_id = response.json()["id"]
     wait_for(client, job_id, done)
     raw = client.get(f"/v1/batch-jobs/{job_id}/result")
-    table = pq.read_table(io.BytesIO(raw.content))
+    table = pq.read_table(pa.BufferReader(raw.content))
     about = orjson.loads(table.schema.metadata[b"gridpfn"])
     readings = (~np.isnan(y)).sum(axis=0)
     assert about["readings"] == readings.tolist() and about["metered"] == (readings > 0).tolist()
