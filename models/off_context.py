@@ -102,6 +102,17 @@ GAUSS_HALF = float(norm.ppf(0.5 + CALIBRATION_LEVEL / 2.0))
 # probes sample that error; this one is the fit's own, so a fit whose noise carried it far out (the heavy
 # tail sixteen probes still miss: one IEEE 33 growth seed in eight at 1e-5 p.u.) is covered too.
 REACH = 1.1 / GAUSS_HALF
+# Off the context with noisy readings the answer moves toward the method's fit of the readings with their noise
+# taken out (the network model's voltages plus the readings' smooth departure from them: `Probes.smooth`): noise
+# carries a fit of the readings themselves far off beyond the context (IEEE 33, readings' noise 1e-3 p.u., 1.3-1.5x
+# load: physics-fit and the checkpoints 5x least squares' MAE through the API, 0.1-0.3 p.u. at the worst bus), and
+# the denoised fit does not. Its own error there is the departure's nonlinearity, which a linear departure misses:
+# the departure's relative size rho per bus, times the network model's curvature at the query (its voltage less
+# its linear fit on the context loads), times DEPARTURE_GAIN ((1 + rho)^2 - 1 of it: losses grow with the square of
+# an impedance error; the factor 2 measured on IEEE 33 with every line 1.3x the model's, where this estimate was
+# 2.2-3.6x short of the denoised fit's error). The two answers are weighted by the inverse of their squared errors
+# (the readings' fit's: the noisy probes' scatter).
+DEPARTURE_GAIN = 2.0
 # Queries per block when widening (a PFN's bars are m x k x n_bars per block).
 GUARD_BLOCK = 512
 # Queries per call of the network model's power flow when widening (a call costs ~10 ms whatever its size on a
@@ -128,6 +139,9 @@ class Probes:
     noisy: list[Any]  # the prober's on them plus noise (empty: exact readings)
     gain: float  # the miss's rms to the std that makes a 95 % interval hold: 1 for exact readings
     smooth: Any | None = None  # the method's fit of the voltages plus the readings' smooth part (None: exact readings)
+    departure: np.ndarray | None = None  # (k,) the smooth part's rms over the network model's drop's, per bus
+    linear: np.ndarray | None = None  # (d + 1, k) the network model's voltages' least-squares fit on [1, loads]
+    departure_fit: Any | None = None  # the smooth part's Bayesian linear fit (its posterior std at a query)
 
 
 class Lazy(Generic[T]):
@@ -176,11 +190,12 @@ def reading_noise(x: np.ndarray, residual: np.ndarray) -> np.ndarray:
     return _noise_and_smooth(x, residual)[0]
 
 
-def _noise_and_smooth(x: np.ndarray, residual: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _noise_and_smooth(x: np.ndarray, residual: np.ndarray) -> tuple[np.ndarray, np.ndarray, Any]:
     """`reading_noise`, and the smooth part (n, k) of the residual at the context rows: the readings'
-    departure from the network model that is no noise (a wrong impedance, a tap, a load scaling)."""
+    departure from the network model that is no noise (a wrong impedance, a tap, a load scaling); and the
+    fit itself (models.linear.LinearFit: the departure's posterior at a query)."""
     fit = BayesianLinearRegression().fit(x, residual)
-    return fit.noise_std, posterior(fit, x, readings=False).mean
+    return fit.noise_std, posterior(fit, x, readings=False).mean, fit
 
 
 class OffContextGuard(Method):
@@ -196,8 +211,9 @@ class OffContextGuard(Method):
     noise is what makes a fit of the context go astray off it: NOISY_PROBES fits of the `prober` (the
     method itself, or for a checkpoint its closed-form physics base), their rms scatter added to that
     miss, widened to hold on every bus at once (the error is a bias per bus) with a Student-t's
-    allowance for the probes' number. The
-    answer keeps the method's mean and adds an independent normal error of std w e to its distribution:
+    allowance for the probes' number. With exact readings the answer keeps the method's mean; with noisy
+    ones it moves w of the way toward the method's fit of the readings with their noise taken out
+    (DEPARTURE_GAIN). It adds an independent normal error of std w e to its distribution:
     std sqrt(std^2 + (w e)^2), each quantile moved out in quadrature (`widened_quantiles`),
     p_outside_band of the sum (`convolved_outside`), where w = `ramp`:
     within the context's reach the method's own calibrated spread is kept, from twice its reach the
@@ -243,7 +259,7 @@ class OffContextGuard(Method):
         v, exact = probe.v, probe.fit
         if v is None:
             return Probes(None, None, [], 1.0)
-        noise, smooth = _noise_and_smooth(x, y - v)
+        noise, smooth, departure_fit = _noise_and_smooth(x, y - v)
         if float(noise.max()) <= NOISELESS_PU:
             return Probes(exact, None, [], 1.0)
         plain = None if self.prober is self.base else self.prober.fit(x, v)
@@ -253,41 +269,65 @@ class OffContextGuard(Method):
         # must hold on all k buses at once (Bonferroni), with the t's allowance for so few probes
         k = v.shape[1]
         gain = simultaneous_factor(k) * float(student_t.ppf(0.5 + CALIBRATION_LEVEL / 2.0, NOISY_PROBES)) / GAUSS_HALF
-        return Probes(exact, plain, noisy, gain, self.base.fit(x, v + smooth))
+        drop = np.sqrt(np.mean(np.square(1.0 - v), axis=0))
+        departure = np.sqrt(np.mean(np.square(smooth), axis=0)) / np.maximum(drop, np.finfo(np.float64).tiny)
+        linear = np.linalg.lstsq(np.column_stack([np.ones(len(x)), x]), v, rcond=None)[0]
+        smoothed = self.base.fit(x, v + smooth)
+        return Probes(exact, plain, noisy, gain, smoothed, departure, linear, departure_fit)
 
     def _miss(
         self, fitted: GuardedFit, rows: np.ndarray, v: np.ndarray, answer: np.ndarray, weight: np.ndarray
-    ) -> np.ndarray:
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(m, k) what widens the answer at query rows (m, d), the network model's voltages there v: the error
         this method makes there on the network model times each row's `weight` (m,) (`_far_miss`), and
-        `within_reach`, at least the exact probe's miss whatever the weight. `answer`: the method's own mean
-        there (already computed: a checkpoint's is a forward pass)."""
+        `within_reach`, at least the exact probe's miss whatever the weight; and (m, k) how far the answer's
+        centre moves there (`_far_miss`'s, times the weight; 0 within the context's reach and for exact
+        readings). `answer`: the method's own mean there (already computed: a checkpoint's is a forward pass)."""
         exact = fitted.exact.get().fit
         assert exact is not None
         nonlinear = _answered(self.base, exact, rows, v) - v
         out: np.ndarray = np.abs(nonlinear) if self.within_reach else np.zeros_like(nonlinear)
+        shift = np.zeros_like(nonlinear)
         beyond = weight > 0.0
         if beyond.any():  # the noisy probes' answers only where they count
-            far = self._far_miss(fitted.probes.get(), rows[beyond], v[beyond], answer[beyond], nonlinear[beyond])
+            far, centre = self._far_miss(
+                fitted.probes.get(), rows[beyond], v[beyond], answer[beyond], nonlinear[beyond]
+            )
             out[beyond] = np.maximum(out[beyond], weight[beyond, None] * far)
-        return out
+            shift[beyond] = weight[beyond, None] * (centre - answer[beyond])
+        return out, shift
 
     def _far_miss(
         self, probes: Probes, rows: np.ndarray, v: np.ndarray, answer: np.ndarray, nonlinear: np.ndarray
-    ) -> np.ndarray:
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The error this method makes at query rows on the network model: its exact probe's miss `nonlinear`,
         and with noisy readings the noisy probes' scatter, times the gain, or where larger the fit's own
-        noise-driven error plus that miss, REACH times (Probes)."""
+        noise-driven error plus that miss, REACH times (Probes); and the centre the answer moves to there: with
+        noisy readings the inverse-error weighting of the answer and the denoised fit's (DEPARTURE_GAIN), else
+        the answer."""
         if not probes.noisy:
             exact: np.ndarray = np.abs(nonlinear)
-            return exact
+            return exact, answer
         plain = nonlinear + v if probes.plain is None else _answered(self.prober, probes.plain, rows, v)
         scatter = np.mean([np.square(_answered(self.prober, model, rows, v) - plain) for model in probes.noisy], axis=0)
+        assert probes.smooth is not None and probes.departure is not None and probes.linear is not None
+        denoised = _answered(self.base, probes.smooth, rows, v)
+        curvature = np.abs(v - np.column_stack([np.ones(len(rows)), rows]) @ probes.linear)
+        rho = probes.departure
+        departure = DEPARTURE_GAIN * (np.square(1.0 + rho) - 1.0) * curvature  # the linear departure's miss
+        smooth_std = np.asarray(posterior(probes.departure_fit, rows, readings=False).std)  # its estimate's
+        denoised_err = np.square(departure) + np.square(smooth_std)  # the denoised fit's error beyond `nonlinear`
+        total = scatter + denoised_err
+        toward = np.divide(scatter, total, out=np.zeros_like(total), where=total > 0.0)
+        centre: np.ndarray = answer + toward * (denoised - answer)
+        # the spread stays what the answer's own fit needs, moved with the centre and widened by the move, so the
+        # interval holds every value the unmoved one held: the denoised fit's error estimate is short where the
+        # departure is large (every line 1.3x the model's, noise 1e-3: a bus at 0 % coverage with the spread
+        # from it alone), so it moves the centre but does not narrow the spread
         sampled = probes.gain * np.sqrt(np.square(nonlinear) + scatter)
-        assert probes.smooth is not None
-        own = REACH * np.abs(answer - _answered(self.base, probes.smooth, rows, v) + nonlinear)
-        out: np.ndarray = np.maximum(sampled, own)
-        return out
+        own = REACH * np.abs(answer - denoised + nonlinear)
+        out: np.ndarray = np.maximum(sampled, own) + np.abs(centre - answer)
+        return out, centre
 
     def predict(self, fitted: GuardedFit, query_x: np.ndarray) -> Predictive:
         """The wrapped method's predictive, unwidened (the service asks `summarize`)."""
@@ -354,13 +394,14 @@ class OffContextGuard(Method):
         """`widen` at query rows `rows` (the network model's voltages there v): std, quantiles and p_outside of
         `out` (mean, std, quantiles, p_outside; the last None without a band) widened in place."""
         mean, std, quantiles, p_outside = out
-        added = self._miss(fitted, q[rows], v, mean[rows], weight[rows])
+        added, shift = self._miss(fitted, q[rows], v, mean[rows], weight[rows])
+        mean[rows] += shift
         std[rows] = np.sqrt(np.square(std[rows]) + np.square(added))
         if z.size:
-            quantiles[:, rows] = widened_quantiles(quantiles[:, rows], mean[rows], z * added[None])
+            quantiles[:, rows] = widened_quantiles(quantiles[:, rows] + shift[None], mean[rows], z * added[None])
         if band is not None and p_outside is not None:
             pred = self.base.predict(fitted.real, q[rows])
-            p_outside[rows] = convolved_outside(pred, band, added)
+            p_outside[rows] = convolved_outside(pred, band, added, shift)
 
     def consulted(self, fitted: GuardedFit, extrapolation: np.ndarray) -> np.ndarray:
         """The query rows whose answer `widen` reads the network model's power flow at: those beyond the
@@ -428,27 +469,31 @@ def widened_quantiles(quantiles: np.ndarray, centre: np.ndarray, offset: np.ndar
     return out
 
 
-def convolved_outside(pred: Predictive, band: tuple[float, float], added: np.ndarray) -> np.ndarray:
-    """(m, k) P(outside `band`) of `pred` plus an independent normal error of std `added` (m, k), to about
+def convolved_outside(
+    pred: Predictive, band: tuple[float, float], added: np.ndarray, shift: np.ndarray | None = None
+) -> np.ndarray:
+    """(m, k) P(outside `band`) of `pred` moved by `shift` (m, k; None: not moved) plus an independent normal
+    error of std `added` (m, k), to about
     4e-4 (a normal answer 3x narrower than the error, tests/models/test_off_context.py). A cell the answer
     leaves (or stays in) the band from with less than QUIET_P even QUIET_REACH error stds nearer to it (or
     farther out) gets that bound without the quadrature, where the answer can give its other cells alone
     (`Predictive.cells`): most cells of most answers lie far inside the band or far outside it."""
-    low, high = band
+    moved = np.zeros_like(added) if shift is None else shift
+    low, high = band[0] - moved, band[1] - moved  # the moved answer leaves the band where pred leaves this one
     reach = QUIET_REACH * added
     leaves = pred.cdf(low + reach) + (1.0 - pred.cdf(high - reach))  # at least P(outside)
     stays = np.maximum(pred.cdf(high + reach) - pred.cdf(low - reach), 0.0)  # at least P(inside)
     live = ~((leaves < QUIET_P) | (stays < QUIET_P))
     sub = pred.cells(live) if not live.all() else None
     if sub is None:
-        return _convolved_outside(pred, band, added)
+        return _convolved_outside(pred, (low, high), added)
     out: np.ndarray = np.clip(np.where(leaves < QUIET_P, leaves, 1.0 - stays), 0.0, 1.0)
     if live.any():
-        out[live] = _convolved_outside(sub, band, added[live][None])[0]
+        out[live] = _convolved_outside(sub, (low[live][None], high[live][None]), added[live][None])[0]
     return out
 
 
-def _convolved_outside(pred: Predictive, band: tuple[float, float], added: np.ndarray) -> np.ndarray:
+def _convolved_outside(pred: Predictive, band: tuple[Any, Any], added: np.ndarray) -> np.ndarray:
     """`convolved_outside` on every cell: Gauss-Hermite over the error, or where the error is the wider over the
     answer's quantiles."""
     low, high = band
