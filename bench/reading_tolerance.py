@@ -15,9 +15,22 @@ solves it) gives at the row's reported loads. Scenarios (bench/accuracy_v3.py's,
   `--load-noise` (the context's loads as reported, not as drawn).
 
 Prints, per network and scenario, the largest and the 99.99th percentile |reading - model| over every
-reading, and the threshold's margin over the largest of all; then what the check adds to a new 500-row context
-set (`--no-timing` skips it): POST /v1/context-sets of real IEEE 33 power flows (new content each time) on
-an in-process server with the shipped models, alternately with the check and with it skipped, median of each.
+reading, and the threshold's margin over the largest of all.
+
+Then the measurement behind READING_SCATTER_PU (`--no-scatter` skips it): how far a context's readings scatter
+around a smooth function of the loads, as the check infers it (service.engine.readings.reading_scatter: the
+noise std a Bayesian linear fit of readings - model on the loads leaves, per bus). Per scenario and voltage
+noise, the largest over buses and over `--scatter-draws` contexts of each of `--scatter-sizes` rows, each
+context drawn from ONE truth network (the per-line scenario: context d from draw d; pooling rows of several
+truths would report the networks' differences as noise) with the same load noise; a scenario the table above
+lacks: IEEE 33 at 0.3-1.6x base load. SimBench contexts are alternately a stretch of consecutive steps and steps
+drawn across the year. Then attacks: the network model's own voltages plus uniform noise of +-`--attacks` p.u.
+(within READING_TOLERANCE_PU: the tolerance check keeps them), the smallest and largest inferred noise over the
+draws and how many contexts the check refuses; and the threshold's margin over the legitimate largest.
+
+Last, what the check adds to a new 500-row context set (`--no-timing` skips it): POST /v1/context-sets of real
+IEEE 33 power flows (new content each time) on an in-process server with the shipped models, alternately with
+the check and with it skipped, median of each.
 
     .venv/bin/python bench/reading_tolerance.py | tee bench/results/reading-tolerance.md
 """
@@ -41,13 +54,16 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import gridsim  # noqa: E402
 from gridsim import simbench_data  # noqa: E402
 from gridsim.api import VoltageModel  # noqa: E402
-from models.limits import READING_TOLERANCE_PU  # noqa: E402
+from models.limits import READING_SCATTER_PU, READING_TOLERANCE_PU  # noqa: E402
+from service.engine.readings import reading_scatter  # noqa: E402
 
 PV_BUSES = (6, 12, 15, 18, 22, 25, 30, 33)  # IEEE numbers, as bench/accuracy_v3.py
 PV_EXPORT = (-2.0, -1.0)
 GROWTH = (1.3, 1.6)
 MISMATCH = (0.7, 1.3)
 DELTA = 0.10
+WIDE = (0.3, 1.6)  # the scatter table's extra IEEE 33 load range (base load times a factor per row)
+TOLERANCE_SETS = ("+-10 %", "growth 1.3-1.6x", "PV export")  # the first table's IEEE 33 load sets
 
 
 def _deviation(model: VoltageModel, x: np.ndarray, truth: np.ndarray, noise: float, load_noise: float, seed) -> dict:
@@ -76,7 +92,17 @@ def simbench_rows(args) -> list[tuple[str, str, np.ndarray, np.ndarray, VoltageM
     return out
 
 
-def ieee33_rows(args) -> list[tuple[str, str, np.ndarray, np.ndarray, VoltageModel]]:
+def ieee33_rows(pools) -> list[tuple[str, str, np.ndarray, np.ndarray, VoltageModel]]:
+    """The first table's IEEE 33 scenarios: each one's rows of every truth network pooled."""
+    return [
+        (label, kind, np.concatenate([x for x, _ in truths]), np.concatenate([y for _, y in truths]), model)
+        for label, kind, truths, model in pools
+        if kind in TOLERANCE_SETS
+    ]
+
+
+def ieee33_pools(args) -> list[tuple[str, str, list[tuple[np.ndarray, np.ndarray]], VoltageModel]]:
+    """Per truth and load set: (label, kind, [(x, vm_pu) of each truth network's converged rows], model)."""
     network = gridsim.network("ieee33")
     model = VoltageModel(network)
     rng = np.random.default_rng(args.seed)
@@ -89,6 +115,10 @@ def ieee33_rows(args) -> list[tuple[str, str, np.ndarray, np.ndarray, VoltageMod
     at = [network.load_buses.index(b) for b in PV_BUSES]
     pv[:, at] = network.base_p_mw[at] * rng.uniform(*PV_EXPORT, (m, len(at)))
     sets = {"+-10 %": around(m), "growth 1.3-1.6x": around(m) * rng.uniform(*GROWTH, (m, 1)), "PV export": pv}
+    wide = np.random.default_rng([args.seed, 1])  # its own stream: the first table's draws stay as they were
+    sets[f"load {WIDE[0]:g}-{WIDE[1]:g}x"] = (
+        network.base_x * (1.0 + DELTA * wide.uniform(-1.0, 1.0, (m, 2 * n))) * wide.uniform(*WIDE, (m, 1))
+    )
 
     def scaled(factor) -> object:
         return dataclasses.replace(network, r_ohm=network.r_ohm * factor, x_ohm=network.x_ohm * factor)
@@ -106,9 +136,90 @@ def ieee33_rows(args) -> list[tuple[str, str, np.ndarray, np.ndarray, VoltageMod
     for label, nets in truths.items():
         for kind, x in sets.items():
             solved = [gridsim.solve(x, network=net, solver="batched") for net in nets]
-            xs = np.concatenate([x[sim.converged] for sim in solved])
-            out.append((label, kind, xs, np.concatenate([sim.vm_pu[sim.converged] for sim in solved]), model))
+            out.append((label, kind, [(x[sim.converged], sim.vm_pu[sim.converged]) for sim in solved], model))
     return out
+
+
+def _scatter(model: VoltageModel, x: np.ndarray, y: np.ndarray) -> float | None:
+    """The largest inferred noise over buses of one context (`x` the reported loads), as the check infers it."""
+    v = model(x)
+    solved = np.isfinite(v).all(axis=1)
+    found = reading_scatter(x[solved], y[solved], v[solved])
+    return None if found is None else float(np.nanmax(found[0]))
+
+
+def _context_rows(rng: np.random.Generator, rows: int, size: int, stretch: bool) -> np.ndarray:
+    """`size` rows of `rows`: a stretch of consecutive ones from a random start, or drawn without replacement."""
+    if stretch:
+        start = int(rng.integers(0, rows - size + 1))
+        return np.arange(start, start + size)
+    return np.sort(rng.choice(rows, size, replace=False))
+
+
+def _span(values: list[float | None]) -> str:
+    found = [v for v in values if v is not None]
+    if not found:
+        return "-"
+    low, high = min(found), max(found)
+    return f"{high:.2e}" if low == high else f"{low:.2e}-{high:.2e}"
+
+
+def scatter(args, simbench, pools) -> None:
+    """The second table: legitimate contexts' largest inferred noise, then the attacks', against READING_SCATTER_PU."""
+    sizes, draws = args.scatter_sizes, args.scatter_draws
+    scenarios = [(code, kind, [(x, y)], model, True) for code, kind, x, y, model in simbench]
+    scenarios += [(label, kind, truths, model, False) for label, kind, truths, model in pools]
+    print("\n## Scatter around a smooth function of the loads (READING_SCATTER_PU)\n")
+    print(
+        f"Largest inferred noise std (p.u., max over buses and over {draws} contexts per size; each context from one "
+        f"truth network), load-reading noise {args.load_noise:g} (relative).\n"
+    )
+    print("| network | rows | reading noise (p.u.) | " + " | ".join(f"{n} rows" for n in sizes) + " |")
+    print("|---|---|---|" + "---|" * len(sizes))
+    largest, where = 0.0, ""
+    for i, (label, kind, truths, model, year) in enumerate(scenarios):
+        if len(truths) > 1:
+            label = f"{label.split(' (')[0]} (context d from draw d of {len(truths)})"
+        for j, noise in enumerate(args.noises):
+            cells = []
+            for size in sizes:
+                found = []
+                for d in range(draws):
+                    x, y = truths[d % len(truths)]
+                    rng = np.random.default_rng([args.seed, 7, i, j, size, d])
+                    idx = _context_rows(rng, len(x), min(size, len(x)), stretch=year and d % 2 == 0)
+                    reported = simbench_data.add_load_noise(x[idx], args.load_noise, rng)
+                    found.append(_scatter(model, reported, simbench_data.add_meter_noise(y[idx], noise, rng)))
+                top = max((f for f in found if f is not None), default=None)
+                cells.append("-" if top is None else f"{top:.2e}")
+                if top is not None and top > largest:
+                    largest, where = top, f"{label}, {kind}, noise {noise:g}, {size} rows"
+            print(f"| {label} | {kind} | {noise:g} | " + " | ".join(cells) + " |")
+    print(f"\nLargest legitimate inferred noise: {largest:.2e} p.u. ({where}).")
+    print(f"READING_SCATTER_PU = {READING_SCATTER_PU:g} p.u.: {READING_SCATTER_PU / largest:.1f}x that.\n")
+    targets = [(code, x, model) for code, _, x, _, model in simbench]
+    targets += [(f"{label}, {kind}", truths[0][0], model) for label, kind, truths, model in pools[:1]]
+    print(
+        f"Attacks: the network model's voltages at the loads plus uniform noise (the readings' std is a / sqrt(3)); "
+        f"inferred noise, smallest-largest over {draws} contexts per size; refused: contexts over "
+        f"READING_SCATTER_PU = {READING_SCATTER_PU:g} of all.\n"
+    )
+    print("| network | readings | " + " | ".join(f"{n} rows" for n in sizes) + " | refused |")
+    print("|---|---|" + "---|" * len(sizes) + "---|")
+    for i, (label, x, model) in enumerate(targets):
+        for k, a in enumerate(args.attacks):
+            cells, refused, total = [], 0, 0
+            for size in sizes:
+                found = []
+                for d in range(draws):
+                    rng = np.random.default_rng([args.seed, 11, i, k, size, d])
+                    idx = _context_rows(rng, len(x), min(size, len(x)), stretch=False)
+                    v = model(x[idx])
+                    found.append(_scatter(model, x[idx], v + rng.uniform(-a, a, v.shape)))
+                refused += sum(f is not None and f > READING_SCATTER_PU for f in found)
+                total += len(found)
+                cells.append(_span(found))
+            print(f"| {label} | model +- uniform {a:g} | " + " | ".join(cells) + f" | {refused}/{total} |")
 
 
 def timing(rows: int, repeats: int) -> None:
@@ -168,6 +279,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--no-timing", dest="timing", action="store_false", help="skip the HTTP timing")
     parser.add_argument("--timing-rows", type=int, default=500)
+    parser.add_argument("--no-scatter", dest="scatter", action="store_false", help="skip the scatter table")
+    parser.add_argument("--scatter-sizes", type=int, nargs="+", default=[16, 64, 500], help="context rows")
+    parser.add_argument("--scatter-draws", type=int, default=8, help="contexts per scenario and size")
+    parser.add_argument("--attacks", type=float, nargs="+", default=[0.005, 0.02, 0.03, 0.05, 0.19], help="+-a p.u.")
     args = parser.parse_args()
     t0 = time.time()
     print("# Voltage readings against the network model's power flow\n")
@@ -179,7 +294,8 @@ def main() -> None:
     print("| network | rows | reading noise (p.u.) | rows solved | max abs(reading - model) | 99.99th pct |")
     print("|---|---|---|---|---|---|")
     largest, where = 0.0, ""
-    scenarios = simbench_rows(args) + ieee33_rows(args)
+    simbench, pools = simbench_rows(args), ieee33_pools(args)
+    scenarios = simbench + ieee33_rows(pools)
     for i, (label, kind, x, y, model) in enumerate(scenarios):
         for j, noise in enumerate(args.noises):
             d = _deviation(model, x, y, noise, args.load_noise, [args.seed, i, j])
@@ -192,6 +308,8 @@ def main() -> None:
                 largest, where = d["max"], f"{label}, {kind}, noise {noise:g}"
     print(f"\nLargest abs(reading - model) of all: {largest:.4f} p.u. ({where}).")
     print(f"READING_TOLERANCE_PU = {READING_TOLERANCE_PU:g} p.u.: {READING_TOLERANCE_PU / largest:.1f}x that.")
+    if args.scatter:
+        scatter(args, simbench, pools)
     if args.timing:
         timing(args.timing_rows, 30)
     print(f"\n{time.time() - t0:.0f} s.")

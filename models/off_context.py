@@ -311,6 +311,7 @@ class OffContextGuard(Method):
         plain = nonlinear + v if probes.plain is None else _answered(self.prober, probes.plain, rows, v)
         scatter = np.mean([np.square(_answered(self.prober, model, rows, v) - plain) for model in probes.noisy], axis=0)
         assert probes.smooth is not None and probes.departure is not None and probes.linear is not None
+        assert probes.departure_fit is not None
         denoised = _answered(self.base, probes.smooth, rows, v)
         curvature = np.abs(v - np.column_stack([np.ones(len(rows)), rows]) @ probes.linear)
         rho = probes.departure

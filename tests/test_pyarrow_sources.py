@@ -42,9 +42,7 @@ def _python_file_readers(source: str) -> list[tuple[int, str]]:
 
 
 def test_the_check_finds_a_reader_given_a_python_file():
-    assert _python_file_readers("import io\npq.read_table(io.BytesIO(data))\n") == [
-        (2, "pq.read_table(BytesIO(...))")
-    ]
+    assert _python_file_readers("import io\npq.read_table(io.BytesIO(data))\n") == [(2, "pq.read_table(BytesIO(...))")]
     assert _python_file_readers("pa.ipc.open_stream(open(path, 'rb'))\npd.read_parquet(BytesIO(b))\n") == [
         (1, "ipc.open_stream(open(...))"),
         (2, "pd.read_parquet(BytesIO(...))"),

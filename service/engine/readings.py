@@ -1,5 +1,6 @@
 """A context's voltage readings held to its network model: each within READING_TOLERANCE_PU of the network
-model's power flow at its row's loads.
+model's power flow at its row's loads, and scattering around a smooth function of the loads no more than
+READING_SCATTER_PU.
 
 A reading within [0.5, 1.5] p.u. (service.engine.checks) can still be no measurement of the feeder the context
 names: 0.5 p.u. at the substation's neighbour while every other bus reads 0.99, or numbers drawn at random. The
@@ -9,8 +10,17 @@ rows), and a reading farther than READING_TOLERANCE_PU from its voltage there is
 (ReadingsRefused); a row the network model cannot solve is refused as every model refuses one
 (models.network_voltages.solved: UnsolvedRows), the rows of the first block holding one. Unmetered loads take
 their typical values, as network-fit solves them (models.network_fit.complete_loads); a voltage not read (NaN)
-is compared with nothing. Readings inside the tolerance that scatter like no meter does (0.1 p.u. at random)
-still pass, and the models' answers off such a context are as wild as it is.
+is compared with nothing.
+
+Readings inside the tolerance can still scatter like no meter does (the network model's voltage plus 0.1 p.u. at
+random): physics-fit answered -14..19 p.u. at 1.5x load off such a context. Their departure from the network
+model is smooth in the loads for a legitimate feeder (a wrong impedance, a tap, load growth), so a Bayesian linear
+fit of it on the loads (models.off_context.reading_noise) leaves the meters' noise, and a bus whose noise std is
+over READING_SCATTER_PU is refused (ScatteredReadings, naming the bus). The fit takes the rows that read every
+metered bus (a bus read in some row) and meter every load: an unmetered load is solved at its typical value, and
+its departure from that is no function of the reported loads (no load metered: 0.036 p.u. "noise" on IEEE 33 at
+0.3-1.6x load). Under SCATTER_MIN_ROWS such rows the noise cannot be told from the fit and the check is skipped;
+over SCATTER_MAX_ROWS, evenly spaced ones are fitted.
 
 Checked once per context id in each process (an inline context sent with every request pays it once), in the
 worker pool. A simulated context (POST /v1/context-sets `simulate`) is the network model's own power flow and is
@@ -21,14 +31,20 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from models.errors import ROWS_SHOWN, RowsRefused, rows_text
-from models.limits import READING_MAX_PU, READING_MIN_PU, READING_TOLERANCE_PU
+from models.limits import (
+    MIN_CONTEXT_ROWS,
+    READING_MAX_PU,
+    READING_MIN_PU,
+    READING_SCATTER_PU,
+    READING_TOLERANCE_PU,
+)
 from service.engine.context_sets import ContextSet
 from service.engine.errors import InvalidInput
 
@@ -39,6 +55,14 @@ CHECKED_KEEP = 256  # context ids whose readings this process has found consiste
 # a legitimate context of 10,000 rows on that feeder (3.5 s).
 CHECK_BLOCK = 256
 MODELS_KEEP = 16  # networks whose power-flow model is kept built (as service.engine.networks keeps uploads)
+# The scatter check's rows (those reading every metered bus and metering every load): below SCATTER_MIN_ROWS the
+# Bayesian fit's noise is not told apart from its fit (the models' own smallest context); above SCATTER_MAX_ROWS
+# evenly spaced ones, so a 10,000-row context's fit costs about its power flow (bench/readings_check_cost.py, a
+# busy 2-core host: 300 buses, 1.1 s beside 1.4 s; 500 buses, 3.4 s beside 3.9 s).
+SCATTER_MIN_ROWS = MIN_CONTEXT_ROWS
+SCATTER_MAX_ROWS = 2000
+# What a meter's noise is at most (the product's supported range), quoted in the refusal's expectation.
+METER_NOISE_PU = 2e-3
 
 
 @dataclass(frozen=True)
@@ -101,6 +125,58 @@ class UnsolvedRows(InvalidInput):
         self.rows, self.reason, self.expected = refused.rows, refused.reason, refused.expected
 
 
+SCATTER_EXPECTED = (
+    f"readings whose scatter around a smooth function of the loads is at most {READING_SCATTER_PU:g} p.u.: a "
+    f"meter's noise is below {METER_NOISE_PU:g} p.u."
+)
+
+
+class ScatteredReadings(InvalidInput):
+    """Readings of `field`.y that scatter more than READING_SCATTER_PU around a smooth function of the loads: the
+    noise std (`noise`) a Bayesian linear fit of their departure from the network model leaves at the worst bus
+    (`bus`, the output's index; `column`, its name where known), over `rows` context rows."""
+
+    def __init__(self, field: str, bus: int, noise: float, rows: int, column: str | None = None) -> None:
+        self.bus, self.noise, self.rows, self.column, self.expected = bus, noise, rows, column, SCATTER_EXPECTED
+        where = f"output {bus}" + (f" ({column})" if column else "")
+        super().__init__(f"{field}.y", self.describe(where), SCATTER_EXPECTED)
+
+    def describe(self, where: str) -> str:
+        """The refusal with the bus named as `where` (the page names it by the file's column)."""
+        return (
+            f"readings at {where} scatter by {self.noise:.4f} p.u. (noise std) around a smooth function of the "
+            f"loads, more than {READING_SCATTER_PU:g} p.u.: no meter scatters so (what a Bayesian linear fit on the "
+            f"loads leaves of their departure from the network model's power flow, over the {self.rows} rows that "
+            "read every metered bus and meter every load)"
+        )
+
+
+def scatter_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The context rows the scatter check fits (0-based): those reading every metered bus (a column of `y` not
+    all NaN) and metering every load (no NaN in `x`), at most SCATTER_MAX_ROWS of them, evenly spaced."""
+    metered = ~np.isnan(y).all(axis=0)
+    rows = np.flatnonzero(~np.isnan(y[:, metered]).any(axis=1) & ~np.isnan(x).any(axis=1))
+    if rows.size > SCATTER_MAX_ROWS:
+        rows = rows[np.linspace(0, rows.size - 1, SCATTER_MAX_ROWS).round().astype(np.int64)]
+    return rows
+
+
+def reading_scatter(x: np.ndarray, y: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """(k,) the readings' noise std per bus (NaN at a bus never read) as the check infers it (`x` the reported
+    loads, NaN where not metered; `y` the readings; `v` the network model's voltages at the rows' loads:
+    models.off_context.reading_noise over `scatter_rows`), and the rows fitted; None when fewer than
+    SCATTER_MIN_ROWS rows qualify."""
+    from models.off_context import reading_noise
+
+    rows = scatter_rows(x, y)
+    if rows.size < SCATTER_MIN_ROWS:
+        return None
+    metered = ~np.isnan(y).all(axis=0)
+    noise = np.full(y.shape[1], np.nan)
+    noise[metered] = reading_noise(x[rows], (y[rows] - v[rows])[:, metered])
+    return noise, int(rows.size)
+
+
 def summary(readings: int, rows: int) -> str:
     return (
         f"{readings} reading(s) in {rows} row(s) lie farther than {READING_TOLERANCE_PU:g} p.u. from the network "
@@ -109,10 +185,16 @@ def summary(readings: int, rows: int) -> str:
 
 
 def check_readings(
-    voltage_model: Callable[[np.ndarray], np.ndarray], ctx: ContextSet, base_x: np.ndarray, field: str
+    voltage_model: Callable[[np.ndarray], np.ndarray],
+    ctx: ContextSet,
+    base_x: np.ndarray,
+    field: str,
+    outputs: Sequence[str] = (),
 ) -> None:
     """ReadingsRefused naming the context's readings farther than READING_TOLERANCE_PU from the network model,
-    UnsolvedRows naming its rows without a power flow; nothing when every reading is consistent."""
+    UnsolvedRows naming its rows without a power flow, ScatteredReadings naming the bus whose readings scatter
+    more than READING_SCATTER_PU (by its name in `outputs` too, where given); nothing when every reading is
+    consistent."""
     from models.network_fit import complete_loads
     from models.network_voltages import solved
 
@@ -127,15 +209,23 @@ def check_readings(
             refused = RowsRefused(exc.field, [start + r for r in exc.rows], exc.reason + unchecked, exc.expected)
             raise UnsolvedRows(f"{field}.x", refused) from exc
     off = np.abs(ctx.y - v) > READING_TOLERANCE_PU  # a reading not taken (NaN) compares False
-    if not off.any():
+    if off.any():
+        rows = np.flatnonzero(off.any(axis=1))
+        # each row's first far reading, as a row of numbers stops at its first bad cell
+        first = off[rows].argmax(axis=1)
+        far = [
+            FarReading(int(r), int(b), float(ctx.y[r, b]), float(v[r, b]), bool(np.isnan(ctx.x[r]).any()))
+            for r, b in zip(rows[:ROWS_SHOWN], first[:ROWS_SHOWN], strict=True)
+        ]
+        raise ReadingsRefused(field, far, int(rows.size), int(off.sum()))
+    scatter = reading_scatter(ctx.x, ctx.y, v)
+    if scatter is None:
         return
-    rows = np.flatnonzero(off.any(axis=1))
-    first = off[rows].argmax(axis=1)  # each row's first far reading, as a row of numbers stops at its first bad cell
-    far = [
-        FarReading(int(r), int(b), float(ctx.y[r, b]), float(v[r, b]), bool(np.isnan(ctx.x[r]).any()))
-        for r, b in zip(rows[:ROWS_SHOWN], first[:ROWS_SHOWN], strict=True)
-    ]
-    raise ReadingsRefused(field, far, int(rows.size), int(off.sum()))
+    noise, fitted = scatter
+    worst = int(np.nanargmax(noise))
+    if noise[worst] > READING_SCATTER_PU:
+        column = outputs[worst] if worst < len(outputs) else None
+        raise ScatteredReadings(field, worst, float(noise[worst]), fitted, column)
 
 
 class Readings:
@@ -148,8 +238,8 @@ class Readings:
         self._lock = threading.Lock()  # the models are built in worker threads
 
     async def checked(self, ctx: ContextSet, net: Any, field: str) -> ContextSet:
-        """`ctx` once its readings are consistent with the network `net` (a gridsim Network); ReadingsRefused or
-        UnsolvedRows naming `field`'s cells or rows otherwise."""
+        """`ctx` once its readings are consistent with the network `net` (a gridsim Network); ReadingsRefused,
+        UnsolvedRows or ScatteredReadings naming `field`'s cells, rows or bus otherwise."""
         if ctx.id in self.consistent:
             self.consistent.move_to_end(ctx.id)
             return ctx
@@ -160,7 +250,7 @@ class Readings:
         return ctx
 
     def _check(self, ctx: ContextSet, net: Any, field: str) -> None:
-        check_readings(self._model(net), ctx, net.base_x, field)
+        check_readings(self._model(net), ctx, net.base_x, field, net.output_names)
 
     def _model(self, net: Any) -> Any:
         """The network's power-flow model (gridsim.api.VoltageModel: its impedance matrix reduced once)."""

@@ -8,8 +8,9 @@ the page needs beyond the /v1 API (which gives it models, networks, context sets
   422 naming its row and column. An optional `converged` column (`gridpfn simulate -o` writes one) leaves
   out the rows false in it; a cell of it that is not true or false (1 or 0), an empty one included, is a
   422 naming its row: whether that row's voltages were solved is not guessed. A reading far from the network
-  model's power flow at its row's loads (service.engine.readings) is a 422 naming its row and column. The file is
-  decoded only up to `GRIDPFN_MAX_CONTEXT_ROWS` rows (a Parquet file is sized from its footer first).
+  model's power flow at its row's loads (service.engine.readings) is a 422 naming its row and column, a column's
+  readings that scatter like no meter's one naming the column. The file is decoded only up to
+  `GRIDPFN_MAX_CONTEXT_ROWS` rows (a Parquet file is sized from its footer first).
 - `GET /ui/api/batch-jobs/{id}/risk-histogram`: the histogram of each row's worst-bus P(outside band)
   over a finished job's result, and how many rows are extrapolated (and the largest extrapolation),
   computed where the result file is (a result can have millions of rows).
@@ -50,7 +51,7 @@ from service.engine.load_table import (
     csv_header_names,
     locate_csv_error,
 )
-from service.engine.readings import ReadingsRefused, UnsolvedRows
+from service.engine.readings import ReadingsRefused, ScatteredReadings, UnsolvedRows
 from service.http.auth import TenantDep, require_api_key
 from service.http.deps import RuntimeDep
 from service.http.problems import ProblemError, field_error
@@ -256,13 +257,19 @@ async def upload_context(rt: RuntimeDep, tenant: TenantDep, request: Request) ->
         raise _cell_problem(exc, rows, features, outputs) from exc
     try:
         return await context_sets.create(rt=rt, tenant=tenant, body=body)
-    except (ReadingsRefused, UnsolvedRows) as exc:  # the network model's refusal: by the file's rows and columns
+    except (ReadingsRefused, UnsolvedRows, ScatteredReadings) as exc:  # by the file's rows and columns
         raise _model_problem(exc, rows, outputs) from exc
 
 
-def _model_problem(exc: ReadingsRefused | UnsolvedRows, rows: np.ndarray, outputs: list[str]) -> ProblemError:
-    """A context's readings far from its network model's power flow, or its rows without one
-    (service.engine.readings), named as the file numbers its rows (`rows`: the file row of each kept row)."""
+def _model_problem(
+    exc: ReadingsRefused | UnsolvedRows | ScatteredReadings, rows: np.ndarray, outputs: list[str]
+) -> ProblemError:
+    """A context's readings far from its network model's power flow, its rows without one, or its readings
+    scattering like no meter's (service.engine.readings), named as the file numbers its rows (`rows`: the file
+    row of each kept row) and names its columns."""
+    if isinstance(exc, ScatteredReadings):  # a column's readings, no row of them
+        column = outputs[exc.bus]
+        return batch_jobs._file_problem(InputError(exc.describe(f"column {column!r}"), exc.expected, None, column))
     if isinstance(exc, UnsolvedRows):
         refused = RowsRefused("file", [int(rows[r]) for r in exc.rows], exc.reason, exc.expected)
         return ProblemError(

@@ -1,7 +1,8 @@
 """A context's readings held to its network model's power flow over real HTTP (service.engine.readings): every
 way a context enters (a context set as JSON, the page's CSV and Parquet upload, an inline context) refuses a
-reading farther than READING_TOLERANCE_PU from it by cell, with the range it should lie in, and rows without a
-power flow by row; the hardest legitimate context measured (bench/reading_tolerance.py) is kept."""
+reading farther than READING_TOLERANCE_PU from it by cell, with the range it should lie in, rows without a
+power flow by row, and readings scattering more than READING_SCATTER_PU by bus; the hardest legitimate context
+measured (bench/reading_tolerance.py) is kept."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import gridsim
+from gridsim.api import VoltageModel
+from models.limits import READING_SCATTER_PU
 from tests.service.conftest import MODEL, assert_problem, rows
 
 NET = gridsim.network("ieee33")
@@ -102,3 +105,79 @@ def test_the_hardest_legitimate_context_measured_is_kept(api):
         "/v1/predict", json={"model": "physics-fit", "context_id": created.json()["id"], "queries": rows(x[:2])}
     )
     assert answer.status_code == 200 and np.isfinite(answer.json()["mean"]).all(), answer.text
+
+
+def _scattered(n, spread, seed=0):
+    """`n` rows of loads +-10 % of base, read as the network model's voltages there plus uniform noise of
+    +-`spread` p.u.: every reading within READING_TOLERANCE_PU, scattering like no meter."""
+    rng = np.random.default_rng(seed)
+    x = NET.base_x * (1.0 + 0.1 * rng.uniform(-1.0, 1.0, (n, NET.n_features)))
+    return x, VoltageModel(NET)(x) + rng.uniform(-spread, spread, (n, NET.n_outputs))
+
+
+@pytest.mark.parametrize("n", [16, 500])
+def test_a_noisy_context_of_a_feeder_unlike_its_model_is_kept_at_any_size(api, n):
+    """Meter noise 2e-3 p.u., every line 1.3x the model's (not told), loads misreported by 2 %: its readings'
+    inferred noise is ~2-3e-3 p.u., far under READING_SCATTER_PU."""
+    rng = np.random.default_rng(n)
+    x = NET.base_x * (1.0 + 0.1 * rng.uniform(-1.0, 1.0, (n, NET.n_features)))
+    longer = dataclasses.replace(NET, r_ohm=NET.r_ohm * 1.3, x_ohm=NET.x_ohm * 1.3)
+    y = gridsim.solve(x, network=longer).vm_pu + rng.normal(0.0, 2e-3, (n, NET.n_outputs))
+    reported = x * (1.0 + 0.02 * rng.standard_normal(x.shape))
+    created = api.post("/v1/context-sets", json={"x": rows(reported), "y": rows(y)})
+    assert created.status_code == 201, created.text
+
+
+@pytest.mark.parametrize("spread", [0.05, 0.19])
+def test_readings_scattered_at_random_are_refused_naming_the_bus(api, spread):
+    """The attacker pass's contexts (the network model's voltages plus uniform noise, each reading within 0.2
+    p.u. of it): refused as a context set and inline, naming `body.y` / `context.y` and the worst bus."""
+    x, y = _scattered(40, spread)
+    problem = assert_problem(api.post("/v1/context-sets", json={"x": rows(x), "y": rows(y)}), 422, "body.y")
+    error = problem["errors"][0]
+    assert problem["type"].endswith("validation-error") and len(problem["errors"]) == 1
+    bus = int(error["message"].split("readings at output ")[1].split(" ")[0])
+    assert error["message"].startswith(f"readings at output {bus} ({NET.output_names[bus]}) scatter by 0.")
+    assert f"more than {READING_SCATTER_PU:g} p.u." in error["message"]
+    assert error["expected"] == (
+        f"readings whose scatter around a smooth function of the loads is at most {READING_SCATTER_PU:g} p.u.: "
+        "a meter's noise is below 0.002 p.u."
+    )
+    assert problem["detail"] == f"body.y: {error['message']}"
+    body = {"model": "physics-fit", "context": {"x": rows(x), "y": rows(y)}, "queries": rows(1.5 * x[:1])}
+    problem = assert_problem(api.post("/v1/predict", json=body), 422, "context.y")
+    assert problem["errors"][0]["message"] == error["message"]
+
+
+def test_a_sparse_context_is_held_to_the_scatter_on_its_metered_buses(api):
+    """Buses never read (null) are left out of the fit; the bus named is a metered one. A legitimate sparse
+    context is kept."""
+    x, y = _scattered(40, 0.05, seed=1)
+    unread = [0, 4, 17, 31]
+    y[:, unread] = np.nan
+    body = {"x": rows(x), "y": [[None if v != v else v for v in row] for row in y.tolist()]}
+    problem = assert_problem(api.post("/v1/context-sets", json=body), 422, "body.y")
+    bus = int(problem["errors"][0]["message"].split("readings at output ")[1].split(" ")[0])
+    assert bus not in unread, problem
+    y = VoltageModel(NET)(x) + np.random.default_rng(1).normal(0.0, 2e-3, y.shape)
+    y[:, unread] = np.nan
+    body = {"x": rows(x), "y": [[None if v != v else v for v in row] for row in y.tolist()]}
+    assert api.post("/v1/context-sets", json=body).status_code == 201
+
+
+def test_fewer_than_16_rows_are_not_held_to_the_scatter(api):
+    x, y = _scattered(15, 0.19, seed=2)
+    assert api.post("/v1/context-sets", json={"x": rows(x), "y": rows(y)}).status_code == 201
+
+
+def test_the_page_upload_names_the_scattered_column(api):
+    x, y = _scattered(40, 0.19, seed=3)
+    frame = pd.DataFrame(np.hstack([x, y]), columns=[*NET.feature_names, *NET.output_names])
+    problem = assert_problem(
+        api.post("/ui/api/context-sets", files={"file": ("s.csv", frame.to_csv(index=False).encode())}), 422, "file"
+    )
+    error = problem["errors"][0]
+    assert problem["type"].endswith("invalid-file") and error["row"] is None and error["column"] in NET.output_names
+    assert error["message"].startswith(f"readings at column {error['column']!r} scatter by 0.")
+    assert problem["detail"].startswith(f"file: column {error['column']!r}: readings at column"), problem
+    assert error["expected"].startswith("readings whose scatter around a smooth function of the loads")
