@@ -235,11 +235,16 @@ class Registry:
             guarded = self._guards.get(key)
             if guarded is None or guarded.method.base is not loaded.method:  # type: ignore[attr-defined]
                 from gridsim.api import VoltageModel
-                from models import physics_fit
+                from models import network_fit, physics_fit
                 from models.off_context import OffContextGuard
 
                 voltages = VoltageModel(network)  # probed with its physics base (OffContextGuard's `prober`)
-                method = OffContextGuard(loaded.method, voltages, physics_fit.method_for(voltages.network))
+                method = OffContextGuard(
+                    loaded.method,
+                    voltages,
+                    physics_fit.method_for(voltages.network),
+                    denoiser=network_fit.method_for(voltages.network),
+                )
                 guarded = self._guards[key] = replace(loaded, method=method)
         return guarded
 
@@ -452,14 +457,17 @@ def any_network_builder(loaded: LoadedModel[PFNMethod]) -> Callable[[Any], Loade
     """Serves a checkpoint of any feeder on one network: its weights bound to the network's load positions
     (shared, not copied), its spread widened off the context like every checkpoint's."""
     from gridsim.api import VoltageModel
-    from models import physics_fit
+    from models import network_fit, physics_fit
     from models.off_context import OffContextGuard
     from models.physics_fit import on_network
 
     def build(network: Any) -> LoadedModel[Method]:
         voltages = VoltageModel(network)  # one power-flow model for the checkpoint's probe and the guard
         method = OffContextGuard(
-            loaded.method.on_network(network.load_positions, voltages), voltages, physics_fit.method_for(network)
+            loaded.method.on_network(network.load_positions, voltages),
+            voltages,
+            physics_fit.method_for(network),
+            denoiser=network_fit.method_for(network),
         )
         return LoadedModel(loaded.name, loaded.version, on_network(loaded.card, network), method, loaded.device)
 
@@ -479,7 +487,9 @@ def width_free_builder(name: str, max_context: int) -> Callable[[Any], LoadedMod
     def build(network: Any) -> LoadedModel[Method]:
         method: Method = kind.method_for(network)
         if kind is physics_fit:
-            method = OffContextGuard(method, VoltageModel(network), within_reach=True)
+            method = OffContextGuard(
+                method, VoltageModel(network), within_reach=True, denoiser=network_fit.method_for(network)
+            )
         return LoadedModel(kind.NAME, kind.VERSION, kind.card_for(network, max_context), method, "cpu")
 
     return build

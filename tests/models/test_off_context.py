@@ -197,6 +197,37 @@ def test_noisy_readings_off_the_context_answer_the_denoised_fit(lines, nearer):
     assert np.isfinite(summary.p_outside).all() and (0.0 <= summary.p_outside).all() and (summary.p_outside <= 1).all()
 
 
+@pytest.mark.parametrize("lines", ["as modelled", "each 0.7-1.3x", "every 1.3x"])
+def test_with_network_fit_as_denoiser_the_answer_is_near_and_its_interval_sized_to_it(lines):
+    """As served (the registry gives the guard network-fit as denoiser): IEEE 33, noise 1e-3, 1.3-1.5x load, lines as
+    modelled or off (not told): the answer at least 5x nearer the truth than the readings' own fit, every bus's
+    interval holding it, and no wider than 15x the width that would just cover (the readings' fit's spread, kept
+    without a denoiser, is hundreds of times that)."""
+    import dataclasses
+
+    from models import network_fit
+
+    net = gridsim.network("ieee33")
+    rng = np.random.default_rng(2902)
+    around = lambda rows: net.base_x * (1.0 + 0.1 * rng.uniform(-1.0, 1.0, (rows, 2 * net.n_load)))  # noqa: E731
+    scale = {"as modelled": 1.0, "each 0.7-1.3x": rng.uniform(0.7, 1.3, net.n_lines), "every 1.3x": 1.3}[lines]
+    truth_of = VoltageModel(dataclasses.replace(net, r_ohm=net.r_ohm * scale, x_ohm=net.x_ohm * scale))
+    x, queries = around(500), around(300) * rng.uniform(1.3, 1.5, (300, 1))
+    y = truth_of(x) + rng.normal(0.0, 1e-3, (500, len(net.output_buses)))
+    guard = OffContextGuard(
+        PhysicsBaseMethod(net.load_positions), VoltageModel(net), denoiser=network_fit.method_for(net)
+    )
+    fitted = guard.fit(x, y)
+    truth = truth_of(queries)
+    own = np.abs(guard.predict(fitted, queries).mean - truth).mean()
+    summary = guard.summarize(fitted, queries, LEVELS)
+    error = np.abs(summary.mean - truth)
+    assert error.mean() <= 0.2 * own
+    assert _coverage(summary, truth) >= 0.9
+    width = (summary.quantiles[1] - summary.quantiles[0]).mean()
+    assert width <= 15.0 * np.mean(2.0 * np.quantile(error, 0.95, axis=0))
+
+
 def test_a_checkpoint_is_probed_with_its_physics_base(feeder):
     """The served guard of a checkpoint fits the checkpoint on the network model's voltages (its own miss, and
     with the readings' smooth part: its own noise-driven error) and its prober (physics-fit) for the noisy

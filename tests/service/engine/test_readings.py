@@ -261,10 +261,25 @@ def test_rows_with_an_unmetered_load_are_not_held_to_the_scatter():
 def test_the_scatter_fit_takes_at_most_scatter_max_rows_evenly_spaced(monkeypatch):
     monkeypatch.setattr(readings, "SCATTER_MAX_ROWS", 20)
     x, y = _scattered(96, 0.05, seed=7)
-    assert readings.scatter_rows(x, y).tolist() == list(range(0, 96, 5))  # rows 0, 5, ..., 95
+    assert readings.fitted_rows(readings.scatter_rows(x, y)).tolist() == list(range(0, 96, 5))  # rows 0, 5, ..., 95
     with pytest.raises(ScatteredReadings) as caught:
         _check_named(x, y)
-    assert caught.value.rows == 20
+    assert caught.value.rows == 96
+
+
+def test_rows_the_scatter_fit_does_not_take_are_held_to_it(monkeypatch):
+    """An attacker pass: a 10,000-row context whose 2,000 evenly spaced rows (the ones the fit takes) were clean
+    and the 8,000 others random within +-0.19 p.u. was accepted; every row is now held to the fit (here 20 of 96
+    rows fitted, the others scattered)."""
+    monkeypatch.setattr(readings, "SCATTER_MAX_ROWS", 20)
+    x, clean = _scattered(96, 0.0, seed=8)
+    _, noisy = _scattered(96, 0.19, seed=8)
+    fitted = readings.fitted_rows(np.arange(96))
+    y = noisy.copy()
+    y[fitted] = clean[fitted]
+    with pytest.raises(ScatteredReadings):
+        _check_named(x, y)
+    _check_named(x, clean)  # the clean context passes
 
 
 def test_a_far_reading_is_refused_before_the_scatter_and_a_checked_context_names_its_bus(context):
