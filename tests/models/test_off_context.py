@@ -198,11 +198,11 @@ def test_noisy_readings_off_the_context_answer_the_denoised_fit(lines, nearer):
 
 
 @pytest.mark.parametrize("lines", ["as modelled", "each 0.7-1.3x", "every 1.3x"])
-def test_with_network_fit_as_denoiser_the_answer_is_near_and_its_interval_sized_to_it(lines):
+def test_with_network_fit_as_denoiser_the_answer_is_near_and_its_interval_holds_what_it_held(lines):
     """As served (the registry gives the guard network-fit as denoiser): IEEE 33, noise 1e-3, 1.3-1.5x load, lines as
     modelled or off (not told): the answer at least 5x nearer the truth than the readings' own fit, every bus's
-    interval holding it, and no wider than 15x the width that would just cover (the readings' fit's spread, kept
-    without a denoiser, is hundreds of times that)."""
+    interval holding it and reaching back to the readings' own fit's answer (the spread is that fit's, widened by
+    the move: network-fit's own spread left buses at 0 % where the feeder departs as it does not model)."""
     import dataclasses
 
     from models import network_fit
@@ -219,13 +219,11 @@ def test_with_network_fit_as_denoiser_the_answer_is_near_and_its_interval_sized_
     )
     fitted = guard.fit(x, y)
     truth = truth_of(queries)
-    own = np.abs(guard.predict(fitted, queries).mean - truth).mean()
+    unmoved = guard.predict(fitted, queries).mean
     summary = guard.summarize(fitted, queries, LEVELS)
-    error = np.abs(summary.mean - truth)
-    assert error.mean() <= 0.2 * own
+    assert np.abs(summary.mean - truth).mean() <= 0.2 * np.abs(unmoved - truth).mean()
     assert _coverage(summary, truth) >= 0.9
-    width = (summary.quantiles[1] - summary.quantiles[0]).mean()
-    assert width <= 15.0 * np.mean(2.0 * np.quantile(error, 0.95, axis=0))
+    assert np.all((summary.quantiles[0] <= unmoved) & (unmoved <= summary.quantiles[1]))  # it reaches back
 
 
 def test_a_checkpoint_is_probed_with_its_physics_base(feeder):
