@@ -486,14 +486,16 @@ def branch_impedance(network: Any, below: np.ndarray) -> np.ndarray:
     return np.concatenate([np.abs(own.real), np.abs(own.imag)]) / float(network.sn_mva)
 
 
-def method_for(network: Any) -> NetworkFitMethod:
+def method_for(network: Any, voltages: Any | None = None) -> NetworkFitMethod:
+    """network-fit on `network`; `voltages`: its power-flow model (gridsim.api.VoltageModel) where the caller has
+    one built (the off-context guard's: one impedance reduction per network, not two)."""
     from gridsim.api import VoltageModel as NetworkVoltages
     from gridsim.tree import downstream
 
     below = downstream(network)
     impedance = branch_impedance(network, below)
     return NetworkFitMethod(
-        NetworkVoltages(network),
+        NetworkVoltages(network) if voltages is None else voltages,
         below,
         network.load_positions,
         impedance,

@@ -112,7 +112,7 @@ REACH = 1.1 / GAUSS_HALF
 # Where the method's fit strays from network-fit's answer by more than network-fit's spread (few readings, far
 # out: 16 rows at 2-3x load answered 0.23-1.0 p.u., network-fit 0.6-0.95) the answer leans to network-fit's, by the
 # inverse of the two squared errors (the method's: its distance from network-fit's answer plus its miss on the
-# network model; network-fit's: its spread). DENOISED_ERROR, measured and not used for the spread: network-fit's
+# network model; network-fit's: its spread). Measured and not used for the spread: network-fit's
 # spread plus, in quadrature, that error held every bus on IEEE 33 (500 readings, noise 1e-5 and 1e-3, 1.3-1.5x load
 # or PV export, lines as modelled or 0.7-1.3x off) at 1.6-7.3x the covering width, and left buses at 0 % where the
 # feeder departs from the network model as network-fit does not model (substation 1.03 p.u., a regulator's step).
@@ -327,7 +327,7 @@ class OffContextGuard(Method):
             leaned = denoised + lean * (np.asarray(known.mean) - denoised)
             centre = np.where(np.isfinite(leaned), leaned, denoised)
         # the spread stays what the answer's own fit needs, moved with the centre and widened by the move, so the
-        # interval holds what the unmoved one held (DENOISED_ERROR, not used: network-fit's spread left buses at 0 %)
+        # interval holds what the unmoved one held (network-fit's spread left buses at 0 %: the comment above)
         sampled = probes.gain * np.sqrt(np.square(nonlinear) + scatter)
         own = REACH * np.abs(answer - denoised + nonlinear)
         out: np.ndarray = np.maximum(sampled, own) + np.abs(centre - answer)

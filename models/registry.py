@@ -243,7 +243,7 @@ class Registry:
                     loaded.method,
                     voltages,
                     physics_fit.method_for(voltages.network),
-                    denoiser=network_fit.method_for(voltages.network),
+                    denoiser=network_fit.method_for(voltages.network, voltages),
                 )
                 guarded = self._guards[key] = replace(loaded, method=method)
         return guarded
@@ -467,7 +467,7 @@ def any_network_builder(loaded: LoadedModel[PFNMethod]) -> Callable[[Any], Loade
             loaded.method.on_network(network.load_positions, voltages),
             voltages,
             physics_fit.method_for(network),
-            denoiser=network_fit.method_for(network),
+            denoiser=network_fit.method_for(network, voltages),
         )
         return LoadedModel(loaded.name, loaded.version, on_network(loaded.card, network), method, loaded.device)
 
@@ -487,8 +487,9 @@ def width_free_builder(name: str, max_context: int) -> Callable[[Any], LoadedMod
     def build(network: Any) -> LoadedModel[Method]:
         method: Method = kind.method_for(network)
         if kind is physics_fit:
+            voltages = VoltageModel(network)
             method = OffContextGuard(
-                method, VoltageModel(network), within_reach=True, denoiser=network_fit.method_for(network)
+                method, voltages, within_reach=True, denoiser=network_fit.method_for(network, voltages)
             )
         return LoadedModel(kind.NAME, kind.VERSION, kind.card_for(network, max_context), method, "cpu")
 

@@ -15,8 +15,9 @@ is compared with nothing.
 Readings inside the tolerance can still scatter like no meter does (the network model's voltage plus 0.1 p.u. at
 random): physics-fit answered -14..19 p.u. at 1.5x load off such a context. Their departure from the network
 model is smooth in the loads for a legitimate feeder (a wrong impedance, a tap, load growth), so a Bayesian linear
-fit of it on the loads (models.off_context.reading_noise) leaves the meters' noise, and a bus whose noise std is
-over READING_SCATTER_PU is refused (ScatteredReadings, naming the bus). The fit takes the rows that read every
+fit of it on the loads (models.linear.BayesianLinearRegression, as models.off_context.reading_noise fits it) leaves
+the meters' noise, and a bus whose noise std is over READING_SCATTER_PU is refused (ScatteredReadings, naming the
+bus). The fit takes the rows that read every
 metered bus (a bus read in some row) and meter every load: an unmetered load is solved at its typical value, and
 its departure from that is no function of the reported loads (no load metered: 0.036 p.u. "noise" on IEEE 33 at
 0.3-1.6x load). Under SCATTER_MIN_ROWS such rows the noise cannot be told from the fit and the check is skipped;
@@ -174,8 +175,9 @@ def reading_scatter(x: np.ndarray, y: np.ndarray, v: np.ndarray) -> tuple[np.nda
 
     A Bayesian linear fit of the readings' departure from the network model on the loads, made on `fitted_rows`,
     gives the noise; every qualifying row is then held to that fit, and where their mean squared residual less the
-    fit's own variance there is larger, its root is the answer: rows the fit did not take are checked too (an attacker pass hid 8,000 random rows of a 10,000-row
-    context between the 2,000 evenly spaced ones the fit took: it was accepted)."""
+    fit's own variance there is larger, its root is the answer: rows the fit did not take are checked too (an
+    attacker pass hid 8,000 random rows of a 10,000-row context between the 2,000 evenly spaced ones the fit took:
+    it was accepted)."""
     from models.linear import BayesianLinearRegression, posterior
 
     rows = scatter_rows(x, y)
