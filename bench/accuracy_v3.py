@@ -69,7 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository r
 import gridsim  # noqa: E402
 from bench import report as bench_report  # noqa: E402
 from bench.http_accuracy import QUANTILES, served  # noqa: E402
-from gridsim import simbench_data  # noqa: E402
+from gridsim import departures, simbench_data  # noqa: E402
 from gridsim.errors import NetworkError  # noqa: E402
 from models.gp import ExactGP  # noqa: E402
 from models.linear import LeastSquares  # noqa: E402
@@ -88,6 +88,14 @@ LS, GP = "least squares", "exact GP"
 OUT = Path(__file__).parent / "results" / "accuracy-v3.md"
 # The real feeder's line impedances relative to the model the service knows (issue 30's protocol).
 MISMATCH = (0.7, 1.3)
+# The real feeder's substation set point, and a regulator's step on one line (gridsim.departures), the model not told.
+SET_POINT = 1.03
+REGULATOR = (6, 7, 0.0125)
+DEPARTURES = {
+    "lines": f"lines x{MISMATCH[0]}-{MISMATCH[1]} not told",
+    "set point": f"substation at {SET_POINT} p.u. not told",
+    "regulator": f"regulator +{100 * REGULATOR[2]:g} % at {REGULATOR[0]}-{REGULATOR[1]} not told",
+}
 
 
 @dataclass
@@ -142,15 +150,19 @@ def simbench_scenarios(code: str, args, seed: int) -> list[Scenario]:
     return out
 
 
-def ieee33_scenarios(args, seed: int, mismatch: bool = False) -> list[Scenario]:
-    """`mismatch`: the truth is IEEE 33 with every line's impedance scaled by its own factor in
-    MISMATCH (the real feeder unlike its model); the service is told plain `ieee33`."""
+def ieee33_scenarios(args, seed: int, departure: str | None = None) -> list[Scenario]:
+    """`departure` (a DEPARTURES key): the truth is IEEE 33 unlike its model: every line's impedance scaled by its
+    own factor in MISMATCH, the substation at SET_POINT, or a REGULATOR's step; the service is told plain `ieee33`."""
     network = gridsim.network("ieee33")
     rng = np.random.default_rng(seed)
     truth_network = network
-    if mismatch:
+    if departure == "lines":
         scale = rng.uniform(*MISMATCH, network.n_lines)
         truth_network = dataclasses.replace(network, r_ohm=network.r_ohm * scale, x_ohm=network.x_ohm * scale)
+    elif departure == "set point":
+        truth_network = departures.with_set_point(network, SET_POINT)
+    elif departure == "regulator":
+        truth_network = departures.with_regulator(network, *REGULATOR)
     n, m = network.n_load, args.ieee_queries
 
     def around(rows):
@@ -174,7 +186,7 @@ def ieee33_scenarios(args, seed: int, mismatch: bool = False) -> list[Scenario]:
         cy = simbench_data.add_meter_noise(cy0, noise, noisy)
         cx = simbench_data.add_load_noise(cx0, args.load_noise, noisy)
         for kind, (qx, qy) in solved.items():
-            group = f"ieee33, lines x{MISMATCH[0]}-{MISMATCH[1]} not told" if mismatch else "ieee33"
+            group = f"ieee33, {DEPARTURES[departure]}" if departure else "ieee33"
             out.append(Scenario(group, kind, noise, network, cx, cy, qx, qy, served_as="ieee33"))
     return out
 
@@ -405,6 +417,13 @@ def _parse_args():
     parser.add_argument("--http-gp", action="store_true", help="also the service's exact GP (POST /v1/gp/predict)")
     parser.add_argument("--no-http", action="store_true", help="skip the served models")
     parser.add_argument("--no-ieee33", action="store_true")
+    parser.add_argument(
+        "--departures",
+        nargs="*",
+        default=["set point", "regulator"],
+        choices=["set point", "regulator"],
+        help="IEEE 33 feeders unlike their model besides the lines' (none: `--departures` alone)",
+    )
     parser.add_argument("--no-simbench", action="store_true")
     parser.add_argument("--registry", type=Path, default=DEFAULT_ROOT)
     parser.add_argument("--seed", type=int, default=2900)
@@ -438,7 +457,9 @@ def main() -> None:
                 logging.warning("%s refused: %s", code, exc)
     if not args.no_ieee33:
         scenarios += ieee33_scenarios(args, args.seed + 100)
-        scenarios += ieee33_scenarios(args, args.seed + 200, mismatch=True)
+        scenarios += ieee33_scenarios(args, args.seed + 200, departure="lines")
+        for i, departure in enumerate(args.departures):
+            scenarios += ieee33_scenarios(args, args.seed + 300 + i, departure=departure)
 
     for s in scenarios:
         in_process(s, with_gp=not args.no_gp)

@@ -73,7 +73,7 @@ def main() -> None:
     for i, code in enumerate(simbench_data.DEV_GRIDS):
         scenarios += accuracy_v3.simbench_scenarios(code, setup, args.seed + i)
     scenarios += accuracy_v3.ieee33_scenarios(setup, args.seed + 100)
-    scenarios += accuracy_v3.ieee33_scenarios(setup, args.seed + 200, mismatch=True)
+    scenarios += accuracy_v3.ieee33_scenarios(setup, args.seed + 200, departure="lines")
     rows = []
     for s in scenarios:
         if s.noise == 0:

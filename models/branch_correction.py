@@ -5,7 +5,11 @@ in branch b's resistance (reactance) moves s at every bus below b by its P (Q) f
 With one prior for every branch's *relative* error (features standardised by the branch's own
 impedance), a meter pins the branches on its path (its readings' response to each load is the
 impedance that load's path shares with it), a branch no meter lies below keeps the prior, and the
-posterior over branches is joint, so a bus's std says what the meters leave open. The prior's size
+posterior over branches is joint, so a bus's std says what the meters leave open. A branch may also carry a tap at
+its head (a regulator's or off-load tap's fixed step t: every bus below moves by (t^2 - 1) |V_head|^2 / 2), fitted
+only where the evidence for steps beats the impedances alone and the step found is one a device makes
+(TAP_MIN_STEP): read as an impedance error instead, a +1.25 % regulator on IEEE 33 needed ~300 % on its line and
+grew with the load. The prior's size
 and the reading noise are set by maximum evidence, the noise no smaller than the power flow's accuracy (a
 context that excites no branch keeps a prior as wide as its readings allow, at most MAX_RELATIVE_ERROR).
 Where some bus is never read, the readings are trusted no closer than the linearisation's share of the
@@ -27,6 +31,13 @@ from models.linear import _one_blas_thread
 BRANCH_PRIOR_GRID = tuple(10.0**e for e in np.arange(-14.0, 8.5, 0.5))
 # The branches' relative errors' prior std is at most this: a line twice its recorded length is a wrong map.
 MAX_RELATIVE_ERROR = 0.5
+# Penalty grid (times the taps' mean weight) of a constant offset below each branch (a tap or regulator's
+# fixed step) searched by evidence once the impedances' prior is chosen.
+TAP_PRIOR_GRID = tuple(10.0**e for e in np.arange(-6.0, 10.5, 1.0))
+# The least step a tap is fitted for: (t^2 - 1) / 2 for a tap ratio t, about the step itself; 0.25 % is below any
+# device's (a voltage regulator's step is 0.625 %, a distribution transformer's 2.5 %), and impedance errors on
+# IEEE 33 (lines 0.7-1.3 off, readings noise 0-1e-3 p.u.) found steps under 5e-6 where the evidence liked any.
+TAP_MIN_STEP = 2.5e-3
 # Queries per block for the posterior variance (memory ~ QUERY_BLOCK * k * 2k floats).
 QUERY_BLOCK = 256
 # The offset's penalty per reading: (nearly) flat, as a voltage set point is not small.
@@ -51,6 +62,19 @@ UNSEEN_SIGNAL = 100.0
 MAX_HELDOUT = 12
 
 
+@dataclass(frozen=True)
+class Solved:
+    """One candidate fit of the branch stage: its log evidence, the Cholesky factor of its penalised normal
+    equations, its mean on the active features, the readings' energy left, the penalties, the active features."""
+
+    evidence: float
+    chol: np.ndarray
+    theta: np.ndarray
+    energy: float
+    penalty: np.ndarray
+    active: np.ndarray
+
+
 def flows(x: np.ndarray, downstream: np.ndarray, load_positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """P and Q (n, k) through the branch into every output bus, lossless, from load rows x (n, 2m)."""
     m, k = len(load_positions), downstream.shape[0]
@@ -67,19 +91,29 @@ class BranchCorrection:
     one correction per branch shared by every bus below it, fitted jointly on all buses' readings."""
 
     downstream: np.ndarray  # (k, k) float: [c, j] = 1 where bus j is c or below it
-    scale: np.ndarray  # (2k + 1,) raw feature -> standardised feature factor (the branch's impedance)
-    theta: np.ndarray  # (2k + 1,) posterior mean on standardised features [P, Q, 1]: relative errors
-    factor: np.ndarray  # (2k + 1, 2k + 1) L with L L^T the posterior covariance of theta
+    scale: np.ndarray  # (3k + 1,) raw feature -> standardised feature factor (the branch's impedance; 1 for taps)
+    theta: np.ndarray  # (3k + 1,) posterior mean on standardised features [P, Q, taps, 1]: relative errors, steps
+    factor: np.ndarray  # (a,) active features' L with L L^T their posterior covariance (see `full_rows`)
     noise_var: float  # the readings' variance around the fitted correction (meter noise plus what it misses)
-    system: np.ndarray  # (2k + 1, 2k + 1) the penalised normal equations: covariance = noise_var system^-1
+    system: np.ndarray  # (a, a) the active features' penalised normal equations: covariance = noise_var system^-1
     prior_var: float  # every branch's relative error's prior variance
     unseen: float  # the std's factor on a bus no meter reads (held-out meters' error over their std, >= 1)
     unseen_floor: float  # and the least std there: the linearisation's share of the correction (0: all read)
+    taps: np.ndarray  # (k,) each branch's tap penalty (np.inf: no tap at its head; TAP_MIN_STEP)
+    active: np.ndarray  # (a,) the features fitted: every impedance, the tapped branches' taps, the offset
 
-    def rows(self, j: int, fp: np.ndarray, fq: np.ndarray) -> np.ndarray:
-        """(n, 2k + 1) bus j's standardised feature rows at branch inputs fp, fq (n, k)."""
-        on_path = np.concatenate([self.downstream[:, j], self.downstream[:, j], [1.0]])
-        rows: np.ndarray = np.concatenate([fp, fq, np.ones((fp.shape[0], 1))], axis=1) * on_path * self.scale
+    @property
+    def tapped(self) -> np.ndarray:
+        """(k,) bool: the branches fitted with a tap at their head."""
+        tapped: np.ndarray = np.isfinite(self.taps)
+        return tapped
+
+    def rows(self, j: int, fp: np.ndarray, fq: np.ndarray, head: np.ndarray) -> np.ndarray:
+        """(n, a) bus j's standardised active feature rows at branch inputs fp, fq, head (n, k)."""
+        path = self.downstream[:, j]
+        on_path = np.concatenate([path, path, path, [1.0]])
+        features = np.concatenate([fp, fq, head, np.ones((fp.shape[0], 1))], axis=1)
+        rows: np.ndarray = (features * on_path * self.scale)[:, self.active]
         return rows
 
     @classmethod
@@ -88,24 +122,28 @@ class BranchCorrection:
         cls,
         fp: np.ndarray,
         fq: np.ndarray,
+        head: np.ndarray,
         r: np.ndarray,
         downstream: np.ndarray,
         impedance: np.ndarray,
         observed: np.ndarray | None = None,
         heldout: bool = True,
         weights: np.ndarray | None = None,
+        taps: np.ndarray | None = None,
     ) -> BranchCorrection:
-        """Fit on corrections r (n, k) at branch inputs fp, fq (n, k); `impedance` (2k,): each branch's
+        """Fit on corrections r (n, k) at branch inputs fp, fq, head (n, k); `impedance` (2k,): each branch's
         drop per MW and per MVAr; `observed` (n, k) bool: which readings exist (None: all; r is 0 where not);
         `heldout`: measure `unseen` (where some bus is never read); `weights` (k,): each bus's readings'
-        precision relative to the others' (None: alike)."""
+        precision relative to the others' (None: alike); `taps` (k,): each branch's tap penalty as an earlier fit
+        of the same feeder found them (its `taps`: refits with the losses it moved, its probe), None: found here."""
         n, k = r.shape
         downstream = np.asarray(downstream, dtype=np.float64)
         observed = np.ones((n, k), dtype=bool) if observed is None else observed
         root = np.ones(k) if weights is None else np.sqrt(np.asarray(weights, dtype=np.float64))
-        flows = np.concatenate([fp, fq], axis=1)  # (n, 2k)
+        flows = np.concatenate([fp, fq, head], axis=1)  # (n, 3k)
         every = observed.all(axis=0)  # buses read in every row: their share of the gram in one product
-        on_path = np.concatenate([downstream.T, downstream.T], axis=1)  # (k, 2k): feature c of bus j is on its path
+        # (k, 3k): feature c of bus j is on its path
+        on_path = np.concatenate([downstream.T, downstream.T, downstream.T], axis=1)
         weighed, r = on_path * root[:, None], r * root  # each bus's rows and readings times its root weight
         gram_flows = (weighed[every].T @ weighed[every]) * (flows.T @ flows)
         for j in np.flatnonzero(~every & observed.any(axis=0)):  # buses read in some rows
@@ -116,54 +154,92 @@ class BranchCorrection:
         offset = float((observed * np.square(root)).sum())
         gram = np.block([[gram_flows, with_offset[:, None]], [with_offset[None, :], np.array([[offset]])]])
         ra = r @ weighed[:, :k]  # (n, k): sum over the buses below c of their (weighed) correction
-        rhs = np.concatenate([(fp * ra).sum(0), (fq * ra).sum(0), [(r * root).sum()]])
+        rhs = np.concatenate([(fp * ra).sum(0), (fq * ra).sum(0), (head * ra).sum(0), [(r * root).sum()]])
         dof = max(int(readings) - 1, 1)
         # physics' prior: an impedance error is relative (a line 20 % longer than recorded), so each branch's
         # correction per unit flow is its own impedance times an error of one prior size on every branch
-        scale = np.append(np.maximum(np.asarray(impedance, dtype=np.float64), 0.0), 1.0)
+        scale = np.concatenate([np.maximum(np.asarray(impedance, dtype=np.float64), 0.0), np.ones(k + 1)])
         gram_s, rhs_s = gram * scale[:, None] * scale[None, :], rhs * scale
         # the penalty's unit: the branches' mean weight had every bus been read in every row (the prior is
         # per branch, not per reading, so fewer meters must not weaken it)
-        full = on_path.sum(axis=0) * np.square(flows * scale[:-1]).sum(axis=0)
+        full = (on_path.sum(axis=0) * np.square(flows * scale[:-1]).sum(axis=0))[: 2 * k]
+        tap_unit = float((on_path[:, 2 * k :].sum(axis=0) * np.square(head).sum(axis=0)).mean())
         # (no flow anywhere, as in a context of no load: the data say nothing of any branch, and the grid's weakest
         # prior is the widest allowed at the noise floor)
         no_flow = READING_FLOOR_PU**2 / (MAX_RELATIVE_ERROR**2 * BRANCH_PRIOR_GRID[0])
         unit = float(full[full > 0].mean()) if (full > 0).any() else no_flow
         total = float(np.square(r).sum())
 
-        def at(prior: float) -> tuple[float, np.ndarray, np.ndarray, float, np.ndarray] | None:
-            """(evidence, Cholesky factor, theta, energy, penalty) at this prior; None where it is singular."""
-            penalty = np.append(np.full(len(rhs) - 1, prior * unit), OFFSET_PENALTY * readings)
+        systems: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+        def normal_equations(taps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            """The active features with `taps`, their gram and right-hand side (built once per set of taps)."""
+            key = np.isfinite(taps).tobytes()
+            if key not in systems:
+                active = np.concatenate([np.arange(2 * k), 2 * k + np.flatnonzero(np.isfinite(taps)), [3 * k]])
+                systems[key] = (active, gram_s[np.ix_(active, active)], rhs_s[active])
+            return systems[key]
+
+        def at(prior: float, taps: np.ndarray) -> Solved | None:
+            """The fit at this prior on the impedances and `taps` (k,) on the taps (np.inf: none at that branch);
+            None where it is singular."""
+            active, sub, rhs_a = normal_equations(taps)
+            tapped = taps[np.isfinite(taps)]
+            penalty = np.concatenate([np.full(2 * k, prior * unit), tapped * tap_unit, [OFFSET_PENALTY * readings]])
             try:
-                chol = np.linalg.cholesky(gram_s + np.diag(penalty))
+                chol = np.linalg.cholesky(sub + np.diag(penalty))
             except np.linalg.LinAlgError:  # too weak a prior for what the readings leave undetermined
                 return None
-            theta = cho_solve((chol, True), rhs_s)
-            energy = max(total - float(rhs_s @ theta), dof * READING_FLOOR_PU**2)
+            theta = cho_solve((chol, True), rhs_a)
+            energy = max(total - float(rhs_a @ theta), dof * READING_FLOOR_PU**2)
             evidence = 0.5 * np.log(penalty[:-1]).sum() - np.log(np.diag(chol)).sum() - 0.5 * dof * np.log(energy)
-            return evidence, chol, theta, energy, penalty
+            return Solved(evidence, chol, theta, energy, penalty, active)
 
-        best: tuple[float, np.ndarray, np.ndarray, float, np.ndarray] | None = None
-        for prior in BRANCH_PRIOR_GRID:  # profile evidence, the noise variance maximised out
-            found = at(prior)
-            if found is None:
-                continue
-            if found[3] / dof > np.square(MAX_RELATIVE_ERROR) * found[4][0] and prior != BRANCH_PRIOR_GRID[-1]:
-                continue  # a prior wider than any real impedance error is off
-            if best is None or found[0] > best[0]:
-                best, chosen = found, prior
-        assert best is not None
-        shown = np.square(MAX_RELATIVE_ERROR) * float(gram_s.diagonal()[:-1].max(initial=0.0)) / (best[3] / dof)
+        def search(taps: np.ndarray) -> tuple[Solved, float]:
+            best: Solved | None = None
+            for prior in BRANCH_PRIOR_GRID:  # profile evidence, the noise variance maximised out
+                found = at(prior, taps)
+                if found is None:
+                    continue
+                if (
+                    found.energy / dof > np.square(MAX_RELATIVE_ERROR) * found.penalty[0]
+                    and prior != BRANCH_PRIOR_GRID[-1]
+                ):
+                    continue  # a prior wider than any real impedance error is off
+                if best is None or found.evidence > best.evidence:
+                    best, chosen = found, prior
+            assert best is not None
+            return best, chosen
+
+        # a tap: where the evidence for a step below some branch beats the impedances alone, and the step found is
+        # one a tap or regulator makes (TAP_MIN_STEP); only those branches get one, the rest none. Given `taps`, only
+        # their branches may have one, their prior found anew (a prior is relative to the readings' noise)
+        may = np.ones(k, dtype=bool) if taps is None else np.isfinite(np.asarray(taps, dtype=np.float64))
+        taps = np.full(k, np.inf)
+        best, chosen = search(taps)
+        with_taps, tap = best, np.inf
+        for candidate in TAP_PRIOR_GRID if may.any() else ():
+            found = at(chosen, np.where(may, candidate, np.inf))
+            if found is not None and found.evidence > with_taps.evidence:
+                with_taps, tap = found, candidate
+        if np.isfinite(tap):
+            steps = np.zeros(k)
+            steps[may] = np.abs(with_taps.theta[2 * k : -1] * scale[2 * k : 3 * k][may])
+            if (steps >= TAP_MIN_STEP).any():
+                taps = np.where(steps >= TAP_MIN_STEP, tap, np.inf)
+                best, chosen = search(taps)
+        shown = np.square(MAX_RELATIVE_ERROR) * float(gram_s.diagonal()[: 2 * k].max(initial=0.0)) / (best.energy / dof)
         unseen = shown <= UNSEEN_SIGNAL
         if chosen == BRANCH_PRIOR_GRID[-1] and unseen:
             # the evidence rose to the grid's end, and no branch's error of MAX_RELATIVE_ERROR would move the readings
             # much beyond their noise (UNSEEN_SIGNAL): a context that excites nothing (loads of 1e-9 MW) shows no
             # error because it could not, and the grid's end made it certain of every impedance. The prior is kept
             # where the readings could first show an error (as precise as they are), at most MAX_RELATIVE_ERROR wide.
-            limit = at(max(1.0, best[3] / dof / (np.square(MAX_RELATIVE_ERROR) * unit)))
+            limit = at(max(1.0, best.energy / dof / (np.square(MAX_RELATIVE_ERROR) * unit)), taps)
             best = best if limit is None else limit
-        _, chol, theta, energy, penalty = best
-        noise_var = energy / dof
+        chol, theta_active, penalty, active = best.chol, best.theta, best.penalty, best.active
+        noise_var = best.energy / dof
+        system = gram_s[np.ix_(active, active)] + np.diag(penalty)
         # first-order DistFlow in the errors misses a share of the correction (their squares, the losses
         # they move in turn) that is no noise: it does not average out, so the readings are trusted no closer
         # (a bus no meter reads only: where every bus is read, each one's own stage takes up what this misses)
@@ -172,26 +248,33 @@ class BranchCorrection:
         if floor > noise_var and sparse:
             penalty = penalty * (floor / noise_var)
             penalty[-1] = OFFSET_PENALTY * readings
-            chol = np.linalg.cholesky(gram_s + np.diag(penalty))
-            theta, noise_var = cho_solve((chol, True), rhs_s), floor
-        # covariance noise_var (C C^T)^-1 = L L^T with L = sqrt(noise_var) C^-T
-        factor = np.sqrt(noise_var) * solve_triangular(chol, np.eye(len(rhs)), lower=True).T
+            system = gram_s[np.ix_(active, active)] + np.diag(penalty)
+            chol = np.linalg.cholesky(system)
+            theta_active, noise_var = cho_solve((chol, True), rhs_s[active]), floor
+        # covariance noise_var (C C^T)^-1 = L L^T with L = sqrt(noise_var) C^-T, on the active features
+        factor = np.sqrt(noise_var) * solve_triangular(chol, np.eye(len(active)), lower=True).T
         unseen = 1.0
         if heldout and sparse:  # only a bus no meter reads needs it
-            design = (flows, weighed, observed, r, scale, root)
-            unseen = _heldout_factor(design, gram_s + np.diag(penalty), rhs_s, noise_var)
-        system = gram_s + np.diag(penalty)
+            design = (flows, weighed, observed, r, scale, root, active)
+            unseen = _heldout_factor(design, system, rhs_s[active], noise_var)
         # what it misses is systematic: the offset and the branches a fit leans on absorb it alike, so on a bus
         # no meter reads it is an error of that size however well the meters seem to pin its path
         unseen_floor = float(np.sqrt(floor)) if sparse else 0.0
         prior_var = noise_var / penalty[0]
-        return cls(downstream, scale, theta, factor, noise_var, system, prior_var, unseen, unseen_floor)
+        theta = np.zeros(3 * k + 1)
+        theta[active] = theta_active
+        return cls(downstream, scale, theta, factor, noise_var, system, prior_var, unseen, unseen_floor, taps, active)
 
     @_one_blas_thread
     def posterior(
-        self, fp: np.ndarray, fq: np.ndarray, factor: np.ndarray | None = None, with_std: bool = True
+        self,
+        fp: np.ndarray,
+        fq: np.ndarray,
+        head: np.ndarray,
+        factor: np.ndarray | None = None,
+        with_std: bool = True,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and std (m, k) of the correction at branch inputs fp, fq (m, k) (std zeros unless `with_std`);
+        """Mean and std (m, k) of the correction at branch inputs fp, fq, head (m, k) (std zeros unless `with_std`);
         `factor`: another posterior's (a meter added: models.meter_placement).
 
         A bus's feature row sums its path's branch flows, so with the covariance's factor L its
@@ -199,10 +282,13 @@ class BranchCorrection:
         tree from the substation, one bus at a time (m k p work, not m k^2 p)."""
         k = self.downstream.shape[0]
         weights = self.scale * self.theta
-        mean = (fp * weights[:k] + fq * weights[k : 2 * k]) @ self.downstream + weights[-1]
+        mean = (fp * weights[:k] + fq * weights[k : 2 * k] + head * weights[2 * k : 3 * k]) @ self.downstream
+        mean += weights[-1]
         if not with_std:
             return mean, np.zeros_like(mean)
-        rows = self.scale[:, None] * (self.factor if factor is None else factor)  # raw features' rows of L
+        rows = np.zeros((len(self.scale), len(self.active)))  # raw features' rows of L (0 for a feature not fitted)
+        rows[self.active] = self.scale[self.active, None] * (self.factor if factor is None else factor)
+        tapped = self.tapped
         depth = self.downstream.sum(axis=0)  # buses on each bus's path, itself included
         parent = np.where(self.downstream > 0.5, depth[:, None], -1.0)
         np.fill_diagonal(parent, -1.0)
@@ -214,24 +300,26 @@ class BranchCorrection:
             along = np.empty((fp[block].shape[0], k, rows.shape[1]))
             for j in np.argsort(depth, kind="stable"):
                 step = fp[block, j, None] * rows[j] + fq[block, j, None] * rows[k + j]
+                if tapped[j]:
+                    step = step + head[block, j, None] * rows[2 * k + j]
                 along[:, j] = step + (along[:, above[j]] if has_parent[j] else rows[-1])
             var[block] = np.square(along).sum(axis=-1)
         return mean, np.sqrt(var)
 
-    def determined(self, fp: np.ndarray, fq: np.ndarray, metered: np.ndarray) -> np.ndarray:
+    def determined(self, fp: np.ndarray, fq: np.ndarray, head: np.ndarray, metered: np.ndarray) -> np.ndarray:
         """(k,) 1 - the correction's posterior std over its prior std at inputs fp, fq (rms over the
         rows), in [0, 1]: 1 where the meters pin a bus's correction, 0 where they say nothing of it."""
         k = self.downstream.shape[0]
-        _, std = self.posterior(fp, fq)
+        _, std = self.posterior(fp, fq, head)
         std = np.where(metered > 0, std, np.hypot(std * self.unseen, self.unseen_floor))
-        drops = np.square(np.concatenate([fp, fq], axis=1) * self.scale[:-1])
+        drops = np.square(np.concatenate([fp, fq], axis=1) * self.scale[: 2 * k])
         prior = np.sqrt(self.prior_var * (drops[:, :k] + drops[:, k:]) @ self.downstream)
         ratio = np.sqrt(np.mean(np.square(std), axis=0) / np.maximum(np.mean(np.square(prior), axis=0), 1e-300))
         return np.asarray(np.clip(1.0 - ratio, 0.0, 1.0))
 
 
 def _heldout_factor(
-    design: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    design: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     system: np.ndarray,
     rhs: np.ndarray,
     noise_var: float,
@@ -242,7 +330,7 @@ def _heldout_factor(
     least 1. The posterior is exact for a linear feeder; this measures what the linearisation misses where
     a branch's split from its neighbours rests on a few meters (a held-out meter has one meter fewer than
     an unmetered bus has: conservative)."""
-    flows, weighed, observed, r, scale, root = design
+    flows, weighed, observed, r, scale, root, active = design
     metered = np.flatnonzero(observed.any(axis=0))
     if metered.size > MAX_HELDOUT:
         metered = metered[np.linspace(0, metered.size - 1, MAX_HELDOUT).round().astype(np.int64)]
@@ -252,6 +340,7 @@ def _heldout_factor(
         features = np.concatenate([flows[rows], np.ones((int(rows.sum()), 1))], axis=1) * (
             np.append(weighed[j], root[j]) * scale
         )
+        features = features[:, active]
         try:
             chol = np.linalg.cholesky(system - features.T @ features)
         except np.linalg.LinAlgError:

@@ -36,16 +36,20 @@ def incoming_branch(network: Any, below: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 class CorrectedNetwork:
-    """`at(errors)`: the voltage model of the network whose branch into output bus j has resistance
-    R_j (1 - errors[j]) and reactance X_j (1 - errors[k + j]) (the branch stage's relative errors, theta)."""
+    """`at(errors, steps)`: the voltage model of the network whose branch into output bus j has resistance
+    R_j (1 - errors[j]) and reactance X_j (1 - errors[k + j]) (the branch stage's relative errors, theta), and a
+    tap of ratio t_j = sqrt(1 + 2 steps[j]) at its head where steps[j] is not 0 (the branch stage's taps: a line
+    becomes a regulator of its impedance, a transformer's ratio moves)."""
 
     def __init__(self, network: Any, below: np.ndarray):
         self.network = network
         self.line_fed, self.trafo_fed = incoming_branch(network, below)
+        self.output = {int(bus): i for i, bus in enumerate(network.output_buses)}
         self.k = below.shape[0]
 
-    def at(self, errors: np.ndarray) -> Any:
+    def at(self, errors: np.ndarray, steps: np.ndarray | None = None) -> Any:
         from gridsim.api import VoltageModel
+        from gridsim.departures import with_steps
 
         k = self.k
         factor = np.clip(1.0 - np.asarray(errors[: 2 * k], dtype=np.float64), IMPEDANCE_RANGE, 1.0 / IMPEDANCE_RANGE)
@@ -58,4 +62,21 @@ class CorrectedNetwork:
             trafo_r_pu=net.trafo_r_pu * r[self.trafo_fed] if len(self.trafo_fed) else net.trafo_r_pu,
             trafo_x_pu=net.trafo_x_pu * x[self.trafo_fed] if len(self.trafo_fed) else net.trafo_x_pu,
         )
+        if steps is not None and np.any(steps):
+            ratio = np.sqrt(np.maximum(1.0 + 2.0 * np.asarray(steps, dtype=np.float64), 0.25))
+            stepped = np.flatnonzero(np.asarray(steps) != 0.0)
+            if len(self.trafo_fed):  # a transformer's tap sits on its side toward the substation
+                toward = np.array(
+                    [self.output.get(int(b), -1) != fed for b, fed in zip(net.trafo_hv_bus, self.trafo_fed)]
+                )
+                moved = np.where(toward, 1.0 / ratio[self.trafo_fed], ratio[self.trafo_fed])
+                changed = dataclasses.replace(changed, trafo_ratio=changed.trafo_ratio * moved)
+            lines = [i for i, fed in enumerate(self.line_fed) if fed in stepped]
+            upstream = [
+                int(net.from_bus[i])
+                if self.output.get(int(net.to_bus[i]), -1) == self.line_fed[i]
+                else int(net.to_bus[i])
+                for i in lines
+            ]
+            changed = with_steps(changed, lines, upstream, ratio[self.line_fed[lines]])
         return VoltageModel(changed)

@@ -21,7 +21,7 @@ from scipy.linalg import solve_triangular
 
 from models.errors import InputValidationError
 from models.linear import _one_blas_thread
-from models.network_fit import NetworkFitMethod, NetworkFitted
+from models.network_fit import NetworkFitMethod, NetworkFitted, at_set_point
 
 
 @dataclass(frozen=True)
@@ -52,20 +52,21 @@ def rank_meters(
             "context", "the feeder has too many buses for the branch stage that placement rests on", "<= 400 buses"
         )
     x = method.complete(np.asarray(context_x, dtype=np.float64), typical_loads)
-    fp, fq, _ = method.branch_inputs(x, np.asarray(method.voltage_model(x), dtype=np.float64))  # solved at the fit
+    model = at_set_point(method.voltage_model, fitted.set_point)
+    fp, fq, head, _ = method.branch_inputs(x, np.asarray(model(x), dtype=np.float64), fitted.set_point)  # as fitted
     parts = method.at_queries(fitted, query_x)
-    qp, qq = parts.fp, parts.fq
-    now = parts.predictive(fitted, parts.branch_std(branches.posterior(qp, qq)[1]), fitted.metered).std
+    qp, qq, qh = parts.fp, parts.fq, parts.head
+    now = parts.predictive(fitted, parts.branch_std(branches.posterior(qp, qq, qh)[1]), fitted.metered).std
     candidates = np.flatnonzero(fitted.metered == 0)
     eye = np.eye(branches.system.shape[0])
     spreads, worst = np.empty(candidates.size), np.empty(candidates.size, dtype=np.int64)
     for i, bus in enumerate(candidates):
-        rows = branches.rows(int(bus), fp, fq)
+        rows = branches.rows(int(bus), fp, fq, head)
         chol = np.linalg.cholesky(branches.system + rows.T @ rows)  # the normal equations with bus's rows added
         factor = np.sqrt(branches.noise_var) * solve_triangular(chol, eye, lower=True).T  # covariance: factor factor^T
         metered = fitted.metered.copy()
         metered[bus] = 1.0
-        std = parts.branch_std(branches.posterior(qp, qq, factor)[1])
+        std = parts.branch_std(branches.posterior(qp, qq, qh, factor)[1])
         spread = parts.predictive(fitted, std, metered).std
         spreads[i], worst[i] = float(spread.max()), int(spread.max(axis=0).argmax())
     order = np.lexsort((candidates, spreads))[: None if top is None else max(int(top), 0)]

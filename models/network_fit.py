@@ -7,7 +7,9 @@ V(x) are a prior, not the answer. This method fits only what the context shows t
 
     y(x) = V(x) + r(x),
 
-in two stages: one correction per branch shared by every bus below it (models.branch_correction), then
+in two stages: one correction per branch shared by every bus below it (models.branch_correction: impedance
+errors, taps, and an offset that is the substation's set point moved, for which the model is solved again at
+the set point the readings show: AtSetPoint), then
 per bus, on the loads and the branches' squared flows, by Bayesian linear regression
 (models.linear: prior and noise precision by maximum evidence, so r shrinks to nothing when the
 readings are noise around the model), kept as far as it is signal. Why it is trustworthy where a
@@ -81,6 +83,28 @@ MAX_BRANCH_BUSES = 400
 WEIGHT_RANGE = 1e-3
 # Refits with the losses the fitted impedance errors move (one: the next changes nothing that matters).
 LOSS_PASSES = 1
+# The substation's set point is refitted (AtSetPoint) while the branch stage's offset moves it by more than this
+# (p.u.), at most SET_POINT_PASSES times (the second moves it by ~1e-6 on IEEE 33 at 1.03 p.u.).
+SET_POINT_TOLERANCE_PU = 1e-4
+SET_POINT_PASSES = 2
+# The set point moves at most this share of the model's (a wilder offset is no set point: left to the fit).
+SET_POINT_RANGE = 0.2
+
+
+class AtSetPoint:
+    """The network model's voltages with the substation at `ratio` times its set point: a feeder of constant-power
+    loads scales exactly, |V|(x; r V0) = r |V|(x / r^2; V0), so the same power flow answers at loads x / r^2."""
+
+    def __init__(self, model: VoltageModel, ratio: float):
+        self.model, self.ratio = model, float(ratio)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        v: np.ndarray = self.ratio * np.asarray(self.model(np.asarray(x) / self.ratio**2), dtype=np.float64)
+        return v
+
+
+def at_set_point(model: VoltageModel, ratio: float) -> VoltageModel:
+    return model if ratio == 1.0 else AtSetPoint(model, ratio)
 
 
 @dataclass(frozen=True)
@@ -102,6 +126,7 @@ class NetworkFitted:
     read_rows: np.ndarray  # (k,) context rows that read each bus (at least 1)
     loads_guessed: bool  # some context load was not metered (NaN): it took its typical value
     impedance_probe: ImpedanceProbe | None = None  # see NetworkFitMethod._impedance_probe
+    set_point: float = 1.0  # the substation's set point the readings show, relative to the model's (AtSetPoint)
 
 
 @dataclass(frozen=True)
@@ -128,8 +153,10 @@ class NetworkFitMethod(Method):
         typical_loads: np.ndarray | None = None,
         shunts: np.ndarray | None = None,
         corrected: CorrectedNetwork | None = None,
+        slack_vm_pu: float = 1.0,
     ):
         self.voltage_model = voltage_model
+        self.slack_vm_pu = float(slack_vm_pu)  # the network model's substation set point
         # the network with the fitted impedance errors applied, whose exact voltages the probe fits (None: no
         # such probe; the model-error term is then the linear probe's alone)
         self.corrected = corrected
@@ -137,6 +164,11 @@ class NetworkFitMethod(Method):
         # magnetising, bus shunts), drawn through the branches above it at |V|^2; None: none
         self.shunts = None if shunts is None else np.asarray(shunts, dtype=np.complex128)
         self.downstream = np.asarray(downstream, dtype=np.float64)
+        # each branch's head: the output bus it leaves (its deepest strict ancestor), -1 for the substation
+        depth = self.downstream.sum(axis=0)
+        ancestors = np.where(self.downstream > 0.5, depth[:, None], -1.0)
+        np.fill_diagonal(ancestors, -1.0)
+        self.head_bus = np.where(ancestors.max(axis=0) > 0, ancestors.argmax(axis=0), -1)
         self.load_positions = np.asarray(load_positions, dtype=np.int64)
         self.impedance = np.asarray(impedance, dtype=np.float64)
         self.typical_loads = None if typical_loads is None else np.asarray(typical_loads, dtype=np.float64)
@@ -162,6 +194,23 @@ class NetworkFitMethod(Method):
         if v.shape != y.shape:
             raise InputValidationError("context.y", f"expected {v.shape[1]} buses per row, got {y.shape[1]}")
         fitted = self._fit(x, y, v, read, guessed)
+        ratio = 1.0
+        for _ in range(SET_POINT_PASSES):
+            # the branch stage's offset c in |V|^2 / 2 is the substation's set point moved: (r V0)^2 = V0^2 + 2c
+            slack = ratio * self.slack_vm_pu
+            if (
+                fitted.branches is None
+                or abs(moved := _moved_set_point(slack, fitted.branches)) <= SET_POINT_TOLERANCE_PU
+            ):
+                break
+            moved_ratio = (slack + moved) / self.slack_vm_pu
+            if abs(moved_ratio - 1.0) > SET_POINT_RANGE:
+                break
+            model_v = np.asarray(at_set_point(self.voltage_model, moved_ratio)(x), dtype=np.float64)
+            if not np.isfinite(model_v).all():  # heavier loads than the feeder carries: the set point stays
+                break
+            ratio, v = moved_ratio, model_v
+            fitted = dataclasses.replace(self._fit(x, y, v, read, guessed, ratio=ratio), set_point=ratio)
         return dataclasses.replace(fitted, impedance_probe=self._impedance_probe(x, v, read, guessed, fitted))
 
     def _impedance_probe(
@@ -172,11 +221,15 @@ class NetworkFitMethod(Method):
         that network has no power flow at some context row."""
         if self.corrected is None or fitted.branches is None:
             return None
-        model = self.corrected.at(fitted.branches.theta)
+        branches = fitted.branches
+        k = branches.taps.shape[0]
+        steps = np.where(branches.tapped, branches.theta[2 * k : 3 * k] * branches.scale[2 * k : 3 * k], 0.0)
+        model = at_set_point(self.corrected.at(branches.theta, steps), fitted.set_point)
         exact = np.asarray(model(x), dtype=np.float64)
         if not np.isfinite(exact).all():
             return None
-        return ImpedanceProbe(model, self._fit(x, np.where(read, exact, np.nan), v, read, guessed, fitted))
+        probe = self._fit(x, np.where(read, exact, np.nan), v, read, guessed, fitted, fitted.set_point)
+        return ImpedanceProbe(model, probe)
 
     def _fit(
         self,
@@ -186,24 +239,38 @@ class NetworkFitMethod(Method):
         read: np.ndarray,
         guessed: bool,
         probing: NetworkFitted | None = None,
+        ratio: float = 1.0,
     ) -> NetworkFitted:
         """The two stages on complete loads x, readings y (NaN where not `read`) and the model's voltages v.
         `probing`: the answer's own fit, when this is its impedance probe: the linear fit of v and `determined`
-        are that fit's (the same loads, voltages and meters; `determined` costs a posterior std at every row)."""
+        are that fit's (the same loads, voltages and meters; `determined` costs a posterior std at every row); `ratio`: the
+        substation's set point v was solved at, relative to the model's."""
         k = y.shape[1]
         r = np.where(read, y - v, 0.0)
         branches, shared = None, np.zeros_like(r)
         if k <= MAX_BRANCH_BUSES:
-            fp, fq, losses = self.branch_inputs(x, v)
+            fp, fq, head, losses = self.branch_inputs(x, v, ratio)
             half_square = np.where(read, (np.square(np.where(read, y, v)) - np.square(v)) / 2.0, 0.0)
-            branches = BranchCorrection.fit(fp, fq, half_square, self.downstream, self.impedance, read, False)
-            weights = _weights(branches, fp, fq, half_square, read) if guessed else None
+            # the taps are the answer's own where this is its probe (the same feeder, its voltages without them)
+            taps = None if probing is None or probing.branches is None else probing.branches.taps
+            branches = BranchCorrection.fit(
+                fp, fq, head, half_square, self.downstream, self.impedance, read, False, taps=taps
+            )
+            weights = _weights(branches, fp, fq, head, half_square, read) if guessed else None
             for _ in range(LOSS_PASSES):  # the losses an impedance error changes move every bus above them
                 moved = np.where(read, self.moved_losses(branches.theta, losses), 0.0)
                 branches = BranchCorrection.fit(
-                    fp, fq, half_square - moved, self.downstream, self.impedance, read, weights=weights
+                    fp,
+                    fq,
+                    head,
+                    half_square - moved,
+                    self.downstream,
+                    self.impedance,
+                    read,
+                    weights=weights,
+                    taps=branches.taps,
                 )
-            shared = self._corrected(branches, v, fp, fq, losses) - v
+            shared = self._corrected(branches, v, fp, fq, head, losses) - v
         features = self._features(x)
         per_bus = self.linear.fit(features, np.where(read, r - shared, 0.0))
         count = np.maximum(read.sum(axis=0), 1)
@@ -228,7 +295,7 @@ class NetworkFitMethod(Method):
         if probing is not None:
             determined = probing.determined
         elif branches is not None:
-            determined = branches.determined(fp, fq, metered)
+            determined = branches.determined(fp, fq, head, metered)
         else:
             determined = np.where(metered > 0, 1.0, 0.0)
         # every bus's losses flow through the branches above it: the largest share anywhere counts everywhere
@@ -257,10 +324,14 @@ class NetworkFitMethod(Method):
         moved: np.ndarray = through @ self.downstream
         return moved
 
-    def branch_inputs(self, x: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def branch_inputs(
+        self, x: np.ndarray, v: np.ndarray, ratio: float = 1.0
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(n, k) each the branch stage's P and Q inputs at loads x and the model's voltages v: the flows
         with every branch's losses (from the lossless flows) drawn through the branches above it, less
-        the loss term's own share (d/d error of |z|^2 S^2 / 2V^2 is each branch's own loss)."""
+        the loss term's own share (d/d error of |z|^2 S^2 / 2V^2 is each branch's own loss); |V|^2 at each
+        branch's head (what a tap there scales; the substation at `ratio` times its set point); and (n, 2k) the
+        branches' losses."""
         k = self.downstream.shape[0]
         fp, fq = flows(x, self.downstream, self.load_positions)
         if self.shunts is not None:
@@ -271,7 +342,8 @@ class NetworkFitMethod(Method):
         fp, fq = fp + lp @ self.downstream.T, fq + lq @ self.downstream.T
         apparent = (np.square(fp) + np.square(fq)) / np.square(v)
         lp, lq = apparent * self.impedance[:k], apparent * self.impedance[k:]
-        return fp - lp, fq - lq, np.concatenate([lp, lq], axis=1)
+        head = np.concatenate([np.full((len(v), 1), ratio * self.slack_vm_pu), v], axis=1)[:, self.head_bus + 1]
+        return fp - lp, fq - lq, np.square(head), np.concatenate([lp, lq], axis=1)
 
     def _features(self, x: np.ndarray) -> np.ndarray:
         """The per-bus stage's inputs: the loads and every branch's squared flows (DistFlow's
@@ -281,18 +353,22 @@ class NetworkFitMethod(Method):
 
     def predict(self, fitted: NetworkFitted, query_x: np.ndarray) -> GaussianPredictive:
         parts = self.at_queries(fitted, query_x)
-        std = parts.branch_std(fitted.branches.posterior(parts.fp, parts.fq)[1]) if fitted.branches else None
+        std = (
+            parts.branch_std(fitted.branches.posterior(parts.fp, parts.fq, parts.head)[1]) if fitted.branches else None
+        )
         return parts.predictive(fitted, std, fitted.metered)
 
     def refuse_unsolved(self, fitted: NetworkFitted, query_x: np.ndarray, extrapolation: np.ndarray) -> None:
         """RowsRefused naming the queries without a power flow: every answer reads it (`at_queries`)."""
-        solved(self.voltage_model, check_queries(query_x, d=self.load_positions.shape[0] * 2), "queries")
+        model = at_set_point(self.voltage_model, fitted.set_point)
+        solved(model, check_queries(query_x, d=self.load_positions.shape[0] * 2), "queries")
 
     def at_queries(self, fitted: NetworkFitted, query_x: np.ndarray) -> QueryParts:
         """Everything the predictive at `query_x` needs but the branch posterior's std (models.meter_placement
         swaps in the std a meter more would leave)."""
         q = check_queries(query_x, d=self.load_positions.shape[0] * 2)
-        at = self._inputs(q, solved(self.voltage_model, q, "queries"), fitted.branches is not None)
+        v = solved(at_set_point(self.voltage_model, fitted.set_point), q, "queries")
+        at = self._inputs(q, v, fitted.branches is not None, fitted.set_point)
         corrected = self._corrected_at(fitted, at)
         r = posterior(fitted.per_bus, at.features, readings=False)
         linear_miss = posterior(fitted.probe, q, readings=False).mean - at.v
@@ -301,30 +377,39 @@ class NetworkFitMethod(Method):
             corrected=corrected,
             fp=at.fp,
             fq=at.fq,
+            head=at.head,
             other=self._per_bus_variance(fitted, r.mean, r.sigma),
             model_error=self._model_error(fitted, at, linear_miss, fitted.keep * r.mean),
         )
 
-    def _inputs(self, q: np.ndarray, v: np.ndarray, branches: bool) -> QueryInputs:
+    def _inputs(self, q: np.ndarray, v: np.ndarray, branches: bool, ratio: float) -> QueryInputs:
         """What both stages read at queries q (their model voltages v), for any fit of this network."""
         if not branches:
             zeros = np.zeros_like(v)
-            return QueryInputs(q, v, zeros, zeros, None, self._features(q))
-        fp, fq, losses = self.branch_inputs(q, v)
-        return QueryInputs(q, v, fp, fq, losses, self._features(q))
+            return QueryInputs(q, v, zeros, zeros, zeros, None, self._features(q))
+        fp, fq, head, losses = self.branch_inputs(q, v, ratio)
+        return QueryInputs(q, v, fp, fq, head, losses, self._features(q))
 
     def _corrected_at(self, fitted: NetworkFitted, at: QueryInputs) -> np.ndarray:
         """(m, k) the model's voltages at the queries with `fitted`'s branch correction."""
         if fitted.branches is None or at.losses is None:
             return at.v
-        return self._corrected(fitted.branches, at.v, at.fp, at.fq, at.losses)
+        return self._corrected(fitted.branches, at.v, at.fp, at.fq, at.head, at.losses)
 
     def _corrected(
-        self, branches: BranchCorrection, v: np.ndarray, fp: np.ndarray, fq: np.ndarray, losses: np.ndarray
+        self,
+        branches: BranchCorrection,
+        v: np.ndarray,
+        fp: np.ndarray,
+        fq: np.ndarray,
+        head: np.ndarray,
+        losses: np.ndarray,
     ) -> np.ndarray:
         """(n, k) voltages v with the branch correction: |V|^2 / 2 moved by the branches' errors times their
-        flows and by the losses those errors move (kept above 0.1 v: a wild fit cannot take |V| to 0)."""
-        half_square = branches.posterior(fp, fq, with_std=False)[0] + self.moved_losses(branches.theta, losses)
+        flows, the taps at their heads, and the losses they move (kept above 0.1 v: a wild fit cannot take |V|
+        to 0)."""
+        half_square = branches.posterior(fp, fq, head, with_std=False)[0]
+        half_square = half_square + self.moved_losses(branches.theta, losses)
         corrected: np.ndarray = np.sqrt(np.maximum(np.square(v) + 2.0 * half_square, 0.01 * np.square(v)))
         return corrected
 
@@ -378,6 +463,7 @@ class QueryInputs:
     v: np.ndarray  # (m, k) the network model's voltages
     fp: np.ndarray  # (m, k) the branch stage's P and Q inputs (zeros without a branch stage)
     fq: np.ndarray
+    head: np.ndarray  # (m, k) |V|^2 at each branch's head
     losses: np.ndarray | None  # (m, 2k) the branches' losses (None without a branch stage)
     features: np.ndarray  # the per-bus stage's inputs
 
@@ -390,6 +476,7 @@ class QueryParts:
     corrected: np.ndarray  # the model's voltages with the branch correction: |V|^2 / 2's std over it is |V|'s
     fp: np.ndarray  # the branch stage's inputs (m, k) at the queries
     fq: np.ndarray
+    head: np.ndarray
     other: np.ndarray  # the per-bus stage's epistemic variance
     model_error: np.ndarray  # what a linear correction misses off the context
 
@@ -412,13 +499,24 @@ class QueryParts:
         return GaussianPredictive(self.mean, np.maximum(spread, SPREAD_FLOOR_PU))
 
 
+def _moved_set_point(slack: float, branches: BranchCorrection) -> float:
+    """How far (p.u.) the branch stage's offset moves the substation's set point from `slack`."""
+    offset = float(branches.theta[-1] * branches.scale[-1])
+    return float(np.sqrt(max(slack**2 + 2.0 * offset, 0.0))) - slack
+
+
 def _weights(
-    branches: BranchCorrection, fp: np.ndarray, fq: np.ndarray, half_square: np.ndarray, read: np.ndarray
+    branches: BranchCorrection,
+    fp: np.ndarray,
+    fq: np.ndarray,
+    head: np.ndarray,
+    half_square: np.ndarray,
+    read: np.ndarray,
 ) -> np.ndarray:
     """(k,) each bus's readings' precision relative to the others', from their misfit to a first fit: where
     loads are guessed (unmetered, at typical values) a bus whose path carries more of them reads more of
     their spread, so readings near the substation are trusted more than those at the feeder's ends."""
-    misfit = np.where(read, np.square(half_square - branches.posterior(fp, fq, with_std=False)[0]), 0.0)
+    misfit = np.where(read, np.square(half_square - branches.posterior(fp, fq, head, with_std=False)[0]), 0.0)
     var = misfit.sum(axis=0) / np.maximum(read.sum(axis=0), 1)
     seen = read.any(axis=0) & (var > 0)
     if not seen.any():
@@ -502,6 +600,7 @@ def method_for(network: Any, voltages: Any | None = None) -> NetworkFitMethod:
         network.base_x,
         bus_shunts(network),
         CorrectedNetwork(network, below),
+        network.slack_vm_pu,
     )
 
 

@@ -52,3 +52,19 @@ def test_an_error_past_what_a_feeder_can_be_is_clipped_to_a_solvable_one():
     x = sample_loads(ieee33, 3, 0.1, np.random.default_rng(2))
     v = CorrectedNetwork(ieee33, below).at(np.full(2 * ieee33.n_outputs, 5.0))(x)  # impedances would be negative
     assert np.isfinite(v).all()
+
+
+def test_a_fitted_tap_makes_the_line_a_regulator_of_that_step():
+    """The branch stage's tap on the branch into bus 7, (t^2 - 1) / 2 for t = 1.0125: the probe solves IEEE 33 with
+    a +1.25 % regulator on line 6-7 (gridsim.departures), the feeder such a tap describes."""
+    from gridsim.departures import with_regulator
+
+    ieee33 = gridsim.network("ieee33")
+    below = downstream(ieee33)
+    steps = np.zeros(ieee33.n_outputs)
+    steps[ieee33.output_buses.index(7)] = (1.0125**2 - 1.0) / 2.0
+    x = sample_loads(ieee33, 10, 0.3, np.random.default_rng(2))
+    stepped = CorrectedNetwork(ieee33, below).at(np.zeros(2 * ieee33.n_outputs), steps)(x)
+    np.testing.assert_allclose(stepped, VoltageModel(with_regulator(ieee33, 6, 7, 0.0125))(x), rtol=0, atol=1e-12)
+    plain = CorrectedNetwork(ieee33, below).at(np.zeros(2 * ieee33.n_outputs), np.zeros(ieee33.n_outputs))(x)
+    np.testing.assert_allclose(plain, VoltageModel(ieee33)(x), rtol=0, atol=1e-12)
