@@ -211,15 +211,15 @@ def test_the_threshold_decides(monkeypatch):
 
 
 def test_a_sparse_context_is_checked_on_its_metered_buses():
-    """Buses never read are left out, and rows that miss a metered bus's reading: the fit takes the 30 complete
-    rows; the worst bus named is a metered one, by its index among all outputs."""
+    """Buses never read are left out; a row that misses a metered bus's reading is held on the others (the reading
+    it misses takes the fit's value); the worst bus named is a metered one, by its index among all outputs."""
     x, y = _scattered(40, 0.05, seed=2)
     unread = [0, 4, 5, 17, 31]
     y[:, unread] = np.nan
-    y[30:, 9] = np.nan  # rows 30-39 miss bus 9's reading: not fitted
+    y[30:, 9] = np.nan  # rows 30-39 miss bus 9's reading
     with pytest.raises(ScatteredReadings) as caught:
         _check_named(x, y, typical=NET.base_x)
-    assert caught.value.bus not in unread and caught.value.rows == 30
+    assert caught.value.bus not in unread and caught.value.rows == 40
     noise = readings.reading_scatter(x, y, VoltageModel(NET)(x))[0]
     assert np.isnan(noise[unread]).all() and np.isfinite(np.delete(noise, unread)).all()
     legit_x, legit_y = _metered(40, seed=3)
@@ -228,16 +228,32 @@ def test_a_sparse_context_is_checked_on_its_metered_buses():
     _check_named(legit_x, legit_y, typical=NET.base_x)
 
 
+def test_leaving_one_reading_out_of_every_row_does_not_skip_the_scatter():
+    """An attacker pass: random readings within the tolerance, each row missing a different bus's reading, were
+    accepted (no row read every metered bus, so none was held). Each row is now held on the buses it reads; a
+    legitimate context missing two thirds of its readings at random still infers about its meters' noise."""
+    x, y = _scattered(200, 0.19, seed=9)
+    y[np.arange(200), np.arange(200) % NET.n_outputs] = np.nan
+    with pytest.raises(ScatteredReadings) as caught:
+        _check_named(x, y)
+    assert caught.value.rows == 200
+    legit_x, legit_y = _metered(500, seed=9)
+    legit_y[np.random.default_rng(9).uniform(size=legit_y.shape) < 2 / 3] = np.nan
+    _check_named(legit_x, legit_y)
+    noise = readings.reading_scatter(legit_x, legit_y, VoltageModel(NET)(legit_x))[0]
+    assert np.nanmax(noise) < READING_SCATTER_PU / 4
+
+
 def test_fewer_than_16_complete_rows_are_not_held_to_the_scatter():
-    """Below SCATTER_MIN_ROWS rows reading every metered bus the noise cannot be told from the fit: the check is
+    """Below SCATTER_MIN_ROWS rows metering every load the noise cannot be told from the fit: the check is
     skipped, whatever the scatter (the tolerance still holds)."""
     assert readings.SCATTER_MIN_ROWS == 16
     x, y = _scattered(15, 0.19, seed=5)
     _check_named(x, y)
     x, y = _scattered(40, 0.19, seed=5)
-    y[15:, 3] = np.nan  # 15 complete rows of 40
+    x[15:, 3] = np.nan  # 15 rows of 40 meter every load
     _check_named(x, y, typical=NET.base_x)
-    y[15, 3] = 1.0  # 16
+    x[15, 3] = NET.base_x[3]  # 16
     with pytest.raises(ScatteredReadings) as caught:
         _check_named(x, y, typical=NET.base_x)
     assert caught.value.rows == 16
