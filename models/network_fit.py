@@ -127,6 +127,17 @@ class NetworkFitted:
     loads_guessed: bool  # some context load was not metered (NaN): it took its typical value
     impedance_probe: ImpedanceProbe | None = None  # see NetworkFitMethod._impedance_probe
     set_point: float = 1.0  # the substation's set point the readings show, relative to the model's (AtSetPoint)
+    substation_vm_pu: float = float("nan")  # that set point in p.u. (NetworkFitMethod.fit)
+
+    @property
+    def tap_steps(self) -> np.ndarray:
+        """(k,) the voltage step t - 1 of the tap fitted at the head of the branch into each output bus (0: none)."""
+        if self.branches is None:
+            return np.zeros(self.metered.shape[0])
+        k, branches = self.metered.shape[0], self.branches
+        half = branches.theta[2 * k : 3 * k] * branches.scale[2 * k : 3 * k]  # (t^2 - 1) / 2
+        steps: np.ndarray = np.where(branches.tapped, np.sqrt(np.maximum(1.0 + 2.0 * half, 0.0)) - 1.0, 0.0)
+        return steps
 
 
 @dataclass(frozen=True)
@@ -211,7 +222,8 @@ class NetworkFitMethod(Method):
                 break
             ratio, v = moved_ratio, model_v
             fitted = dataclasses.replace(self._fit(x, y, v, read, guessed, ratio=ratio), set_point=ratio)
-        return dataclasses.replace(fitted, impedance_probe=self._impedance_probe(x, v, read, guessed, fitted))
+        probe = self._impedance_probe(x, v, read, guessed, fitted)
+        return dataclasses.replace(fitted, impedance_probe=probe, substation_vm_pu=ratio * self.slack_vm_pu)
 
     def _impedance_probe(
         self, x: np.ndarray, v: np.ndarray, read: np.ndarray, guessed: bool, fitted: NetworkFitted
@@ -221,10 +233,8 @@ class NetworkFitMethod(Method):
         that network has no power flow at some context row."""
         if self.corrected is None or fitted.branches is None:
             return None
-        branches = fitted.branches
-        k = branches.taps.shape[0]
-        steps = np.where(branches.tapped, branches.theta[2 * k : 3 * k] * branches.scale[2 * k : 3 * k], 0.0)
-        model = at_set_point(self.corrected.at(branches.theta, steps), fitted.set_point)
+        half_steps = np.square(1.0 + fitted.tap_steps) / 2.0 - 0.5  # (t^2 - 1) / 2, as the branch stage fits them
+        model = at_set_point(self.corrected.at(fitted.branches.theta, half_steps), fitted.set_point)
         exact = np.asarray(model(x), dtype=np.float64)
         if not np.isfinite(exact).all():
             return None

@@ -33,6 +33,8 @@ class Metering:
     readings: np.ndarray  # (k,) int64
     metered: np.ndarray  # (k,) bool
     determined: np.ndarray | None = None  # (k,) in [0, 1]: 1 - the correction's posterior std / its prior std
+    substation_vm_pu: float | None = None  # the substation's set point the readings show (network-fit)
+    tap_steps: np.ndarray | None = None  # (k,) the step of a tap fitted on the branch into each bus, 0: none
 
     @classmethod
     def of(cls, y: np.ndarray) -> Metering:
@@ -40,17 +42,30 @@ class Metering:
         return cls(readings, readings > 0)
 
     def with_fit(self, fitted: Any) -> Metering:
-        """With the fit's `determined` where the model's fit has one (network-fit's NetworkFitted)."""
+        """With the fit's `determined`, set point and taps where the model's fit has them (network-fit's
+        NetworkFitted: what it found the feeder to be beside its model)."""
         determined = getattr(fitted, "determined", None)
         if determined is None:
             return self
-        return replace(self, determined=np.clip(np.asarray(determined, dtype=np.float64), 0.0, 1.0))
+        substation = getattr(fitted, "substation_vm_pu", None)
+        steps = getattr(fitted, "tap_steps", None)
+        return replace(
+            self,
+            determined=np.clip(np.asarray(determined, dtype=np.float64), 0.0, 1.0),
+            substation_vm_pu=None if substation is None or not np.isfinite(substation) else float(substation),
+            tap_steps=None if steps is None else np.asarray(steps, dtype=np.float64),
+        )
 
-    def json(self) -> dict[str, list[Any]]:
-        """The answer's `metered`, `readings` (and `determined`) fields (plain lists: also in Arrow metadata)."""
+    def json(self) -> dict[str, Any]:
+        """The answer's `metered`, `readings` (and `determined`, `substation_vm_pu`, `tap_steps`) fields (plain
+        values: also in Arrow metadata)."""
         out = {"metered": self.metered.tolist(), "readings": self.readings.tolist()}
         if self.determined is not None:
             out["determined"] = [round(float(v), 6) for v in self.determined]
+        if self.substation_vm_pu is not None:
+            out["substation_vm_pu"] = round(self.substation_vm_pu, 6)
+        if self.tap_steps is not None:
+            out["tap_steps"] = [round(float(v), 6) for v in self.tap_steps]
         return out
 
     @cached_property

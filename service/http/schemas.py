@@ -328,6 +328,17 @@ class PredictResponse(BaseModel):
         description="per output bus, network-fit only: how well the context determines its correction, "
         "1 - posterior std / prior std (0: the network model alone, 1: pinned by readings)",
     )
+    substation_vm_pu: float | None = Field(
+        None,
+        description="network-fit only: the substation's voltage set point (p.u.) the context's readings show, "
+        "where the network model's may differ (the model is solved there)",
+    )
+    tap_steps: list[float] | None = Field(
+        None,
+        description="per output bus, network-fit only: the voltage step of a regulator or tap the readings show on "
+        "the branch into that bus (0.0125: +1.25 %, raising every bus below it), 0 where none (steps of 0.25 % and "
+        "more are fitted)",
+    )
 
 
 class ContextSetInfo(BaseModel):

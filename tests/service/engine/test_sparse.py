@@ -170,8 +170,8 @@ def test_metering_json_bytes_are_its_json_fields_written(context: tuple[np.ndarr
 def test_metering_json_bytes_with_a_fit_carry_its_determined_and_are_written_once(
     context: tuple[np.ndarray, np.ndarray], model_dir: Path
 ) -> None:
-    """A network-fit fit adds `determined` (clipped to [0, 1], 6 decimals) to `json()` and `json_bytes`
-    alike; the bytes are written once per Metering (a context set's, shared by its answers), and a fit
+    """A network-fit fit adds `determined` (clipped to [0, 1], 6 decimals), its set point and taps to `json()` and
+    `json_bytes` alike; the bytes are written once per Metering (a context set's, shared by its answers), and a fit
     without `determined` keeps that same Metering."""
     x, y = context
     ctx = ContextSet.build(x, _sparse(y))
@@ -181,13 +181,16 @@ def test_metering_json_bytes_with_a_fit_carry_its_determined_and_are_written_onc
     fit = registry.get("network-fit", gridsim.network("ieee33"))
     fitted = sparse.fit(fit.method, ctx.x, ctx.y, None)
     metering = ctx.metering.with_fit(fitted)
-    assert metering is not ctx.metering and set(metering.json_bytes) == {"metered", "readings", "determined"}
+    fields = {"metered", "readings", "determined", "substation_vm_pu", "tap_steps"}
+    assert metering is not ctx.metering and set(metering.json_bytes) == fields
     assert set(ctx.metering.json_bytes) == {"metered", "readings"}  # the set's own, unchanged
     for name, raw in metering.json_bytes.items():
         assert orjson.loads(raw) == metering.json()[name]
     determined = orjson.loads(metering.json_bytes["determined"])
     assert len(determined) == y.shape[1] and all(0.0 <= v <= 1.0 for v in determined)
     np.testing.assert_allclose(determined, np.clip(fitted.determined, 0, 1), atol=5e-7, rtol=0)
+    assert orjson.loads(metering.json_bytes["substation_vm_pu"]) == pytest.approx(fitted.substation_vm_pu, abs=1e-6)
+    assert orjson.loads(metering.json_bytes["tap_steps"]) == pytest.approx(fitted.tap_steps.tolist(), abs=1e-6)
     # rounding and clipping as json() does them, whatever the fit hands over
     odd = type("Fitted", (), {"determined": np.array([0.1234567891, -0.25, 1.5, 0.5])})()
     four = sparse.Metering.of(_sparse(y)[:, :4]).with_fit(odd)

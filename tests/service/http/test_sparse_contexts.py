@@ -409,3 +409,30 @@ def test_a_context_upload_refuses_a_bad_flag_and_a_blank_in_a_name_as_422s(clien
     ):
         problem = assert_problem(client.post("/ui/api/context-sets", files={"file": ("c.csv", data)}), 422, "file")
         assert (problem["errors"][0]["row"], problem["errors"][0]["column"]) == (row, column), problem
+
+
+def test_network_fit_says_which_set_point_and_taps_the_readings_show(client, server):
+    """A feeder whose substation runs at 1.02 p.u. and that has a +1.25 % regulator on line 6-7, neither in its
+    model: network-fit's answer (JSON, and Arrow through the client) names the set point and the step on the branch
+    into bus 7, none elsewhere; physics-fit's carries neither (its fit knows no network)."""
+    from gridsim.departures import with_regulator, with_set_point
+    from service.client import GridPFNClient
+
+    real = with_set_point(with_regulator(NET, 6, 7, 0.0125), 1.02)
+    rng = np.random.default_rng(12)
+    x = NET.base_x * (1.0 + 0.1 * rng.uniform(-1.0, 1.0, (200, NET.n_features)))
+    y = gridsim.solve(x, network=real, solver="batched").vm_pu + rng.normal(0.0, 1e-4, (200, NET.n_outputs))
+    q = x[:5] * 1.2
+    bus7 = NET.output_buses.index(7)
+    body = {"model": "network-fit", "context": {"x": x.tolist(), "y": y.tolist()}, "queries": q.tolist()}
+    answer = client.post("/v1/predict", json=body).json()
+    assert answer["substation_vm_pu"] == pytest.approx(1.02, abs=2e-4)
+    steps = np.asarray(answer["tap_steps"])
+    assert steps.shape == (NET.n_outputs,) and steps[bus7] == pytest.approx(0.0125, abs=5e-4)
+    assert np.count_nonzero(steps) == 1
+    with GridPFNClient(server.url) as python_client:
+        frame = python_client.predict(q, model="network-fit", context=(x, y))
+    assert frame.attrs["substation_vm_pu"] == pytest.approx(answer["substation_vm_pu"])
+    assert frame.attrs["tap_steps"] == answer["tap_steps"]
+    plain = client.post("/v1/predict", json={**body, "model": "physics-fit"}).json()
+    assert "substation_vm_pu" not in plain and "tap_steps" not in plain
