@@ -420,8 +420,9 @@ class DVAPFN(nn.Module):
 
     # -- inputs ---------------------------------------------------------------------------
     def _standardise_x(self, x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-        """Context-standardised inputs, in the precision given (float64 keeps the base fit exact)."""
-        return (x - mean[..., None, :]) / std[..., None, :]
+        """Context-standardised inputs, in the precision given (float64 keeps the base fit exact); a load the
+        context never moved at 0 (models.physics_base.standardised_loads)."""
+        return physics_base.standardised_loads(x, mean, std)
 
     def on_network(self, load_positions: Sequence[int]) -> DVAPFN:
         """This model of any feeder (`cfg.any_network`) on one network: the same weights (shared, not

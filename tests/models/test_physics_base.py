@@ -264,3 +264,31 @@ def test_loads_leverage_ignores_the_last_digits_of_the_voltages():
         moved[source] = float((lev[0] - lev[1]).abs().max())
     assert moved["loads"] < 1e-9, moved
     assert moved["design"] > 1e-3, moved  # the premise: the tree-dependent design does move
+
+
+def test_loads_the_context_never_moved_do_not_blow_the_answer_up():
+    """An attacker pass: 50 rows at IEEE 33's base load but one load scaled 0.5-1.5x, exact readings; queries at
+    1.1x and 1.4x base moved every other load too, which the context standardised by a tiny std, and physics-fit
+    answered 1e12-1e13 p.u. A load the context never moved now standardises to 0: the answer is what the context
+    shows (the loads it never saw moving taken as they were), off by their effect and no more; the served guard
+    measures that effect on the network model and widens by it (models.off_context)."""
+    import gridsim
+    from gridsim.api import VoltageModel
+    from models.off_context import OffContextGuard
+
+    net = gridsim.network("ieee33")
+    x = np.repeat(net.base_x[None], 50, axis=0)
+    x[:, 5] *= np.linspace(0.5, 1.5, 50)
+    queries = net.base_x[None] * np.array([[1.4], [1.1]])
+    truth_of = VoltageModel(net)
+    method = physics_base.PhysicsBaseMethod(net.load_positions)
+    answer = method.predict(method.fit(x, truth_of(x)), queries).mean
+    truth = truth_of(queries)
+    assert np.isfinite(answer).all() and np.abs(answer - truth).max() < 0.05
+    # as if the loads it never saw moving stayed at base: the voltages with only load 5 at 1.4x, as the context shows
+    only_seen = net.base_x[None].copy()
+    only_seen[0, 5] *= 1.4
+    np.testing.assert_allclose(answer[0], truth_of(only_seen)[0], atol=1e-5)
+    guard = OffContextGuard(method, truth_of)
+    summary = guard.summarize(guard.fit(x, truth_of(x)), queries, (0.025, 0.975))
+    assert ((truth >= summary.quantiles[0]) & (truth <= summary.quantiles[1])).all()
