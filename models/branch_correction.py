@@ -34,10 +34,12 @@ MAX_RELATIVE_ERROR = 0.5
 # Penalty grid (times the taps' mean weight) of a constant offset below each branch (a tap or regulator's
 # fixed step) searched by evidence once the impedances' prior is chosen.
 TAP_PRIOR_GRID = tuple(10.0**e for e in np.arange(-6.0, 10.5, 1.0))
-# The least step a tap is fitted for: (t^2 - 1) / 2 for a tap ratio t, about the step itself; 0.25 % is below any
+# The least step a tap is fitted for: (t^2 - 1) / 2 for a tap ratio t, about the step itself; 0.1 % is below any
 # device's (a voltage regulator's step is 0.625 %, a distribution transformer's 2.5 %), and impedance errors on
-# IEEE 33 (lines 0.7-1.3 off, readings noise 0-1e-3 p.u.) found steps under 5e-6 where the evidence liked any.
-TAP_MIN_STEP = 2.5e-3
+# IEEE 33 (lines 0.7-1.3 off, readings noise 0-1e-3 p.u.) found steps under 5e-6 where the evidence liked any. A step
+# the evidence does not tell from an impedance error (a 0.2-0.3 % regulator under readings noise 1e-3 with loads
+# within +-10 %) gets none and is read as that error.
+TAP_MIN_STEP = 1e-3
 # Queries per block for the posterior variance (memory ~ QUERY_BLOCK * k * 2k floats).
 QUERY_BLOCK = 256
 # The offset's penalty per reading: (nearly) flat, as a voltage set point is not small.
@@ -101,6 +103,7 @@ class BranchCorrection:
     unseen_floor: float  # and the least std there: the linearisation's share of the correction (0: all read)
     taps: np.ndarray  # (k,) each branch's tap penalty (np.inf: no tap at its head; TAP_MIN_STEP)
     active: np.ndarray  # (a,) the features fitted: every impedance, the tapped branches' taps, the offset
+    prior: float  # the impedances' penalty as chosen, in the branches' mean weight (`fit`'s `prior`)
 
     @property
     def tapped(self) -> np.ndarray:
@@ -130,12 +133,15 @@ class BranchCorrection:
         heldout: bool = True,
         weights: np.ndarray | None = None,
         taps: np.ndarray | None = None,
+        prior: float | None = None,
     ) -> BranchCorrection:
         """Fit on corrections r (n, k) at branch inputs fp, fq, head (n, k); `impedance` (2k,): each branch's
         drop per MW and per MVAr; `observed` (n, k) bool: which readings exist (None: all; r is 0 where not);
         `heldout`: measure `unseen` (where some bus is never read); `weights` (k,): each bus's readings'
         precision relative to the others' (None: alike); `taps` (k,): each branch's tap penalty as an earlier fit
-        of the same feeder found them (its `taps`: refits with the losses it moved, its probe), None: found here."""
+        of the same feeder found them (its `taps`: refits with the losses it moved, its probe), None: found here;
+        `prior`: with `taps`, the impedances' prior as an earlier fit chose it (its `prior`), taken as it is with
+        the taps' penalties (an impedance probe regularised as the fit it mimics), None: chosen here."""
         n, k = r.shape
         downstream = np.asarray(downstream, dtype=np.float64)
         observed = np.ones((n, k), dtype=bool) if observed is None else observed
@@ -213,10 +219,19 @@ class BranchCorrection:
 
         # a tap: where the evidence for a step below some branch beats the impedances alone, and the step found is
         # one a tap or regulator makes (TAP_MIN_STEP); only those branches get one, the rest none. Given `taps`, only
-        # their branches may have one, their prior found anew (a prior is relative to the readings' noise)
+        # their branches may have one, their prior found anew (a prior is relative to the readings' noise), or with
+        # `prior` too, both as given
         may = np.ones(k, dtype=bool) if taps is None else np.isfinite(np.asarray(taps, dtype=np.float64))
-        taps = np.full(k, np.inf)
-        best, chosen = search(taps)
+        fixed = None
+        if taps is not None and prior is not None:
+            fixed = at(float(prior), np.asarray(taps, dtype=np.float64))  # None: singular as given, chosen here
+        if fixed is not None and taps is not None and prior is not None:
+            tap_penalty: np.ndarray = np.asarray(taps, dtype=np.float64)
+            best, chosen = fixed, float(prior)
+            may = np.zeros(k, dtype=bool)
+        else:
+            tap_penalty = np.full(k, np.inf)
+            best, chosen = search(tap_penalty)
         with_taps, tap = best, np.inf
         for candidate in TAP_PRIOR_GRID if may.any() else ():
             found = at(chosen, np.where(may, candidate, np.inf))
@@ -226,8 +241,8 @@ class BranchCorrection:
             steps = np.zeros(k)
             steps[may] = np.abs(with_taps.theta[2 * k : -1] * scale[2 * k : 3 * k][may])
             if (steps >= TAP_MIN_STEP).any():
-                taps = np.where(steps >= TAP_MIN_STEP, tap, np.inf)
-                best, chosen = search(taps)
+                tap_penalty = np.where(steps >= TAP_MIN_STEP, tap, np.inf)
+                best, chosen = search(tap_penalty)
         shown = np.square(MAX_RELATIVE_ERROR) * float(gram_s.diagonal()[: 2 * k].max(initial=0.0)) / (best.energy / dof)
         unseen = shown <= UNSEEN_SIGNAL
         if chosen == BRANCH_PRIOR_GRID[-1] and unseen:
@@ -235,9 +250,10 @@ class BranchCorrection:
             # much beyond their noise (UNSEEN_SIGNAL): a context that excites nothing (loads of 1e-9 MW) shows no
             # error because it could not, and the grid's end made it certain of every impedance. The prior is kept
             # where the readings could first show an error (as precise as they are), at most MAX_RELATIVE_ERROR wide.
-            limit = at(max(1.0, best.energy / dof / (np.square(MAX_RELATIVE_ERROR) * unit)), taps)
+            limit = at(max(1.0, best.energy / dof / (np.square(MAX_RELATIVE_ERROR) * unit)), tap_penalty)
             best = best if limit is None else limit
         chol, theta_active, penalty, active = best.chol, best.theta, best.penalty, best.active
+        chosen = float(penalty[0] / unit)
         noise_var = best.energy / dof
         system = gram_s[np.ix_(active, active)] + np.diag(penalty)
         # first-order DistFlow in the errors misses a share of the correction (their squares, the losses
@@ -263,7 +279,20 @@ class BranchCorrection:
         prior_var = noise_var / penalty[0]
         theta = np.zeros(3 * k + 1)
         theta[active] = theta_active
-        return cls(downstream, scale, theta, factor, noise_var, system, prior_var, unseen, unseen_floor, taps, active)
+        return cls(
+            downstream,
+            scale,
+            theta,
+            factor,
+            noise_var,
+            system,
+            prior_var,
+            unseen,
+            unseen_floor,
+            tap_penalty,
+            active,
+            chosen,
+        )
 
     @_one_blas_thread
     def posterior(

@@ -262,9 +262,12 @@ class NetworkFitMethod(Method):
             fp, fq, head, losses = self.branch_inputs(x, v, ratio)
             half_square = np.where(read, (np.square(np.where(read, y, v)) - np.square(v)) / 2.0, 0.0)
             # the taps are the answer's own where this is its probe (the same feeder, its voltages without them)
-            taps = None if probing is None or probing.branches is None else probing.branches.taps
+            # and regularised as the answer's fit was: what that fit misses through its priors (chosen at the readings'
+            # noise) is what the probe must show
+            mimic = probing.branches if probing is not None else None
+            taps, prior = (None, None) if mimic is None else (mimic.taps, mimic.prior)
             branches = BranchCorrection.fit(
-                fp, fq, head, half_square, self.downstream, self.impedance, read, False, taps=taps
+                fp, fq, head, half_square, self.downstream, self.impedance, read, False, taps=taps, prior=prior
             )
             weights = _weights(branches, fp, fq, head, half_square, read) if guessed else None
             for _ in range(LOSS_PASSES):  # the losses an impedance error changes move every bus above them
@@ -279,6 +282,7 @@ class NetworkFitMethod(Method):
                     read,
                     weights=weights,
                     taps=branches.taps,
+                    prior=prior,
                 )
             shared = self._corrected(branches, v, fp, fq, head, losses) - v
         features = self._features(x)

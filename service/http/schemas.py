@@ -336,7 +336,7 @@ class PredictResponse(BaseModel):
     tap_steps: list[float] | None = Field(
         None,
         description="per output bus, network-fit only: the voltage step of a regulator or tap the readings show on "
-        "the branch into that bus (0.0125: +1.25 %, raising every bus below it), 0 where none (steps of 0.25 % and "
+        "the branch into that bus (0.0125: +1.25 %, raising every bus below it), 0 where none (steps of 0.1 % and "
         "more are fitted)",
     )
 
