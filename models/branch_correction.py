@@ -77,6 +77,15 @@ class Solved:
     active: np.ndarray
 
 
+def head_buses(downstream: np.ndarray) -> np.ndarray:
+    """(k,) the output bus each bus's branch leaves (its deepest strict ancestor), -1 for the substation."""
+    depth = downstream.sum(axis=0)  # buses on each bus's path, itself included
+    ancestors = np.where(downstream > 0.5, depth[:, None], -1.0)
+    np.fill_diagonal(ancestors, -1.0)
+    heads: np.ndarray = np.where(ancestors.max(axis=0) > 0, ancestors.argmax(axis=0), -1)
+    return heads
+
+
 def flows(x: np.ndarray, downstream: np.ndarray, load_positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """P and Q (n, k) through the branch into every output bus, lossless, from load rows x (n, 2m)."""
     m, k = len(load_positions), downstream.shape[0]
@@ -95,7 +104,7 @@ class BranchCorrection:
     downstream: np.ndarray  # (k, k) float: [c, j] = 1 where bus j is c or below it
     scale: np.ndarray  # (3k + 1,) raw feature -> standardised feature factor (the branch's impedance; 1 for taps)
     theta: np.ndarray  # (3k + 1,) posterior mean on standardised features [P, Q, taps, 1]: relative errors, steps
-    factor: np.ndarray  # (a,) active features' L with L L^T their posterior covariance (see `full_rows`)
+    factor: np.ndarray  # (a, a) the active features' L with L L^T their posterior covariance
     noise_var: float  # the readings' variance around the fitted correction (meter noise plus what it misses)
     system: np.ndarray  # (a, a) the active features' penalised normal equations: covariance = noise_var system^-1
     prior_var: float  # every branch's relative error's prior variance
@@ -110,6 +119,13 @@ class BranchCorrection:
         """(k,) bool: the branches fitted with a tap at their head."""
         tapped: np.ndarray = np.isfinite(self.taps)
         return tapped
+
+    @property
+    def tap_halves(self) -> np.ndarray:
+        """(k,) each branch's fitted tap as (t^2 - 1) / 2 for its ratio t, 0 where it has none."""
+        k = self.taps.shape[0]
+        halves: np.ndarray = np.where(self.tapped, self.theta[2 * k : 3 * k] * self.scale[2 * k : 3 * k], 0.0)
+        return halves
 
     def rows(self, j: int, fp: np.ndarray, fq: np.ndarray, head: np.ndarray) -> np.ndarray:
         """(n, a) bus j's standardised active feature rows at branch inputs fp, fq, head (n, k)."""
@@ -319,10 +335,7 @@ class BranchCorrection:
         rows[self.active] = self.scale[self.active, None] * (self.factor if factor is None else factor)
         tapped = self.tapped
         depth = self.downstream.sum(axis=0)  # buses on each bus's path, itself included
-        parent = np.where(self.downstream > 0.5, depth[:, None], -1.0)
-        np.fill_diagonal(parent, -1.0)
-        above = parent.argmax(axis=0)  # the deepest strict ancestor
-        has_parent = parent.max(axis=0) > 0
+        above = head_buses(self.downstream)
         var = np.empty_like(mean)
         for start in range(0, fp.shape[0], QUERY_BLOCK):
             block = slice(start, start + QUERY_BLOCK)
@@ -331,7 +344,7 @@ class BranchCorrection:
                 step = fp[block, j, None] * rows[j] + fq[block, j, None] * rows[k + j]
                 if tapped[j]:
                     step = step + head[block, j, None] * rows[2 * k + j]
-                along[:, j] = step + (along[:, above[j]] if has_parent[j] else rows[-1])
+                along[:, j] = step + (along[:, above[j]] if above[j] >= 0 else rows[-1])
             var[block] = np.square(along).sum(axis=-1)
         return mean, np.sqrt(var)
 

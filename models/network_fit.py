@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from models.branch_correction import READING_FLOOR_PU, BranchCorrection, flows
+from models.branch_correction import READING_FLOOR_PU, BranchCorrection, flows, head_buses
 from models.calibration import simultaneous_factor
 from models.corrected_network import CorrectedNetwork
 from models.errors import InputValidationError
@@ -134,9 +134,7 @@ class NetworkFitted:
         """(k,) the voltage step t - 1 of the tap fitted at the head of the branch into each output bus (0: none)."""
         if self.branches is None:
             return np.zeros(self.metered.shape[0])
-        k, branches = self.metered.shape[0], self.branches
-        half = branches.theta[2 * k : 3 * k] * branches.scale[2 * k : 3 * k]  # (t^2 - 1) / 2
-        steps: np.ndarray = np.where(branches.tapped, np.sqrt(np.maximum(1.0 + 2.0 * half, 0.0)) - 1.0, 0.0)
+        steps: np.ndarray = np.sqrt(np.maximum(1.0 + 2.0 * self.branches.tap_halves, 0.0)) - 1.0
         return steps
 
 
@@ -175,11 +173,7 @@ class NetworkFitMethod(Method):
         # magnetising, bus shunts), drawn through the branches above it at |V|^2; None: none
         self.shunts = None if shunts is None else np.asarray(shunts, dtype=np.complex128)
         self.downstream = np.asarray(downstream, dtype=np.float64)
-        # each branch's head: the output bus it leaves (its deepest strict ancestor), -1 for the substation
-        depth = self.downstream.sum(axis=0)
-        ancestors = np.where(self.downstream > 0.5, depth[:, None], -1.0)
-        np.fill_diagonal(ancestors, -1.0)
-        self.head_bus = np.where(ancestors.max(axis=0) > 0, ancestors.argmax(axis=0), -1)
+        self.head_bus = head_buses(self.downstream)  # the output bus each branch leaves, -1: the substation
         self.load_positions = np.asarray(load_positions, dtype=np.int64)
         self.impedance = np.asarray(impedance, dtype=np.float64)
         self.typical_loads = None if typical_loads is None else np.asarray(typical_loads, dtype=np.float64)
@@ -233,8 +227,7 @@ class NetworkFitMethod(Method):
         that network has no power flow at some context row."""
         if self.corrected is None or fitted.branches is None:
             return None
-        half_steps = np.square(1.0 + fitted.tap_steps) / 2.0 - 0.5  # (t^2 - 1) / 2, as the branch stage fits them
-        model = at_set_point(self.corrected.at(fitted.branches.theta, half_steps), fitted.set_point)
+        model = at_set_point(self.corrected.at(fitted.branches.theta, fitted.branches.tap_halves), fitted.set_point)
         exact = np.asarray(model(x), dtype=np.float64)
         if not np.isfinite(exact).all():
             return None

@@ -121,8 +121,7 @@ def _off_context(truth_network, noise, seed=7):
 
 def _taps(fitted):
     """(k,) the branch stage's fitted taps, (t^2 - 1) / 2 for a ratio t at each branch's head (0: no tap)."""
-    branches, k = fitted.branches, fitted.metered.shape[0]
-    return np.where(branches.tapped, branches.theta[2 * k : 3 * k] * branches.scale[2 * k : 3 * k], 0.0)
+    return fitted.branches.tap_halves
 
 
 @pytest.mark.parametrize("noise", [0.0, 1e-3])
