@@ -41,6 +41,9 @@ class EncodedContext:
     cache: ContextCache
     spread: np.ndarray | None
     min_half: np.ndarray | None = None
+    # the context (x, y) and the base fit's K-fold errors (or None), which a recalibration takes again
+    context: tuple[torch.Tensor, torch.Tensor] | None = None
+    cv: torch.Tensor | None = None
 
 
 class PFNMethod(Method):
@@ -118,7 +121,28 @@ class PFNMethod(Method):
             return EncodedContext(cache, None)
         cv = self._small_context_errors(cache, x, y)
         min_half = None if cv is None else half_width_floor(cv.cpu().numpy())
-        return EncodedContext(cache, self.spread_factors(cache, x, y, cv), min_half)
+        return EncodedContext(cache, self.spread_factors(cache, x, y, cv), min_half, (x, y), cv)
+
+    def heldout_rms(self, fitted: EncodedContext) -> np.ndarray | None:
+        """(k,) the base fit's rms leave-one-out error at the attended context rows, p.u."""
+        cache = fitted.cache
+        if cache.targets is None:
+            return None
+        targets = cache.targets[0].transpose(0, 1) * cache.stats.y_scale[0][None, :]  # (n, k)
+        rms: np.ndarray = targets.square().mean(dim=0).sqrt().cpu().numpy()
+        return rms
+
+    @torch.inference_mode()
+    def without_meter_noise(self, fitted: EncodedContext, noise: np.ndarray) -> EncodedContext:
+        """`fitted` calibrated again on held-out errors less each reading's meter noise (n, k) (models.meter_noise)."""
+        if fitted.spread is None or fitted.context is None:
+            return fitted
+        x, y = fitted.context
+        noise_t = self._tensor(noise)
+        cv = None if fitted.cv is None else fitted.cv - noise_t
+        min_half = None if cv is None else half_width_floor(cv.cpu().numpy())
+        spread = self.spread_factors(fitted.cache, x, y, cv, noise_t)
+        return EncodedContext(fitted.cache, spread, min_half, fitted.context, cv)
 
     def _small_context_errors(
         self, cache: ContextCache, context_x: torch.Tensor, context_y: torch.Tensor
@@ -142,6 +166,7 @@ class PFNMethod(Method):
         context_x: torch.Tensor,
         context_y: torch.Tensor | None = None,
         cv: torch.Tensor | None = None,
+        meter_noise: torch.Tensor | None = None,
     ) -> np.ndarray | None:
         """Per-output spread factors (k,) from the context itself, in one pass (None below
         MIN_CALIBRATION_POINTS): every point the attention sees is predicted with its own point
@@ -151,7 +176,9 @@ class PFNMethod(Method):
         keeps the tree and the model choice made with the point, and understated the error at new
         points up to 2x there (`cv`: those residuals when the caller has them). Otherwise the factors
         are divided by exp(heldout_slope * the base fit's median leverage): masking a point leaves it in
-        the fits behind its neighbours' values, which overstates its error (models/heldout_bias.py)."""
+        the fits behind its neighbours' values, which overstates its error (models/heldout_bias.py).
+        `meter_noise`: each reading's noise (n, k) p.u., taken out of the leave-one-out truths (models.meter_noise;
+        the caller takes it out of `cv`)."""
         assert cache.targets is not None  # encode_context sets it
         targets = cache.targets[0].transpose(0, 1).cpu().numpy()  # (n, k) standardised LOO residuals
         n, k = targets.shape
@@ -160,6 +187,9 @@ class PFNMethod(Method):
         if cv is None and context_y is not None:
             cv = self._small_context_errors(cache, context_x, context_y)
         points = context_x if cache.attended is None else context_x[cache.attended]
+        if meter_noise is not None:
+            noise = meter_noise if cache.attended is None else meter_noise[cache.attended]
+            targets = targets - (noise / cache.stats.y_scale[0][None, :]).cpu().numpy()
         overstatement = 1.0
         if cache.heldout_scale is not None:  # a probed model's bars are in its held-out unit, not the context's
             targets = targets * (cache.stats.y_scale[0][:, None] / cache.heldout_scale[0]).T.cpu().numpy()

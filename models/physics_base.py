@@ -482,6 +482,19 @@ class PhysicsBaseFitted:
     base: RawLoadFit
     spread: np.ndarray  # (k,) each output's Student-t scale, p.u.
     dof: int  # the t's degrees of freedom
+    heldout: np.ndarray  # (n, k) the leave-one-out errors the spread was taken from, p.u.
+    cv: np.ndarray | None = None  # (n, k) the K-fold errors too, on a context under CV_BELOW_POINTS rows
+
+
+def heldout_spread(loo: np.ndarray, cv: np.ndarray | None) -> np.ndarray:
+    """(k,) the spread from held-out errors (n, k): the rms leave-one-out error, and where the K-fold errors
+    are given the larger of it, their rms and the small-context floor (models.calibration.half_width_floor)."""
+    spread = np.sqrt(np.mean(np.square(loo), axis=0))
+    if cv is not None:
+        t95 = student_t.ppf(0.5 + CALIBRATION_LEVEL / 2, loo.shape[0] - 1)
+        spread = np.maximum.reduce([spread, np.sqrt(np.mean(np.square(cv), axis=0)), half_width_floor(cv) / t95])
+    out: np.ndarray = np.maximum(spread, SPREAD_FLOOR_PU)
+    return out
 
 
 class PhysicsBaseMethod(Method):
@@ -492,7 +505,8 @@ class PhysicsBaseMethod(Method):
     on it. The spread per bus is the rms leave-one-out error, on a context under CV_BELOW_POINTS the
     larger of it and the K-fold cross-validated error of the whole fit, and no narrower than the
     PFNs' small-context floor (models.calibration.half_width_floor); the t's degrees of freedom
-    (residuals - 1) carry the uncertainty of that estimate itself."""
+    (residuals - 1) carry the uncertainty of that estimate itself. With the readings' meter noise
+    known row by row (`without_meter_noise`) those errors are taken less it (models.meter_noise)."""
 
     name = "physics base (closed form)"
 
@@ -504,12 +518,18 @@ class PhysicsBaseMethod(Method):
         xt, yt = torch.as_tensor(x, dtype=torch.float64)[None], torch.as_tensor(y, dtype=torch.float64)[None]
         base, loo = _fit_raw(xt, yt, self.load_positions)
         n = xt.shape[-2]
-        spread = loo[0].square().mean(dim=0).sqrt().numpy()
-        if n < CV_BELOW_POINTS:
-            cv = cross_validated_errors(xt, yt, self.load_positions).numpy()
-            t95 = student_t.ppf(0.5 + CALIBRATION_LEVEL / 2, n - 1)
-            spread = np.maximum.reduce([spread, np.sqrt(np.mean(np.square(cv), axis=0)), half_width_floor(cv) / t95])
-        return PhysicsBaseFitted(base, np.maximum(spread, SPREAD_FLOOR_PU), n - 1)
+        heldout = loo[0].numpy()
+        cv = cross_validated_errors(xt, yt, self.load_positions).numpy() if n < CV_BELOW_POINTS else None
+        return PhysicsBaseFitted(base, heldout_spread(heldout, cv), n - 1, heldout, cv)
+
+    def heldout_rms(self, fitted: PhysicsBaseFitted) -> np.ndarray:
+        return fitted.spread
+
+    def without_meter_noise(self, fitted: PhysicsBaseFitted, noise: np.ndarray) -> PhysicsBaseFitted:
+        """`fitted` with its spread taken from its held-out errors less each reading's meter noise (n, k)."""
+        loo = fitted.heldout - noise
+        cv = None if fitted.cv is None else fitted.cv - noise
+        return replace(fitted, spread=heldout_spread(loo, cv), heldout=loo, cv=cv)
 
     def predict(self, fitted: PhysicsBaseFitted, query_x: np.ndarray) -> StudentTPredictive:
         q = torch.as_tensor(check_queries(query_x, d=fitted.base.x_mean.shape[-1]), dtype=torch.float64)[None]

@@ -237,6 +237,16 @@ class Method(ABC):
         """The statistics an answer carries for (m, d) queries; a method may stream this in chunks."""
         return self.predict(fitted, query_x).summary(levels, band)
 
+    def heldout_rms(self, fitted: Any) -> np.ndarray | None:
+        """(k,) the rms of the held-out errors at the context rows that the spread was calibrated on (p.u.); None:
+        the spread does not come from the readings' held-out errors, and `without_meter_noise` changes nothing."""
+        return None
+
+    def without_meter_noise(self, fitted: Any, noise: np.ndarray) -> Any:
+        """`fitted` with its spread calibrated on held-out errors less each reading's meter noise (n, k)
+        (models.meter_noise): an answer is about the true voltage, not about a reading of it."""
+        return fitted
+
     def refuse_unsolved(self, fitted: Any, query_x: np.ndarray, extrapolation: np.ndarray) -> None:
         """RowsRefused naming every query row whose answer this method would refuse because the network
         model's power flow has no solution at its loads (models.network_voltages), found without computing

@@ -73,13 +73,14 @@ def placed_answer(
     return answer(method, fitted, queries, spec), placed
 
 
-def needs_widening(method: Method, placed: OffContext) -> bool:
+def needs_widening(method: Method, fitted: Any, placed: OffContext) -> bool:
     """Whether `widened` changes a guarded method's answer: every answer of one widened within the context's
-    reach too (physics-fit), else where it has rows beyond that reach: rows whose `ramp` is above 0, which are
-    exactly the `extrapolated` ones (extrapolation > EXTRAPOLATION_THRESHOLD)."""
+    reach too (physics-fit, and any method calibrated less the readings' meter noise), else where it has rows
+    beyond that reach: rows whose `ramp` is above 0, which are exactly the `extrapolated` ones (extrapolation >
+    EXTRAPOLATION_THRESHOLD)."""
     if not isinstance(method, OffContextGuard):
         return False
-    return method.within_reach or bool(placed.extrapolated.any())
+    return method.within_reach or fitted.without_noise or bool(placed.extrapolated.any())
 
 
 def widened(

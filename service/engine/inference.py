@@ -81,7 +81,7 @@ async def _direct_split(
 
     done = await asyncio.gather(*(part(block, int(start)) for block, start in zip(blocks, starts, strict=True)))
     answer, placed = Answer.concat([a for a, _, _ in done]), OffContext.concat([p for _, p, _ in done])
-    if needs_widening(method, placed):
+    if needs_widening(method, fitted, placed):
         answer = await rt.executor.run(widened, method, fitted, queries, answer, placed, spec)
     return answer, placed, time.perf_counter() - t0
 
