@@ -37,6 +37,9 @@ def test_only_departures_independent_from_bus_to_bus_are_taken_for_meter_noise()
     loads = rng.uniform(size=(500, 1))
     shared = 1e-6 * loads @ rng.uniform(0.5, 1.0, (1, 32))  # one line off: every bus below it departs alike
     assert not independent_across_buses(shared + rng.normal(0.0, 1e-8, shared.shape))
+    lateral = rng.normal(0.0, 1e-3, (500, 32))
+    lateral[:, 29:32] += rng.normal(0.0, 1e-3, (500, 1))  # a swing no load explains, shared by a 3-bus lateral
+    assert not independent_across_buses(lateral)
     assert not independent_across_buses(rng.normal(0.0, 1e-3, (500, 2)))  # two buses cannot show it
     assert independent_across_buses(np.column_stack([rng.normal(0.0, 1e-3, (500, 8)), np.zeros((500, 3))]))
 
