@@ -64,7 +64,13 @@ async def create(rt: RuntimeDep, tenant: TenantDep, body: ContextSetCreate) -> R
     limit = min(rt.settings.max_simulate, rt.settings.max_context_rows)
     if body.simulate is not None:
         if body.simulate.n > limit:
-            raise TooLarge("simulate.n", f"{body.simulate.n} simulated rows is over the limit", f"at most {limit}")
+            raise TooLarge(
+                "simulate.n",
+                f"{body.simulate.n} simulated rows is over the limit of {limit} (the smaller of GRIDPFN_MAX_SIMULATE and "
+                "GRIDPFN_MAX_CONTEXT_ROWS; upload larger "
+                "contexts as x/y)",
+                f"at most {limit}",
+            )
         net = await rt.networks.resolve(body.simulate.network, "simulate.network", tenant=tenant)
         x, y, dropped = await rt.executor.run(simulate_context, body.simulate, net)
         if len(x) == 0:

@@ -117,7 +117,9 @@ def test_limits_answer_413(api, cid, scenarios):
     assert_problem(
         api.post("/v1/simulate", json={"loads": rows(np.repeat(x[:1], over_simulate, axis=0))}), 413, "loads"
     )
-    assert_problem(api.post("/v1/context-sets", json={"simulate": {"n": over_simulate}}), 413, "simulate.n")
+    simulated = assert_problem(api.post("/v1/context-sets", json={"simulate": {"n": over_simulate}}), 413, "simulate.n")
+    limit = min(LIMITS["max_simulate"], LIMITS["max_context_rows"])
+    assert f"limit of {limit}" in simulated["detail"]  # the limit itself, not only in errors[].expected
     over = LIMITS["max_context_rows"] + 1
     tall_x, tall_y = rows(np.repeat(x[:1], over, axis=0)), rows(np.repeat(y[:1], over, axis=0))
     assert_problem(api.post("/v1/context-sets", json={"x": tall_x, "y": tall_y}), 413, "body.x")
