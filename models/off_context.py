@@ -144,7 +144,8 @@ class Probes:
     gain: float  # the miss's rms to the std that makes a 95 % interval hold: 1 for exact readings
     smooth: Any | None = None  # the method's fit of the readings denoised (None: exact readings)
     denoised: Any | None = None  # the denoiser's fit of the readings (None: exact readings, or no denoiser)
-    context_scatter: np.ndarray | None = None  # (k,) the noisy probes' mean square scatter at the context rows
+    # (k,) the noisy probes' mean square scatter at the context rows (None: not asked, `_probes`)
+    context_scatter: np.ndarray | None = None
 
 
 class Lazy(Generic[T]):
@@ -202,6 +203,12 @@ def reading_noise(x: np.ndarray, residual: np.ndarray) -> np.ndarray:
     """(k,) the readings' noise std per bus: what a Bayesian linear fit on the loads leaves of the
     readings minus the network model's voltages (the model's own error there is smooth in the loads)."""
     return _noise_and_smooth(x, residual)[0]
+
+
+def _departure(x: np.ndarray, y: np.ndarray, v: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """`_noise_and_smooth` of the readings y less the network model's voltages v there (None without them):
+    once a context, for the meter-noise test and the noisy probes."""
+    return None if v is None else _noise_and_smooth(x, y - v)
 
 
 def _noise_and_smooth(x: np.ndarray, residual: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -264,11 +271,13 @@ class OffContextGuard(Method):
         y = np.asarray(context_y, dtype=np.float64)
         voltages = Lazy(lambda: self._context_voltages(x, y.shape))
         exact = Lazy(lambda: self._exact_probe(x, voltages.get()))
+        departure = Lazy(lambda: _departure(x, y, voltages.get()))
         denoised = Lazy(lambda: self._denoised(x, y))
         own = self.base.fit(x, y)
-        real = self._without_meter_noise(own, x, y, voltages.get, denoised.get)
-        probes = Lazy(lambda: self._probes(x, y, exact.get(), denoised.get))
-        return GuardedFit(real, exact, probes, ContextGeometry.of(x), without_noise=real is not own)
+        real = self._without_meter_noise(own, x, y, departure.get, denoised.get)
+        without_noise = real is not own
+        probes = Lazy(lambda: self._probes(x, exact.get(), departure.get(), denoised.get, without_noise))
+        return GuardedFit(real, exact, probes, ContextGeometry.of(x), without_noise=without_noise)
 
     def _context_voltages(self, x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
         """The network model's |V| at the context loads, None where its power flow has no solution at some row."""
@@ -289,7 +298,7 @@ class OffContextGuard(Method):
         real: Any,
         x: np.ndarray,
         y: np.ndarray,
-        voltages: Callable[[], np.ndarray | None],
+        departure: Callable[[], tuple[np.ndarray, np.ndarray] | None],
         denoised: Callable[[], Denoised | None],
     ) -> Any:
         """The method's fit, its spread calibrated on held-out errors less the readings' meter noise where that
@@ -299,12 +308,12 @@ class OffContextGuard(Method):
         if self.denoiser is None or not np.isfinite(y).all():
             return real
         rms = self.base.heldout_rms(real)
-        v = None if rms is None else voltages()
+        noise_and_smooth = None if rms is None else departure()
         # first the readings' departure from the network model less its part linear in the loads: no larger than
         # their noise where that is all there is, larger where the feeder departs from its model nonlinearly
         # (lines off, a set point: 3-6e-7 p.u. with exact readings on IEEE 33), so a cheap test that passes
         # every context whose noise can matter; then network-fit's own residual, which fits those departures
-        if rms is None or v is None or not worth_taking_out(reading_noise(x, y - v), rms):
+        if rms is None or noise_and_smooth is None or not worth_taking_out(noise_and_smooth[0], rms):
             return real
         answer = denoised()
         if answer is None:
@@ -312,22 +321,32 @@ class OffContextGuard(Method):
         noise = meter_noise(y, answer.readings)
         if not (independent_across_buses(noise) and worth_taking_out(np.sqrt(np.mean(np.square(noise), axis=0)), rms)):
             return real
-        return self.base.without_meter_noise(real, noise)
+        return self.base.without_meter_noise(real, x, y, noise)
 
     def _probes(
-        self, x: np.ndarray, y: np.ndarray, probe: ExactProbe, denoised: Callable[[], Denoised | None]
+        self,
+        x: np.ndarray,
+        probe: ExactProbe,
+        departure: tuple[np.ndarray, np.ndarray] | None,
+        denoised: Callable[[], Denoised | None],
+        without_noise: bool,
     ) -> Probes:
+        """`departure`: the readings' noise and smooth departure from the network model (`_departure`);
+        `without_noise`: the method was calibrated less the meter noise, so its probes' scatter at the context
+        rows is wanted too (`_noise_driven`)."""
         v, exact = probe.v, probe.fit
-        if v is None:
+        if v is None or departure is None:
             return Probes(None, None, [], 1.0)
-        noise, smooth = _noise_and_smooth(x, y - v)
+        noise, smooth = departure
         if float(noise.max()) <= NOISELESS_PU:
             return Probes(exact, None, [], 1.0)
         plain = None if self.prober is self.base else self.prober.fit(x, v)
         rng = np.random.default_rng(0)
         noisy = [self.prober.fit(x, v + rng.normal(0.0, noise, v.shape)) for _ in range(NOISY_PROBES)]
-        plain_at_context = _answered(self.base, exact, x, v) if plain is None else _answered(self.prober, plain, x, v)
-        at_context = np.mean(scatter_of(self.prober, noisy, x, v, plain_at_context), axis=(0, 1))
+        at_context = None
+        if without_noise:
+            at_plain = _answered(self.base, exact, x, v) if plain is None else _answered(self.prober, plain, x, v)
+            at_context = np.mean(scatter_of(self.prober, noisy, x, v, at_plain), axis=(0, 1))
         # a noisy context's fit errs by a bias per bus that every query of the bus shares: the interval
         # must hold on all k buses at once (Bonferroni), with the t's allowance for so few probes
         k = v.shape[1]
@@ -358,14 +377,22 @@ class OffContextGuard(Method):
         assert exact is not None
         nonlinear = _answered(self.base, exact, rows, v) - v
         out: np.ndarray = np.abs(nonlinear) if self.within_reach else np.zeros_like(nonlinear)
-        if fitted.without_noise:
-            out = np.sqrt(np.square(out) + self._noise_driven(fitted.probes.get(), rows, v, nonlinear, own_std))
+        beyond = weight > 0.0
+        # the noisy probes' answers only where they count: every row of a fit calibrated less the noise, else far ones
+        probes = fitted.probes.get() if fitted.without_noise or beyond.any() else None
+        scatter = None if probes is None else self._scatter(probes, rows, v, nonlinear)
+        if fitted.without_noise and probes is not None and scatter is not None:
+            out = np.sqrt(np.square(out) + _noise_driven(probes, scatter, own_std))
         shift = np.zeros_like(nonlinear)
         keep = np.ones(len(rows))
-        beyond = weight > 0.0
-        if beyond.any():  # the noisy probes' answers only where they count
+        if probes is not None and beyond.any():
             far, centre, replaced = self._far_miss(
-                fitted.probes.get(), rows[beyond], v[beyond], answer[beyond], nonlinear[beyond]
+                probes,
+                rows[beyond],
+                v[beyond],
+                answer[beyond],
+                nonlinear[beyond],
+                None if scatter is None else scatter[beyond],
             )
             w = weight[beyond, None]
             shift[beyond] = w * (centre - answer[beyond])
@@ -376,40 +403,33 @@ class OffContextGuard(Method):
                 out[beyond] = np.maximum(out[beyond], w * far)
         return out, shift, keep
 
-    def _noise_driven(
-        self, probes: Probes, rows: np.ndarray, v: np.ndarray, nonlinear: np.ndarray, own_std: np.ndarray
-    ) -> np.ndarray:
-        """(m, k) the variance to add at query rows to a spread calibrated on held-out errors less the readings'
-        meter noise. The truth's error at a query is the method's misfit there plus the error the noise carries
-        the fit to, which the noisy probes sample (S(q), their mean square scatter; S at the context rows on
-        average). The held-out errors were measured against network-fit's answer, which shares part of that
-        noise-driven error (both fitted the same readings), so the misfit is taken as at most own^2 - S. The
-        noise-driven error is largely one draw per bus that every query of the bus shares (a bias): like the
-        probes beyond the context it is widened to hold on every bus at once (`Probes.gain`). Without that, the
-        bus whose draw was the largest of 32 sat at 0.59 coverage (IEEE 33, lines off, noise 1e-3 p.u.: its
-        bias 1.6 probe spreads) and of 94 at 0.62. The answer's variance: misfit + gain^2 S(q)."""
-        if not probes.noisy or probes.context_scatter is None:
-            return np.zeros_like(nonlinear)
+    def _scatter(self, probes: Probes, rows: np.ndarray, v: np.ndarray, nonlinear: np.ndarray) -> np.ndarray | None:
+        """(m, k) the noisy probes' mean square scatter at query rows around the plain fit's answer (None: exact
+        readings, no probes)."""
+        if not probes.noisy:
+            return None
         plain = nonlinear + v if probes.plain is None else _answered(self.prober, probes.plain, rows, v)
-        scatter = np.mean(scatter_of(self.prober, probes.noisy, rows, v, plain), axis=0)
-        misfit = np.maximum(np.square(own_std) - probes.context_scatter[None, :], 0.0)
-        added: np.ndarray = np.maximum(misfit + probes.gain**2 * scatter - np.square(own_std), 0.0)
-        return added
+        scatter: np.ndarray = np.mean(scatter_of(self.prober, probes.noisy, rows, v, plain), axis=0)
+        return scatter
 
     def _far_miss(
-        self, probes: Probes, rows: np.ndarray, v: np.ndarray, answer: np.ndarray, nonlinear: np.ndarray
+        self,
+        probes: Probes,
+        rows: np.ndarray,
+        v: np.ndarray,
+        answer: np.ndarray,
+        nonlinear: np.ndarray,
+        scatter: np.ndarray | None,
     ) -> tuple[np.ndarray, np.ndarray, bool]:
         """The error this method makes at query rows on the network model: its exact probe's miss `nonlinear`,
         and with noisy readings the noisy probes' scatter, times the gain, or where larger the fit's own
         noise-driven error plus that miss, REACH times (Probes); and the centre the answer moves to there: with
         noisy readings the method's fit of the readings denoised, else the answer; and whether that error is the
         denoised fit's whole spread (with network-fit as denoiser: the module's comments; the method's own spread
-        is then not the answer's)."""
-        if not probes.noisy:
+        is then not the answer's). `scatter`: the noisy probes' there (`_scatter`)."""
+        if scatter is None:
             exact: np.ndarray = np.abs(nonlinear)
             return exact, answer, False
-        plain = nonlinear + v if probes.plain is None else _answered(self.prober, probes.plain, rows, v)
-        scatter = np.mean(scatter_of(self.prober, probes.noisy, rows, v, plain), axis=0)
         assert probes.smooth is not None
         centre = _answered(self.base, probes.smooth, rows, v)  # the method's fit of the readings denoised
         if probes.denoised is not None and self.denoiser is not None:
@@ -566,6 +586,22 @@ def _answered(method: Method, model: Any, rows: np.ndarray, v: np.ndarray) -> np
     out = np.asarray(method.summarize(model, rows).mean)
     answered: np.ndarray = np.where(np.isfinite(out), out, v)
     return answered
+
+
+def _noise_driven(probes: Probes, scatter: np.ndarray, own_std: np.ndarray) -> np.ndarray:
+    """(m, k) the variance to add at query rows to a spread calibrated on held-out errors less the readings'
+    meter noise. The truth's error at a query is the method's misfit there plus the error the noise carries
+    the fit to, which the noisy probes sample (S(q), their mean square scatter; S at the context rows on
+    average). The held-out errors were measured against network-fit's answer, which shares part of that
+    noise-driven error (both fitted the same readings), so the misfit is taken as at most own^2 - S. The
+    noise-driven error is largely one draw per bus that every query of the bus shares (a bias): like the
+    probes beyond the context it is widened to hold on every bus at once (`Probes.gain`). Without that, the
+    bus whose draw was the largest of 32 sat at 0.59 coverage (IEEE 33, lines off, noise 1e-3 p.u.: its
+    bias 1.6 probe spreads) and of 94 at 0.62. The answer's variance: misfit + gain^2 S(q)."""
+    assert probes.context_scatter is not None
+    misfit = np.maximum(np.square(own_std) - probes.context_scatter[None, :], 0.0)
+    added: np.ndarray = np.maximum(misfit + probes.gain**2 * scatter - np.square(own_std), 0.0)
+    return added
 
 
 def scatter_of(method: Method, probes: list[Any], rows: np.ndarray, v: np.ndarray, plain: np.ndarray) -> np.ndarray:

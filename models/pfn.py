@@ -41,9 +41,7 @@ class EncodedContext:
     cache: ContextCache
     spread: np.ndarray | None
     min_half: np.ndarray | None = None
-    # the context (x, y) and the base fit's K-fold errors (or None), which a recalibration takes again
-    context: tuple[torch.Tensor, torch.Tensor] | None = None
-    cv: torch.Tensor | None = None
+    cv: torch.Tensor | None = None  # the base fit's K-fold errors on a small context, which a recalibration takes again
 
 
 class PFNMethod(Method):
@@ -121,7 +119,7 @@ class PFNMethod(Method):
             return EncodedContext(cache, None)
         cv = self._small_context_errors(cache, x, y)
         min_half = None if cv is None else half_width_floor(cv.cpu().numpy())
-        return EncodedContext(cache, self.spread_factors(cache, x, y, cv), min_half, (x, y), cv)
+        return EncodedContext(cache, self.spread_factors(cache, x, y, cv), min_half, cv)
 
     def heldout_rms(self, fitted: EncodedContext) -> np.ndarray | None:
         """(k,) the base fit's rms leave-one-out error at the attended context rows, p.u."""
@@ -133,16 +131,19 @@ class PFNMethod(Method):
         return rms
 
     @torch.inference_mode()
-    def without_meter_noise(self, fitted: EncodedContext, noise: np.ndarray) -> EncodedContext:
-        """`fitted` calibrated again on held-out errors less each reading's meter noise (n, k) (models.meter_noise)."""
-        if fitted.spread is None or fitted.context is None:
+    def without_meter_noise(
+        self, fitted: EncodedContext, context_x: np.ndarray, context_y: np.ndarray, noise: np.ndarray
+    ) -> EncodedContext:
+        """`fitted` (of this context) calibrated again on held-out errors less each reading's meter noise (n, k)
+        (models.meter_noise)."""
+        if fitted.spread is None:
             return fitted
-        x, y = fitted.context
         noise_t = self._tensor(noise)
         cv = None if fitted.cv is None else fitted.cv - noise_t
         min_half = None if cv is None else half_width_floor(cv.cpu().numpy())
+        x, y = self._tensor(np.asarray(context_x)), self._tensor(np.asarray(context_y))
         spread = self.spread_factors(fitted.cache, x, y, cv, noise_t)
-        return EncodedContext(fitted.cache, spread, min_half, fitted.context, cv)
+        return EncodedContext(fitted.cache, spread, min_half, cv)
 
     def _small_context_errors(
         self, cache: ContextCache, context_x: torch.Tensor, context_y: torch.Tensor

@@ -525,7 +525,9 @@ class PhysicsBaseMethod(Method):
     def heldout_rms(self, fitted: PhysicsBaseFitted) -> np.ndarray:
         return fitted.spread
 
-    def without_meter_noise(self, fitted: PhysicsBaseFitted, noise: np.ndarray) -> PhysicsBaseFitted:
+    def without_meter_noise(
+        self, fitted: PhysicsBaseFitted, context_x: np.ndarray, context_y: np.ndarray, noise: np.ndarray
+    ) -> PhysicsBaseFitted:
         """`fitted` with its spread taken from its held-out errors less each reading's meter noise (n, k)."""
         loo = fitted.heldout - noise
         cv = None if fitted.cv is None else fitted.cv - noise

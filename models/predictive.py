@@ -242,9 +242,9 @@ class Method(ABC):
         the spread does not come from the readings' held-out errors, and `without_meter_noise` changes nothing."""
         return None
 
-    def without_meter_noise(self, fitted: Any, noise: np.ndarray) -> Any:
-        """`fitted` with its spread calibrated on held-out errors less each reading's meter noise (n, k)
-        (models.meter_noise): an answer is about the true voltage, not about a reading of it."""
+    def without_meter_noise(self, fitted: Any, context_x: np.ndarray, context_y: np.ndarray, noise: np.ndarray) -> Any:
+        """`fitted` (of this context) with its spread calibrated on held-out errors less each reading's meter noise
+        (n, k) (models.meter_noise): an answer is about the true voltage, not about a reading of it."""
         return fitted
 
     def refuse_unsolved(self, fitted: Any, query_x: np.ndarray, extrapolation: np.ndarray) -> None:

@@ -123,9 +123,9 @@ def test_a_checkpoint_is_calibrated_less_the_noise_too(tmp_path):
     noise = rng.normal(0.0, 1e-3, truth.shape)
     encoded = method.fit(cx, truth + noise)
     assert encoded.spread is not None
-    same = method.without_meter_noise(encoded, np.zeros_like(noise))
+    same = method.without_meter_noise(encoded, cx, truth + noise, np.zeros_like(noise))
     np.testing.assert_allclose(same.spread, encoded.spread, rtol=1e-6)
-    narrowed = method.without_meter_noise(encoded, noise)
+    narrowed = method.without_meter_noise(encoded, cx, truth + noise, noise)
     assert np.median(narrowed.spread / encoded.spread) < 0.7
     rms = method.heldout_rms(encoded)
     assert rms is not None and rms.shape == (32,) and np.all(rms > 5e-4)  # the noise is in the held-out errors
