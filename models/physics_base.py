@@ -38,7 +38,7 @@ from scipy.stats import t as student_t
 from models.base_fit import BasePrediction, ContextFit
 from models.calibration import CALIBRATION_LEVEL, half_width_floor
 from models.predictive import Method, StudentTPredictive
-from models.ridge_loo import LOO_MIN_SLACK, PHYSICS_GRID, FixedLeverage, RidgeLOO, ridge_loo
+from models.ridge_loo import LOO_MIN_SLACK, PHYSICS_GRID, FixedLeverage, RidgeBasis, RidgeLOO, ridge_loo
 from models.validation import check_context, check_queries
 
 # Added to the LOO residuals' rms, relative to |y_mean| + 1, so a bus the context never moves keeps a
@@ -332,6 +332,7 @@ def fit(
     x_std: torch.Tensor,
     load_positions: torch.Tensor | Sequence[int] | None = None,
     leverage_from: str = "design",
+    linear: RidgeBasis | None = None,
 ) -> ContextFit[PhysicsFit]:
     """Fit on standardised loads xs (B, n, d) and targets y (B, n, k), float64.
 
@@ -342,6 +343,8 @@ def fit(
     The residuals are the LOO residuals (B, n, k) of the chosen fit per output, the leverage that at
     the fixed penalty (B, n) of the full design (`leverage_from="design"`) or of the loads alone
     ("loads": inputs only, so a context's last digits cannot flip it through the recovered tree).
+    `linear`: xs's RidgeBasis on PHYSICS_GRID where the caller keeps it for several fits of the same loads
+    (`ContextLoads`); everything past the linear fit depends on y through the recovered tree and drops.
     """
     if leverage_from not in ("design", "loads"):
         raise ValueError(f"leverage_from: expected 'design' or 'loads', got {leverage_from!r}")
@@ -356,7 +359,7 @@ def fit(
         raise ValueError(f"physics base: {d} inputs for {len(load_positions)} load buses (expected P and Q of each)")
     y_mean = y.mean(dim=-2)
     yc = y - y_mean[:, None, :]
-    lin = ridge_loo(xs, yc, PHYSICS_GRID)
+    lin = (RidgeBasis.of(xs, PHYSICS_GRID) if linear is None else linear).fit(yc)
     sens = (lin.beta / x_std.double()[..., None]).transpose(-1, -2)  # (B, k, d) in p.u. per MW / MVAr
     varies = xs.std(dim=-2) > 0.5  # standardised: 1 where a load varies, 0 where it is constant
     parent, load_subtree = recover_tree(sens[:, load_positions], varies)
@@ -450,13 +453,30 @@ class RawLoadFit:
         return predict(self.state, standardised_loads(x, self.x_mean, self.x_std), leverage=False).loc
 
 
+@dataclass(frozen=True)
+class ContextLoads:
+    """The part of fit() on raw loads that depends on the loads alone: their scaling and the linear fit's SVD. Kept
+    for several fits of the same loads (`PhysicsBaseMethod.fit_many`: the guard's noisy probes, models.off_context);
+    the physics design's SVD, most of a fit, is not shareable: its tree and drops come from each fit's voltages."""
+
+    mean: torch.Tensor  # (1, d) `load_scaling`
+    std: torch.Tensor  # (1, d)
+    xs: torch.Tensor  # (1, n, d) standardised
+    linear: RidgeBasis  # of xs on PHYSICS_GRID
+
+    @classmethod
+    def of(cls, x: torch.Tensor) -> ContextLoads:
+        mean, std = load_scaling(x)
+        xs = standardised_loads(x, mean, std).double()
+        return cls(mean, std, xs, RidgeBasis.of(xs, PHYSICS_GRID))
+
+
 def _fit_raw(
-    x: torch.Tensor, y: torch.Tensor, load_positions: torch.Tensor | Sequence[int] | None
+    loads: ContextLoads, y: torch.Tensor, load_positions: torch.Tensor | Sequence[int] | None
 ) -> tuple[RawLoadFit, torch.Tensor]:
-    """fit() on raw loads x (1, n, d) and voltages y (1, n, k): the fit and its LOO residuals (1, n, k)."""
-    mean, std = load_scaling(x)
-    result = fit(standardised_loads(x, mean, std), y, std, load_positions)
-    return RawLoadFit(result.fitted, mean, std), result.residuals
+    """fit() on raw loads (`loads`) and voltages y (1, n, k): the fit and its LOO residuals (1, n, k)."""
+    result = fit(loads.xs, y, loads.std, load_positions, linear=loads.linear)
+    return RawLoadFit(result.fitted, loads.mean, loads.std), result.residuals
 
 
 def cross_validated_errors(
@@ -465,12 +485,27 @@ def cross_validated_errors(
     """Held-out residuals (n, k) of the whole fit, tree recovery and model choice included, by
     K-fold cross-validation on interleaved folds (rows i, i + K, ...). Leave-one-out residuals of
     the final fit miss those choices, which on a small context made its error look up to 2x smaller."""
-    n = x.shape[-2]
-    fold = torch.arange(n) % folds
+    return _cross_validated(x, _fold_loads(x, folds), y, load_positions)
+
+
+def _fold_loads(x: torch.Tensor, folds: int) -> tuple[ContextLoads, ...]:
+    """Each fold's training rows' `ContextLoads` (`cross_validated_errors`' folds)."""
+    fold = torch.arange(x.shape[-2]) % folds
+    return tuple(ContextLoads.of(x[:, fold != f]) for f in range(folds))
+
+
+def _cross_validated(
+    x: torch.Tensor,
+    trained: tuple[ContextLoads, ...],
+    y: torch.Tensor,
+    load_positions: torch.Tensor | Sequence[int] | None,
+) -> torch.Tensor:
+    """`cross_validated_errors` with each fold's training loads `trained` (`_fold_loads`) given."""
+    fold = torch.arange(x.shape[-2]) % len(trained)
     out = torch.empty_like(y[0])
-    for f in range(folds):
-        train, held = fold != f, fold == f
-        fitted, _ = _fit_raw(x[:, train], y[:, train], load_positions)
+    for f, loads in enumerate(trained):
+        held = fold == f
+        fitted, _ = _fit_raw(loads, y[:, fold != f], load_positions)
         out[held] = y[0, held] - fitted.location(x[:, held])[0]
     return out
 
@@ -514,13 +549,26 @@ class PhysicsBaseMethod(Method):
         self.load_positions = None if load_positions is None else torch.as_tensor(load_positions, dtype=torch.long)
 
     def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> PhysicsBaseFitted:
-        x, y = check_context(context_x, context_y)
-        xt, yt = torch.as_tensor(x, dtype=torch.float64)[None], torch.as_tensor(y, dtype=torch.float64)[None]
-        base, loo = _fit_raw(xt, yt, self.load_positions)
+        fitted: PhysicsBaseFitted = self.fit_many(context_x, [context_y])[0]
+        return fitted
+
+    def fit_many(self, context_x: np.ndarray, targets: Sequence[np.ndarray]) -> list[PhysicsBaseFitted]:
+        """`fit` of each voltage set, the loads' share of the work (`ContextLoads`, and each K-fold's) done once."""
+        checked = [check_context(context_x, y) for y in targets]
+        if not checked:
+            return []
+        xt = torch.as_tensor(checked[0][0], dtype=torch.float64)[None]
         n = xt.shape[-2]
-        heldout = loo[0].numpy()
-        cv = cross_validated_errors(xt, yt, self.load_positions).numpy() if n < CV_BELOW_POINTS else None
-        return PhysicsBaseFitted(base, heldout_spread(heldout, cv), n - 1, heldout, cv)
+        loads = ContextLoads.of(xt)
+        trained = _fold_loads(xt, CV_FOLDS) if n < CV_BELOW_POINTS else None
+        out = []
+        for _, y in checked:
+            yt = torch.as_tensor(y, dtype=torch.float64)[None]
+            base, loo = _fit_raw(loads, yt, self.load_positions)
+            heldout = loo[0].numpy()
+            cv = None if trained is None else _cross_validated(xt, trained, yt, self.load_positions).numpy()
+            out.append(PhysicsBaseFitted(base, heldout_spread(heldout, cv), n - 1, heldout, cv))
+        return out
 
     def heldout_rms(self, fitted: PhysicsBaseFitted) -> np.ndarray:
         return fitted.spread

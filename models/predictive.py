@@ -227,6 +227,11 @@ class Method(ABC):
     def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> Any:
         """Condition on a context (n, d), (n, k); returns an opaque fitted state."""
 
+    def fit_many(self, context_x: np.ndarray, targets: Sequence[np.ndarray]) -> list[Any]:
+        """`fit` of the same context loads to each voltage set (n, k) in `targets` (models.off_context's noisy
+        probes): a method whose fit has work that depends on the loads alone does it once here."""
+        return [self.fit(context_x, y) for y in targets]
+
     @abstractmethod
     def predict(self, fitted: Any, query_x: np.ndarray) -> Predictive:
         """Predict (m, d) queries against a fitted state."""

@@ -3,7 +3,8 @@
 The one kernel behind every closed-form base fit (models/base_fit.py's ridge base, and both fits
 of models/physics_base.py), like a GP choosing its hyperparameters on the context itself: no refit
 per held-out point, since a linear smoother's LOO residual is e_i / (1 - h_i). Also the leverage
-at a fixed penalty, the input-only feature the attention sees. Float64 throughout.
+at a fixed penalty, the input-only feature the attention sees. Float64 throughout. The design's
+share of the work (`RidgeBasis`) is kept where one design is fitted to several target sets.
 """
 
 from __future__ import annotations
@@ -49,27 +50,51 @@ def fitted_per_penalty(u: torch.Tensor, shrink: torch.Tensor, uy: torch.Tensor) 
 def ridge_loo(design: torch.Tensor, yc: torch.Tensor, grid: tuple[float, ...]) -> RidgeLOO:
     """Ridge on a centred design (B, n, p) for centred targets (B, n, k), each output's penalty the
     one of `grid` (times n) with the smallest LOO mean squared error."""
-    n = design.shape[-2]
-    u, s, vh = torch.linalg.svd(design, full_matrices=False)
-    s2 = s.square()
-    lam = torch.tensor(grid, dtype=s.dtype, device=s.device) * n
-    shrink = s2[:, None, :] / (s2[:, None, :] + lam[None, :, None])  # (B, L, r)
-    uy = u.transpose(-1, -2) @ yc  # (B, r, k)
-    fitted = fitted_per_penalty(u, shrink, uy)
-    leverage = torch.einsum("bnr,blr->bln", u.square(), shrink) + 1.0 / n
-    loo = (yc[:, None] - fitted) / (1.0 - leverage).clamp_min(LOO_MIN_SLACK)[..., None]  # (B, L, n, k)
-    err = loo.square().mean(dim=-2)  # (B, L, k)
-    # A penalty that (nearly) interpolates a point (leverage -> 1, as with fewer points than
-    # features) has no usable LOO residual there: 0 / 0. It is not a candidate.
-    usable = (1.0 - leverage).amin(dim=-1) > LOO_MIN_SLACK  # (B, L)
-    err = torch.where(usable[..., None], err, torch.full_like(err, torch.inf))
-    best_err, best = err.min(dim=1)  # (B, k)
-    loo = torch.gather(loo, 1, best[:, None, None, :].expand(-1, 1, n, -1))[:, 0]
-    coef = s[:, None, :] / (s2[:, None, :] + lam[None, :, None])  # (B, L, r)
-    coef = torch.gather(coef, 1, best[..., None].expand(-1, -1, coef.shape[-1]))  # (B, k, r)
-    beta = vh.transpose(-1, -2) @ (coef.transpose(-1, -2) * uy)  # (B, p, k)
-    chosen = torch.gather(shrink, 1, best[..., None].expand(-1, -1, shrink.shape[-1]))  # (B, k, r)
-    return RidgeLOO(beta, loo, best_err, u, s, vh, chosen, coef)
+    return RidgeBasis.of(design, grid).fit(yc)
+
+
+@dataclass(frozen=True)
+class RidgeBasis:
+    """A design's SVD and what each penalty of a grid takes from it whatever the targets (shrinkage, leverage):
+    the part of `ridge_loo` that depends on the design alone, built once where one design is fitted to several
+    target sets (models.physics_base.ContextLoads: the loads of the guard's noisy probes, models.off_context)."""
+
+    u: torch.Tensor  # (B, n, r)
+    s: torch.Tensor  # (B, r)
+    vh: torch.Tensor  # (B, r, p)
+    shrink: torch.Tensor  # (B, L, r) s^2 / (s^2 + lambda) per penalty
+    coef: torch.Tensor  # (B, L, r) s / (s^2 + lambda)
+    slack: torch.Tensor  # (B, L, n) 1 - each point's leverage, floored at LOO_MIN_SLACK
+    usable: torch.Tensor  # (B, L) bool: the penalty leaves every point more than LOO_MIN_SLACK
+
+    @classmethod
+    def of(cls, design: torch.Tensor, grid: tuple[float, ...]) -> RidgeBasis:
+        n = design.shape[-2]
+        u, s, vh = torch.linalg.svd(design, full_matrices=False)
+        s2 = s.square()
+        lam = torch.tensor(grid, dtype=s.dtype, device=s.device) * n
+        shrink = s2[:, None, :] / (s2[:, None, :] + lam[None, :, None])  # (B, L, r)
+        leverage = torch.einsum("bnr,blr->bln", u.square(), shrink) + 1.0 / n
+        # A penalty that (nearly) interpolates a point (leverage -> 1, as with fewer points than
+        # features) has no usable LOO residual there: 0 / 0. It is not a candidate.
+        usable = (1.0 - leverage).amin(dim=-1) > LOO_MIN_SLACK  # (B, L)
+        coef = s[:, None, :] / (s2[:, None, :] + lam[None, :, None])  # (B, L, r)
+        return cls(u, s, vh, shrink, coef, (1.0 - leverage).clamp_min(LOO_MIN_SLACK), usable)
+
+    def fit(self, yc: torch.Tensor) -> RidgeLOO:
+        """`ridge_loo` of this design for centred targets (B, n, k)."""
+        u, n = self.u, self.u.shape[-2]
+        uy = u.transpose(-1, -2) @ yc  # (B, r, k)
+        fitted = fitted_per_penalty(u, self.shrink, uy)
+        loo = (yc[:, None] - fitted) / self.slack[..., None]  # (B, L, n, k)
+        err = loo.square().mean(dim=-2)  # (B, L, k)
+        err = torch.where(self.usable[..., None], err, torch.full_like(err, torch.inf))
+        best_err, best = err.min(dim=1)  # (B, k)
+        loo = torch.gather(loo, 1, best[:, None, None, :].expand(-1, 1, n, -1))[:, 0]
+        coef = torch.gather(self.coef, 1, best[..., None].expand(-1, -1, self.coef.shape[-1]))  # (B, k, r)
+        beta = self.vh.transpose(-1, -2) @ (coef.transpose(-1, -2) * uy)  # (B, p, k)
+        chosen = torch.gather(self.shrink, 1, best[..., None].expand(-1, -1, self.shrink.shape[-1]))  # (B, k, r)
+        return RidgeLOO(beta, loo, best_err, u, self.s, self.vh, chosen, coef)
 
 
 @dataclass(frozen=True)

@@ -340,3 +340,23 @@ def test_band_probabilities_skip_only_cells_the_band_is_out_of_reach_of(dof):
     full = _convolved_outside(pred, (0.95, 1.05), added)
     assert 0.05 < np.mean(full < 1e-9) < 0.5 and 0.05 < np.mean(full > 1.0 - 1e-9) < 0.5  # some cells quiet
     np.testing.assert_allclose(convolved_outside(pred, (0.95, 1.05), added), full, rtol=0.0, atol=1e-9)
+
+
+def test_the_noisy_probes_share_the_work_on_the_context_loads(feeder, monkeypatch):
+    """The NOISY_PROBES fits of the prober on one context's loads scale the loads and take their SVD once
+    (`Method.fit_many`), not once a probe: on SimBench 1-MV-rural that was 16 x 10 ms of a noisy answer."""
+    from models import physics_base
+    from models.off_context import NOISY_PROBES
+
+    net, x, _, _ = feeder
+    truth_of = VoltageModel(net)
+    y = truth_of(x) + np.random.default_rng(11).normal(0.0, 1e-4, (len(x), len(net.output_buses)))
+    guard = OffContextGuard(PhysicsBaseMethod(net.load_positions), truth_of)
+    fitted = guard.fit(x, y)
+    fitted.exact.get()
+    made = []
+    of = physics_base.ContextLoads.of
+    monkeypatch.setattr(physics_base.ContextLoads, "of", staticmethod(lambda loads: made.append(loads) or of(loads)))
+    probes = fitted.probes.get()
+    assert len(probes.noisy) == NOISY_PROBES and len(x) >= physics_base.CV_BELOW_POINTS  # no K-folds
+    assert len(made) == 2  # the noisy probes' loads, and the fit of the readings' smooth part

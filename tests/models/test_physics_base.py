@@ -292,3 +292,37 @@ def test_loads_the_context_never_moved_do_not_blow_the_answer_up():
     guard = OffContextGuard(method, truth_of)
     summary = guard.summarize(guard.fit(x, truth_of(x)), queries, (0.025, 0.975))
     assert ((truth >= summary.quantiles[0]) & (truth <= summary.quantiles[1])).all()
+
+
+@pytest.mark.parametrize("n", [60, 320])
+def test_fits_of_the_same_loads_share_their_work_and_answer_as_each_alone(n, monkeypatch):
+    """fit_many (the guard's noisy probes): the loads' scaling and SVD are taken once for every voltage set (and each
+    K-fold's once, under CV_BELOW_POINTS rows), and each fit is bit for bit the one fitted from scratch on its own:
+    the linear fit's SVD, the physics design's (whose tree and drops come from the voltages) and the K-fold errors."""
+    sim = gridsim.simulate(n, 0.3, seed=71)
+    rng = np.random.default_rng(71)
+    targets = [sim.vm_pu + rng.normal(0.0, 1e-4, sim.vm_pu.shape) for _ in range(3)]
+    targets.append(targets[0])  # a shared basis a fit left as it found it answers the first voltage set again
+    made = []
+    of = physics_base.ContextLoads.of
+    monkeypatch.setattr(physics_base.ContextLoads, "of", staticmethod(lambda x: made.append(x.shape[-2]) or of(x)))
+    fits = physics_base.PhysicsBaseMethod().fit_many(sim.x, targets)
+    cv = n < physics_base.CV_BELOW_POINTS
+    assert len(made) == 1 + (physics_base.CV_FOLDS if cv else 0)
+    assert physics_base.PhysicsBaseMethod().fit_many(sim.x, []) == []
+    x = torch.as_tensor(sim.x)[None]
+    mean, std = physics_base.load_scaling(x)
+    for y, fitted in zip(targets, fits, strict=True):
+        alone = physics_base.fit(physics_base.standardised_loads(x, mean, std), torch.as_tensor(y)[None], std)
+        assert torch.equal(fitted.base.state.beta, alone.fitted.beta)
+        assert torch.equal(fitted.base.state.compact_gamma, alone.fitted.compact_gamma)
+        assert torch.equal(fitted.base.state.leverage.weights, alone.fitted.leverage.weights)
+        np.testing.assert_array_equal(fitted.heldout, alone.residuals[0].numpy())
+        if cv:
+            assert fitted.cv is not None
+            folds = physics_base.cross_validated_errors(x, torch.as_tensor(y)[None], None)
+            np.testing.assert_array_equal(fitted.cv, folds.numpy())
+        else:
+            assert fitted.cv is None
+    np.testing.assert_array_equal(fits[-1].spread, fits[0].spread)
+    assert not np.array_equal(fits[1].spread, fits[0].spread)
