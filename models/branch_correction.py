@@ -320,33 +320,39 @@ class BranchCorrection:
         with_std: bool = True,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Mean and std (m, k) of the correction at branch inputs fp, fq, head (m, k) (std zeros unless `with_std`);
-        `factor`: another posterior's (a meter added: models.meter_placement).
-
-        A bus's feature row sums its path's branch flows, so with the covariance's factor L its
-        variance is |sum over the path of (P_c L_P[c] + Q_c L_Q[c]) + L_1|^2: accumulated down the
-        tree from the substation, one bus at a time (m k p work, not m k^2 p)."""
+        `factor`: another posterior's (a meter added: models.meter_placement)."""
         k = self.downstream.shape[0]
         weights = self.scale * self.theta
         mean = (fp * weights[:k] + fq * weights[k : 2 * k] + head * weights[2 * k : 3 * k]) @ self.downstream
         mean += weights[-1]
         if not with_std:
             return mean, np.zeros_like(mean)
+        var = np.empty_like(mean)
+        for start in range(0, fp.shape[0], QUERY_BLOCK):
+            block = slice(start, start + QUERY_BLOCK)
+            var[block] = np.square(self.along(fp[block], fq[block], head[block], factor)).sum(axis=-1)
+        return mean, np.sqrt(var)
+
+    def along(self, fp: np.ndarray, fq: np.ndarray, head: np.ndarray, factor: np.ndarray | None = None) -> np.ndarray:
+        """(m, k, a) each bus's correction at branch inputs fp, fq, head (m, k) as a combination of a standard normal
+        a-vector (the posterior is mean + this @ z): the std is its norm, two buses' covariance their dot product.
+
+        A bus's feature row sums its path's branch flows, so with the covariance's factor L its
+        row is sum over the path of (P_c L_P[c] + Q_c L_Q[c]) + L_1: accumulated down the
+        tree from the substation, one bus at a time (m k p work, not m k^2 p)."""
+        k = self.downstream.shape[0]
         rows = np.zeros((len(self.scale), len(self.active)))  # raw features' rows of L (0 for a feature not fitted)
         rows[self.active] = self.scale[self.active, None] * (self.factor if factor is None else factor)
         tapped = self.tapped
         depth = self.downstream.sum(axis=0)  # buses on each bus's path, itself included
         above = head_buses(self.downstream)
-        var = np.empty_like(mean)
-        for start in range(0, fp.shape[0], QUERY_BLOCK):
-            block = slice(start, start + QUERY_BLOCK)
-            along = np.empty((fp[block].shape[0], k, rows.shape[1]))
-            for j in np.argsort(depth, kind="stable"):
-                step = fp[block, j, None] * rows[j] + fq[block, j, None] * rows[k + j]
-                if tapped[j]:
-                    step = step + head[block, j, None] * rows[2 * k + j]
-                along[:, j] = step + (along[:, above[j]] if above[j] >= 0 else rows[-1])
-            var[block] = np.square(along).sum(axis=-1)
-        return mean, np.sqrt(var)
+        along = np.empty((fp.shape[0], k, rows.shape[1]))
+        for j in np.argsort(depth, kind="stable"):
+            step = fp[:, j, None] * rows[j] + fq[:, j, None] * rows[k + j]
+            if tapped[j]:
+                step = step + head[:, j, None] * rows[2 * k + j]
+            along[:, j] = step + (along[:, above[j]] if above[j] >= 0 else rows[-1])
+        return along
 
     def determined(self, fp: np.ndarray, fq: np.ndarray, head: np.ndarray, metered: np.ndarray) -> np.ndarray:
         """(k,) 1 - the correction's posterior std over its prior std at inputs fp, fq (rms over the
