@@ -455,7 +455,9 @@ def _warm_up(method: PFNMethod, card: dict[str, Any]) -> None:
 
 def any_network_builder(loaded: LoadedModel[PFNMethod]) -> Callable[[Any], LoadedModel[Method]]:
     """Serves a checkpoint of any feeder on one network: its weights bound to the network's load positions
-    (shared, not copied), its spread widened off the context like every checkpoint's."""
+    (shared, not copied), its spread widened off the context like every checkpoint's and, as physics-fit's, by the
+    network model's miss at every query (`within_reach`): its bars are calibrated within the context's season, and a
+    context from one season held 0.76-0.88 of the worst bus in another (SimBench, exact readings)."""
     from gridsim.api import VoltageModel
     from models import network_fit, physics_fit
     from models.off_context import OffContextGuard
@@ -467,6 +469,7 @@ def any_network_builder(loaded: LoadedModel[PFNMethod]) -> Callable[[Any], Loade
             loaded.method.on_network(network.load_positions, voltages),
             voltages,
             physics_fit.method_for(network),
+            within_reach=True,
             denoiser=network_fit.method_for(network, voltages),
         )
         return LoadedModel(loaded.name, loaded.version, on_network(loaded.card, network), method, loaded.device)

@@ -162,6 +162,25 @@ def test_exported_card_serves_every_network(any_run):
         assert np.abs(summary.mean - y[100:]).max() < 1e-3, "the physics base carries the answer"
 
 
+def test_a_served_checkpoint_of_any_feeder_is_widened_by_the_network_models_miss_at_every_query(any_run):
+    """Its bars are calibrated within the context's season; the network model's miss at each query (the guard's
+    `within_reach`, as physics-fit's) holds a query its context did not show. With exact readings of the network
+    model, that miss is the answer's error: every interval holds the truth, in reach of the context or not."""
+    from models.off_context import extrapolated
+
+    root, _, _ = any_run
+    served = load_registry(root / "registry", width_free=True).get("tiny-any", network("ieee33")).method
+    net = network("ieee33")
+    x = _loads(net, 400, seed=3, spread=0.3)
+    y = VoltageModel(net)(x)
+    fitted = served.fit(x[:200], y[:200])
+    summary = served.summarize(fitted, x[200:], (0.025, 0.975))
+    assert extrapolated(fitted.geometry.extrapolation(x[200:])).mean() < 0.1, "queries within the context's reach"
+    assert np.all((summary.quantiles[0] <= y[200:]) & (y[200:] <= summary.quantiles[1]))
+    own = served.base.summarize(fitted.real, x[200:], (0.025, 0.975))
+    assert np.all(summary.quantiles[1] - summary.quantiles[0] >= own.quantiles[1] - own.quantiles[0] - 1e-15)
+
+
 def test_card_and_config_must_agree_on_serving_any_feeder(tmp_path):
     root = build_tiny_registry(tmp_path, names=(), any_network=("tiny-any",))
     card_path = root / "tiny-any" / "0.0.1" / "card.json"
