@@ -577,10 +577,12 @@ def _positive_part(
     The odds: 1 - (their posterior variance) / (their mean square) over the rows where it is read, at least 0 (0
     where never read): a per-bus stage fitted to meter noise alone (the model is right there) is dropped instead of
     adding its intercept's sigma / sqrt(n) error; one fitted to a real mismatch is kept whole. Beside a branch stage
-    (`shared`: what the buses share is fitted there), the answer takes a bus's fit only where it stands out of the
-    noise more than noise alone would on any of the k buses (PER_BUS_FALSE_KEEP, its ratio taken as chi2(1): an
-    intercept's z^2; conservative, the fits of noise alone stayed below 6.2 of 32 buses x 10 draws against a limit
-    of 10); elsewhere the odds stay in its spread (`_per_bus_variance`). Bus by bus, a few of 32 had kept a fit of
+    (`shared`: what the buses share is fitted there), where the buses' signal / noise ratios together stay within
+    what noise alone gives (their sum within chi2(k) at PER_BUS_FALSE_KEEP), the answer takes a bus's fit only where
+    it stands out more than noise alone would on any of the k buses (its ratio taken as chi2(1): an intercept's z^2;
+    conservative, the fits of noise alone stayed below 6.2 of 32 buses x 10 draws against a limit of 10); elsewhere
+    the odds stay in its spread (`_per_bus_variance`). Where they together show more (lines off), every bus as
+    before. Bus by bus, a few of 32 had kept a fit of
     noise at 1.5-2.5 sigmas and erred by it (IEEE 33, model right, noise 1e-3 p.u.: error 3.1e-5 -> 1.2e-5 p.u. at
     1.3-1.5x load)."""
     count = np.maximum(read.sum(axis=0), 1)
@@ -588,10 +590,13 @@ def _positive_part(
     noise = np.where(read, np.square(std), 0.0).sum(axis=0) / count
     odds = np.clip(1.0 - noise / np.maximum(signal, np.finfo(np.float64).tiny), 0.0, 1.0)
     odds = np.where(read.any(axis=0), odds, 0.0)
-    if not shared:
+    ratio = np.where(read.any(axis=0), signal / np.maximum(noise, np.finfo(np.float64).tiny), 0.0)
+    buses = max(int(read.any(axis=0).sum()), 1)
+    # every bus's fit as far as its odds say where the buses together show more than noise alone would (a mismatch
+    # the branch stage leaves on many buses: lines off), else only a bus standing out beyond chance on its own
+    if not shared or ratio.sum() > chi2.isf(PER_BUS_FALSE_KEEP, buses):
         return odds, odds
-    limit = float(chi2.isf(PER_BUS_FALSE_KEEP / max(fitted.shape[1], 1), 1))
-    return odds, np.where(signal > limit * noise, odds, 0.0)
+    return odds, np.where(ratio > chi2.isf(PER_BUS_FALSE_KEEP / buses, 1), odds, 0.0)
 
 
 def complete_loads(context_x: np.ndarray, typical_loads: np.ndarray | None) -> np.ndarray:
