@@ -12,9 +12,9 @@ errors, taps, and an offset that is the substation's set point moved, for which 
 the set point the readings show: AtSetPoint), then
 per bus, on the loads and the branches' squared flows, by Bayesian linear regression
 (models.linear: prior and noise precision by maximum evidence, so r shrinks to nothing when the
-readings are noise around the model), kept as far as it is signal and only where it stands out of the
-noise beyond what noise alone reaches on the worst of the k buses (`_positive_part`). Why it is trustworthy where a
-fit of y alone is not:
+readings are noise around the model), kept as far as it is signal and, where the buses together show no
+more than noise, only where it stands out beyond what noise alone reaches on the worst of the k buses
+(`_positive_part`). Why it is trustworthy where a fit of y alone is not:
 
 - Off the context, V(x) carries every nonlinear term of the power flow exactly (load growth, PV
   reversing flows); only the correction r is extrapolated, and r is small and nearly linear.
@@ -31,9 +31,9 @@ not a new reading: the truth has no meter noise), which grows with the query's d
 context; it is shared by every query of a bus (an error in the correction moves them all), so it
 is widened to hold for all k buses at once (an interval for the worst bus, not the average one: the 99 %
 quantile of the largest |z| over the buses under the posterior's own correlation, from one bus's where one
-shared error moves every bus, at most Bonferroni's 95 % where each bus errs on its own); on a bus no meter reads it is also widened by how much held-out meters' errors
-exceed their posterior std (models.branch_correction). The per-bus stage counts as the mixture its
-positive-part factor implies (signal, or reading noise fitted: `_per_bus_variance`).
+shared error moves every bus, at most Bonferroni's 95 % where each bus errs on its own); on a bus no meter
+reads it is also widened by how much held-out meters' errors exceed their posterior std
+(models.branch_correction). The per-bus stage counts as the mixture its positive-part factor implies (signal, or reading noise fitted: `_per_bus_variance`).
 `NetworkFitted.determined` says per bus how far the meters pin its correction (1 - posterior std /
 prior std). And a model-error term the context cannot show (`_model_error`): the impedance probe's
 miss, this method fitted on the same context loads to the exact voltages of the network with the
@@ -121,6 +121,9 @@ class NetworkFitted:
     branches: BranchCorrection | None  # one correction per branch shared by the buses below it (None: too many)
     per_bus: LinearFit  # what each bus's readings still show beyond it
     keep: np.ndarray  # (k,) how much of that per-bus part the answer takes (`_positive_part`)
+    # (k,) the odds that it is signal (positive-part James-Stein factor): `keep` where the answer takes it, and where
+    # it does not, what the spread still hedges (`_per_bus_variance`)
+    signal_odds: np.ndarray
     probe: LinearFit  # V(x) itself, linear on the same context: its miss at a query is e(q)
     share: float  # rho: the fitted correction's variation relative to the model's, largest over buses
     own_share: np.ndarray  # (k,) the same per bus of the per-bus stage's signal alone (what the impedance probe
@@ -135,9 +138,6 @@ class NetworkFitted:
     impedance_probe: ImpedanceProbe | None = None  # see NetworkFitMethod._impedance_probe
     set_point: float = 1.0  # the substation's set point the readings show, relative to the model's (AtSetPoint)
     substation_vm_pu: float = float("nan")  # that set point in p.u. (NetworkFitMethod.fit)
-    # (k,) the odds that the per-bus part is signal (positive-part James-Stein factor): `keep` where the answer takes
-    # it, and where it does not, what its spread still hedges (`_per_bus_variance`); None: `keep`
-    signal_odds: np.ndarray | None = None
 
     @property
     def tap_steps(self) -> np.ndarray:
@@ -339,6 +339,7 @@ class NetworkFitMethod(Method):
             branches,
             per_bus,
             keep,
+            odds,
             probe,
             float(share.max()),
             np.minimum(in_mixture * own_spread / response, SHARE_CAP),
@@ -349,7 +350,6 @@ class NetworkFitMethod(Method):
             per_bus.noise_std,
             count,
             guessed,
-            signal_odds=odds,
         )
 
     def moved_losses(self, theta: np.ndarray, losses: np.ndarray) -> np.ndarray:
@@ -464,7 +464,7 @@ class NetworkFitMethod(Method):
         if fitted.loads_guessed:
             variance: np.ndarray = np.square(sigma) + np.square((1.0 - a) * mean)
             return variance
-        p = a if fitted.signal_odds is None else fitted.signal_odds
+        p = fitted.signal_odds
         variance = p * (np.square(sigma) + np.square((1.0 - a) * mean)) + (1.0 - p) * np.square(a * mean)
         return variance
 
