@@ -26,6 +26,11 @@ more than noise, only where it stands out beyond what noise alone reaches on the
   the impedance shared with that load's path); a branch no meter lies below keeps that prior, and
   the posterior over branches is joint, so an unmetered bus's spread says what the meters leave open.
 
+A meter whose readings sit a constant offset from what the feeder and every other meter explain, beyond what chance
+gives on any bus (models.branch_correction._suspect_readings: a biased meter, or a step only it sees), is named
+(`NetworkFitted.reading_offsets`) and set aside: its bus is answered as one no meter reads, the offset kept in its
+spread.
+
 The spread per bus and query has two parts. The posterior std of r at the query (the function,
 not a new reading: the truth has no meter noise), which grows with the query's distance from the
 context; it is shared by every query of a bus (an error in the correction moves them all), so it
@@ -135,6 +140,10 @@ class NetworkFitted:
     noise: np.ndarray  # (k,) the readings' noise std as the per-bus stage infers it
     read_rows: np.ndarray  # (k,) context rows that read each bus (at least 1)
     loads_guessed: bool  # some context load was not metered (NaN): it took its typical value
+    # (k,) p.u.: each bus's readings' constant departure from what the feeder and every other meter explain, where
+    # it stands out as no chance departure does (models.branch_correction._suspect_readings: a biased meter, or a
+    # step on its branch only it sees), else 0; the answer follows the readings and its spread holds the other case
+    reading_offsets: np.ndarray
     impedance_probe: ImpedanceProbe | None = None  # see NetworkFitMethod._impedance_probe
     set_point: float = 1.0  # the substation's set point the readings show, relative to the model's (AtSetPoint)
     substation_vm_pu: float = float("nan")  # that set point in p.u. (NetworkFitMethod.fit)
@@ -208,6 +217,29 @@ class NetworkFitMethod(Method):
         v = solved(self.voltage_model, x, "context.x")
         if v.shape != y.shape:
             raise InputValidationError("context.y", f"expected {v.shape[1]} buses per row, got {y.shape[1]}")
+        fitted, at_point, ratio = self._at_set_point(x, y, v, read, guessed)
+        aside = fitted.reading_offsets != 0
+        if aside.any() and (read & ~aside).any():
+            # a meter whose readings depart as no chance departure does is set aside: its pull on its neighbours' fit
+            # goes with it (a 2e-3 p.u. bias had them cover 0.82), its bus is answered as one no meter reads, and its
+            # offset stays in the spread (the meter may be right: a step only it sees)
+            read = read & ~aside[None, :]
+            refit, at_point, ratio = self._at_set_point(x, np.where(read, y, np.nan), v, read, guessed)
+            # the offset as the readings depart from the answer without them (the fit took up part of it before)
+            departed = np.nanmean(y[:, aside] - self.at_queries(refit, x).mean[:, aside], axis=0)
+            offsets = refit.reading_offsets.copy()
+            offsets[aside] = departed
+            fitted = dataclasses.replace(refit, reading_offsets=offsets)
+        v = at_point
+        probe = self._impedance_probe(x, v, read, guessed, fitted)
+        fitted = dataclasses.replace(fitted, impedance_probe=probe, substation_vm_pu=ratio * self.slack_vm_pu)
+        return dataclasses.replace(fitted, simultaneous=self._simultaneous(fitted, x))
+
+    def _at_set_point(
+        self, x: np.ndarray, y: np.ndarray, v: np.ndarray, read: np.ndarray, guessed: bool
+    ) -> tuple[NetworkFitted, np.ndarray, float]:
+        """`_fit` with the model's voltages v, refitted at the substation's set point the readings show (AtSetPoint,
+        at most SET_POINT_PASSES times): the fit, the model's voltages at that set point and its ratio to the model's."""
         fitted = self._fit(x, y, v, read, guessed)
         ratio = 1.0
         for _ in range(SET_POINT_PASSES):
@@ -226,9 +258,7 @@ class NetworkFitMethod(Method):
                 break
             ratio, v = moved_ratio, model_v
             fitted = dataclasses.replace(self._fit(x, y, v, read, guessed, ratio=ratio), set_point=ratio)
-        probe = self._impedance_probe(x, v, read, guessed, fitted)
-        fitted = dataclasses.replace(fitted, impedance_probe=probe, substation_vm_pu=ratio * self.slack_vm_pu)
-        return dataclasses.replace(fitted, simultaneous=self._simultaneous(fitted, x))
+        return fitted, v, ratio
 
     def _simultaneous(self, fitted: NetworkFitted, x: np.ndarray) -> float:
         """The epistemic std's factor for the interval to hold on all k buses at once (models.calibration.
@@ -305,6 +335,7 @@ class NetworkFitMethod(Method):
                     weights=weights,
                     taps=branches.taps,
                     prior=prior,
+                    check_readings=probing is None and not guessed,
                 )
             shared = self._corrected(branches, v, fp, fq, head, losses) - v
         features = self._features(x)
@@ -334,6 +365,9 @@ class NetworkFitMethod(Method):
             determined = branches.determined(fp, fq, head, metered)
         else:
             determined = np.where(metered > 0, 1.0, 0.0)
+        offsets = np.zeros(k)
+        if branches is not None and branches.suspect is not None:  # in s = |V|^2 / 2: over the bus's own |V|
+            offsets = branches.suspect / np.maximum(np.where(read, y, 0.0).sum(axis=0) / count, READING_FLOOR_PU)
         # every bus's losses flow through the branches above it: the largest share anywhere counts everywhere
         return NetworkFitted(
             branches,
@@ -350,6 +384,7 @@ class NetworkFitMethod(Method):
             per_bus.noise_std,
             count,
             guessed,
+            offsets,
         )
 
     def moved_losses(self, theta: np.ndarray, losses: np.ndarray) -> np.ndarray:
@@ -537,7 +572,11 @@ class QueryParts:
             # least as uncertain as the linearisation (models.branch_correction)
             unseen = np.hypot(branch_std * fitted.branches.unseen, fitted.branches.unseen_floor / self.corrected)
             epistemic = epistemic + np.square(np.where(metered > 0, branch_std, unseen))
-        spread = np.sqrt(np.square(fitted.simultaneous) * epistemic + np.square(self.model_error))
+        # a bus whose readings depart as no chance departure does: its answer follows them, and the spread holds the
+        # answer without them (its meter biased)
+        spread = np.sqrt(
+            np.square(fitted.simultaneous) * epistemic + np.square(self.model_error) + np.square(fitted.reading_offsets)
+        )
         return GaussianPredictive(self.mean, np.maximum(spread, SPREAD_FLOOR_PU))
 
 

@@ -35,6 +35,9 @@ class Metering:
     determined: np.ndarray | None = None  # (k,) in [0, 1]: 1 - the correction's posterior std / its prior std
     substation_vm_pu: float | None = None  # the substation's set point the readings show (network-fit)
     tap_steps: np.ndarray | None = None  # (k,) the step of a tap fitted on the branch into each bus, 0: none
+    # (k,) p.u.: each bus's readings' offset from what the feeder and the other meters explain, where it stands out
+    # as no chance offset does (a biased meter, or a step only it sees: network-fit sets it aside), 0: none
+    reading_offsets: np.ndarray | None = None
 
     @classmethod
     def of(cls, y: np.ndarray) -> Metering:
@@ -42,23 +45,25 @@ class Metering:
         return cls(readings, readings > 0)
 
     def with_fit(self, fitted: Any) -> Metering:
-        """With the fit's `determined`, set point and taps where the model's fit has them (network-fit's
-        NetworkFitted: what it found the feeder to be beside its model)."""
+        """With the fit's `determined`, set point, taps and suspect readings where the model's fit has them
+        (network-fit's NetworkFitted: what it found the feeder and its meters to be beside its model)."""
         determined = getattr(fitted, "determined", None)
         if determined is None:
             return self
         substation = getattr(fitted, "substation_vm_pu", None)
         steps = getattr(fitted, "tap_steps", None)
+        offsets = getattr(fitted, "reading_offsets", None)
         return replace(
             self,
             determined=np.clip(np.asarray(determined, dtype=np.float64), 0.0, 1.0),
             substation_vm_pu=None if substation is None or not np.isfinite(substation) else float(substation),
             tap_steps=None if steps is None else np.asarray(steps, dtype=np.float64),
+            reading_offsets=None if offsets is None else np.asarray(offsets, dtype=np.float64),
         )
 
     def json(self) -> dict[str, Any]:
-        """The answer's `metered`, `readings` (and `determined`, `substation_vm_pu`, `tap_steps`) fields (plain
-        values: also in Arrow metadata)."""
+        """The answer's `metered`, `readings` (and `determined`, `substation_vm_pu`, `tap_steps`,
+        `reading_offsets`) fields (plain values: also in Arrow metadata)."""
         out = {"metered": self.metered.tolist(), "readings": self.readings.tolist()}
         if self.determined is not None:
             out["determined"] = [round(float(v), 6) for v in self.determined]
@@ -66,6 +71,8 @@ class Metering:
             out["substation_vm_pu"] = round(self.substation_vm_pu, 6)
         if self.tap_steps is not None:
             out["tap_steps"] = [round(float(v), 6) for v in self.tap_steps]
+        if self.reading_offsets is not None:
+            out["reading_offsets"] = [round(float(v), 7) for v in self.reading_offsets]
         return out
 
     @cached_property

@@ -339,6 +339,13 @@ class PredictResponse(BaseModel):
         "the branch into that bus (0.0125: +1.25 %, raising every bus below it), 0 where none (steps of 0.1 % and "
         "more are fitted)",
     )
+    reading_offsets: list[float] | None = Field(
+        None,
+        description="per output bus, network-fit only: how far (p.u.) the bus's readings sit from what the feeder "
+        "and every other meter explain, where that stands out as no chance offset does (a biased meter, or a step "
+        "on its branch only that meter sees), 0 elsewhere; such a meter is set aside (the bus answered from the "
+        "others and the network model) and its offset kept in the bus's spread",
+    )
 
 
 class ContextSetInfo(BaseModel):

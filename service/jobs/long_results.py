@@ -36,7 +36,7 @@ from service.jobs.results import METADATA_KEY
 log = logging.getLogger(__name__)
 
 SLICE_ROWS = 4096  # input rows per long slice: 131,072 long rows on IEEE 33
-PER_BUS_METADATA = ("metered", "readings", "determined", "tap_steps")
+PER_BUS_METADATA = ("metered", "readings", "determined", "tap_steps", "reading_offsets")
 LOADS = (("p_mw", "p_mw_bus"), ("q_mvar", "q_mvar_bus"))  # long column, the input feature's prefix
 # repetitive columns take Parquet's dictionary encoding; the statistics are floats that never repeat
 DICTIONARY_COLUMNS = ("bus", "bus_name", *PER_BUS_METADATA)

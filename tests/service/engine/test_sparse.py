@@ -170,7 +170,8 @@ def test_metering_json_bytes_are_its_json_fields_written(context: tuple[np.ndarr
 def test_metering_json_bytes_with_a_fit_carry_its_determined_and_are_written_once(
     context: tuple[np.ndarray, np.ndarray], model_dir: Path
 ) -> None:
-    """A network-fit fit adds `determined` (clipped to [0, 1], 6 decimals), its set point and taps to `json()` and
+    """A network-fit fit adds `determined` (clipped to [0, 1], 6 decimals), its set point, taps and suspect readings'
+    offsets to `json()` and
     `json_bytes` alike; the bytes are written once per Metering (a context set's, shared by its answers), and a fit
     without `determined` keeps that same Metering."""
     x, y = context
@@ -181,7 +182,7 @@ def test_metering_json_bytes_with_a_fit_carry_its_determined_and_are_written_onc
     fit = registry.get("network-fit", gridsim.network("ieee33"))
     fitted = sparse.fit(fit.method, ctx.x, ctx.y, None)
     metering = ctx.metering.with_fit(fitted)
-    fields = {"metered", "readings", "determined", "substation_vm_pu", "tap_steps"}
+    fields = {"metered", "readings", "determined", "substation_vm_pu", "tap_steps", "reading_offsets"}
     assert metering is not ctx.metering and set(metering.json_bytes) == fields
     assert set(ctx.metering.json_bytes) == {"metered", "readings"}  # the set's own, unchanged
     for name, raw in metering.json_bytes.items():
@@ -191,6 +192,8 @@ def test_metering_json_bytes_with_a_fit_carry_its_determined_and_are_written_onc
     np.testing.assert_allclose(determined, np.clip(fitted.determined, 0, 1), atol=5e-7, rtol=0)
     assert orjson.loads(metering.json_bytes["substation_vm_pu"]) == pytest.approx(fitted.substation_vm_pu, abs=1e-6)
     assert orjson.loads(metering.json_bytes["tap_steps"]) == pytest.approx(fitted.tap_steps.tolist(), abs=1e-6)
+    offsets = orjson.loads(metering.json_bytes["reading_offsets"])
+    assert offsets == pytest.approx(fitted.reading_offsets.tolist(), abs=1e-7)
     # rounding and clipping as json() does them, whatever the fit hands over
     odd = type("Fitted", (), {"determined": np.array([0.1234567891, -0.25, 1.5, 0.5])})()
     four = sparse.Metering.of(_sparse(y)[:, :4]).with_fit(odd)
