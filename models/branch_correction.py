@@ -456,31 +456,35 @@ def _suspect_readings(
     misfit (`systematic`, a variance: it does not average out) and the buses' typical offset (1.4826 x the median
     |offset|: a misfit every bus shares is no meter's), and flagged beyond chi2(1) at SUSPECT_FALSE_FLAG / the
     buses checked; the worst is set aside (its readings off the equations) and the rest tested again, at most
-    MAX_SUSPECT. A tap fitted where only one meter sees it is left out of the test (that meter's offset by another
-    name: a 2e-3 p.u. bias on IEEE 33's last bus was fitted as a 0.22 % tap); a meter whose offset the fit can still
+    MAX_SUSPECT. Taps that can lift one bus alone are left out of its test (that meter's offset by another name): a
+    2e-3 p.u. bias on IEEE 33's last bus was fitted as a 0.22 % tap on its branch, one on a SimBench LV bus as a step
+    on its branch and the opposite step on each of its children's; a meter whose offset the fit can still
     take up whole (n - g' S^-1 g ~ 0) is not told from its branch and is not flagged."""
     observed, active = design[2], design[6]
     k = observed.shape[1]
-    # a tap only one meter sees is that meter's offset by another name: tested without it
-    metered = observed.any(axis=0)
-    seen = np.array([c < 2 * k or c == 3 * k or (downstream[c - 2 * k] * metered).sum() > 1.5 for c in active])
-    system, rhs = system[np.ix_(seen, seen)], rhs[seen]
-    rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for bus in np.flatnonzero(metered).tolist():
-        features, target = _bus_rows(design, bus)
-        rows[bus] = (features[:, seen], target)
+    heads = head_buses(downstream)
+    below = np.asarray(downstream > 0.5)
+    tap_at = np.where((active >= 2 * k) & (active < 3 * k), active - 2 * k, -1)  # each active feature's tap branch
+    rows = {bus: _bus_rows(design, bus) for bus in np.flatnonzero(observed.any(axis=0)).tolist()}
     offsets = np.zeros(k)
     for _ in range(MAX_SUSPECT):
-        try:
-            chol = np.linalg.cholesky(system)
-        except np.linalg.LinAlgError:
-            break
-        theta = cho_solve((chol, True), rhs)
+        solved: dict[bytes, tuple[np.ndarray, np.ndarray] | None] = {}
+        left = np.zeros(k, dtype=bool)
+        left[list(rows)] = True
         offset, variance = np.full(k, np.nan), np.full(k, np.nan)
         for j, (features, target) in rows.items():
-            free = len(target) - float(np.square(solve_triangular(chol, features.sum(axis=0), lower=True)).sum())
+            own = _lifting_alone(j, tap_at, heads, below, left)
+            key = own.tobytes()
+            if key not in solved:
+                solved[key] = _solved(system[np.ix_(~own, ~own)], rhs[~own])
+            fit = solved[key]
+            if fit is None:
+                continue
+            chol, theta = fit
+            kept = features[:, ~own]
+            free = len(target) - float(np.square(solve_triangular(chol, kept.sum(axis=0), lower=True)).sum())
             if free > 1e-9 * len(target):
-                offset[j] = float((target - features @ theta).sum()) / free
+                offset[j] = float((target - kept @ theta).sum()) / free
                 variance[j] = noise_var / free
         checked = np.isfinite(offset)
         if checked.sum() < 3:  # too few meters to tell one from the rest
@@ -494,3 +498,27 @@ def _suspect_readings(
         features, target = rows.pop(worst)
         system, rhs = system - features.T @ features, rhs - features.T @ target
     return offsets
+
+
+def _lifting_alone(j: int, tap_at: np.ndarray, heads: np.ndarray, below: np.ndarray, left: np.ndarray) -> np.ndarray:
+    """(a,) bool: the active features that are taps able to lift bus j alone of the buses `left` to test (`tap_at`:
+    each feature's tap branch, -1 none; `heads`: each bus's branch's head; `below` [c, j]: j at or below c): one no
+    other of them lies below, and a step on j's own branch where each of its children's branches that leads to one
+    of them carries a step too (the opposite one). A step on j's branch that its children share is a regulator."""
+    taps = tap_at >= 0
+    at = np.maximum(tap_at, 0)
+    alone: np.ndarray = taps & below[at, j] & ((below[at] & left).sum(axis=1) == 1)
+    children = np.flatnonzero((heads == j) & (below & left).any(axis=1))
+    tapped = set(tap_at[taps].tolist())
+    if j in tapped and all(int(c) in tapped for c in children):
+        alone |= taps & ((tap_at == j) | (heads[at] == j))
+    return alone
+
+
+def _solved(system: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The Cholesky factor of `system` and its solution at `rhs`; None where it is singular."""
+    try:
+        chol = np.linalg.cholesky(system)
+    except np.linalg.LinAlgError:
+        return None
+    return chol, cho_solve((chol, True), rhs)
