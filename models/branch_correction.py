@@ -456,13 +456,13 @@ def _suspect_readings(
     misfit (`systematic`, a variance: it does not average out) and the buses' typical offset (1.4826 x the median
     |offset|: a misfit every bus shares is no meter's), and flagged beyond chi2(1) at SUSPECT_FALSE_FLAG / the
     buses checked; the worst is set aside (its readings off the equations) and the rest tested again, at most
-    MAX_SUSPECT. Taps that can lift one bus alone are left out of its test (that meter's offset by another name): a
-    2e-3 p.u. bias on IEEE 33's last bus was fitted as a 0.22 % tap on its branch, one on a SimBench LV bus as a step
-    on its branch and the opposite step on each of its children's; a meter whose offset the fit can still
+    MAX_SUSPECT. Taps that can lift one bus alone are left out of its test (that meter's offset by another name,
+    `_lifting_alone`): a 2e-3 p.u. bias on IEEE 33's last bus was fitted as a 0.22 % tap on its branch, on SimBench
+    1-LV-semiurb4 buses as a step on its branch with the opposite step on each of its children's, or as the offset
+    with the opposite step on every branch below; a meter whose offset the fit can still
     take up whole (n - g' S^-1 g ~ 0) is not told from its branch and is not flagged."""
     observed, active = design[2], design[6]
     k = observed.shape[1]
-    heads = head_buses(downstream)
     below = np.asarray(downstream > 0.5)
     tap_at = np.where((active >= 2 * k) & (active < 3 * k), active - 2 * k, -1)  # each active feature's tap branch
     rows = {bus: _bus_rows(design, bus) for bus in np.flatnonzero(observed.any(axis=0)).tolist()}
@@ -473,7 +473,7 @@ def _suspect_readings(
         left[list(rows)] = True
         offset, variance = np.full(k, np.nan), np.full(k, np.nan)
         for j, (features, target) in rows.items():
-            own = _lifting_alone(j, tap_at, heads, below, left)
+            own = _lifting_alone(j, tap_at, below, left)
             key = own.tobytes()
             if key not in solved:
                 solved[key] = _solved(system[np.ix_(~own, ~own)], rhs[~own])
@@ -500,19 +500,24 @@ def _suspect_readings(
     return offsets
 
 
-def _lifting_alone(j: int, tap_at: np.ndarray, heads: np.ndarray, below: np.ndarray, left: np.ndarray) -> np.ndarray:
-    """(a,) bool: the active features that are taps able to lift bus j alone of the buses `left` to test (`tap_at`:
-    each feature's tap branch, -1 none; `heads`: each bus's branch's head; `below` [c, j]: j at or below c): one no
-    other of them lies below, and a step on j's own branch where each of its children's branches that leads to one
-    of them carries a step too (the opposite one). A step on j's branch that its children share is a regulator."""
-    taps = tap_at >= 0
-    at = np.maximum(tap_at, 0)
-    alone: np.ndarray = taps & below[at, j] & ((below[at] & left).sum(axis=1) == 1)
-    children = np.flatnonzero((heads == j) & (below & left).any(axis=1))
-    tapped = set(tap_at[taps].tolist())
-    if j in tapped and all(int(c) in tapped for c in children):
-        alone |= taps & ((tap_at == j) | (heads[at] == j))
-    return alone
+def _lifting_alone(j: int, tap_at: np.ndarray, below: np.ndarray, left: np.ndarray) -> np.ndarray:
+    """(a,) bool: the active features that are taps able, with others and the offset, to lift bus j alone of the
+    buses `left` to test (`tap_at`: each feature's tap branch, -1 none; `below` [c, j]: j at or below c): those with a
+    share in the combination of constant steps (a tap lifts the buses below it, the offset all) that is 1 on j and
+    0 on the rest, where one exists. A tap no other of them lies below is one; so is a step on j's branch with the
+    opposite step on each of its children's, or the offset with the opposite step on every branch leading away
+    from j. A step its neighbours share (a regulator) is in no such combination."""
+    taps = np.flatnonzero(tap_at >= 0)
+    if taps.size == 0:
+        return np.zeros(tap_at.shape[0], dtype=bool)
+    buses = np.flatnonzero(left)
+    steps = np.concatenate([np.ones((buses.size, 1)), below[np.ix_(tap_at[taps], buses)].T.astype(np.float64)], axis=1)
+    alone = (buses == j).astype(np.float64)
+    share = np.linalg.lstsq(steps, alone, rcond=None)[0]
+    lifting = np.zeros(tap_at.shape[0], dtype=bool)
+    if np.abs(steps @ share - alone).max() < 1e-6:
+        lifting[taps] = np.abs(share[1:]) > 1e-6
+    return lifting
 
 
 def _solved(system: np.ndarray, rhs: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
