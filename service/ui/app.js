@@ -520,6 +520,8 @@ function busData(answer, row) {
       metered: answer.metered ? answer.metered[j] : true, readings: answer.readings ? answer.readings[j] : null,
       // network-fit's: how far the meters pin the bus's correction (0: the network model alone, 1: pinned)
       determined: answer.determined ? answer.determined[j] : undefined,
+      // network-fit's: how far its meter's readings sit from what the feeder and the other meters explain (0: none)
+      offset: answer.reading_offsets ? answer.reading_offsets[j] : 0,
       gpMean: answer.gp ? answer.gp.mean[row][j] : undefined, gpStd: answer.gp ? answer.gp.std[row][j] : undefined });
   });
   return map;
@@ -532,6 +534,7 @@ function draw() {
   const data = { topo: state.topo, bus: busData(a, row), band: a.band, threshold: +$("risk-threshold").value / 100, gp: !!a.gp,
                  determined: !!a.determined, model: a.model };
   showExtrapolation(a, row);
+  showSuspectMeters(a);
   drawProfile($("profile"), data);
   drawRiskMap($("riskmap"), data, (bus, e) => hover(data, bus, e));
   legend(data);
@@ -552,6 +555,21 @@ function showExtrapolation(a, row) {
       "wider, and context rows like it would make them trustworthy."
     : `Within the context's loads (extrapolation ${fmt(value, 2)}; up to 1 is no farther out than its rows).`;
   box.hidden = false;
+}
+
+// network-fit's suspect meters (the answer's `reading_offsets`): readings a constant offset from what the feeder
+// and the other meters explain; the model set them aside, and the operator should check them.
+function showSuspectMeters(a) {
+  const box = $("suspect-meters");
+  const named = (a.reading_offsets || []).map((v, j) => [+a.outputs[j].replace(/^\D+/, ""), v]).filter(([, v]) => v !== 0);
+  box.dataset.buses = named.map(([bus]) => bus).join(",");
+  box.textContent = named.length
+    ? `⚠ Suspect meter${named.length > 1 ? "s" : ""}: ` +
+      named.map(([bus, v]) => `bus ${bus} reads ${v > 0 ? "+" : ""}${sig(v)} p.u.`).join(", ") +
+      " off what the feeder and the other meters explain. Set aside: the bus is predicted from the other meters " +
+      "and the network model, its interval wide enough for either. Check the meter (or a regulator on its branch)."
+    : "";
+  box.hidden = !named.length;
 }
 
 function legend(data) {
@@ -588,6 +606,7 @@ function hover(data, bus, e) {
     `mean ${volt(d.mean)} p.u.`, `50 % band ${volt(d.q25)} – ${volt(d.q75)}`, `90 % band ${volt(d.q05)} – ${volt(d.q95)}`];
   if (!d.slack && d.gpMean !== undefined) lines.push(`GP mean ${volt(d.gpMean)} ± ${sig(d.gpStd)}`);
   if (!d.slack && d.determined !== undefined) lines.push(`determined by the meters ${share(d.determined)} (0: network model alone, 1: pinned)`);
+  if (!d.slack && d.offset) lines.push(`⚠ suspect meter: reads ${d.offset > 0 ? "+" : ""}${sig(d.offset)} p.u. off, set aside`);
   lines.forEach((l, i) => { const div = document.createElement("div"); div.textContent = l; if (!i) div.style.fontWeight = 600; tip.appendChild(div); });
   tip.hidden = false;
   // beside the pointer, flipped to the other side where the window's edge would cut it off

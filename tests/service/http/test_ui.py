@@ -522,6 +522,45 @@ def test_a_sparse_context_upload_picks_network_fit_and_marks_the_buses_it_never_
     shot(driver, "sparse-context-determined")
 
 
+def test_a_biased_meter_is_named_on_the_page(ui_server, api, browser, tmp_path, scenarios):
+    """A context whose bus-18 meter reads 2e-3 p.u. high: network-fit names it (`reading_offsets`), and the page
+    warns with the bus and the offset, and says so in its tooltip; an honest context shows no such warning."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.support.ui import Select
+
+    driver = browser
+    open_page(driver, ui_server)
+    x, vm = scenarios
+    frame = pd.DataFrame(np.hstack([x[:120], vm[:120]]), columns=[*NET.feature_names, *NET.output_names])
+    frame["vm_pu_bus18"] += 2e-3
+    path = tmp_path / "biased-meter.csv"
+    frame.to_csv(path, index=False)
+    driver.find_element("css selector", 'input[name="ctx-mode"][value="upload"]').click()
+    by_id(driver, "ctx-file").send_keys(str(path))
+    by_id(driver, "ctx-upload-btn").click()
+    info = wait(driver, lambda d: by_id(d, "ctx-info").get_attribute("data-context-id") and by_id(d, "ctx-info"))
+    Select(by_id(driver, "model")).select_by_value("network-fit")
+    predict_and_wait(driver)
+    box = by_id(driver, "suspect-meters")
+    assert box.is_displayed() and box.get_attribute("data-buses") == "18", box.text
+    answer = api.post(
+        "/v1/predict",
+        json={"model": "network-fit", "context_id": info.get_attribute("data-context-id"), "queries": [list(x[0])]},
+    ).json()
+    offsets = by_bus(answer, answer["reading_offsets"])
+    assert [bus for bus, v in offsets.items() if v] == [18] and abs(offsets[18] - 2e-3) < 2e-4
+    assert "bus 18 reads +0.0020 p.u." in box.text and "Set aside" in box.text, box.text
+    ActionChains(driver).move_to_element(css(driver, '#riskmap circle.node[data-bus="18"]')[0]).perform()
+    tip = wait(driver, lambda d: by_id(d, "tooltip").is_displayed() and by_id(d, "tooltip"), what="tooltip")
+    assert "suspect meter: reads +0.0020 p.u. off" in tip.text, tip.text
+    shot(driver, "suspect-meter")
+    driver.find_element("css selector", 'input[name="ctx-mode"][value="simulate"]').click()
+    simulate_context(driver, n=120, delta=0.1, seed=7)
+    Select(by_id(driver, "model")).select_by_value("network-fit")
+    predict_and_wait(driver)
+    assert not by_id(driver, "suspect-meters").is_displayed()
+
+
 # --- issue 31: networks from the page, planning studies, honest timings, rounded numbers -----------------------
 
 HOSTILE_TITLE = "<img src=x onerror=alert(1)>"  # an upload's name: shown as text, never parsed as markup
