@@ -224,7 +224,7 @@ class NetworkFitMethod(Method):
             # goes with it (a 2e-3 p.u. bias had them cover 0.82), its bus is answered as one no meter reads, and its
             # offset stays in the spread (the meter may be right: a step only it sees)
             read = read & ~aside[None, :]
-            refit, at_point, ratio = self._at_set_point(x, np.where(read, y, np.nan), v, read, guessed)
+            refit, at_point, ratio = self._at_set_point(x, np.where(read, y, np.nan), v, read, guessed, check=False)
             # the offset as the readings depart from the answer without them (the fit took up part of it before)
             departed = np.nanmean(y[:, aside] - self.at_queries(refit, x).mean[:, aside], axis=0)
             offsets = refit.reading_offsets.copy()
@@ -236,11 +236,12 @@ class NetworkFitMethod(Method):
         return dataclasses.replace(fitted, simultaneous=self._simultaneous(fitted, x))
 
     def _at_set_point(
-        self, x: np.ndarray, y: np.ndarray, v: np.ndarray, read: np.ndarray, guessed: bool
+        self, x: np.ndarray, y: np.ndarray, v: np.ndarray, read: np.ndarray, guessed: bool, check: bool = True
     ) -> tuple[NetworkFitted, np.ndarray, float]:
         """`_fit` with the model's voltages v, refitted at the substation's set point the readings show (AtSetPoint,
-        at most SET_POINT_PASSES times): the fit, the model's voltages at that set point and its ratio to the model's."""
-        fitted = self._fit(x, y, v, read, guessed)
+        at most SET_POINT_PASSES times): the fit, the model's voltages at that set point and its ratio to the model's;
+        `check`: test the meters (`_fit`)."""
+        fitted = self._fit(x, y, v, read, guessed, check=check)
         ratio = 1.0
         for _ in range(SET_POINT_PASSES):
             # the branch stage's offset c in |V|^2 / 2 is the substation's set point moved: (r V0)^2 = V0^2 + 2c
@@ -257,7 +258,7 @@ class NetworkFitMethod(Method):
             if not np.isfinite(model_v).all():  # heavier loads than the feeder carries: the set point stays
                 break
             ratio, v = moved_ratio, model_v
-            fitted = dataclasses.replace(self._fit(x, y, v, read, guessed, ratio=ratio), set_point=ratio)
+            fitted = dataclasses.replace(self._fit(x, y, v, read, guessed, ratio=ratio, check=check), set_point=ratio)
         return fitted, v, ratio
 
     def _simultaneous(self, fitted: NetworkFitted, x: np.ndarray) -> float:
@@ -302,11 +303,13 @@ class NetworkFitMethod(Method):
         guessed: bool,
         probing: NetworkFitted | None = None,
         ratio: float = 1.0,
+        check: bool = True,
     ) -> NetworkFitted:
         """The two stages on complete loads x, readings y (NaN where not `read`) and the model's voltages v.
         `probing`: the answer's own fit, when this is its impedance probe: the linear fit of v and `determined`
         are that fit's (the same loads, voltages and meters; `determined` costs a posterior std at every row); `ratio`: the
-        substation's set point v was solved at, relative to the model's."""
+        substation's set point v was solved at, relative to the model's; `check`: test the meters for an offset the
+        feeder does not explain (models.branch_correction._suspect_readings; not in the refit that sets them aside)."""
         k = y.shape[1]
         r = np.where(read, y - v, 0.0)
         branches, shared = None, np.zeros_like(r)
@@ -335,7 +338,7 @@ class NetworkFitMethod(Method):
                     weights=weights,
                     taps=branches.taps,
                     prior=prior,
-                    check_readings=probing is None and not guessed,
+                    check_readings=check and probing is None and not guessed,
                 )
             shared = self._corrected(branches, v, fp, fq, head, losses) - v
         features = self._features(x)

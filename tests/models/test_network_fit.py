@@ -114,6 +114,22 @@ def test_a_biased_meter_on_a_real_grid_is_no_step_with_the_opposite_step_below_i
         assert _coverage(summary, y[300:]) >= 0.9
 
 
+@pytest.mark.parametrize(("head", "bus", "step"), [(4, 5, 0.025), (8, 9, -0.0125), (6, 7, 0.00625)])
+def test_a_regulator_the_fit_bends_around_names_no_meter(ieee33, head, bus, step):
+    """A regulator the model lacks, on a branch with metered buses below it, loads +-30 %, readings noise 1e-3: where
+    the fit takes it as impedance errors or as steps on the next branches, the bus just below it showed an offset
+    of its own (named in 1-2 of 30 contexts, helper-56); the buses below it share that offset in its own test, so it
+    is a step, not that bus's meter. (On a branch no other meter lies below, a step reads as a biased meter and is
+    named as one or the other: `reading_offsets`' documentation.)"""
+    real = VoltageModel(with_regulator(ieee33, head, bus, step))
+    method = method_for(ieee33)
+    for seed in range(4):
+        rng = np.random.default_rng([head, seed])
+        x = sample_loads(ieee33, 200, 0.3, rng)
+        fitted = method.fit(x, real(x) + rng.normal(0.0, 1e-3, (200, ieee33.n_outputs)))
+        assert not fitted.reading_offsets.any(), (seed, np.flatnonzero(fitted.reading_offsets))
+
+
 @pytest.mark.parametrize("departure", ["none", "lines", "set point", "regulator"])
 def test_honest_meters_are_not_named_whatever_the_feeder_departs_by(ieee33, departure):
     """No meter is named where every meter reads the feeder as it is, its model right or not (lines 0.7-1.3 off,
