@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import chi2
 
-from models.branch_correction import READING_FLOOR_PU, BranchCorrection, flows, head_buses
+from models.branch_correction import READING_FLOOR_PU, SUSPECT_FLOOR, BranchCorrection, flows, head_buses
 from models.calibration import correlated_simultaneous_factor, simultaneous_factor
 from models.corrected_network import CorrectedNetwork
 from models.errors import InputValidationError
@@ -91,6 +91,9 @@ SHARE_CAP = 10.0
 SPREAD_FLOOR_PU = READING_FLOOR_PU
 # Above this many buses the per-branch stage is skipped (its (2k + 1)^2 system grows as k^3 to solve).
 MAX_BRANCH_BUSES = 400
+# A meter set aside is named where its readings depart from the answer without them by more than this many standard
+# errors of their mean (the meter's noise over the root of its readings).
+NAMED_Z = 3.0
 # Readings' relative precisions (where loads are guessed) are kept within [this, 1 / this].
 WEIGHT_RANGE = 1e-3
 # Refits with the losses the fitted impedance errors move (one: the next changes nothing that matters).
@@ -144,6 +147,9 @@ class NetworkFitted:
     # it stands out as no chance departure does (models.branch_correction._suspect_readings: a biased meter, or a
     # step on its branch only it sees), else 0; the answer follows the readings and its spread holds the other case
     reading_offsets: np.ndarray
+    # (k,) p.u.: each meter set aside (named by the test, then the fit redone without it) and its readings' mean
+    # departure from that answer, NaN where not set aside; the spread there holds the departure
+    set_aside: np.ndarray
     impedance_probe: ImpedanceProbe | None = None  # see NetworkFitMethod._impedance_probe
     set_point: float = 1.0  # the substation's set point the readings show, relative to the model's (AtSetPoint)
     substation_vm_pu: float = float("nan")  # that set point in p.u. (NetworkFitMethod.fit)
@@ -225,11 +231,14 @@ class NetworkFitMethod(Method):
             # offset stays in the spread (the meter may be right: a step only it sees)
             read = read & ~aside[None, :]
             refit, at_point, ratio = self._at_set_point(x, np.where(read, y, np.nan), v, read, guessed, check=False)
-            # the offset as the readings depart from the answer without them (the fit took up part of it before)
+            # the offset as the readings depart from the answer without them (the fit took up part of it before),
+            # named where it stands out of the meter's noise (one named only beside a biased one had a few 1e-5)
             departed = np.nanmean(y[:, aside] - self.at_queries(refit, x).mean[:, aside], axis=0)
-            offsets = refit.reading_offsets.copy()
-            offsets[aside] = departed
-            fitted = dataclasses.replace(refit, reading_offsets=offsets)
+            error = NAMED_Z * fitted.noise[aside] / np.sqrt(fitted.read_rows[aside])
+            offsets, set_aside = np.zeros_like(fitted.reading_offsets), np.full(aside.shape, np.nan)
+            offsets[aside] = np.where(np.abs(departed) > np.maximum(error, SUSPECT_FLOOR), departed, 0.0)
+            set_aside[aside] = departed
+            fitted = dataclasses.replace(refit, reading_offsets=offsets, set_aside=set_aside)
         v = at_point
         probe = self._impedance_probe(x, v, read, guessed, fitted)
         fitted = dataclasses.replace(fitted, impedance_probe=probe, substation_vm_pu=ratio * self.slack_vm_pu)
@@ -270,7 +279,7 @@ class NetworkFitMethod(Method):
         parts = self.at_queries(fitted, rows)
         cov = np.diag(parts.other.mean(axis=0))
         if fitted.branches is not None:
-            unseen = fitted.metered <= 0
+            unseen = (fitted.metered <= 0) & ~np.isfinite(fitted.set_aside)  # a meter set aside is read (predictive)
             along = fitted.branches.along(parts.fp, parts.fq, parts.head) / parts.corrected[..., None]
             along = along * np.where(unseen, fitted.branches.unseen, 1.0)[None, :, None]
             stacked = along.transpose(1, 0, 2).reshape(along.shape[1], -1)
@@ -388,6 +397,7 @@ class NetworkFitMethod(Method):
             count,
             guessed,
             offsets,
+            np.full(k, np.nan),
         )
 
     def moved_losses(self, theta: np.ndarray, losses: np.ndarray) -> np.ndarray:
@@ -570,15 +580,19 @@ class QueryParts:
     ) -> GaussianPredictive:
         """The predictive with this branch std (None: no branch stage); `metered` (k,): the buses read."""
         epistemic = self.other
+        aside = np.isfinite(fitted.set_aside)
         if branch_std is not None and fitted.branches is not None:
             # a bus no meter reads: its branch correction is as uncertain as held-out meters' errors say, and at
-            # least as uncertain as the linearisation (models.branch_correction)
+            # least as uncertain as the linearisation (models.branch_correction); a meter set aside is read, and how
+            # far its readings depart from this answer is measured (below)
             unseen = np.hypot(branch_std * fitted.branches.unseen, fitted.branches.unseen_floor / self.corrected)
-            epistemic = epistemic + np.square(np.where(metered > 0, branch_std, unseen))
-        # a bus whose readings depart as no chance departure does: its answer follows them, and the spread holds the
-        # answer without them (its meter biased)
+            epistemic = epistemic + np.square(np.where((metered > 0) | aside, branch_std, unseen))
+        # a meter set aside: the answer there is the other meters' and the network model's, and the spread holds its
+        # readings' departure from it (the meter may be right: a step only it sees)
         spread = np.sqrt(
-            np.square(fitted.simultaneous) * epistemic + np.square(self.model_error) + np.square(fitted.reading_offsets)
+            np.square(fitted.simultaneous) * epistemic
+            + np.square(self.model_error)
+            + np.square(np.where(aside, fitted.set_aside, 0.0))
         )
         return GaussianPredictive(self.mean, np.maximum(spread, SPREAD_FLOOR_PU))
 
