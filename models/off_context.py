@@ -143,7 +143,7 @@ class Probes:
     plain: Any | None  # the prober's on the same voltages (None: the prober is the method: `exact`)
     noisy: list[Any]  # the prober's on them plus noise (empty: exact readings)
     gain: float  # the miss's rms to the std that makes a 95 % interval hold: 1 for exact readings
-    smooth: Any | None = None  # the method's fit of the readings denoised (None: exact readings)
+    smooth: Any | None = None  # the method's fit of the readings denoised (None: exact readings; its means are read)
     denoised: Any | None = None  # the denoiser's fit of the readings (None: exact readings, or no denoiser)
     # (k,) the noisy probes' mean square scatter at the context rows (None: not asked, `_probes`)
     context_scatter: np.ndarray | None = None
@@ -173,10 +173,32 @@ class Lazy(Generic[T]):
 @dataclass(frozen=True)
 class ExactProbe:
     """The network model's voltages at the context loads and the wrapped method fitted on them (both None where
-    that power flow has no solution): all a query within the context's reach is widened by (`within_reach`)."""
+    that power flow has no solution): all a query within the context's reach is widened by (`within_reach`). Only
+    the fit's means are read (`_answered`): it is `Method.fit_for_means`'s, or the method's own fit where the
+    readings are those voltages to the bit (`ContextWork.readings_are_the_model`)."""
 
     v: np.ndarray | None
     fit: Any | None
+
+
+@dataclass(frozen=True)
+class ContextWork:
+    """A guarded fit's parts on one context, each built on its first use: the method's own fit of the readings `y`,
+    the network model's voltages at the context loads, the exact probe and the readings' departure from those
+    voltages (`_departure`). Made before the fit (`OffContextGuard.context_work`) so that a caller with an idle core
+    builds the network model's parts beside the method's own fit (`OffContextGuard.build_ahead`)."""
+
+    y: np.ndarray
+    own: Lazy[Any]
+    voltages: Lazy[np.ndarray | None]
+    exact: Lazy[ExactProbe]
+    departure: Lazy[tuple[np.ndarray, np.ndarray] | None]
+
+    def readings_are_the_model(self) -> bool:
+        """Whether the readings are the network model's voltages to the bit (a context simulated on it, as
+        bench/cold_path.py's): the exact probe is then the method's own fit, not a second one of the same numbers."""
+        v = self.voltages.get()
+        return v is not None and np.array_equal(v, self.y)
 
 
 @dataclass(frozen=True)
@@ -267,26 +289,54 @@ class OffContextGuard(Method):
         self.denoiser = denoiser
         self.name = getattr(base, "name", "method")
 
-    def fit(self, context_x: np.ndarray, context_y: np.ndarray) -> GuardedFit:
+    def fit(self, context_x: np.ndarray, context_y: np.ndarray, work: ContextWork | None = None) -> GuardedFit:
+        """`work`: this context's `context_work`, where the caller made it (to build its parts ahead)."""
+        x = np.asarray(context_x, dtype=np.float64)
+        y = np.asarray(context_y, dtype=np.float64)
+        parts = self.context_work(x, y) if work is None else work
+        denoised = Lazy(lambda: self._denoised(x, y))
+        own = parts.own.get()
+        real = self._without_meter_noise(own, x, y, parts.departure.get, denoised.get)
+        without_noise = real is not own
+        probes = Lazy(lambda: self._probes(x, parts.exact.get(), parts.departure.get(), denoised.get, without_noise))
+        return GuardedFit(real, parts.exact, probes, ContextGeometry.of(x), without_noise=without_noise)
+
+    def context_work(self, context_x: np.ndarray, context_y: np.ndarray) -> ContextWork:
+        """The context's `ContextWork`, nothing built yet."""
         x = np.asarray(context_x, dtype=np.float64)
         y = np.asarray(context_y, dtype=np.float64)
         voltages = Lazy(lambda: self._context_voltages(x, y.shape))
-        exact = Lazy(lambda: self._exact_probe(x, voltages.get()))
-        departure = Lazy(lambda: _departure(x, y, voltages.get()))
-        denoised = Lazy(lambda: self._denoised(x, y))
-        own = self.base.fit(x, y)
-        real = self._without_meter_noise(own, x, y, departure.get, denoised.get)
-        without_noise = real is not own
-        probes = Lazy(lambda: self._probes(x, exact.get(), departure.get(), denoised.get, without_noise))
-        return GuardedFit(real, exact, probes, ContextGeometry.of(x), without_noise=without_noise)
+        work = ContextWork(
+            y,
+            Lazy(lambda: self.base.fit(x, y)),
+            voltages,
+            Lazy(lambda: self._exact_probe(x, work)),
+            Lazy(lambda: _departure(x, y, voltages.get())),
+        )
+        return work
+
+    def build_ahead(self, work: ContextWork, extrapolation: np.ndarray) -> None:
+        """Builds the parts of `work` other than the method's own fit that the fit and the answer at queries of this
+        `extrapolation` (on the context's geometry) read whatever that fit gives: the departure where a denoiser is
+        given (`_without_meter_noise`), the exact probe where some query lies beyond the context's reach or every
+        answer is widened (`consulted`) and it is no own fit. For a core the method's own fit leaves idle: the answer
+        then waits for neither (a checkpoint's exact probe is a second encoding of the context)."""
+        if self.denoiser is not None:
+            work.departure.get()
+        far = self.within_reach or bool((np.asarray(extrapolation) > EXTRAPOLATION_THRESHOLD).any())
+        if far and not work.readings_are_the_model():
+            work.exact.get()
 
     def _context_voltages(self, x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
         """The network model's |V| at the context loads, None where its power flow has no solution at some row."""
         v = np.asarray(self.voltage_model(x), dtype=np.float64)
         return v if np.isfinite(v).all() and v.shape == shape else None
 
-    def _exact_probe(self, x: np.ndarray, v: np.ndarray | None) -> ExactProbe:
-        return ExactProbe(None, None) if v is None else ExactProbe(v, self.base.fit(x, v))
+    def _exact_probe(self, x: np.ndarray, work: ContextWork) -> ExactProbe:
+        v = work.voltages.get()
+        if v is None:
+            return ExactProbe(None, None)
+        return ExactProbe(v, work.own.get() if work.readings_are_the_model() else self.base.fit_for_means(x, v))
 
     def _denoised(self, x: np.ndarray, y: np.ndarray) -> Denoised | None:
         if self.denoiser is None:
@@ -341,7 +391,7 @@ class OffContextGuard(Method):
         noise, smooth = departure
         if float(noise.max()) <= NOISELESS_PU:
             return Probes(exact, None, [], 1.0)
-        plain = None if self.prober is self.base else self.prober.fit(x, v)
+        plain = None if self.prober is self.base else self.prober.fit_for_means(x, v)
         rng = np.random.default_rng(0)
         # one call: the fits share their work on the loads alone (the loads' scaling and SVD, `Method.fit_many`)
         noisy = self.prober.fit_many(x, [v + rng.normal(0.0, noise, v.shape) for _ in range(NOISY_PROBES)])
@@ -355,9 +405,9 @@ class OffContextGuard(Method):
         gain = simultaneous_factor(k) * float(student_t.ppf(0.5 + CALIBRATION_LEVEL / 2.0, NOISY_PROBES)) / GAUSS_HALF
         answer = denoised()
         if answer is None:
-            return Probes(exact, plain, noisy, gain, self.base.fit(x, v + smooth), None, at_context)
+            return Probes(exact, plain, noisy, gain, self.base.fit_for_means(x, v + smooth), None, at_context)
         readings = np.where(np.isfinite(answer.readings), answer.readings, v + smooth)
-        return Probes(exact, plain, noisy, gain, self.base.fit(x, readings), answer.fit, at_context)
+        return Probes(exact, plain, noisy, gain, self.base.fit_for_means(x, readings), answer.fit, at_context)
 
     def _miss(
         self,

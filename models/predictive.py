@@ -232,6 +232,11 @@ class Method(ABC):
         probes): a method whose fit has work that depends on the loads alone does it once here."""
         return [self.fit(context_x, y) for y in targets]
 
+    def fit_for_means(self, context_x: np.ndarray, context_y: np.ndarray) -> Any:
+        """`fit` for a caller that reads only its answers' means (models.off_context's exact probe): a method whose
+        spread costs work its mean does not depend on skips that work here."""
+        return self.fit(context_x, context_y)
+
     @abstractmethod
     def predict(self, fitted: Any, query_x: np.ndarray) -> Predictive:
         """Predict (m, d) queries against a fitted state."""

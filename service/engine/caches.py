@@ -5,7 +5,8 @@ bounded LRU with single-flight async fill, keyed per (model, version, network, c
 geometry every answer's extrapolation measure is read from (models.off_context: a d x d matrix, the
 same whichever model answers) is kept the same way, per context id.
 Concurrent misses on one key share one computation, which one caller's cancellation does not stop.
-(Fitted exact GPs live in the GP's own worker processes: service.engine.gp_pool.)
+A guarded method's fit for a request's queries has the parts that read the network model built beside it, on a
+worker it leaves idle (`Fits._fit`). (Fitted exact GPs live in the GP's own worker processes: service.engine.gp_pool.)
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from models.off_context import ContextGeometry
+import numpy as np
+
+from models.off_context import ContextGeometry, ContextWork, OffContextGuard
 from service.engine import sparse
 from service.engine.context_sets import ContextSet
 from service.metrics import Metrics
@@ -91,10 +94,17 @@ class Cached:
 
 
 class Fits:
-    """The encoded-context and context-geometry caches; `run` computes a missing entry off the event loop."""
+    """The encoded-context and context-geometry caches; `run` computes a missing entry off the event loop, `ahead`
+    (service.engine.executor.Executor.ahead; None: nothing ahead) does work ahead of need on an idle worker."""
 
-    def __init__(self, run: Callable[..., Awaitable[Any]], metrics: Metrics, encoded_size: int) -> None:
-        self.run, self.metrics = run, metrics
+    def __init__(
+        self,
+        run: Callable[..., Awaitable[Any]],
+        metrics: Metrics,
+        encoded_size: int,
+        ahead: Callable[..., None] | None = None,
+    ) -> None:
+        self.run, self.metrics, self.ahead = run, metrics, ahead
         self.encoded_cache = AsyncLRU(encoded_size)
         self.geometry_cache = AsyncLRU(encoded_size)
         # every request counts a hit or a miss of each: the labelled counters looked up once
@@ -104,10 +114,13 @@ class Fits:
             for outcome in ("hit", "miss")
         }
 
-    async def prepared(self, loaded: Any, ctx: ContextSet) -> tuple[Cached, bool, ContextGeometry]:
+    async def prepared(
+        self, loaded: Any, ctx: ContextSet, queries: np.ndarray | None = None
+    ) -> tuple[Cached, bool, ContextGeometry]:
         """`encoded` and `geometry` of ctx. One after the other: a request holds at most one pool slot at a
-        time (the pool's admission counts them), and the geometry is a small part of a new context's cost.
-        Both cached (every request on a context after its first): read without awaiting."""
+        time (the pool's admission counts them; work ahead of need takes only an idle one), and the geometry is a
+        small part of a new context's cost. Both cached (every request on a context after its first): read without
+        awaiting. `queries`: the rows the request answers next (`_fit`)."""
         key = self._key(loaded, ctx)
         geometry, cached = self.geometry_cache.peek(ctx.id), self.encoded_cache.peek(key)
         if geometry is not None and cached is not None:
@@ -117,7 +130,7 @@ class Fits:
             self._counted[("encoded_context", "hit")].inc()
             return cached, True, geometry
         geometry = await self.geometry(ctx)
-        cached, hit = await self.encoded(loaded, ctx)
+        cached, hit = await self.encoded(loaded, ctx, None if queries is None else (geometry, queries))
         return cached, hit, geometry
 
     @staticmethod
@@ -135,12 +148,14 @@ class Fits:
         self._counted[("context_geometry", "hit" if hit else "miss")].inc()
         return cast(ContextGeometry, geometry)
 
-    async def encoded(self, loaded: Any, ctx: ContextSet) -> tuple[Cached, bool]:
-        """The model's encoding of ctx, from the in-process LRU or computed now in the pool."""
+    async def encoded(
+        self, loaded: Any, ctx: ContextSet, answering: tuple[ContextGeometry, np.ndarray] | None = None
+    ) -> tuple[Cached, bool]:
+        """The model's encoding of ctx, from the in-process LRU or computed now in the pool (`answering`: `_fit`)."""
 
         async def compute() -> Cached:
             t0 = time.perf_counter()
-            value = await self.run(sparse.fit, loaded.method, ctx.x, ctx.y, ctx.typical_loads)
+            value = await self._fit(loaded.method, ctx, answering)
             seconds = time.perf_counter() - t0
             self.metrics.encodes.labels(loaded.name).inc()
             self.metrics.inference_time(loaded.name, "encode").observe(seconds)
@@ -150,7 +165,24 @@ class Fits:
         self._counted[("encoded_context", "hit" if hit else "miss")].inc()
         return cached, hit
 
+    async def _fit(self, method: Any, ctx: ContextSet, answering: tuple[ContextGeometry, np.ndarray] | None) -> Any:
+        """sparse.fit in the pool. A guarded method (models.off_context.OffContextGuard) fitted for queries it answers
+        next (`answering`: the context's geometry and the queries) has the parts of its fit that read the network
+        model built beside it, where those queries need them, on a worker the fit leaves idle (`Executor.ahead`).
+        Else the answer builds them after its forward pass, on one core: a checkpoint's exact probe (a second
+        encoding of the context, 30-40 ms on the 2-core VM) in bench/cold_path.py's 0.3 s request."""
+        if answering is None or self.ahead is None or not isinstance(method, OffContextGuard):
+            return await self.run(sparse.fit, method, ctx.x, ctx.y, ctx.typical_loads)
+        work = method.context_work(ctx.x, ctx.y)
+        fitting = asyncio.ensure_future(self.run(sparse.fit, method, ctx.x, ctx.y, ctx.typical_loads, work))
+        self.ahead(_build_ahead, method, work, *answering)  # after the fit's job: it takes the first free worker
+        return await fitting
+
     def forget(self, context_id: str) -> None:
         """Drop every encoding and the geometry of a deleted context."""
         self.encoded_cache.discard_where(lambda key: cast("tuple[Any, ...]", key)[-1] == context_id)
         self.geometry_cache.discard(context_id)
+
+
+def _build_ahead(method: OffContextGuard, work: ContextWork, geometry: ContextGeometry, queries: np.ndarray) -> None:
+    method.build_ahead(work, geometry.extrapolation(queries))

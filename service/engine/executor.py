@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +31,8 @@ from service.engine.answers import Answer, AnswerSpec, OffContext, Statistics, p
 from service.engine.errors import InputRejected, QueueFull
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 
 class WorkerPool:
@@ -224,10 +227,28 @@ class Executor:
         self.metrics = metrics
         self.pool = WorkerPool(workers, queue_size, metrics.depth)
         self.batcher = MicroBatcher(self.pool, window_s, max_rows, metrics.batch)
+        self._ahead_tasks: set[asyncio.Task[None]] = set()
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """fn(*args) in a worker thread."""
         return await self._refusals(self.pool.run(fn, *args))
+
+    def ahead(self, fn: Callable[..., Any], *args: Any) -> None:
+        """fn(*args) in a worker thread that is idle now, else never: work ahead of need, which its caller does
+        itself when it needs it (so it neither waits in the queue nor is refused, and its errors are met again
+        there). A caller whose own job it goes beside hands that job to `run` first: its worker is then taken."""
+        task = asyncio.get_running_loop().create_task(self._ahead(fn, *args))
+        self._ahead_tasks.add(task)  # held until done: the loop keeps only a weak reference
+        task.add_done_callback(self._ahead_done)
+
+    async def _ahead(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self.pool.pending < self.pool.workers:  # after the caller's job took its worker (tasks start in order)
+            await self.pool.run(fn, *args)
+
+    def _ahead_done(self, task: asyncio.Task[None]) -> None:
+        self._ahead_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("work ahead of need failed (its caller meets it again): %r", task.exception())
 
     async def batched(self, key: Hashable, encoded: Encoded, queries: np.ndarray, spec: AnswerSpec) -> BatchResult:
         """A few query rows answered in a forward pass shared with other requests on the same key."""

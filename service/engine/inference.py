@@ -150,7 +150,7 @@ async def predict(rt: Runtime, req: Any, tenant: Tenant) -> PredictAnswer:
     spec = _spec(req)
     if req.compare_gp:
         rt.checks.gp(ctx, queries)
-    encoded, hit, geometry = await rt.fits.prepared(loaded, ctx)
+    encoded, hit, geometry = await rt.fits.prepared(loaded, ctx, queries)
     if queries.shape[0] <= BATCHABLE_ROWS:
         key = (loaded.name, loaded.version, net.name, ctx.id)
         result = await rt.executor.batched(key, Encoded(loaded.method, encoded.value, geometry), queries, spec)
@@ -203,7 +203,7 @@ async def model_answer(
     rt: Runtime, loaded: Any, ctx: ContextSet, queries: np.ndarray, spec: AnswerSpec
 ) -> tuple[Statistics, OffContext, ModelTiming]:
     """A model's answer to rows the server made (a study's scenarios): the cached encoding, the pool."""
-    encoded, hit, geometry = await rt.fits.prepared(loaded, ctx)
+    encoded, hit, geometry = await rt.fits.prepared(loaded, ctx, queries)
     answer, placed, predict_s = await _direct_split(rt, loaded.method, encoded.value, geometry, queries, spec)
     statistics = _statistics(answer, spec.quantiles, f"model {loaded.name}")
     return statistics, placed, ModelTiming(encoded.seconds, predict_s, hit, queries.shape[0])

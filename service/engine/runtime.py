@@ -107,7 +107,7 @@ class Runtime:
             SandboxLimits(s.upload_memory_mb * 2**20, s.upload_cpu_s, s.upload_timeout_s, s.max_network_bytes),
             s.upload_concurrency,
         )
-        self.fits = Fits(self.executor.run, self.metrics, s.encoded_cache_size)
+        self.fits = Fits(self.executor.run, self.metrics, s.encoded_cache_size, self.executor.ahead)
         self.gp = GPPool(
             self.gp_method,
             s.gp_workers,

@@ -142,10 +142,13 @@ def geometry(x: np.ndarray) -> ContextGeometry:
     return MeteredGeometry(base.mean, base.std, base.precision, base.reference, columns)
 
 
-def fit(method: Any, x: np.ndarray, y: np.ndarray, typical_loads: np.ndarray | None) -> Any:
+def fit(method: Any, x: np.ndarray, y: np.ndarray, typical_loads: np.ndarray | None, work: Any = None) -> Any:
     """`method.fit` on a context, given its typical loads (the pseudo-measurements of unmetered loads) when
     it has them: network-fit takes them as `typical_loads`, else the network's base loads. A method that does not
-    accept missing values is only ever given a full context, where typical loads stand in for nothing."""
+    accept missing values is only ever given a full context, where typical loads stand in for nothing.
+    `work`: a guarded method's `ContextWork` on this context (models.off_context), where the caller made it to build
+    its parts ahead (service.engine.caches)."""
+    options = {} if work is None else {"work": work}
     if typical_loads is None or not getattr(method, "accepts_missing", False):
-        return method.fit(x, y)
-    return method.fit(x, y, typical_loads=typical_loads)
+        return method.fit(x, y, **options)
+    return method.fit(x, y, typical_loads=typical_loads, **options)

@@ -3,13 +3,23 @@ batched solver's exact voltages as truth."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 import gridsim
 from gridsim.api import VoltageModel
 from gridsim.sampling import sample_loads
-from models.off_context import EXTRAPOLATION_THRESHOLD, ContextGeometry, OffContextGuard, extrapolated, ramp
+from models.off_context import (
+    EXTRAPOLATION_THRESHOLD,
+    ContextGeometry,
+    ExactProbe,
+    Lazy,
+    OffContextGuard,
+    extrapolated,
+    ramp,
+)
 from models.physics_base import PhysicsBaseMethod
 
 LEVELS = (0.025, 0.975)
@@ -341,6 +351,49 @@ def test_band_probabilities_skip_only_cells_the_band_is_out_of_reach_of(dof):
     full = _convolved_outside(pred, (0.95, 1.05), added)
     assert 0.05 < np.mean(full < 1e-9) < 0.5 and 0.05 < np.mean(full > 1.0 - 1e-9) < 0.5  # some cells quiet
     np.testing.assert_allclose(convolved_outside(pred, (0.95, 1.05), added), full, rtol=0.0, atol=1e-9)
+
+
+def test_work_built_ahead_is_built_once_where_the_queries_need_it(feeder, monkeypatch):
+    """`build_ahead` (a core the fit leaves idle, service.engine.caches) builds the exact probe only for queries
+    beyond the context's reach, and the fit given that work answers as one without it, to the bit."""
+    net, x, queries, _ = feeder
+    truth_of = VoltageModel(net)
+    y = truth_of(x) + 1e-7  # readings a little off the network model: the exact probe is a fit of its own
+    guard = OffContextGuard(PhysicsBaseMethod(net.load_positions), truth_of)
+    geometry = ContextGeometry.of(x)
+    within = queries[~extrapolated(geometry.extrapolation(queries))]
+    grown = queries * 1.3
+    built = []
+    for_means = guard.base.fit_for_means
+    monkeypatch.setattr(guard.base, "fit_for_means", lambda cx, cy: built.append(1) or for_means(cx, cy))
+    work = guard.context_work(x, y)
+    guard.build_ahead(work, geometry.extrapolation(within))
+    assert not built
+    guard.build_ahead(work, geometry.extrapolation(grown))
+    assert len(built) == 1
+    ahead = guard.summarize(guard.fit(x, y, work), grown, LEVELS, (0.95, 1.05))
+    assert len(built) == 1  # the answer read the probe built ahead
+    plain = guard.summarize(guard.fit(x, y), grown, LEVELS, (0.95, 1.05))
+    for name in ("mean", "std", "quantiles", "p_outside"):
+        np.testing.assert_array_equal(getattr(ahead, name), getattr(plain, name))
+
+
+def test_readings_that_are_the_network_model_are_fitted_once(feeder, monkeypatch):
+    """A context simulated on the network model: its exact probe is the method's own fit of the same numbers."""
+    net, x, queries, _ = feeder
+    truth_of = VoltageModel(net)
+    guard = OffContextGuard(PhysicsBaseMethod(net.load_positions), truth_of)
+    for_means = guard.base.fit_for_means
+    monkeypatch.setattr(guard.base, "fit_for_means", lambda cx, cy: pytest.fail("fitted the readings twice"))
+    v, grown = truth_of(x), queries * 1.3
+    fitted = guard.fit(x, v)
+    assert fitted.exact.get().fit is fitted.real
+    separate = replace(fitted, exact=Lazy(lambda: ExactProbe(v, for_means(x, v))))
+    for name in ("mean", "std", "quantiles"):
+        np.testing.assert_array_equal(
+            getattr(guard.summarize(fitted, grown, LEVELS), name),
+            getattr(guard.summarize(separate, grown, LEVELS), name),
+        )
 
 
 def test_the_noisy_probes_share_the_work_on_the_context_loads(feeder, monkeypatch):

@@ -77,3 +77,14 @@ def test_small_context_intervals_are_no_narrower_than_the_base_fits_bound():
     assert (0.5 * (summary.quantiles[1] - summary.quantiles[0]) >= encoded.min_half * (1 - 1e-5)).all()
     large = gridsim.simulate(physics_base.CV_BELOW_POINTS, 0.3, seed=503)
     assert method.fit(large.x, large.vm_pu).min_half is None
+
+
+def test_a_fit_for_means_is_uncalibrated_and_answers_the_same_means(tmp_path):
+    """The guard's exact probe reads only means (models.off_context): its fit skips the calibration's pass."""
+    method = next(iter(load_registry(build_tiny_registry(tmp_path), warmup=False).models.values())).method
+    rng = np.random.default_rng(2)
+    cx, qx = rng.normal(size=(120, 64)), rng.normal(size=(9, 64))
+    cy = 1.0 + 0.01 * cx[:, :32] + 0.001 * rng.normal(size=(120, 32))
+    full, means_only = method.fit(cx, cy), method.fit_for_means(cx, cy)
+    assert full.spread is not None and means_only.spread is None and means_only.min_half is None
+    np.testing.assert_array_equal(method.summarize(means_only, qx).mean, method.summarize(full, qx).mean)

@@ -4,6 +4,7 @@ a guarded checkpoint's included: its far rows are widened once, after the blocks
 from __future__ import annotations
 
 import asyncio
+import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -13,6 +14,7 @@ from gridsim.api import VoltageModel
 from models.off_context import OffContextGuard
 from models.physics_fit import method_for
 from service.engine.answers import AnswerSpec, placed_answer
+from service.engine.caches import Fits
 from service.engine.executor import Executor
 from service.engine.inference import SPLIT_ROWS, _direct_split
 from service.engine.sparse import geometry
@@ -58,3 +60,60 @@ def test_a_split_guarded_answer_equals_the_whole_one():
     np.testing.assert_allclose(answer.quantiles, whole.quantiles, rtol=1e-9)
     assert answer.p_outside is not None and whole.p_outside is not None
     np.testing.assert_allclose(answer.p_outside, whole.p_outside, atol=1e-9)
+
+
+def test_a_new_contexts_exact_probe_is_built_beside_its_fit_once(monkeypatch):
+    """Fits.prepared told the queries: a guarded method's exact probe is built on the worker its fit leaves idle
+    (service.engine.caches.Fits._fit), once, and the answer is the one built without it."""
+    net = gridsim.network("ieee33")
+    context, queries = gridsim.simulate(300, 0.1, 11), gridsim.simulate(300, 0.1, 12).x
+    queries[::37] *= 1.4
+    guard = OffContextGuard(method_for(net), VoltageModel(net))
+    built = []
+    for_means = guard.base.fit_for_means
+    monkeypatch.setattr(guard.base, "fit_for_means", lambda x, y: built.append(1) or for_means(x, y))
+    spec = AnswerSpec((0.05, 0.95), (0.95, 1.05))
+    y = context.vm_pu + 1e-7  # readings a little off the network model: the exact probe is a fit of its own
+    ctx = SimpleNamespace(id="c", network="ieee33", x=context.x, y=y, typical_loads=None)
+
+    async def answered():
+        executor = Executor(2, 8, 0.001, 64, Metrics())
+        fits = Fits(executor.run, Metrics(), 4, executor.ahead)
+        try:
+            fitted, hit, where = await fits.prepared(SimpleNamespace(name="m", version="1", method=guard), ctx, queries)
+            assert not hit
+            answer = await executor.run(placed_answer, guard, fitted.value, where, queries, spec)
+            assert len(built) == 1
+            plain = await executor.run(guard.fit, context.x, y)  # in a worker too: its threads' settings
+            return answer, await executor.run(placed_answer, guard, plain, where, queries, spec)
+        finally:
+            executor.shutdown()
+
+    (answer, placed), (whole, _) = asyncio.run(answered())
+    assert placed.extrapolated.any()
+    for name in ("mean", "std", "quantiles", "p_outside"):  # a last bit apart at most: torch's MKL, called from
+        # two threads at once (the fit beside the probe), may split a product another way than alone
+        np.testing.assert_allclose(getattr(answer, name), getattr(whole, name), rtol=1e-13, atol=1e-15)
+
+
+def test_work_ahead_takes_an_idle_worker_only_and_keeps_its_errors():
+    async def scenario():
+        executor = Executor(1, 8, 0.001, 64, Metrics())
+        ran, done, gate = [], threading.Event(), threading.Event()
+        try:
+            executor.ahead(lambda: ran.append("idle") or done.set())
+            assert await asyncio.to_thread(done.wait, 5)
+            executor.ahead(lambda: 1 / 0)  # met again by its caller when it needs the work: nothing raised here
+            busy = asyncio.create_task(executor.run(gate.wait, 5))
+            await asyncio.sleep(0)
+            executor.ahead(ran.append, "busy")
+            await asyncio.sleep(0.05)
+            gate.set()
+            await busy
+            await executor.run(lambda: None)  # one worker, first in first out: a queued job would have run by now
+            assert ran == ["idle"]
+        finally:
+            gate.set()
+            executor.shutdown()
+
+    asyncio.run(asyncio.wait_for(scenario(), timeout=10))
