@@ -28,7 +28,7 @@ from scipy.stats import chi2
 
 from models.linear import _one_blas_thread
 
-# The branch stage's design as `_left_out` reads it: flows (n, 3k), each bus's weighed path (k, 3k), which readings
+# The branch stage's design as `_bus_rows` reads it: flows (n, 3k), each bus's weighed path (k, 3k), which readings
 # exist (n, k), the corrections (n, k), the features' scale, each bus's root weight (k,), the active features.
 Design = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
@@ -422,19 +422,14 @@ def _heldout_factor(
 
 
 def _left_out(
-    design: Design, system: np.ndarray, rhs: np.ndarray, j: int, kept: np.ndarray | None = None
+    design: Design, system: np.ndarray, rhs: np.ndarray, j: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """Bus j's readings taken off the penalised normal equations (`system`, `rhs` on the active features; the prior
-    kept), on the active features `kept` (bool, None: all): its feature rows, the Cholesky factor and mean of the fit
-    without it, and its readings; None where that fit is singular."""
+    kept): its feature rows, the Cholesky factor and mean of the fit without it, and its readings; None where that
+    fit is singular."""
     features, target = _bus_rows(design, j)
-    if kept is not None:
-        features, system, rhs = features[:, kept], system[np.ix_(kept, kept)], rhs[kept]
-    try:
-        chol = np.linalg.cholesky(system - features.T @ features)
-    except np.linalg.LinAlgError:
-        return None
-    return features, chol, cho_solve((chol, True), rhs - features.T @ target), target
+    fit = _solved(system - features.T @ features, rhs - features.T @ target)
+    return None if fit is None else (features, *fit, target)
 
 
 def _bus_rows(design: Design, j: int) -> tuple[np.ndarray, np.ndarray]:
@@ -463,8 +458,8 @@ def _suspect_readings(
     buses checked, where it is over SUSPECT_FLOOR and the metered buses below it and below the taps its test leaves
     out do not depart as much in its test (a step the fit bent around or split over two branches shows at one bus
     most: a regulator, not a meter; a +1.25 % regulator at IEEE 33's 13-14 was fitted as 0.6 % taps at 13 and 14 and
-    bus 13 named at -5.5e-3); the worst is set aside
-    (its readings off the equations) and the rest tested again, at most MAX_SUSPECT. Taps that can lift one bus
+    bus 13 named at -5.5e-3); the worst is set aside (its readings off the equations) and the rest tested again, at
+    most MAX_SUSPECT. Taps that can lift one bus
     alone are left out of its test (that meter's offset by another name, `_lifting_alone`): a 2e-3 p.u. bias on
     IEEE 33's last bus was fitted as a 0.22 % tap on its branch, on SimBench 1-LV-semiurb4 buses as a step on its
     branch with the opposite step on each of its children's, or as the offset with the opposite step on every branch
