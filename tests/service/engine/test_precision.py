@@ -9,6 +9,7 @@ import dataclasses
 import httpx
 import numpy as np
 import pytest
+import torch
 
 import gridsim
 from gridsim.api import VoltageModel
@@ -50,6 +51,10 @@ def test_http_coverage_equals_in_process_coverage_at_delta_5_percent(physics_ser
     sim = gridsim.simulate(1500, 0.05, seed=11)
     cx, cy, qx, qy = sim.x[:500], sim.vm_pu[:500], sim.x[500:], sim.vm_pu[500:]
     method = load_checkpoint(root / MODEL / "0.0.1", warmup=False).method
+    # on the service's torch threads (Settings.torch_threads, set in the server's thread): with torch's default
+    # here, this thread's reductions round in another order whenever the service's workers run side by side
+    # (the fit and its work ahead), and the answers came out 1e-15 apart, not the same bits
+    torch.set_num_threads(Settings().torch_threads or torch.get_num_threads())
     local = method.summarize(method.fit(cx, cy), qx, LEVELS)
     with httpx.Client(base_url=server.url, timeout=120) as client:
         response = client.post(
