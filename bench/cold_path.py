@@ -9,6 +9,10 @@ server. Ratio = the GP's median over the model's. Issue 29's target: the default
     .venv/bin/python bench/cold_path.py              # -> stdout and bench/results/cold-path.md
     .venv/bin/python bench/cold_path.py --repeats 5 --models network-fit physics-fit
     .venv/bin/python bench/cold_path.py --truth pandapower --out bench/results/cold-path-pandapower.md
+    .venv/bin/python bench/cold_path.py --noise 1e-4 --band 0.95 1.05 --out bench/results/cold-path-noisy-band.md
+
+`--noise` adds meter noise (normal, that std in p.u.) to the context's readings, `--band` asks every answer
+for its probability of leaving that voltage band (`voltage_band`): an operator's usual request.
 """
 
 from __future__ import annotations
@@ -41,19 +45,22 @@ RESULTS = Path(__file__).resolve().parent / "results" / "cold-path.md"
 log = logging.getLogger("bench.cold_path")
 
 
-def _body(seed: int, truth: str = "batched") -> dict:
+def _body(seed: int, truth: str = "batched", noise: float = 0.0, band: tuple[float, float] | None = None) -> dict:
     """A fresh context and queries on IEEE 33, as the JSON body's fields. `truth`: the context's voltages from the
     batched solver (the service's own network model, to the bit: the guard's exact probe is then the model's own fit)
-    or from pandapower (as measured: ~1e-9 p.u. from it, so that probe is a second fit)."""
+    or from pandapower (as measured: ~1e-9 p.u. from it, so that probe is a second fit); `noise`: the readings'
+    meter noise std (p.u.); `band`: the voltage band every answer's probability of leaving is asked for."""
     net = gridsim.network("ieee33")
     rng = np.random.default_rng(seed)
     x = sample_loads(net, N_CONTEXT + N_QUERIES, DELTA, rng)
     y = gridsim.solve(x[:N_CONTEXT], network=net, solver=truth).vm_pu
-    return {
+    y = y + rng.normal(0.0, noise, y.shape) if noise > 0 else y
+    body = {
         "context": {"x": x[:N_CONTEXT].tolist(), "y": y.tolist(), "network": "ieee33"},
         "queries": x[N_CONTEXT:].tolist(),
         "quantiles": [0.025, 0.975],
     }
+    return body if band is None else {**body, "voltage_band": list(band)}
 
 
 def _timed(client: httpx.Client, path: str, body: dict) -> float:
@@ -74,8 +81,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--truth", choices=["batched", "pandapower"], default="batched", help="_body's `truth`")
+    parser.add_argument("--noise", type=float, default=0.0, help="the context readings' meter noise std, p.u.")
+    parser.add_argument(
+        "--band", type=float, nargs=2, metavar=("LOW", "HIGH"), help="voltage_band asked of every answer"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    fresh = lambda seed: _body(seed, args.truth, args.noise, args.band)  # noqa: E731
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     times: dict[str, list[float]] = {name: [] for name in [*args.models, "exact GP"]}
     seed = int(time.time())  # contexts no earlier run has sent: the server's fit caches stay cold
@@ -83,9 +95,9 @@ def main() -> None:
         for repeat in range(args.repeats):
             for name in args.models:
                 seed += 1
-                times[name].append(_timed(client, "/v1/predict", {**_body(seed, args.truth), "model": name}))
+                times[name].append(_timed(client, "/v1/predict", {**fresh(seed), "model": name}))
             seed += 1
-            times["exact GP"].append(_timed(client, "/v1/gp/predict", _body(seed, args.truth)))
+            times["exact GP"].append(_timed(client, "/v1/gp/predict", fresh(seed)))
             log.info("repeat %d: %s", repeat, {k: f"{v[-1]:.3f}" for k, v in times.items()})
     gp = statistics.median(times["exact GP"])
     lines = [
@@ -95,7 +107,9 @@ def main() -> None:
         f"`{shlex.join(['bench/cold_path.py', *sys.argv[1:]])}`; {platform.machine()}, "
         f"{platform.python_version()}, this repository's `gridpfn serve` on loopback; client wall time "
         f"(JSON both ways, encoded and decoded with orjson), median of {args.repeats} fresh contexts each; the "
-        f"context's voltages from the {args.truth} solver ({'the service network model to the bit' if args.truth == 'batched' else 'as measured, 1e-9 p.u. from the network model'}).",
+        f"context's voltages from the {args.truth} solver ({'the service network model to the bit' if args.truth == 'batched' else 'as measured, 1e-9 p.u. from the network model'}), "
+        f"meter noise {args.noise:g} p.u. on them; "
+        f"{'no voltage band' if args.band is None else f'voltage band {args.band[0]:g}-{args.band[1]:g} p.u. asked'}.",
         "",
         "| model | median s | all runs s | exact GP / model |",
         "|---|---|---|---|",

@@ -175,8 +175,13 @@ class BarDistribution(nn.Module):
     def cdf(self, logits: Tensor, y: Tensor) -> Tensor:
         """P(Y <= y), tails included (the right tail via its survival function for precision)."""
         logits, y = self._align(logits, y)
+        return self.cdf_points(logits, y[..., None])[..., 0]
+
+    def cdf_points(self, logits: Tensor, y: Tensor) -> Tensor:
+        """P(Y <= y) at L points y (..., L) of each distribution (logits (..., n_bars)): one softmax for all."""
+        logits = self._check_logits(logits)
         p = torch.softmax(logits, dim=-1)
-        return self.cdf_from_probs(p, self.cumulative(p), y[..., None])[..., 0]
+        return self.cdf_from_probs(p, self.cumulative(p), torch.as_tensor(y, dtype=p.dtype, device=p.device))
 
     def cdf_from_probs(self, p: Tensor, cum: Tensor, y: Tensor) -> Tensor:
         """cdf at y (..., L) from bucket probabilities p and their cumsum (..., n_bars): L points per

@@ -239,6 +239,15 @@ class BarPredictive(Predictive):
         v = _finite_array("values", values, allow_inf=True)
         return self._by_rows(self._bar64.cdf, self._standardise("values", v))
 
+    def cdf_many(self, values: np.ndarray) -> np.ndarray:
+        """(L, m, k): one softmax and one cumsum per chunk for all L sets of values (the off-context guard's band
+        probability asks for ~50 per answer)."""
+        v = _finite_array("values", values, allow_inf=True)
+        if v.ndim != 3 or v.shape[1:] != self.loc.shape:
+            raise ValueError(f"values must be shaped (L, m, k) with (m, k) = {self.loc.shape}, got {v.shape}")
+        z = torch.stack([self._standardise("values", one) for one in v], dim=-1)  # (m, k, L)
+        return np.moveaxis(self._by_rows(self._bar64.cdf_points, z), -1, 0)
+
     def log_prob(self, y: np.ndarray) -> np.ndarray:
         v = _finite_array("y", y)
         lp: np.ndarray = self._by_rows(self._bar64.log_prob, self._standardise("y", v)) - np.log(self._loc_scale()[1])

@@ -91,6 +91,11 @@ class Predictive(ABC):
     def cdf(self, values: np.ndarray | float) -> np.ndarray:
         """(m, k) probabilities P(y <= value); values broadcast against (m, k)."""
 
+    def cdf_many(self, values: np.ndarray) -> np.ndarray:
+        """(L, m, k) P(y <= values[l]) for L sets of values (L, m, k) at once: a subclass whose cdf costs a pass
+        over its distributions (a bar answer's softmax) makes that pass once for all L."""
+        return np.stack([self.cdf(v) for v in np.asarray(values, dtype=np.float64)])
+
     @abstractmethod
     def log_prob(self, y: np.ndarray) -> np.ndarray:
         """(m, k) log-density of observed y; the NLL reported by the benchmarks."""
@@ -146,6 +151,9 @@ class _LocationScale(Predictive):
 
     def cdf(self, values: np.ndarray | float) -> np.ndarray:
         return self._standard_cdf(self._standard(values))
+
+    def cdf_many(self, values: np.ndarray) -> np.ndarray:
+        return self._standard_cdf(self._standard(values))  # (L, m, k) broadcasts against (m, k)
 
     def cells(self, mask: np.ndarray) -> Predictive | None:
         out = copy.copy(self)

@@ -62,6 +62,21 @@ def test_quantile_inverts_cdf_in_physical_units_including_tails():
     assert (q[-1] > pred.loc + pred.scale * BORDERS[-1].item()).all()
 
 
+def test_cdf_many_is_each_cdf_to_the_bit_in_one_pass():
+    """The off-context guard's band probability asks ~50 cdfs of one answer: cdf_many gives them from one
+    softmax, equal to the last bit to one cdf call per set of values, tails included; a stretched answer too."""
+    pred = make()
+    pred.spread, pred.min_half = np.array([1.5, 1.0, 2.0]), np.array([1e-4, 1e-2, 1e-4])
+    values = pred.mean[None] + np.linspace(-8.0, 8.0, 7)[:, None, None] * pred.std[None]
+    values[3, 0, 0] = np.inf  # a band end at infinity
+    many = pred.cdf_many(values)
+    assert many.shape == (7, M, K)
+    np.testing.assert_array_equal(many, np.stack([pred.cdf(v) for v in values]))
+    assert many[0].max() < 0.05 and many[-1].min() > 0.95 and many[3, 0, 0] == 1.0  # it reached both tails
+    with pytest.raises(ValueError, match=r"\(L, m, k\)"):
+        pred.cdf_many(values[0])
+
+
 def gauss_legendre_grid(edges, n=64):
     """Nodes and weights covering [edges[0], edges[-1]] piecewise (exact for the flat buckets)."""
     x, w = np.polynomial.legendre.leggauss(n)

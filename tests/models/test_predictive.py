@@ -16,3 +16,13 @@ def test_student_t_agrees_with_scipy_and_tends_to_the_gaussian():
     assert np.allclose(t.std, ref.std())
     wide = StudentTPredictive(mu, scale, dof=1e7)
     assert np.allclose(wide.quantile([0.975]), GaussianPredictive(mu, scale).quantile([0.975]), rtol=0, atol=1e-9)
+
+
+def test_cdf_many_is_each_cdf_for_location_scale_answers():
+    mu, scale = np.array([[1.0, 0.99], [1.01, 0.98]]), np.array([[1e-4, 2e-4], [3e-4, 1e-3]])
+    values = mu[None] + np.array([-3e-4, 0.0, 5e-4])[:, None, None]
+    for pred in (GaussianPredictive(mu, scale), StudentTPredictive(mu, scale, dof=4.0)):
+        many = pred.cdf_many(values)
+        assert many.shape == (3, 2, 2)
+        np.testing.assert_array_equal(many, np.stack([pred.cdf(v) for v in values]))
+        np.testing.assert_array_equal(many[1], np.full((2, 2), 0.5))
