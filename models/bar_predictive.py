@@ -239,6 +239,25 @@ class BarPredictive(Predictive):
         v = _finite_array("values", values, allow_inf=True)
         return self._by_rows(self._bar64.cdf, self._standardise("values", v))
 
+    def cells(self, mask: np.ndarray) -> BarPredictive:
+        """The (m, k) cells where `mask` holds as one row of answers (1, count), each with its own output's
+        spread and floor: per cell the same numbers (every statistic is the cell's own)."""
+        shape = self.loc.shape
+        mask = np.asarray(mask, dtype=bool)
+
+        def per_cell(values: np.ndarray | None) -> np.ndarray | None:
+            return None if values is None else np.broadcast_to(values, shape)[mask]
+
+        return BarPredictive(
+            self.bar,
+            self.logits[torch.as_tensor(mask, device=self.logits.device)][None],
+            self.loc[mask][None],
+            self.scale[mask][None],
+            per_cell(self.spread),
+            per_cell(self.min_half),
+            self.timing,
+        )
+
     def cdf_many(self, values: np.ndarray) -> np.ndarray:
         """(L, m, k): one softmax and one cumsum per chunk for all L sets of values (the off-context guard's band
         probability asks for ~50 per answer)."""

@@ -703,20 +703,36 @@ def convolved_outside(
 
 def _convolved_outside(pred: Predictive, band: tuple[Any, Any], added: np.ndarray) -> np.ndarray:
     """`convolved_outside` on every cell: Gauss-Hermite over the error, or where the error is the wider over the
-    answer's quantiles."""
-    low, high = band
-    shifts = _NODES[:, None, None] * added[None]  # (nodes, m, k): both ends at every node in one pass
-    ends = pred.cdf_many(np.concatenate(np.broadcast_arrays(high - shifts, low - shifts)))
-    over_error = np.zeros_like(added)
-    for i, w in enumerate(_WEIGHTS):  # summed in the nodes' order
-        over_error += w * (ends[i] - ends[len(_NODES) + i])
+    answer's quantiles; each way on its own cells where the answer gives them (`Predictive.cells`)."""
+    low, high = (np.broadcast_to(end, added.shape) for end in band)
     wide = added > np.asarray(pred.std)
-    inside = over_error
-    if wide.any():  # integrate over the answer instead: its quantiles at equal-probability midpoints
-        levels = (np.arange(QUADRATURE_LEVELS) + 0.5) / QUADRATURE_LEVELS
-        y = pred.quantile(list(levels))  # (L, m, k)
-        scale = np.maximum(added, np.finfo(np.float64).tiny)[None]
-        over_answer = np.mean(special.ndtr((high - y) / scale) - special.ndtr((low - y) / scale), axis=0)
-        inside = np.where(wide, over_answer, over_error)
+    inside = np.empty(added.shape)
+    for way, cells in ((_inside_over_error, ~wide), (_inside_over_answer, wide)):
+        if not cells.any():
+            continue
+        sub = None if cells.all() else pred.cells(cells)
+        if sub is None:
+            inside = np.where(cells, way(pred, low, high, added), inside)
+        else:
+            inside[cells] = way(sub, low[cells][None], high[cells][None], added[cells][None])[0]
     out: np.ndarray = np.clip(1.0 - inside, 0.0, 1.0)
     return out
+
+
+def _inside_over_error(pred: Predictive, low: np.ndarray, high: np.ndarray, added: np.ndarray) -> np.ndarray:
+    """P(inside) by Gauss-Hermite over the error: both ends at every node in one pass (`Predictive.cdf_many`)."""
+    shifts = _NODES[:, None, None] * added[None]  # (nodes, m, k)
+    ends = pred.cdf_many(np.concatenate(np.broadcast_arrays(high - shifts, low - shifts)))
+    inside = np.zeros_like(added)
+    for i, w in enumerate(_WEIGHTS):  # summed in the nodes' order
+        inside += w * (ends[i] - ends[len(_NODES) + i])
+    return inside
+
+
+def _inside_over_answer(pred: Predictive, low: np.ndarray, high: np.ndarray, added: np.ndarray) -> np.ndarray:
+    """P(inside) over the answer: its quantiles at QUADRATURE_LEVELS equal-probability midpoints."""
+    levels = (np.arange(QUADRATURE_LEVELS) + 0.5) / QUADRATURE_LEVELS
+    y = pred.quantile(list(levels))  # (L, m, k)
+    scale = np.maximum(added, np.finfo(np.float64).tiny)[None]
+    inside: np.ndarray = np.mean(special.ndtr((high - y) / scale) - special.ndtr((low - y) / scale), axis=0)
+    return inside

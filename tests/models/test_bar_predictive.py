@@ -77,6 +77,20 @@ def test_cdf_many_is_each_cdf_to_the_bit_in_one_pass():
         pred.cdf_many(values[0])
 
 
+def test_cells_are_the_same_answers_one_row():
+    """The off-context guard works on the few cells near a voltage band only (models.off_context): cells keep
+    each cell's own distribution, its output's spread and floor included, to the bit."""
+    pred = make()
+    pred.spread, pred.min_half = np.array([1.5, 1.0, 2.0]), np.array([1e-4, 1e-2, 1e-4])
+    mask = np.zeros((M, K), dtype=bool)
+    mask[[0, 1, 3], [2, 0, 1]] = True
+    sub = pred.cells(mask)
+    assert sub.mean.shape == (1, 3)
+    for whole, part in ((pred.mean, sub.mean), (pred.std, sub.std), (pred.cdf(1.0), sub.cdf(1.0))):
+        np.testing.assert_array_equal(part[0], whole[mask])
+    np.testing.assert_array_equal(sub.quantile([0.1, 0.9])[:, 0], pred.quantile([0.1, 0.9])[:, mask])
+
+
 def gauss_legendre_grid(edges, n=64):
     """Nodes and weights covering [edges[0], edges[-1]] piecewise (exact for the flat buckets)."""
     x, w = np.polynomial.legendre.leggauss(n)

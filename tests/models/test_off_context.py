@@ -353,6 +353,32 @@ def test_band_probabilities_skip_only_cells_the_band_is_out_of_reach_of(dof):
     np.testing.assert_allclose(convolved_outside(pred, (0.95, 1.05), added), full, rtol=0.0, atol=1e-9)
 
 
+def test_a_bar_answers_band_probability_takes_each_way_on_its_own_cells():
+    """A PFN's bar answer gives its cells apart (BarPredictive.cells): the quiet ones get their bound (within 1e-9 of
+    the full quadrature), and the rest are integrated over the error or over the answer, each on its own cells,
+    to the bit as on every cell."""
+    import torch
+
+    from models.bar_distribution import BarDistribution
+    from models.bar_predictive import BarPredictive
+    from models.off_context import _convolved_outside, _inside_over_answer, _inside_over_error, convolved_outside
+
+    rng = np.random.default_rng(2)
+    borders = torch.linspace(-4.0, 4.0, 33)
+    logits = torch.as_tensor(rng.normal(size=(300, 10, 32)), dtype=torch.float32)
+    mu, scale = 0.95 + 0.002 * rng.normal(size=(300, 10)), 1e-4 * (1.0 + rng.random((300, 10)))
+    pred = BarPredictive(BarDistribution(borders), logits, mu, scale)
+    added = scale * rng.choice([0.01, 0.3, 3.0, 30.0], size=mu.shape)
+    full = _convolved_outside(pred, (0.95, 1.05), added)
+    wide = added > pred.std
+    assert 0.2 < wide.mean() < 0.8
+    low, high = np.full(mu.shape, 0.95), np.full(mu.shape, 1.05)
+    every = np.where(wide, _inside_over_answer(pred, low, high, added), _inside_over_error(pred, low, high, added))
+    np.testing.assert_array_equal(full, np.clip(1.0 - every, 0.0, 1.0))
+    assert 0.05 < np.mean(full < 1e-9) < 0.5 and 0.05 < np.mean(full > 1.0 - 1e-9) < 0.5  # some cells quiet
+    np.testing.assert_allclose(convolved_outside(pred, (0.95, 1.05), added), full, rtol=0.0, atol=1e-9)
+
+
 def test_work_built_ahead_is_built_once_where_the_queries_need_it(feeder, monkeypatch):
     """`build_ahead` (a core the fit leaves idle, service.engine.caches) builds the exact probe only for queries
     beyond the context's reach, and the fit given that work answers as one without it, to the bit."""
