@@ -73,14 +73,19 @@ def placed_answer(
     return answer(method, fitted, queries, spec), placed
 
 
+def widens_every_row(method: Method, fitted: Any) -> bool:
+    """Whether a guarded method's answer is widened at every query row, within the context's reach too: physics-fit,
+    and any method calibrated less the readings' meter noise (a noisy context)."""
+    return isinstance(method, OffContextGuard) and (method.within_reach or fitted.without_noise)
+
+
 def needs_widening(method: Method, fitted: Any, placed: OffContext) -> bool:
-    """Whether `widened` changes a guarded method's answer: every answer of one widened within the context's
-    reach too (physics-fit, and any method calibrated less the readings' meter noise), else where it has rows
-    beyond that reach: rows whose `ramp` is above 0, which are exactly the `extrapolated` ones (extrapolation >
-    EXTRAPOLATION_THRESHOLD)."""
+    """Whether `widened` changes a guarded method's answer: every answer of one that `widens_every_row`, else where
+    it has rows beyond the context's reach: rows whose `ramp` is above 0, which are exactly the `extrapolated` ones
+    (extrapolation > EXTRAPOLATION_THRESHOLD)."""
     if not isinstance(method, OffContextGuard):
         return False
-    return method.within_reach or fitted.without_noise or bool(placed.extrapolated.any())
+    return widens_every_row(method, fitted) or bool(placed.extrapolated.any())
 
 
 def widened(

@@ -31,6 +31,7 @@ from service.engine.answers import (
     needs_widening,
     placed_answer,
     widened,
+    widens_every_row,
 )
 from service.engine.context_sets import ContextSet
 from service.engine.errors import InputRejected, NonFiniteAnswer
@@ -60,18 +61,20 @@ async def _direct_split(
     rt: Runtime, method: Any, fitted: Any, geometry: ContextGeometry, queries: np.ndarray, spec: AnswerSpec
 ) -> tuple[Answer, OffContext, float]:
     """_direct over blocks in parallel pool workers, a guarded method's answer widened once after them (its
-    few far rows' small calls would crawl beside the other block's forward pass); the time is the wall
-    time of the whole answer."""
+    few far rows' small calls would crawl beside the other block's forward pass), or in each block where it is
+    widened at every row (`widens_every_row`: the blocks' work is then even); the time is the wall time of the
+    whole answer."""
     parts = min(rt.settings.workers, max(1, len(queries) // (SPLIT_ROWS // 2)))
     if parts < 2 or len(queries) < SPLIT_ROWS:
         return await rt.executor.run(_direct, method, fitted, geometry, queries, spec)
     t0 = time.perf_counter()
+    in_blocks = widens_every_row(method, fitted)
     blocks = np.array_split(queries, parts)
     starts = np.cumsum([0] + [len(b) for b in blocks[:-1]])
 
     async def part(block: np.ndarray, start: int) -> tuple[Answer, OffContext, float]:
         try:
-            return await rt.executor.run(_direct, method, fitted, geometry, block, spec, False)
+            return await rt.executor.run(_direct, method, fitted, geometry, block, spec, in_blocks)
         except InputRejected as exc:  # the rows in the request's numbering, not the block's
             refused = exc.__cause__
             if not isinstance(refused, RowsRefused) or not start:
@@ -81,7 +84,7 @@ async def _direct_split(
 
     done = await asyncio.gather(*(part(block, int(start)) for block, start in zip(blocks, starts, strict=True)))
     answer, placed = Answer.concat([a for a, _, _ in done]), OffContext.concat([p for _, p, _ in done])
-    if needs_widening(method, fitted, placed):
+    if not in_blocks and needs_widening(method, fitted, placed):
         answer = await rt.executor.run(widened, method, fitted, queries, answer, placed, spec)
     return answer, placed, time.perf_counter() - t0
 

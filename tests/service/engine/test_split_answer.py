@@ -117,3 +117,40 @@ def test_work_ahead_takes_an_idle_worker_only_and_keeps_its_errors():
             executor.shutdown()
 
     asyncio.run(asyncio.wait_for(scenario(), timeout=10))
+
+
+def test_an_answer_widened_at_every_row_is_widened_in_its_blocks(monkeypatch):
+    """A guarded method that widens every row (physics-fit as served; any method fitted to a noisy context) has each
+    block widened in its own worker, beside the other's: the same answer as in one piece, and no widening after."""
+    import service.engine.inference as inference
+    from service.engine.answers import widens_every_row
+
+    net = gridsim.network("ieee33")
+    context, queries = gridsim.simulate(300, 0.1, 11), gridsim.simulate(SPLIT_ROWS + 200, 0.1, 12).x
+    queries[::97] *= 1.4
+    guard = OffContextGuard(method_for(net), VoltageModel(net), within_reach=True)
+    fitted = guard.fit(context.x, context.vm_pu)
+    assert widens_every_row(guard, fitted)
+    where = geometry(context.x)
+    spec = AnswerSpec((0.05, 0.95), (0.95, 1.05))
+    whole, _ = placed_answer(guard, fitted, where, queries, spec)
+    unwidened, _ = placed_answer(guard, fitted, where, queries, spec, widen=False)
+    assert (whole.std > unwidened.std).mean() > 0.5  # most rows are widened, within the context's reach too
+
+    def no_widening_after(*args):
+        raise AssertionError("widened after the blocks")
+
+    monkeypatch.setattr(inference, "widened", no_widening_after)
+
+    async def split():
+        executor = Executor(2, 8, 0.001, 64, Metrics())
+        try:
+            runtime = SimpleNamespace(settings=SimpleNamespace(workers=2), executor=executor)
+            return await _direct_split(runtime, guard, fitted, where, queries, spec)
+        finally:
+            executor.shutdown()
+
+    answer, _, _ = asyncio.run(split())
+    np.testing.assert_array_equal(answer.mean, whole.mean)
+    for name in ("std", "quantiles", "p_outside"):  # the blocks' power flows and fits may round a last bit apart
+        np.testing.assert_allclose(getattr(answer, name), getattr(whole, name), rtol=1e-9, atol=1e-12)
