@@ -1,5 +1,6 @@
 """A big answer split over worker threads (service.engine.inference._direct_split) equals the unsplit one,
-a guarded checkpoint's included: its far rows are widened once, after the blocks, as in one piece."""
+a guarded checkpoint's included: its far rows are widened once, after the blocks, as in one piece, or in each
+block where every row is widened (physics-fit as served, a noisy context)."""
 
 from __future__ import annotations
 
