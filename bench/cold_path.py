@@ -18,10 +18,7 @@ for its probability of leaving that voltage band (`voltage_band`): an operator's
 from __future__ import annotations
 
 import argparse
-import datetime
 import logging
-import platform
-import shlex
 import statistics
 import sys
 import time
@@ -34,6 +31,7 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import gridsim  # noqa: E402
+from bench import report as bench_report  # noqa: E402
 from bench.http_accuracy import served  # noqa: E402
 from gridsim.sampling import sample_loads  # noqa: E402
 from models.registry import DEFAULT_ROOT  # noqa: E402
@@ -100,16 +98,15 @@ def main() -> None:
             times["exact GP"].append(_timed(client, "/v1/gp/predict", fresh(seed)))
             log.info("repeat %d: %s", repeat, {k: f"{v[-1]:.3f}" for k, v in times.items()})
     gp = statistics.median(times["exact GP"])
+    noise = f"meter noise {args.noise:g} p.u. on them" if args.noise else "no meter noise"
+    band = "no voltage band" if args.band is None else f"voltage band {args.band[0]:g}-{args.band[1]:g} p.u. asked"
+    truth = "the service network model to the bit" if args.truth == "batched" else "as measured, 1e-9 p.u. from it"
     lines = [
         "# Cold path: a new 500-row context and 4,000 queries in one JSON request (issue 29)",
         "",
-        f"Generated {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC by "
-        f"`{shlex.join(['bench/cold_path.py', *sys.argv[1:]])}`; {platform.machine()}, "
-        f"{platform.python_version()}, this repository's `gridpfn serve` on loopback; client wall time "
-        f"(JSON both ways, encoded and decoded with orjson), median of {args.repeats} fresh contexts each; the "
-        f"context's voltages from the {args.truth} solver ({'the service network model to the bit' if args.truth == 'batched' else 'as measured, 1e-9 p.u. from the network model'}), "
-        f"meter noise {args.noise:g} p.u. on them; "
-        f"{'no voltage band' if args.band is None else f'voltage band {args.band[0]:g}-{args.band[1]:g} p.u. asked'}.",
+        f"{bench_report.provenance('bench/cold_path.py')}; this repository's `gridpfn serve` on loopback; client wall "
+        f"time (JSON both ways, encoded and decoded with orjson), median of {args.repeats} fresh contexts each; the "
+        f"context's voltages from the {args.truth} solver ({truth}), {noise}; {band}.",
         "",
         "| model | median s | all runs s | exact GP / model |",
         "|---|---|---|---|",
@@ -117,9 +114,7 @@ def main() -> None:
     for name, runs in times.items():
         median = statistics.median(runs)
         lines.append(f"| {name} | {median:.3f} | {', '.join(f'{t:.3f}' for t in runs)} | {gp / median:.1f}x |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.write_text(text)
+    bench_report.write(args.out, lines)
 
 
 if __name__ == "__main__":
