@@ -48,9 +48,10 @@ def cell(scenario: accuracy_v3.Scenario, clean: np.ndarray, draws: int, queries:
         error = answer.mean - qy
         z.append((error / (answer.std / fitted.simultaneous)).ravel())
         worst.append(float((np.abs(error) <= 1.96 * answer.std).mean(axis=0).min()))
-        ratio.append(float((2 * 1.96 * answer.std).mean() / (2 * np.quantile(np.abs(error), 0.95, axis=0)).mean()))
+        width = 2 * 1.96 * answer.std
+        ratio.append(float(width.mean() / (2 * np.quantile(np.abs(error), 0.95, axis=0)).mean()))
         errors.append(np.abs(error))
-        widths.append(2 * 1.96 * answer.std)
+        widths.append(width)
     pooled = np.concatenate(z)
     pooled_cover = (2 * np.quantile(np.concatenate(errors), 0.95, axis=0)).mean()
     return (

@@ -587,13 +587,18 @@ class OffContextGuard(Method):
                 mu, sigma = mean[rows][moved], np.maximum(std[rows][moved], np.finfo(np.float64).tiny)
                 p_outside[rows[moved]] = norm.cdf((band[0] - mu) / sigma) + norm.sf((band[1] - mu) / sigma)
 
+    def widens_every_row(self, fitted: GuardedFit) -> bool:
+        """Whether `widen` reads every query row, within the context's reach too: `within_reach` (physics-fit), or
+        a method calibrated less the readings' meter noise (a noisy context)."""
+        return self.within_reach or fitted.without_noise
+
     def consulted(self, fitted: GuardedFit, extrapolation: np.ndarray) -> np.ndarray:
         """The query rows whose answer `widen` reads the network model's power flow at: those beyond the
-        context's reach (their ramp above 0; every row `within_reach`), where the probes have a power flow at
-        the context (they are built here, once, if there is such a row)."""
+        context's reach (their ramp above 0; every row where it `widens_every_row`), where the probes have a power
+        flow at the context (they are built here, once, if there is such a row)."""
         # a flat test first: most answers have no such row, and clip is slow on a few rows
         beyond = np.asarray(extrapolation) > EXTRAPOLATION_THRESHOLD
-        far = np.flatnonzero(np.ones_like(beyond) if self.within_reach or fitted.without_noise else beyond)
+        far = np.flatnonzero(np.ones_like(beyond) if self.widens_every_row(fitted) else beyond)
         if far.size and fitted.exact.get().fit is None:
             return far[:0]
         return far

@@ -74,9 +74,8 @@ def placed_answer(
 
 
 def widens_every_row(method: Method, fitted: Any) -> bool:
-    """Whether a guarded method's answer is widened at every query row, within the context's reach too: physics-fit,
-    and any method calibrated less the readings' meter noise (a noisy context)."""
-    return isinstance(method, OffContextGuard) and (method.within_reach or fitted.without_noise)
+    """Whether a guarded method's answer is widened at every query row (`OffContextGuard.widens_every_row`)."""
+    return isinstance(method, OffContextGuard) and method.widens_every_row(fitted)
 
 
 def needs_widening(method: Method, fitted: Any, placed: OffContext) -> bool:
