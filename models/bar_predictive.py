@@ -34,6 +34,8 @@ def _finite_array(name: str, value: torch.Tensor | npt.ArrayLike, allow_inf: boo
 
 # Logits per chunk (2 Mi, 16 MiB as float64): each method's temporaries stay bounded whatever m is.
 _CHUNK_ELEMENTS = 1 << 21
+# The smallest error `cdf_with_error` takes, in the answer's standardised units.
+_MIN_ERROR = 1e-12
 # The central interval `min_half` bounds.
 _CENTRAL_95 = ((1.0 - CALIBRATION_LEVEL) / 2, (1.0 + CALIBRATION_LEVEL) / 2)
 
@@ -266,6 +268,21 @@ class BarPredictive(Predictive):
             raise ValueError(f"values must be shaped (L, m, k) with (m, k) = {self.loc.shape}, got {v.shape}")
         z = torch.stack([self._standardise("values", one) for one in v], dim=-1)  # (m, k, L)
         return np.moveaxis(self._by_rows(self._bar64.cdf_points, z), -1, 0)
+
+    def cdf_with_error(self, values: np.ndarray, error_std: np.ndarray) -> np.ndarray:
+        """(L, m, k) in closed form per chunk (`BarDistribution.cdf_plus_normal`), the error standardised with the
+        answer. An error under 1e-12 of the answer's scale is taken as that (the closed form needs it > 0)."""
+        v = _finite_array("values", values)
+        if v.ndim != 3 or v.shape[1:] != self.loc.shape:
+            raise ValueError(f"values must be shaped (L, m, k) with (m, k) = {self.loc.shape}, got {v.shape}")
+        sigma = np.maximum(np.broadcast_to(_finite_array("error_std", error_std), self.loc.shape), 0.0)
+        scale = self._loc_scale()[1]
+        z = torch.stack([self._standardise("values", one) for one in v], dim=-1)  # (m, k, L)
+        z_sigma = self._torch(np.maximum(sigma / scale, _MIN_ERROR))[..., None]
+        bar = self._bar64
+        both = torch.cat([z, z_sigma], dim=-1)
+        out = self._by_rows(lambda lg, zs: bar.cdf_plus_normal(torch.softmax(lg, -1), zs[..., :-1], zs[..., -1]), both)
+        return np.moveaxis(out, -1, 0)
 
     def log_prob(self, y: np.ndarray) -> np.ndarray:
         v = _finite_array("y", y)

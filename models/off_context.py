@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import numpy as np
-from scipy import special
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
@@ -627,14 +626,8 @@ class OffContextGuard(Method):
             raise RowsRefused(refused.field, rows, refused.reason, refused.expected)
 
 
-# The band probability of the method's answer plus a normal error: integrated over whichever of the two is
-# the wider (the other's cdf is then smooth on the integration's scale): Gauss-Hermite nodes over the error,
-# or the answer's quantiles at QUADRATURE_LEVELS midpoints.
-_NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(24)
-_WEIGHTS = _WEIGHTS / _WEIGHTS.sum()
-QUADRATURE_LEVELS = 64
 # convolved_outside's cells the band is out of reach of (a normal error reaches QUIET_REACH stds with
-# probability 6e-16): given their bound, within QUIET_P of the quadrature's answer.
+# probability 6e-16): given their bound, within QUIET_P of the exact answer.
 QUIET_REACH, QUIET_P = 8.0, 1e-9
 
 
@@ -683,10 +676,9 @@ def convolved_outside(
     pred: Predictive, band: tuple[float, float], added: np.ndarray, shift: np.ndarray | None = None
 ) -> np.ndarray:
     """(m, k) P(outside `band`) of `pred` moved by `shift` (m, k; None: not moved) plus an independent normal
-    error of std `added` (m, k), to about
-    4e-4 (a normal answer 3x narrower than the error, tests/models/test_off_context.py). A cell the answer
+    error of std `added` (m, k), exact for each kind of answer (`Predictive.cdf_with_error`). A cell the answer
     leaves (or stays in) the band from with less than QUIET_P even QUIET_REACH error stds nearer to it (or
-    farther out) gets that bound without the quadrature, where the answer can give its other cells alone
+    farther out) gets that bound without the convolution, where the answer can give its other cells alone
     (`Predictive.cells`): most cells of most answers lie far inside the band or far outside it."""
     moved = np.zeros_like(added) if shift is None else shift
     low, high = band[0] - moved, band[1] - moved  # the moved answer leaves the band where pred leaves this one
@@ -707,37 +699,7 @@ def convolved_outside(
 
 
 def _convolved_outside(pred: Predictive, band: tuple[Any, Any], added: np.ndarray) -> np.ndarray:
-    """`convolved_outside` on every cell: Gauss-Hermite over the error, or where the error is the wider over the
-    answer's quantiles; each way on its own cells where the answer gives them (`Predictive.cells`)."""
-    low, high = (np.broadcast_to(end, added.shape) for end in band)
-    wide = added > np.asarray(pred.std)
-    inside = np.empty(added.shape)
-    for way, cells in ((_inside_over_error, ~wide), (_inside_over_answer, wide)):
-        if not cells.any():
-            continue
-        sub = None if cells.all() else pred.cells(cells)
-        if sub is None:
-            inside = np.where(cells, way(pred, low, high, added), inside)
-        else:
-            inside[cells] = way(sub, low[cells][None], high[cells][None], added[cells][None])[0]
-    out: np.ndarray = np.clip(1.0 - inside, 0.0, 1.0)
+    """`convolved_outside` on every cell: both ends of the band in one pass (`Predictive.cdf_with_error`)."""
+    ends = pred.cdf_with_error(np.stack(np.broadcast_arrays(band[1], band[0], added)[:2]), added)
+    out: np.ndarray = np.clip(1.0 - (ends[0] - ends[1]), 0.0, 1.0)
     return out
-
-
-def _inside_over_error(pred: Predictive, low: np.ndarray, high: np.ndarray, added: np.ndarray) -> np.ndarray:
-    """P(inside) by Gauss-Hermite over the error: both ends at every node in one pass (`Predictive.cdf_many`)."""
-    shifts = _NODES[:, None, None] * added[None]  # (nodes, m, k)
-    ends = pred.cdf_many(np.concatenate(np.broadcast_arrays(high - shifts, low - shifts)))
-    inside = np.zeros_like(added)
-    for i, w in enumerate(_WEIGHTS):  # summed in the nodes' order
-        inside += w * (ends[i] - ends[len(_NODES) + i])
-    return inside
-
-
-def _inside_over_answer(pred: Predictive, low: np.ndarray, high: np.ndarray, added: np.ndarray) -> np.ndarray:
-    """P(inside) over the answer: its quantiles at QUADRATURE_LEVELS equal-probability midpoints."""
-    levels = (np.arange(QUADRATURE_LEVELS) + 0.5) / QUADRATURE_LEVELS
-    y = pred.quantile(list(levels))  # (L, m, k)
-    scale = np.maximum(added, np.finfo(np.float64).tiny)[None]
-    inside: np.ndarray = np.mean(special.ndtr((high - y) / scale) - special.ndtr((low - y) / scale), axis=0)
-    return inside

@@ -77,6 +77,24 @@ def test_cdf_many_is_each_cdf_to_the_bit_in_one_pass():
         pred.cdf_many(values[0])
 
 
+def test_cdf_with_error_follows_the_stretched_answer_in_physical_units():
+    """The error is standardised with the answer's own (stretched) scale: a vanishing error gives the answer's cdf,
+    and the sum's cdf at any value equals the standardised closed form (BarDistribution.cdf_plus_normal)."""
+    pred = make()
+    pred.spread, pred.min_half = np.array([1.5, 1.0, 2.0]), np.array([1e-4, 1e-2, 1e-4])
+    values = pred.mean[None] + np.linspace(-8.0, 8.0, 7)[:, None, None] * pred.std[None]
+    np.testing.assert_allclose(
+        pred.cdf_with_error(values, np.zeros((M, K))), pred.cdf_many(values), rtol=0.0, atol=1e-9
+    )
+    error = 3.0 * pred.std
+    got = pred.cdf_with_error(values, error)
+    probe = BarPredictive(BarDistribution(BORDERS), pred.logits, pred._loc_scale()[0], pred._loc_scale()[1])
+    np.testing.assert_array_equal(got, probe.cdf_with_error(values, error))  # the stretch is only loc and scale
+    assert np.all(np.diff(got, axis=0) > 0) and got[0].min() > pred.cdf_many(values)[0].min()  # the error spreads it
+    with pytest.raises(ValueError, match=r"\(L, m, k\)"):
+        pred.cdf_with_error(values[0], error)
+
+
 def test_cells_are_the_same_answers_one_row():
     """The off-context guard works on the few cells near a voltage band only (models.off_context): cells keep
     each cell's own distribution, its output's spread and floor included, to the bit."""
