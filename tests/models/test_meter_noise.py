@@ -68,11 +68,13 @@ def _coverage_and_width(summary, truth):
 
 
 @pytest.mark.parametrize("lines", ["as modelled", "each 0.7-1.3x"])
-def test_noisy_readings_give_intervals_about_the_truth_not_about_a_reading(lines):
-    """IEEE 33, 500 readings with 1e-3 p.u. meter noise within +-10 % of base, queries drawn alike, the lines as
-    modelled or each off by its own factor (not told): the intervals hold the noise-free truth on every bus at
-    under 2.5x the width that would just cover. Calibrated on the readings' held-out errors (no denoiser, as
-    before) they were over 2.5x; taking the noise out without the noisy probes' shared error left a bus at 0.59."""
+def test_noisy_readings_are_answered_from_the_readings_denoised(lines):
+    """IEEE 33, 500 readings with 1e-3 p.u. meter noise within +-10 % of base, queries drawn alike (within the
+    context's reach), the lines as modelled or each off by its own factor (not told). A fit of the noisy readings is
+    no better than per-bus least squares and its interval is as wide as the noise carries it (as without a
+    denoiser: 0.83x least squares, 2.2e-3 p.u. wide); answered from the readings denoised by network-fit's joint
+    fit, the error is 0.03x (as modelled) and 0.12x (lines off) least squares, the interval 7-22x narrower, and it
+    still holds the noise-free truth on every bus."""
     import dataclasses
 
     net = gridsim.network("ieee33")
@@ -84,16 +86,21 @@ def test_noisy_readings_give_intervals_about_the_truth_not_about_a_reading(lines
     x, queries = around(500), around(300)
     y = truth_of(x) + rng.normal(0.0, 1e-3, (500, len(net.output_buses)))
     truth = truth_of(queries)
+    coef = np.linalg.lstsq(np.c_[np.ones(len(x)), x], y, rcond=None)[0]
+    least_squares = np.abs(np.c_[np.ones(len(queries)), queries] @ coef - truth).mean()
 
     guard = _served_guard(net, model)
     fitted = guard.fit(x, y)
     assert fitted.without_noise
-    coverage, width = _coverage_and_width(guard.summarize(fitted, queries, LEVELS), truth)
-    assert coverage >= 0.9 and width <= 2.5
+    answer = guard.summarize(fitted, queries, LEVELS)
+    coverage, _ = _coverage_and_width(answer, truth)
+    width = (answer.quantiles[1] - answer.quantiles[0]).mean()
+    assert coverage >= 0.95 and np.abs(answer.mean - truth).mean() <= 0.2 * least_squares
 
     readings = _served_guard(net, model, denoiser=False)
-    old_coverage, old_width = _coverage_and_width(readings.summarize(readings.fit(x, y), queries, LEVELS), truth)
-    assert old_width > 2.5 and old_width > 1.5 * width
+    old = readings.summarize(readings.fit(x, y), queries, LEVELS)
+    assert np.abs(old.mean - truth).mean() > 0.7 * least_squares
+    assert width < 0.25 * (old.quantiles[1] - old.quantiles[0]).mean()
 
 
 def test_exact_readings_keep_their_answer_bit_for_bit():
