@@ -54,8 +54,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import gridsim  # noqa: E402
 from gridsim import simbench_data  # noqa: E402
 from gridsim.api import VoltageModel  # noqa: E402
-from models.limits import READING_SCATTER_PU, READING_TOLERANCE_PU  # noqa: E402
-from service.engine.readings import reading_scatter  # noqa: E402
+from models.limits import READING_GLITCH_PU, READING_SCATTER_PU, READING_TOLERANCE_PU  # noqa: E402
+from service.engine.readings import GLITCH_Z, reading_scatter  # noqa: E402
 
 PV_BUSES = (6, 12, 15, 18, 22, 25, 30, 33)  # IEEE numbers, as bench/accuracy_v3.py
 PV_EXPORT = (-2.0, -1.0)
@@ -140,12 +140,25 @@ def ieee33_pools(args) -> list[tuple[str, str, list[tuple[np.ndarray, np.ndarray
     return out
 
 
-def _scatter(model: VoltageModel, x: np.ndarray, y: np.ndarray) -> float | None:
-    """The largest inferred noise over buses of one context (`x` the reported loads), as the check infers it."""
+# Legitimate contexts' reading farthest from the scatter fit, in p.u. and in its bus's noise stds: (p.u., z, where).
+FARTHEST: dict[str, tuple[float, float, str]] = {}
+
+
+def _scatter(model: VoltageModel, x: np.ndarray, y: np.ndarray, where: str = "") -> float | None:
+    """The largest inferred noise over buses of one context (`x` the reported loads), as the check infers it; a
+    legitimate context (`where` named) also records its farthest reading (FARTHEST)."""
     v = model(x)
     solved = np.isfinite(v).all(axis=1)
     found = reading_scatter(x[solved], y[solved], v[solved])
-    return None if found is None else float(np.nanmax(found[0]))
+    if found is None:
+        return None
+    if where:
+        z = found.far_pu / float(found.noise[found.far_bus])
+        if found.far_pu > FARTHEST.get("pu", (0.0, 0.0, ""))[0]:
+            FARTHEST["pu"] = (found.far_pu, z, where)
+        if z > FARTHEST.get("z", (0.0, 0.0, ""))[1]:
+            FARTHEST["z"] = (found.far_pu, z, where)
+    return float(np.nanmax(found.noise))
 
 
 def _context_rows(rng: np.random.Generator, rows: int, size: int, stretch: bool) -> np.ndarray:
@@ -189,7 +202,8 @@ def scatter(args, simbench, pools) -> None:
                     rng = np.random.default_rng([args.seed, 7, i, j, size, d])
                     idx = _context_rows(rng, len(x), min(size, len(x)), stretch=year and d % 2 == 0)
                     reported = simbench_data.add_load_noise(x[idx], args.load_noise, rng)
-                    found.append(_scatter(model, reported, simbench_data.add_meter_noise(y[idx], noise, rng)))
+                    readings = simbench_data.add_meter_noise(y[idx], noise, rng)
+                    found.append(_scatter(model, reported, readings, f"{label}, {kind}, noise {noise:g}, {size} rows"))
                 top = max((f for f in found if f is not None), default=None)
                 cells.append("-" if top is None else f"{top:.2e}")
                 if top is not None and top > largest:
@@ -197,6 +211,13 @@ def scatter(args, simbench, pools) -> None:
             print(f"| {label} | {kind} | {noise:g} | " + " | ".join(cells) + " |")
     print(f"\nLargest legitimate inferred noise: {largest:.2e} p.u. ({where}).")
     print(f"READING_SCATTER_PU = {READING_SCATTER_PU:g} p.u.: {READING_SCATTER_PU / largest:.1f}x that.\n")
+    far_pu, far_z = FARTHEST["pu"], FARTHEST["z"]
+    print(
+        f"Farthest single reading from the fit (a glitch is refused over READING_GLITCH_PU = {READING_GLITCH_PU:g} "
+        f"p.u. and GLITCH_Z = {GLITCH_Z:g} of its bus's noise stds): {far_pu[0]:.2e} p.u. ({far_pu[1]:.1f} stds; "
+        f"{far_pu[2]}), {READING_GLITCH_PU / far_pu[0]:.1f}x under the threshold; most stds {far_z[1]:.1f} "
+        f"({far_z[0]:.2e} p.u.; {far_z[2]}).\n"
+    )
     targets = [(code, x, model) for code, _, x, _, model in simbench]
     targets += [(f"{label}, {kind}", truths[0][0], model) for label, kind, truths, model in pools[:1]]
     print(

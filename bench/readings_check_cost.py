@@ -64,7 +64,9 @@ def main() -> None:
         v = np.concatenate([model(x[s : s + block]) for s in range(0, args.rows, block)])
         solve.append(time.perf_counter() - started)
         started = time.perf_counter()
-        noise, fitted = readings.reading_scatter(ctx.x, ctx.y, v)
+        found = readings.reading_scatter(ctx.x, ctx.y, v)
+        assert found is not None
+        noise, fitted = found.noise, found.rows
         fit.append(time.perf_counter() - started)
     print(
         f"- legitimate, split: power flow of {args.rows} rows {min(solve):.2f} s, scatter fit of {fitted} rows "

@@ -17,7 +17,8 @@ random): physics-fit answered -14..19 p.u. at 1.5x load off such a context. Thei
 model is smooth in the loads for a legitimate feeder (a wrong impedance, a tap, load growth), so a Bayesian linear
 fit of it on the loads (models.linear.BayesianLinearRegression, as models.off_context.reading_noise fits it) leaves
 the meters' noise, and a bus whose noise std is over READING_SCATTER_PU is refused (ScatteredReadings, naming the
-bus). The fit takes the rows that read every
+bus); so is one reading farther than READING_GLITCH_PU and GLITCH_Z noise stds off that fit (GlitchedReading, naming
+the cell: a glitch among exact readings is no noise, and the models fitted it). The fit takes the rows that read every
 metered bus (a bus read in some row) and meter every load: an unmetered load is solved at its typical value, and
 its departure from that is no function of the reported loads (no load metered: 0.036 p.u. "noise" on IEEE 33 at
 0.3-1.6x load). Under SCATTER_MIN_ROWS such rows the noise cannot be told from the fit and the check is skipped;
@@ -41,6 +42,7 @@ import numpy as np
 from models.errors import ROWS_SHOWN, RowsRefused, rows_text
 from models.limits import (
     MIN_CONTEXT_ROWS,
+    READING_GLITCH_PU,
     READING_MAX_PU,
     READING_MIN_PU,
     READING_SCATTER_PU,
@@ -66,6 +68,9 @@ SCATTER_MAX_ROWS = 2000
 # its bus's mean departure): IEEE 33, lines 1.3x (not told), 1.3-1.6x load, readings noise 2e-3, 500 rows infer
 # 2.3e-3 complete and 2.2-2.5e-3 with 3-66 % of the readings missing at random after three (scratch, this VM).
 IMPUTATION_PASSES = 3
+# A reading is a glitch (GlitchedReading) where it lies over READING_GLITCH_PU off the scatter fit and over this many
+# of its bus's noise stds (its own included): a normal reading is that far out with probability 1e-15.
+GLITCH_Z = 8.0
 # What a meter's noise is at most (the product's supported range), quoted in the refusal's expectation.
 METER_NOISE_PU = 2e-3
 
@@ -156,6 +161,42 @@ class ScatteredReadings(InvalidInput):
         )
 
 
+@dataclass(frozen=True)
+class Scatter:
+    """What `reading_scatter` finds: (k,) the readings' noise std per bus (NaN at a bus never read), the rows held
+    to it, and the one reading farthest from the fit: its row (0-based, in the context), bus and distance (p.u.)."""
+
+    noise: np.ndarray
+    rows: int
+    far_row: int
+    far_bus: int
+    far_pu: float
+
+
+GLITCH_EXPECTED = (
+    f"each reading within {READING_GLITCH_PU:g} p.u. of the smooth function of the loads its bus's other readings "
+    "follow: drop a glitched reading's row (or send the reading as null to network-fit, which takes gaps)"
+)
+
+
+class GlitchedReading(InvalidInput):
+    """One reading far off the smooth function of the loads that its bus's other readings follow (a meter glitch, a
+    reading from another time): every context-only model fits it as a voltage the feeder had and carries it to its
+    answers (IEEE 33, exact readings but one 0.05 p.u. off: physics-fit 0.79x least squares, worst bus 0.93)."""
+
+    def __init__(self, field: str, scatter: Scatter, noise: float, column: str | None = None) -> None:
+        self.row, self.bus, self.distance = scatter.far_row, scatter.far_bus, scatter.far_pu
+        self.expected = GLITCH_EXPECTED
+        where = f"output {self.bus}" + (f" ({column})" if column else "")
+        super().__init__(
+            f"{field}.y[{self.row}][{self.bus}]",
+            f"the reading at row {self.row}, {where} lies {self.distance:.4f} p.u. off the smooth function of the "
+            f"loads that its bus's other readings follow (their noise std {noise:.2g} p.u.), more than "
+            f"{READING_GLITCH_PU:g} p.u.: a glitch, no measurement of the feeder at that row",
+            GLITCH_EXPECTED,
+        )
+
+
 def scatter_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """The context rows the scatter check holds (0-based): those metering every load (no NaN in `x`) and reading
     some bus. A row that misses some bus's reading is held on the buses it reads (an attacker pass left one
@@ -172,10 +213,10 @@ def fitted_rows(rows: np.ndarray) -> np.ndarray:
     return picked
 
 
-def reading_scatter(x: np.ndarray, y: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, int] | None:
-    """(k,) the readings' noise std per bus (NaN at a bus never read) as the check infers it (`x` the reported
-    loads, NaN where not metered; `y` the readings; `v` the network model's voltages at the rows' loads), and
-    the rows held to it; None when fewer than SCATTER_MIN_ROWS rows qualify (`scatter_rows`).
+def reading_scatter(x: np.ndarray, y: np.ndarray, v: np.ndarray) -> Scatter | None:
+    """The readings' noise std per bus as the check infers it (`x` the reported loads, NaN where not metered; `y` the
+    readings; `v` the network model's voltages at the rows' loads), the rows held to it and the reading farthest
+    from the fit (`Scatter`); None when fewer than SCATTER_MIN_ROWS rows qualify (`scatter_rows`).
 
     A Bayesian linear fit of the readings' departure from the network model on the loads, made on `fitted_rows`,
     gives the noise; every qualifying row is then held to that fit, and where their mean squared residual less the
@@ -203,7 +244,10 @@ def reading_scatter(x: np.ndarray, y: np.ndarray, v: np.ndarray) -> tuple[np.nda
     held = excess.sum(axis=0) / np.maximum(read.sum(axis=0), 1)
     noise = np.full(y.shape[1], np.nan)
     noise[metered] = np.maximum(fit.noise_std, np.sqrt(np.maximum(held, 0.0)))
-    return noise, int(rows.size)
+    off = np.where(read, np.abs(filled - at.mean), 0.0)
+    row, bus = np.unravel_index(int(np.argmax(off)), off.shape)
+    far_bus = int(np.flatnonzero(metered)[bus])
+    return Scatter(noise, int(rows.size), int(rows[row]), far_bus, float(off[row, bus]))
 
 
 def summary(readings: int, rows: int) -> str:
@@ -250,11 +294,14 @@ def check_readings(
     scatter = reading_scatter(ctx.x, ctx.y, v)
     if scatter is None:
         return
-    noise, fitted = scatter
-    worst = int(np.nanargmax(noise))
-    if noise[worst] > READING_SCATTER_PU:
+    worst = int(np.nanargmax(scatter.noise))
+    if scatter.noise[worst] > READING_SCATTER_PU:
         column = outputs[worst] if worst < len(outputs) else None
-        raise ScatteredReadings(field, worst, float(noise[worst]), fitted, column)
+        raise ScatteredReadings(field, worst, float(scatter.noise[worst]), scatter.rows, column)
+    if scatter.far_pu > max(READING_GLITCH_PU, GLITCH_Z * float(scatter.noise[scatter.far_bus])):
+        bus = scatter.far_bus
+        column = outputs[bus] if bus < len(outputs) else None
+        raise GlitchedReading(field, scatter, float(scatter.noise[bus]), column)
 
 
 class Readings:

@@ -170,6 +170,27 @@ def test_fewer_than_16_rows_are_not_held_to_the_scatter(api):
     assert api.post("/v1/context-sets", json={"x": rows(x), "y": rows(y)}).status_code == 201
 
 
+def test_one_glitched_reading_is_refused_naming_its_cell_every_way_in(api):
+    """Exact readings but one 0.05 p.u. off (a user's trial: the context-only models fitted it, physics-fit 0.79x
+    least squares): refused as a context set, inline and in the page's upload, each naming the cell."""
+    rng = np.random.default_rng(5)
+    x = NET.base_x * (1.0 + 0.1 * rng.uniform(-1.0, 1.0, (200, NET.n_features)))
+    y = VoltageModel(NET)(x)
+    y[3, 16] += 0.05
+    problem = assert_problem(api.post("/v1/context-sets", json={"x": rows(x), "y": rows(y)}), 422, "body.y[3][16]")
+    assert "off the smooth function of the loads" in problem["errors"][0]["message"]
+    body = {"model": "physics-fit", "context": {"x": rows(x), "y": rows(y)}, "queries": rows(x[:1])}
+    assert_problem(api.post("/v1/predict", json=body), 422, "context.y[3][16]")
+    frame = pd.DataFrame(np.hstack([x, y]), columns=[*NET.feature_names, *NET.output_names])
+    problem = assert_problem(
+        api.post("/ui/api/context-sets", files={"file": ("g.csv", frame.to_csv(index=False).encode())}), 422, "file"
+    )
+    error = problem["errors"][0]
+    assert (error["row"], error["column"]) == (4, NET.output_names[16]), error  # a table numbers rows from 1
+    y[3, 16] -= 0.05
+    assert api.post("/v1/context-sets", json={"x": rows(x), "y": rows(y)}).status_code == 201
+
+
 def test_the_page_upload_names_the_scattered_column(api):
     x, y = _scattered(40, 0.19, seed=3)
     frame = pd.DataFrame(np.hstack([x, y]), columns=[*NET.feature_names, *NET.output_names])
