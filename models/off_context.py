@@ -209,6 +209,15 @@ class Denoised:
 
 
 @dataclass(frozen=True)
+class Smoothed:
+    """The method's fit of the readings denoised (the denoiser's answer at the context rows, else the network model's
+    voltages plus the readings' smooth departure from them) and the denoiser's own fit (None: no denoiser answer)."""
+
+    fit: Any
+    denoised: Any | None
+
+
+@dataclass(frozen=True)
 class GuardedFit:
     """The wrapped method's fit on the readings, the probes on the network model (lazy), the geometry."""
 
@@ -219,6 +228,8 @@ class GuardedFit:
     # the method's spread was calibrated on held-out errors less the readings' meter noise (models.meter_noise):
     # every query is then widened by the noise-driven error the noisy probes show there (`_noise_driven`)
     without_noise: bool = False
+    # the fits of the readings denoised (None: exact readings, or no power flow at the context), built on first use
+    smoothed: Lazy[Smoothed | None] | None = None
 
 
 def reading_noise(x: np.ndarray, residual: np.ndarray) -> np.ndarray:
@@ -297,8 +308,10 @@ class OffContextGuard(Method):
         own = parts.own.get()
         real = self._without_meter_noise(own, x, y, parts.departure.get, denoised.get)
         without_noise = real is not own
-        probes = Lazy(lambda: self._probes(x, parts.exact.get(), parts.departure.get(), denoised.get, without_noise))
-        return GuardedFit(real, parts.exact, probes, ContextGeometry.of(x), without_noise=without_noise)
+        smoothed = Lazy(lambda: self._smoothed(x, parts.exact.get(), parts.departure.get(), denoised.get))
+        probes = Lazy(lambda: self._probes(x, parts.exact.get(), parts.departure.get(), smoothed.get, without_noise))
+        geometry = ContextGeometry.of(x)
+        return GuardedFit(real, parts.exact, probes, geometry, without_noise=without_noise, smoothed=smoothed)
 
     def context_work(self, context_x: np.ndarray, context_y: np.ndarray) -> ContextWork:
         """The context's `ContextWork`, nothing built yet."""
@@ -373,12 +386,29 @@ class OffContextGuard(Method):
             return real
         return self.base.without_meter_noise(real, x, y, noise)
 
-    def _probes(
+    def _smoothed(
         self,
         x: np.ndarray,
         probe: ExactProbe,
         departure: tuple[np.ndarray, np.ndarray] | None,
         denoised: Callable[[], Denoised | None],
+    ) -> Smoothed | None:
+        """`Smoothed` (None where the readings are exact, or without the network model's voltages at the context)."""
+        v = probe.v
+        if v is None or departure is None or float(departure[0].max()) <= NOISELESS_PU:
+            return None
+        answer = denoised()
+        if answer is None:
+            return Smoothed(self.base.fit_for_means(x, v + departure[1]), None)
+        readings = np.where(np.isfinite(answer.readings), answer.readings, v + departure[1])
+        return Smoothed(self.base.fit_for_means(x, readings), answer.fit)
+
+    def _probes(
+        self,
+        x: np.ndarray,
+        probe: ExactProbe,
+        departure: tuple[np.ndarray, np.ndarray] | None,
+        smoothed: Callable[[], Smoothed | None],
         without_noise: bool,
     ) -> Probes:
         """`departure`: the readings' noise and smooth departure from the network model (`_departure`);
@@ -387,7 +417,7 @@ class OffContextGuard(Method):
         v, exact = probe.v, probe.fit
         if v is None or departure is None:
             return Probes(None, None, [], 1.0)
-        noise, smooth = departure
+        noise = departure[0]
         if float(noise.max()) <= NOISELESS_PU:
             return Probes(exact, None, [], 1.0)
         plain = None if self.prober is self.base else self.prober.fit_for_means(x, v)
@@ -402,11 +432,9 @@ class OffContextGuard(Method):
         # must hold on all k buses at once (Bonferroni), with the t's allowance for so few probes
         k = v.shape[1]
         gain = simultaneous_factor(k) * float(student_t.ppf(0.5 + CALIBRATION_LEVEL / 2.0, NOISY_PROBES)) / GAUSS_HALF
-        answer = denoised()
-        if answer is None:
-            return Probes(exact, plain, noisy, gain, self.base.fit_for_means(x, v + smooth), None, at_context)
-        readings = np.where(np.isfinite(answer.readings), answer.readings, v + smooth)
-        return Probes(exact, plain, noisy, gain, self.base.fit_for_means(x, readings), answer.fit, at_context)
+        fits = smoothed()
+        assert fits is not None  # noisy readings and the network model's voltages, as here
+        return Probes(exact, plain, noisy, gain, fits.fit, fits.denoised, at_context)
 
     def _miss(
         self,
@@ -427,13 +455,19 @@ class OffContextGuard(Method):
         method's own mean and std there (already computed: a checkpoint's is a forward pass)."""
         exact = fitted.exact.get().fit
         assert exact is not None
+        nonlinear = _answered(self.base, exact, rows, v) - v
         if fitted.without_noise and self.denoiser is not None:
             # noisy readings: every query is answered as one beyond the context's reach, from the method's fit of the
-            # readings denoised with the denoiser's spread (`_far_miss`). A fit of the noisy readings themselves is no
+            # readings denoised with the denoiser's spread (`_leaned`). A fit of the noisy readings themselves is no
             # better than per-bus least squares (0.8-1.06x on the SimBench development grids at 1e-3 p.u. and IEEE 33
-            # at 1e-5), network-fit's joint fit over the branches takes the noise out (0.01-0.3x)
+            # at 1e-5), network-fit's joint fit over the branches takes the noise out (0.01-0.3x). The noisy probes
+            # are then not built: they widen only an answer that keeps the method's own fit (~0.3 s of a 4,000-query
+            # answer on IEEE 33)
+            fits = None if fitted.smoothed is None else fitted.smoothed.get()
+            leaned = None if fits is None else self._leaned(fits, rows, v, nonlinear)
+            if leaned is not None:
+                return leaned[0], leaned[1] - answer, np.zeros(len(rows))
             weight = np.ones_like(weight)
-        nonlinear = _answered(self.base, exact, rows, v) - v
         out: np.ndarray = np.abs(nonlinear) if self.within_reach else np.zeros_like(nonlinear)
         beyond = weight > 0.0
         # the noisy probes' answers only where they count: every row of a fit calibrated less the noise, else far ones
@@ -489,29 +523,41 @@ class OffContextGuard(Method):
             exact: np.ndarray = np.abs(nonlinear)
             return exact, answer, False
         assert probes.smooth is not None
+        if probes.denoised is not None:
+            leaned = self._leaned(Smoothed(probes.smooth, probes.denoised), rows, v, nonlinear)
+            if leaned is not None:
+                return leaned[0], leaned[1], True
         centre = _answered(self.base, probes.smooth, rows, v)  # the method's fit of the readings denoised
-        if probes.denoised is not None and self.denoiser is not None:
-            # the denoiser's own spread there, and how far the method's fit strays from the denoiser's answer
-            # (its extrapolation of the denoised readings) plus its miss on the network model (module comment)
-            known = self.denoiser.summarize(probes.denoised, rows)
-            denoiser_mean, denoiser_var = np.asarray(known.mean), np.square(np.asarray(known.std))
-            # where the method's fit strays from the denoiser's answer by more than the denoiser's spread (a few rows,
-            # far out: 16 readings at 2-3x load answered 0.23-1.0 p.u., network-fit 0.6-0.95) the answer leans to the
-            # denoiser's, by the inverse of each one's squared error (the method's: its distance plus its miss)
-            strays = np.square(np.abs(centre - denoiser_mean) + np.abs(nonlinear))
-            total = strays + denoiser_var
-            lean = np.divide(strays, total, out=np.zeros_like(total), where=total > 0.0)
-            centre = centre + lean * (denoiser_mean - centre)
-            spread = np.sqrt(denoiser_var + np.square(1.0 - lean) * strays)  # the method's error as far as it counts
-            if np.isfinite(spread).all() and np.isfinite(centre).all():
-                return spread, centre, True
-            centre = _answered(self.base, probes.smooth, rows, v)
         # without a denoiser's spread: the answer's own fit's, moved with the centre and widened by the move (the
         # interval holds every value the unmoved one held)
         sampled = probes.gain * np.sqrt(np.square(nonlinear) + scatter)
         own = REACH * np.abs(answer - centre + nonlinear)
         out: np.ndarray = np.maximum(sampled, own) + np.abs(centre - answer)
         return out, centre, False
+
+    def _leaned(
+        self, fits: Smoothed, rows: np.ndarray, v: np.ndarray, nonlinear: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """(m, k) the spread and centre at query rows of the method's fit of the readings denoised, leaning to the
+        denoiser's answer (`_far_miss`); None without a denoiser's fit, or where either is not finite."""
+        if fits.denoised is None or self.denoiser is None:
+            return None
+        centre = _answered(self.base, fits.fit, rows, v)  # the method's fit of the readings denoised
+        # the denoiser's own spread there, and how far the method's fit strays from the denoiser's answer
+        # (its extrapolation of the denoised readings) plus its miss on the network model (module comment)
+        known = self.denoiser.summarize(fits.denoised, rows)
+        denoiser_mean, denoiser_var = np.asarray(known.mean), np.square(np.asarray(known.std))
+        # where the method's fit strays from the denoiser's answer by more than the denoiser's spread (a few rows,
+        # far out: 16 readings at 2-3x load answered 0.23-1.0 p.u., network-fit 0.6-0.95) the answer leans to the
+        # denoiser's, by the inverse of each one's squared error (the method's: its distance plus its miss)
+        strays = np.square(np.abs(centre - denoiser_mean) + np.abs(nonlinear))
+        total = strays + denoiser_var
+        lean = np.divide(strays, total, out=np.zeros_like(total), where=total > 0.0)
+        centre = centre + lean * (denoiser_mean - centre)
+        spread = np.sqrt(denoiser_var + np.square(1.0 - lean) * strays)  # the method's error as far as it counts
+        if np.isfinite(spread).all() and np.isfinite(centre).all():
+            return spread, centre
+        return None
 
     def predict(self, fitted: GuardedFit, query_x: np.ndarray) -> Predictive:
         """The wrapped method's predictive, unwidened (the service asks `summarize`)."""

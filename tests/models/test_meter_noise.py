@@ -97,6 +97,8 @@ def test_noisy_readings_are_answered_from_the_readings_denoised(lines):
     width = (answer.quantiles[1] - answer.quantiles[0]).mean()
     assert coverage >= 0.95 and np.abs(answer.mean - truth).mean() <= 0.2 * least_squares
 
+    assert fitted.probes._value is None  # answered from the denoised fits: the 16 noisy probes were never built
+
     readings = _served_guard(net, model, denoiser=False)
     old = readings.summarize(readings.fit(x, y), queries, LEVELS)
     assert np.abs(old.mean - truth).mean() > 0.7 * least_squares
