@@ -104,7 +104,7 @@ GAUSS_HALF = float(norm.ppf(0.5 + CALIBRATION_LEVEL / 2.0))
 # tail sixteen probes still miss: one IEEE 33 growth seed in eight at 1e-5 p.u.) is covered too.
 REACH = 1.1 / GAUSS_HALF
 # Off the context with noisy readings the answer is the method's fit of the readings with their noise taken out
-# (`Probes.smooth`): noise carries a fit of the readings themselves far off beyond the context (IEEE 33, readings'
+# (`Probes.smoothed`): noise carries a fit of the readings themselves far off beyond the context (IEEE 33, readings'
 # noise 1e-3 p.u., 1.3-1.5x load: physics-fit and the checkpoints 5x least squares' MAE through the API, 0.1-0.3 p.u.
 # at the worst bus), the denoised fit does not. The denoiser is network-fit where the guard has one (the network
 # model's power flow plus one correction per branch shared by every bus below it: the feeder's structure averages
@@ -142,8 +142,7 @@ class Probes:
     plain: Any | None  # the prober's on the same voltages (None: the prober is the method: `exact`)
     noisy: list[Any]  # the prober's on them plus noise (empty: exact readings)
     gain: float  # the miss's rms to the std that makes a 95 % interval hold: 1 for exact readings
-    smooth: Any | None = None  # the method's fit of the readings denoised (None: exact readings; its means are read)
-    denoised: Any | None = None  # the denoiser's fit of the readings (None: exact readings, or no denoiser)
+    smoothed: Smoothed | None = None  # the fits of the readings denoised (None: exact readings; their means are read)
     # (k,) the noisy probes' mean square scatter at the context rows (None: not asked, `_probes`)
     context_scatter: np.ndarray | None = None
 
@@ -434,7 +433,7 @@ class OffContextGuard(Method):
         gain = simultaneous_factor(k) * float(student_t.ppf(0.5 + CALIBRATION_LEVEL / 2.0, NOISY_PROBES)) / GAUSS_HALF
         fits = smoothed()
         assert fits is not None  # noisy readings and the network model's voltages, as here
-        return Probes(exact, plain, noisy, gain, fits.fit, fits.denoised, at_context)
+        return Probes(exact, plain, noisy, gain, fits, at_context)
 
     def _miss(
         self,
@@ -522,12 +521,11 @@ class OffContextGuard(Method):
         if scatter is None:
             exact: np.ndarray = np.abs(nonlinear)
             return exact, answer, False
-        assert probes.smooth is not None
-        if probes.denoised is not None:
-            leaned = self._leaned(Smoothed(probes.smooth, probes.denoised), rows, v, nonlinear)
-            if leaned is not None:
-                return leaned[0], leaned[1], True
-        centre = _answered(self.base, probes.smooth, rows, v)  # the method's fit of the readings denoised
+        assert probes.smoothed is not None
+        leaned = self._leaned(probes.smoothed, rows, v, nonlinear)
+        if leaned is not None:
+            return leaned[0], leaned[1], True
+        centre = _answered(self.base, probes.smoothed.fit, rows, v)  # the method's fit of the readings denoised
         # without a denoiser's spread: the answer's own fit's, moved with the centre and widened by the move (the
         # interval holds every value the unmoved one held)
         sampled = probes.gain * np.sqrt(np.square(nonlinear) + scatter)
