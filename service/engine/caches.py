@@ -115,12 +115,13 @@ class Fits:
         }
 
     async def prepared(
-        self, loaded: Any, ctx: ContextSet, queries: np.ndarray | None = None
+        self, loaded: Any, ctx: ContextSet, network: Any, queries: np.ndarray | None = None
     ) -> tuple[Cached, bool, ContextGeometry]:
         """`encoded` and `geometry` of ctx. One after the other: a request holds at most one pool slot at a
         time (the pool's admission counts them; work ahead of need takes only an idle one), and the geometry is a
         small part of a new context's cost. Both cached (every request on a context after its first): read without
-        awaiting. `queries`: the rows the request answers next (`_fit`)."""
+        awaiting. `network`: the context's (its base loads stand in for typical ones it did not give); `queries`: the
+        rows the request answers next (`_fit`)."""
         key = self._key(loaded, ctx)
         geometry, cached = self.geometry_cache.peek(ctx.id), self.encoded_cache.peek(key)
         if geometry is not None and cached is not None:
@@ -129,7 +130,7 @@ class Fits:
             self._counted[("context_geometry", "hit")].inc()
             self._counted[("encoded_context", "hit")].inc()
             return cached, True, geometry
-        geometry = await self.geometry(ctx)
+        geometry = await self.geometry(ctx, network)
         cached, hit = await self.encoded(loaded, ctx, None if queries is None else (geometry, queries))
         return cached, hit, geometry
 
@@ -137,11 +138,13 @@ class Fits:
     def _key(loaded: Any, ctx: ContextSet) -> tuple[Any, ...]:
         return (loaded.name, loaded.version, ctx.network, ctx.id)
 
-    async def geometry(self, ctx: ContextSet) -> ContextGeometry:
-        """The context's load geometry (models.off_context), from the in-process LRU or computed now in the pool."""
+    async def geometry(self, ctx: ContextSet, network: Any) -> ContextGeometry:
+        """The context's load geometry (models.off_context), from the in-process LRU or computed now in the pool
+        (a context's id covers its network and typical loads)."""
 
         async def compute() -> ContextGeometry:
-            geometry: ContextGeometry = await self.run(sparse.geometry, ctx.x)  # over its measured loads
+            typical = sparse.typical_loads(ctx.typical_loads, network)
+            geometry: ContextGeometry = await self.run(sparse.geometry, ctx.x, typical)  # over its measured loads
             return geometry
 
         geometry, hit = await self.geometry_cache.get_or_compute(ctx.id, compute)

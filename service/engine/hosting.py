@@ -263,7 +263,7 @@ async def study(rt: Runtime, req: Any, tenant: Tenant, table: ProfileFile | None
     t0 = time.perf_counter()
     prepared = await prepare(rt, req, tenant, table)
     loaded, ctx, net, buses = prepared.loaded, prepared.ctx, prepared.net, prepared.buses
-    encoded, hit, _ = await rt.fits.prepared(loaded, ctx)
+    encoded, hit, _ = await rt.fits.prepared(loaded, ctx, net)
     result = await rt.executor.run(hosting_capacity, loaded.method, encoded.value, prepared.spec)
     return HostingAnswer(
         source=Source.of(loaded, net, ctx),

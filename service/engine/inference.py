@@ -153,7 +153,7 @@ async def predict(rt: Runtime, req: Any, tenant: Tenant) -> PredictAnswer:
     spec = _spec(req)
     if req.compare_gp:
         rt.checks.gp(ctx, queries)
-    encoded, hit, geometry = await rt.fits.prepared(loaded, ctx, queries)
+    encoded, hit, geometry = await rt.fits.prepared(loaded, ctx, net, queries)
     if queries.shape[0] <= BATCHABLE_ROWS:
         key = (loaded.name, loaded.version, net.name, ctx.id)
         result = await rt.executor.batched(key, Encoded(loaded.method, encoded.value, geometry), queries, spec)
@@ -190,7 +190,7 @@ async def gp_predict(rt: Runtime, req: Any, tenant: Tenant) -> QueryAnswer:
     rt.checks.gp(ctx, queries)
     spec = _spec(req)
     statistics, gp_timing = await _gp_answer(rt, ctx, queries, spec, "context_id" if req.context is None else "context")
-    placed = await _off_context(rt, await rt.fits.geometry(ctx), queries)
+    placed = await _off_context(rt, await rt.fits.geometry(ctx, net), queries)
     return QueryAnswer(
         model="exact-gp",
         network=net.name,
@@ -203,10 +203,10 @@ async def gp_predict(rt: Runtime, req: Any, tenant: Tenant) -> QueryAnswer:
 
 
 async def model_answer(
-    rt: Runtime, loaded: Any, ctx: ContextSet, queries: np.ndarray, spec: AnswerSpec
+    rt: Runtime, loaded: Any, ctx: ContextSet, net: Any, queries: np.ndarray, spec: AnswerSpec
 ) -> tuple[Statistics, OffContext, ModelTiming]:
-    """A model's answer to rows the server made (a study's scenarios): the cached encoding, the pool."""
-    encoded, hit, geometry = await rt.fits.prepared(loaded, ctx, queries)
+    """A model's answer to rows the server made (a study's scenarios) on `net`: the cached encoding, the pool."""
+    encoded, hit, geometry = await rt.fits.prepared(loaded, ctx, net, queries)
     answer, placed, predict_s = await _direct_split(rt, loaded.method, encoded.value, geometry, queries, spec)
     statistics = _statistics(answer, spec.quantiles, f"model {loaded.name}")
     return statistics, placed, ModelTiming(encoded.seconds, predict_s, hit, queries.shape[0])

@@ -50,7 +50,7 @@ async def placement(rt: Runtime, req: Any, tenant: Tenant) -> PlacementAnswer:
             f"{len(queries)} queries x {candidates} unmetered buses is over the limit",
             f"queries x unmetered buses at most {limit} (GRIDPFN_MAX_QUERIES): fewer queries",
         )
-    encoded, hit, _ = await rt.fits.prepared(loaded, ctx)
+    encoded, hit, _ = await rt.fits.prepared(loaded, ctx, net)
     result = await rt.executor.run(
         rank_meters, loaded.method, encoded.value, ctx.x, queries, ctx.typical_loads, req.top
     )

@@ -7,7 +7,9 @@ for what the context does not show) is given such a context; every other one is 
 naming the field and the model that accepts it. Answers carry `Metering`, computed from the
 context's voltages alone (the same whichever model answers), so a user sees which buses the
 prediction rests on readings at. The extrapolation measure is taken over the loads the context
-measured (a load never metered cannot place a query relative to it).
+measured, and a load it never metered counts as one that stayed near its typical value (the pseudo-measurement
+network-fit solves it at), varying as much, relatively, as the metered loads did: a query that puts such loads at
+twice their typical value is beyond the context (it was not flagged when they counted for nothing; a user trial).
 """
 
 from __future__ import annotations
@@ -113,33 +115,64 @@ def check_rows(y: np.ndarray, field: str) -> None:
         )
 
 
+# A load the context never metered is taken to vary about its typical value by the metered loads' median relative
+# std (std / |mean|), or by this share where no load is metered; and by at least UNMETERED_STD_FLOOR MW or Mvar (a
+# load whose typical value is 0).
+UNMETERED_RELATIVE_STD = 0.1
+UNMETERED_STD_FLOOR = 1e-3
+
+
 @dataclass(frozen=True)
 class MeteredGeometry(ContextGeometry):
     """ContextGeometry over the loads the context measured: `columns` of x (a partly metered load's missing
-    rows take its mean, which adds no spread); no measured load at all places every query at 0."""
+    rows take its mean, which adds no spread); each load never measured (`unmetered`) adds its squared z about its
+    `typical` value in units of its assumed `spread`, over the context's `rows`, to a query's leverage: what a
+    metered load's deviation of that z would add in a context of that many rows; the reference (the farthest context
+    row's) grows in proportion to the loads counted."""
 
     columns: np.ndarray  # (d_metered,) the measured loads' columns of x
+    unmetered: np.ndarray  # (d_unmetered,) the columns never measured
+    typical: np.ndarray  # (d_unmetered,) their typical values
+    spread: np.ndarray  # (d_unmetered,) the std they are taken to vary by
+    rows: int
 
     def leverage(self, x: np.ndarray) -> np.ndarray:
-        rows = np.asarray(x, dtype=np.float64)
-        if self.columns.size == 0:
-            return np.zeros(rows.shape[0])
-        return super().leverage(rows[:, self.columns])
+        q = np.asarray(x, dtype=np.float64)
+        h = super().leverage(q[:, self.columns]) if self.columns.size else np.zeros(q.shape[0])
+        z = (q[:, self.unmetered] - self.typical) / self.spread
+        out: np.ndarray = h + np.einsum("md,md->m", z, z) / self.rows
+        return out
 
 
-def geometry(x: np.ndarray) -> ContextGeometry:
-    """The context's load geometry (models.off_context), over its measured loads when some are missing."""
+def typical_loads(context_typical: np.ndarray | None, network: Any) -> np.ndarray:
+    """A context's typical loads: its own where it gave them, else its network's base loads (as network-fit's)."""
+    return np.asarray(network.base_x if context_typical is None else context_typical, dtype=np.float64)
+
+
+def geometry(x: np.ndarray, typical: np.ndarray) -> ContextGeometry:
+    """The context's load geometry (models.off_context), over its measured loads when some are missing, its never
+    measured ones about their `typical` values (the context's typical loads, else the network's base loads)."""
     unread = np.isnan(x)
     if not unread.any():
         return ContextGeometry.of(x)
-    columns = np.flatnonzero(~unread.all(axis=0))
+    n, d = x.shape
+    never = unread.all(axis=0)
+    columns, unmetered = np.flatnonzero(~never), np.flatnonzero(never)
+    typical = np.asarray(typical, dtype=np.float64)[unmetered]
     if columns.size == 0:
+        spread = np.maximum(UNMETERED_RELATIVE_STD * np.abs(typical), UNMETERED_STD_FLOOR)
+        # as far as the farthest of n rows drawn with that spread would lie: chi2(d) / n at about 3 of its stds
+        reference = (unmetered.size + 3.0 * np.sqrt(2.0 * unmetered.size)) / n
         empty = np.zeros(0)
-        return MeteredGeometry(empty, empty, np.zeros((0, 0)), 1.0, columns)
+        return MeteredGeometry(empty, empty, np.zeros((0, 0)), reference, columns, unmetered, typical, spread, n)
     measured = x[:, columns]
     filled = np.where(np.isnan(measured), np.nanmean(measured, axis=0), measured)
     base = ContextGeometry.of(filled)
-    return MeteredGeometry(base.mean, base.std, base.precision, base.reference, columns)
+    relative = np.median(filled.std(axis=0) / np.maximum(np.abs(filled.mean(axis=0)), UNMETERED_STD_FLOOR))
+    spread = np.maximum(relative * np.abs(typical), UNMETERED_STD_FLOOR)
+    # the farthest row had every load varied: a leverage grows about with the loads that vary
+    reference = base.reference * d / columns.size
+    return MeteredGeometry(base.mean, base.std, base.precision, reference, columns, unmetered, typical, spread, n)
 
 
 def fit(method: Any, x: np.ndarray, y: np.ndarray, typical_loads: np.ndarray | None, work: Any = None) -> Any:

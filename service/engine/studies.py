@@ -212,7 +212,7 @@ async def study(rt: Runtime, req: Any, tenant: Tenant, table: ProfileFile | None
         raise InvalidInput(exc.field, exc.problem, exc.expected) from None
     _check_loads(expanded)
     try:
-        statistics, placed, timing = await model_answer(rt, loaded, ctx, expanded.rows, spec)
+        statistics, placed, timing = await model_answer(rt, loaded, ctx, net, expanded.rows, spec)
     except InputRejected as exc:  # rows the model refused: named by the study's rows, not as "queries"
         refused = exc.__cause__
         if not isinstance(refused, RowsRefused):

@@ -28,7 +28,7 @@ def test_a_split_guarded_answer_equals_the_whole_one():
     queries[::97] *= 1.4  # some rows far beyond the context's reach: the guard widens them
     guard = OffContextGuard(method_for(net), VoltageModel(net))
     fitted = guard.fit(context.x, context.vm_pu)
-    where = geometry(context.x)
+    where = geometry(context.x, net.base_x)
     spec = AnswerSpec((0.05, 0.95), (0.95, 1.05))
     whole, placed = placed_answer(guard, fitted, where, queries, spec)
     assert placed.extrapolated.sum() >= 10
@@ -81,7 +81,9 @@ def test_a_new_contexts_exact_probe_is_built_beside_its_fit_once(monkeypatch):
         executor = Executor(2, 8, 0.001, 64, Metrics())
         fits = Fits(executor.run, Metrics(), 4, executor.ahead)
         try:
-            fitted, hit, where = await fits.prepared(SimpleNamespace(name="m", version="1", method=guard), ctx, queries)
+            fitted, hit, where = await fits.prepared(
+                SimpleNamespace(name="m", version="1", method=guard), ctx, net, queries
+            )
             assert not hit
             answer = await executor.run(placed_answer, guard, fitted.value, where, queries, spec)
             assert len(built) == 1
@@ -132,7 +134,7 @@ def test_an_answer_widened_at_every_row_is_widened_in_its_blocks(monkeypatch):
     guard = OffContextGuard(method_for(net), VoltageModel(net), within_reach=True)
     fitted = guard.fit(context.x, context.vm_pu)
     assert widens_every_row(guard, fitted)
-    where = geometry(context.x)
+    where = geometry(context.x, net.base_x)
     spec = AnswerSpec((0.05, 0.95), (0.95, 1.05))
     whole, _ = placed_answer(guard, fitted, where, queries, spec)
     unwidened, _ = placed_answer(guard, fitted, where, queries, spec, widen=False)
