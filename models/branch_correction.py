@@ -144,7 +144,7 @@ class BranchCorrection:
     def tap_halves(self) -> np.ndarray:
         """(k,) each branch's fitted tap as (t^2 - 1) / 2 for its ratio t, 0 where it has none."""
         k = self.taps.shape[0]
-        halves: np.ndarray = np.where(self.tapped, self.theta[2 * k : 3 * k] * self.scale[2 * k : 3 * k], 0.0)
+        halves: np.ndarray = self.theta[2 * k : 3 * k] * self.scale[2 * k : 3 * k]  # 0 untapped (or its centre)
         return halves
 
     def rows(self, j: int, fp: np.ndarray, fq: np.ndarray, head: np.ndarray) -> np.ndarray:
@@ -171,6 +171,7 @@ class BranchCorrection:
         taps: np.ndarray | None = None,
         prior: float | None = None,
         check_readings: bool = False,
+        centre: np.ndarray | None = None,
     ) -> BranchCorrection:
         """Fit on corrections r (n, k) at branch inputs fp, fq, head (n, k); `impedance` (2k,): each branch's
         drop per MW and per MVAr; `observed` (n, k) bool: which readings exist (None: all; r is 0 where not);
@@ -179,10 +180,21 @@ class BranchCorrection:
         of the same feeder found them (its `taps`: refits with the losses it moved, its probe), None: found here;
         `prior`: with `taps`, the impedances' prior as an earlier fit chose it (its `prior`), taken as it is with
         the taps' penalties (an impedance probe regularised as the fit it mimics), None: chosen here;
-        `check_readings`: find the buses whose readings depart as no chance departure does (`suspect`)."""
+        `check_readings`: find the buses whose readings depart as no chance departure does (`suspect`);
+        `centre` (3k + 1,): where the prior is centred, in `theta`'s terms (None: at 0, the model as recorded). A fit
+        about a network with an earlier fit's errors applied (models.network_fit's relinearised pass) centres it on
+        the recorded model, not on that fit: centred there, the prior would count the readings twice (its mean is
+        their fit), and the posterior would be narrower than its errors. A tap not fitted stays at its centre."""
         n, k = r.shape
         downstream = np.asarray(downstream, dtype=np.float64)
         observed = np.ones((n, k), dtype=bool) if observed is None else observed
+        start = np.zeros(3 * k + 1) if centre is None else np.asarray(centre, dtype=np.float64)
+        if start.any():  # fitted as the departure from the centre, whose prior is then centred at 0
+            weights_c = (
+                np.concatenate([np.maximum(np.asarray(impedance, dtype=np.float64), 0.0), np.ones(k + 1)]) * start
+            )
+            shift = (fp * weights_c[:k] + fq * weights_c[k : 2 * k] + head * weights_c[2 * k : 3 * k]) @ downstream
+            r = np.where(observed, r - shift - weights_c[-1], 0.0)
         root = np.ones(k) if weights is None else np.sqrt(np.asarray(weights, dtype=np.float64))
         flows = np.concatenate([fp, fq, head], axis=1)  # (n, 3k)
         every = observed.all(axis=0)  # buses read in every row: their share of the gram in one product
@@ -319,8 +331,8 @@ class BranchCorrection:
         # no meter reads it is an error of that size however well the meters seem to pin its path
         unseen_floor = float(np.sqrt(floor)) if sparse else 0.0
         prior_var = noise_var / penalty[0]
-        theta = np.zeros(3 * k + 1)
-        theta[active] = theta_active
+        theta = start.copy()
+        theta[active] += theta_active
         return cls(
             downstream,
             scale,

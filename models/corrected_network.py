@@ -48,7 +48,27 @@ class CorrectedNetwork:
         self.k = below.shape[0]
 
     def at(self, errors: np.ndarray, steps: np.ndarray | None = None) -> Any:
+        """The voltage model (gridsim.api.VoltageModel) of `network_at(errors, steps)`."""
         from gridsim.api import VoltageModel
+
+        return VoltageModel(self.network_at(errors, steps))
+
+    def undone(self, errors: np.ndarray, steps: np.ndarray | None = None) -> np.ndarray:
+        """(3k + 1,) the relative errors and tap steps (the branch stage's theta: R, X, taps' (t^2 - 1) / 2, offset 0)
+        that take `network_at(errors, steps)` back to this network, in that network's own terms: a branch scaled by
+        f is 1 / f of it, a tap t is undone by 1 / t."""
+        k = self.k
+        factor = np.clip(1.0 - np.asarray(errors[: 2 * k], dtype=np.float64), IMPEDANCE_RANGE, 1.0 / IMPEDANCE_RANGE)
+        back = np.zeros(3 * k + 1)
+        back[: 2 * k] = 1.0 - 1.0 / factor
+        if steps is not None:
+            halves = np.asarray(steps, dtype=np.float64)
+            ratio = np.maximum(1.0 + 2.0 * halves, 0.25)  # t^2, bounded as `network_at` bounds it
+            back[2 * k : 3 * k] = np.where(halves != 0.0, (1.0 / ratio - 1.0) / 2.0, 0.0)
+        return back
+
+    def network_at(self, errors: np.ndarray, steps: np.ndarray | None = None) -> Any:
+        """The network (gridsim Network) with these relative errors (theta) and taps' steps applied."""
         from gridsim.departures import with_steps
 
         k = self.k
@@ -79,4 +99,4 @@ class CorrectedNetwork:
                 for i in lines
             ]
             changed = with_steps(changed, lines, upstream, ratio[self.line_fed[lines]])
-        return VoltageModel(changed)
+        return changed

@@ -46,6 +46,7 @@ def rank_meters(
     """Rank the buses `fitted` reads in no context row (the context `context_x` it was fitted on, NaN
     where a load is not metered; `typical_loads` as for the fit) for queries `query_x`; `top`: keep the
     best this many (None: all)."""
+    method, fitted = method.answering(fitted)  # a relinearised fit's branch stage is its own network's
     branches = fitted.branches
     if branches is None:
         raise InputValidationError(
