@@ -153,7 +153,7 @@ def _scatter(model: VoltageModel, x: np.ndarray, y: np.ndarray, where: str = "")
     if found is None:
         return None
     if where:
-        z = found.far_pu / float(found.noise[found.far_bus])
+        z = found.far_z  # in the held-out distance's own std (service.engine.readings.glitch_scores)
         if found.far_pu > FARTHEST.get("pu", (0.0, 0.0, ""))[0]:
             FARTHEST["pu"] = (found.far_pu, z, where)
         if z > FARTHEST.get("z", (0.0, 0.0, ""))[1]:

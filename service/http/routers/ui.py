@@ -51,7 +51,7 @@ from service.engine.load_table import (
     csv_header_names,
     locate_csv_error,
 )
-from service.engine.readings import GlitchedReading, ReadingsRefused, ScatteredReadings, UnsolvedRows
+from service.engine.readings import GlitchedReading, ReadingsRefused, ScatteredReadings, SteppedRows, UnsolvedRows
 from service.http.auth import TenantDep, require_api_key
 from service.http.deps import RuntimeDep
 from service.http.problems import ProblemError, field_error
@@ -257,23 +257,25 @@ async def upload_context(rt: RuntimeDep, tenant: TenantDep, request: Request) ->
         raise _cell_problem(exc, rows, features, outputs) from exc
     try:
         return await context_sets.create(rt=rt, tenant=tenant, body=body)
-    except (ReadingsRefused, UnsolvedRows, ScatteredReadings, GlitchedReading) as exc:  # by file row and column
+    except (ReadingsRefused, UnsolvedRows, ScatteredReadings, GlitchedReading, SteppedRows) as exc:  # by file row
         raise _model_problem(exc, rows, outputs) from exc
 
 
 def _model_problem(
-    exc: ReadingsRefused | UnsolvedRows | ScatteredReadings | GlitchedReading, rows: np.ndarray, outputs: list[str]
+    exc: ReadingsRefused | UnsolvedRows | ScatteredReadings | GlitchedReading | SteppedRows,
+    rows: np.ndarray,
+    outputs: list[str],
 ) -> ProblemError:
     """A context's readings far from its network model's power flow, its rows without one, its readings
-    scattering like no meter's, or one glitched (service.engine.readings), named as the file numbers its rows
-    (`rows`: the file row of each kept row) and names its columns."""
+    scattering like no meter's, one glitched, or rows whose voltages all stepped (service.engine.readings), named as
+    the file numbers its rows (`rows`: the file row of each kept row) and names its columns."""
     if isinstance(exc, ScatteredReadings):  # a column's readings, no row of them
         column = outputs[exc.bus]
         return batch_jobs._file_problem(InputError(exc.describe(f"column {column!r}"), exc.expected, None, column))
     if isinstance(exc, GlitchedReading):  # one cell
         message = f"lies {exc.distance:.4f} p.u. off the smooth function of the loads its column's other rows follow"
         return batch_jobs._file_problem(InputError(message, exc.expected, int(rows[exc.row]), outputs[exc.bus]))
-    if isinstance(exc, UnsolvedRows):
+    if isinstance(exc, UnsolvedRows | SteppedRows):
         refused = RowsRefused("file", [int(rows[r]) for r in exc.rows], exc.reason, exc.expected)
         return ProblemError(
             422,

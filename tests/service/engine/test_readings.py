@@ -12,7 +12,7 @@ import pytest
 
 import gridsim
 from gridsim.api import VoltageModel
-from models.limits import READING_SCATTER_PU, READING_TOLERANCE_PU
+from models.limits import READING_GLITCH_PU, READING_SCATTER_PU, READING_TOLERANCE_PU
 from service.engine import readings
 from service.engine.context_sets import ContextSet
 from service.engine.readings import Readings, ReadingsRefused, ScatteredReadings, UnsolvedRows, check_readings
@@ -256,7 +256,8 @@ def test_one_glitched_reading_is_refused_naming_its_cell(noise):
     with pytest.raises(readings.GlitchedReading) as caught:
         _check_named(x, y)
     exc = caught.value
-    assert (exc.row, exc.bus) == (3, 16) and 0.03 < exc.distance <= 0.05
+    # held out: the distance from what the other readings predict is the glitch itself, give or take its noise
+    assert (exc.row, exc.bus) == (3, 16) and abs(exc.distance - 0.05) < 4 * max(noise, 1e-3)
     entry = exc.entries[0]
     assert entry["field"] == "body.y[3][16]"
     assert entry["message"].startswith(f"the reading at row 3, output 16 ({NET.output_names[16]}) lies ")
@@ -265,15 +266,40 @@ def test_one_glitched_reading_is_refused_naming_its_cell(noise):
     _check_named(x, y)
 
 
-@pytest.mark.parametrize("tap", [1.025, 1.0375, 0.9625])
-def test_a_regulator_stepping_for_a_few_rows_is_no_glitch(tap):
-    """helper-60: the substation 2-3 taps off for 5 of 500 rows moves every bus of those rows alike; it was refused
-    as a glitch (0.031-0.044 p.u. off the fit). Each row's median departure is taken out first: kept."""
+@pytest.mark.parametrize(("tap", "stepped", "noise"), [(1.00625, 25, 1e-4), (1.0125, 5, 0.0), (0.9625, 5, 2e-3)])
+def test_a_substation_stepping_for_some_rows_is_refused_naming_them(tap, stepped, noise):
+    """A user trial: the substation one 0.625 % tap up on 25 of 500 IEEE 33 rows (or 2 taps on 5) passed every check
+    (each row's median is taken out before the glitch test), and network-fit answered every bus 1.2-3.2e-4 p.u. off
+    at 10-20 of its stds: one set point for the whole context, between the two. Refused naming every stepped row; a
+    glitch it is not (helper-60: it was refused as one, 0.031-0.044 p.u. off)."""
     rng = np.random.default_rng(0)
     x = NET.base_x * (1 + 0.1 * rng.uniform(-1, 1, (500, NET.n_features))) * rng.uniform(0.3, 1.6, (500, 1))
     y = gridsim.solve(x, network=NET).vm_pu
-    y[:5] = gridsim.solve(x[:5], network=dataclasses.replace(NET, slack_vm_pu=tap)).vm_pu
-    _check_named(x, y + rng.normal(0.0, 2e-3, y.shape))
+    at = np.sort(rng.choice(500, stepped, replace=False))
+    y[at] = gridsim.solve(x[at], network=dataclasses.replace(NET, slack_vm_pu=tap)).vm_pu
+    with pytest.raises(readings.SteppedRows) as caught:
+        _check_named(x, y + rng.normal(0.0, noise, y.shape))
+    assert caught.value.rows == at.tolist()
+    assert caught.value.step == pytest.approx(tap - 1.0, rel=0.25)
+    entry = caught.value.entries[0]
+    assert entry["field"] == f"body.y[{at[0]}]" and "stepped during the context" in entry["message"]
+    assert "one substation set point and tap position" in entry["expected"]
+
+
+@pytest.mark.parametrize("n", [16, 64, 500])
+def test_a_feeder_whose_set_point_never_moves_has_no_stepped_rows(n):
+    """Loads 0.3-1.6x, every line 1.3x (not told), readings noise 2e-3 and loads misreported by 2 %: the rows'
+    shared departures stay within STEP_PU; a regulator mid-feeder stepping for a few rows moves a minority of the
+    buses and is no set point either."""
+    rng = np.random.default_rng(n)
+    truth = dataclasses.replace(NET, r_ohm=NET.r_ohm * 1.3, x_ohm=NET.x_ohm * 1.3)
+    x = NET.base_x * (1 + 0.1 * rng.uniform(-1, 1, (n, NET.n_features))) * rng.uniform(0.3, 1.6, (n, 1))
+    y = gridsim.solve(x, network=truth).vm_pu + rng.normal(0.0, 2e-3, (n, NET.n_outputs))
+    y[:2, 24:32] *= 1.0125  # the lateral 26-33 behind a regulator one step up on two rows
+    reported = x * (1.0 + 0.02 * rng.standard_normal(x.shape))
+    found = readings.reading_scatter(reported, y, VoltageModel(NET)(reported))
+    assert found is not None and found.stepped.size == 0
+    _check_named(reported, y)
 
 
 def test_a_glitch_is_told_from_noise_by_the_bus_noise_too(monkeypatch):
@@ -356,3 +382,65 @@ def test_a_far_reading_is_refused_before_the_scatter_and_a_checked_context_names
 
     with pytest.raises(ScatteredReadings, match=r"context\.y: readings at output \d+ \(vm_pu_bus\d+\)"):
         asyncio.run(Readings(run).checked(ContextSet.build(x, y), NET, "context"))
+
+
+# The glitch is judged on what the fit of the other readings predicts (leave-one-out), in a robust noise std: the
+# gaps a tester found in the in-sample check (helper-70).
+
+
+@pytest.mark.parametrize("glitched", [8, 25])
+def test_several_glitches_on_one_bus_are_refused(glitched):
+    """8 (and 5 % of) 500 exact readings of one bus 0.05 p.u. off: their own share of the bus's fitted noise std
+    (6.2e-3 at 8) put them under GLITCH_Z of it, and they passed. The robust std leaves them out: refused, naming
+    one of them."""
+    x, y = _metered(500, seed=21, noise=0.0)
+    rows = np.random.default_rng(glitched).choice(500, glitched, replace=False)
+    y[rows, 16] += 0.05
+    with pytest.raises(readings.GlitchedReading) as caught:
+        _check_named(x, y)
+    assert caught.value.bus == 16 and caught.value.row in rows and caught.value.z > 2 * readings.GLITCH_Z
+
+
+@pytest.mark.parametrize(("n", "glitch"), [(16, 0.05), (32, 0.05), (64, 0.05), (64, 0.15)])
+@pytest.mark.parametrize("noise", [0.0, 2e-3])
+def test_a_glitch_in_a_small_context_is_refused(n, glitch, noise):
+    """64 rows of IEEE 33's 64 loads: the fit nearly interpolates and took a 0.15 p.u. glitch into itself (it passed
+    every check; 0.05 passed down to 16 rows). What the other rows predict there does not: refused, naming it."""
+    x, y = _metered(n, seed=n, noise=noise)
+    _check_named(x, y)
+    y[5, 20] -= glitch
+    with pytest.raises(readings.GlitchedReading) as caught:
+        _check_named(x, y)
+    assert (caught.value.row, caught.value.bus) == (5, 20) and abs(caught.value.distance - glitch) < 0.01
+
+
+@pytest.mark.parametrize("reads", [10, 20])
+def test_a_glitch_on_a_bus_read_in_a_few_rows_is_refused(reads):
+    """A bus read in 10 of 500 rows: the readings it misses are imputed from a fit three passes could not pull from
+    the bus's mean, and a 0.05 p.u. glitch there passed. Such a bus is judged on a fit of its own readings."""
+    x, y = _metered(500, seed=30 + reads, noise=0.0)
+    kept = np.random.default_rng(reads).choice(500, reads, replace=False)
+    bus = np.full(500, np.nan)
+    bus[kept] = y[kept, 26]
+    y[:, 26] = bus
+    _check_named(x, y)
+    y[kept[1], 26] += 0.05
+    with pytest.raises(readings.GlitchedReading) as caught:
+        _check_named(x, y)
+    assert (caught.value.row, caught.value.bus) == (kept[1], 26)
+
+
+@pytest.mark.parametrize("n", [16, 32, 64])
+def test_small_noisy_contexts_missing_readings_are_kept_with_a_margin(n):
+    """No false refusal where the held-out distances are widest: few rows, every line 1.3x the model's, loads
+    0.3-1.6x base misreported by 2 %, meter noise 2e-3, a third of the readings missing and a bus read in 5 rows.
+    The glitch score (over 1 refused) stays under 0.6 (bench: the legitimate contexts' largest 0.52)."""
+    rng = np.random.default_rng(n)
+    x = NET.base_x * (1.0 + 0.1 * rng.uniform(-1.0, 1.0, (n, NET.n_features))) * rng.uniform(0.3, 1.6, (n, 1))
+    y = gridsim.solve(x, network=LONGER).vm_pu + rng.normal(0.0, 2e-3, (n, NET.n_outputs))
+    x = x * (1.0 + 0.02 * rng.standard_normal(x.shape))
+    y[rng.uniform(size=y.shape) < 1 / 3] = np.nan
+    y[rng.choice(n, n - 5, replace=False), 9] = np.nan
+    _check_named(x, y)
+    found = readings.reading_scatter(x, y, VoltageModel(NET)(x))
+    assert min(found.far_pu / READING_GLITCH_PU, found.far_z / readings.GLITCH_Z) < 0.6

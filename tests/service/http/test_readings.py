@@ -191,6 +191,25 @@ def test_one_glitched_reading_is_refused_naming_its_cell_every_way_in(api):
     assert api.post("/v1/context-sets", json={"x": rows(x), "y": rows(y)}).status_code == 201
 
 
+def test_rows_whose_set_point_stepped_are_refused_by_row_every_way_in(api):
+    """The substation one 0.625 % tap up on 25 of 300 rows (a user trial: every model answered between the two set
+    points, network-fit 0 % of the truth on every bus): a 422 naming the context's rows, and the page's upload its
+    file rows."""
+    rng = np.random.default_rng(6)
+    x = NET.base_x * (1.0 + 0.1 * rng.uniform(-1.0, 1.0, (300, NET.n_features)))
+    y = VoltageModel(NET)(x)
+    stepped = np.arange(100, 125)
+    y[stepped] = VoltageModel(dataclasses.replace(NET, slack_vm_pu=1.00625))(x[stepped])
+    problem = assert_problem(api.post("/v1/context-sets", json={"x": rows(x), "y": rows(y)}), 422, "body.y[100]")
+    assert "25 row(s) [100, 101" in problem["errors"][0]["message"]
+    frame = pd.DataFrame(np.hstack([x, y]), columns=[*NET.feature_names, *NET.output_names])
+    problem = assert_problem(
+        api.post("/ui/api/context-sets", files={"file": ("t.csv", frame.to_csv(index=False).encode())}), 422, "file"
+    )
+    assert "rows [101, 102" in problem["errors"][0]["message"], problem  # a table numbers rows from 1
+    assert "stepped during the context" in problem["errors"][0]["message"]
+
+
 def test_the_page_upload_names_the_scattered_column(api):
     x, y = _scattered(40, 0.19, seed=3)
     frame = pd.DataFrame(np.hstack([x, y]), columns=[*NET.feature_names, *NET.output_names])
