@@ -214,7 +214,7 @@ def scatter(args, simbench, pools) -> None:
     far_pu, far_z = FARTHEST["pu"], FARTHEST["z"]
     print(
         f"Farthest single reading from the fit (a glitch is refused over READING_GLITCH_PU = {READING_GLITCH_PU:g} "
-        f"p.u. and GLITCH_Z = {GLITCH_Z:g} of its bus's noise stds): {far_pu[0]:.2e} p.u. ({far_pu[1]:.1f} stds; "
+        f"p.u. and GLITCH_Z = {GLITCH_Z:g} of its held-out distance's stds, a robust noise std of its bus): {far_pu[0]:.2e} p.u. ({far_pu[1]:.1f} stds; "
         f"{far_pu[2]}), {READING_GLITCH_PU / far_pu[0]:.1f}x under the threshold; most stds {far_z[1]:.1f} "
         f"({far_z[0]:.2e} p.u.; {far_z[2]}).\n"
     )
