@@ -116,10 +116,15 @@ def check_rows(y: np.ndarray, field: str) -> None:
 
 
 # A load the context never metered is taken to vary about its typical value by the metered loads' median relative
-# std (std / |mean|), or by this share where no load is metered; and by at least UNMETERED_STD_FLOOR MW or Mvar (a
-# load whose typical value is 0).
+# std (std / |mean|, over those that vary and whose mean is no less than a tenth of the metered loads' median |mean|:
+# a reactive load metered at exactly 0, or one netted with PV to about 0, says nothing of the others' relative spread;
+# a user trial's made every in-range query extrapolated, or none at 2x), or by this share where none qualifies; and
+# by at least UNMETERED_STD_FLOOR MW or Mvar (a load whose typical value is 0).
 UNMETERED_RELATIVE_STD = 0.1
 UNMETERED_STD_FLOOR = 1e-3
+# A load metered in fewer rows than this counts as never metered: one reading says nothing of its spread (a user
+# trial's load metered in one row put in-range queries at extrapolation 300-150,000).
+MIN_METERED_ROWS = 3
 
 
 @dataclass(frozen=True)
@@ -156,7 +161,7 @@ def geometry(x: np.ndarray, typical: np.ndarray) -> ContextGeometry:
     if not unread.any():
         return ContextGeometry.of(x)
     n, d = x.shape
-    never = unread.all(axis=0)
+    never = (~unread).sum(axis=0) < min(MIN_METERED_ROWS, n)
     columns, unmetered = np.flatnonzero(~never), np.flatnonzero(never)
     typical = np.asarray(typical, dtype=np.float64)[unmetered]
     if columns.size == 0:
@@ -168,11 +173,20 @@ def geometry(x: np.ndarray, typical: np.ndarray) -> ContextGeometry:
     measured = x[:, columns]
     filled = np.where(np.isnan(measured), np.nanmean(measured, axis=0), measured)
     base = ContextGeometry.of(filled)
-    relative = np.median(filled.std(axis=0) / np.maximum(np.abs(filled.mean(axis=0)), UNMETERED_STD_FLOOR))
-    spread = np.maximum(relative * np.abs(typical), UNMETERED_STD_FLOOR)
-    # the farthest row had every load varied: a leverage grows about with the loads that vary
-    reference = base.reference * d / columns.size
+    spread = np.maximum(_relative_spread(measured) * np.abs(typical), UNMETERED_STD_FLOOR)
+    # the farthest row had every load varied: a leverage grows about with the loads that vary (a metered load that
+    # never moved adds nothing to it)
+    varying = max(int((np.nanstd(measured, axis=0) > 0.0).sum()), 1)
+    reference = base.reference * (varying + unmetered.size) / varying
     return MeteredGeometry(base.mean, base.std, base.precision, reference, columns, unmetered, typical, spread, n)
+
+
+def _relative_spread(measured: np.ndarray) -> float:
+    """The metered loads' median std / |mean| over their readings, among those that vary and whose |mean| is at
+    least a tenth of their median |mean| (UNMETERED_RELATIVE_STD where none does)."""
+    mean, std = np.abs(np.nanmean(measured, axis=0)), np.nanstd(measured, axis=0)
+    valid = (std > 0.0) & (mean >= 0.1 * np.median(mean)) & (mean > 0.0)
+    return float(np.median(std[valid] / mean[valid])) if valid.any() else UNMETERED_RELATIVE_STD
 
 
 def fit(method: Any, x: np.ndarray, y: np.ndarray, typical_loads: np.ndarray | None, work: Any = None) -> Any:

@@ -100,6 +100,42 @@ def test_a_load_never_metered_counts_about_its_typical_value(context):
     assert extrapolated(nothing.extrapolation(np.tile(2.0 * net.base_x, (3, 1)))).all()
 
 
+def test_loads_that_never_move_or_net_to_zero_do_not_set_the_unmetered_spread():
+    """A user trial: reactive loads metered at exactly 0 put the metered loads' median relative spread at 0 (every
+    in-range query extrapolated); P netted with PV to about 0 put it far up (those loads at 2x not flagged); a load
+    metered in one row put in-range queries at 300-150,000. Only loads that vary about a mean that is no small share
+    of the others' set the spread, and one metered in under 3 rows counts as never metered."""
+    net = gridsim.network("ieee33")
+    m = net.n_load
+    context, queries = gridsim.simulate(300, 0.1, 2).x, gridsim.simulate(200, 0.1, 3).x
+    p_never = [c for c in range(m) if net.load_buses[c] >= 18]
+    cases = {}
+    unity = context.copy()
+    unity[:, m:] = 0.0
+    unity[:, p_never] = np.nan
+    cases["unity power factor"] = (unity, np.concatenate([net.base_x[:m], np.zeros(m)]), p_never, m)
+    netted = context.copy()
+    pv = [c for c in range(m) if net.load_buses[c] < 18]
+    netted[:, pv] = np.random.default_rng(0).normal(0.0, 0.05, (300, len(pv)))
+    never = p_never + [m + c for c in p_never]
+    netted[:, never] = np.nan
+    cases["PV netted"] = (netted, net.base_x, never, None)
+    for name, (x, typical, unmetered, q_zero) in cases.items():
+        geometry = sparse.geometry(x, typical)
+        within = queries.copy()
+        if q_zero is not None:
+            within[:, q_zero:] = 0.0
+        if name == "PV netted":
+            within[:, pv] = np.random.default_rng(1).normal(0.0, 0.05, (200, len(pv)))
+        assert extrapolated(geometry.extrapolation(within)).mean() <= 0.05, name
+        doubled = within.copy()
+        doubled[:, unmetered] *= 2.0
+        assert extrapolated(geometry.extrapolation(doubled)).all(), name
+    once = context.copy()
+    once[1:, 5] = np.nan  # metered in one row: about its typical value, as a load never metered
+    assert extrapolated(sparse.geometry(once, net.base_x).extrapolation(queries)).mean() <= 0.05
+
+
 def test_only_methods_that_declare_it_get_missing_values(model_dir):
     registry = load_registry(model_dir, warmup=False, width_free=True)
     net = gridsim.network("ieee33")
