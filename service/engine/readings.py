@@ -23,11 +23,13 @@ leave-one-out residual under the Bayesian fit, `held_out`: a fit of 64 rows on I
 glitch into itself), less its row's median over the buses (a tap moves them all), in that distance's std (a robust
 noise std of its bus, which a few glitches do not inflate, times the row's leave-one-out factor); a reading over
 READING_GLITCH_PU and GLITCH_Z of those stds is refused (GlitchedReading, naming the cell), the readings over
-READING_GLITCH_PU having been left out of a second fit (`glitch_scores`). The fit takes the rows that read every
-metered bus (a bus read in some row) and meter every load: an unmetered load is solved at its typical value, and
-its departure from that is no function of the reported loads (no load metered: 0.036 p.u. "noise" on IEEE 33 at
-0.3-1.6x load). Under SCATTER_MIN_ROWS such rows the noise cannot be told from the fit and the check is skipped;
-over SCATTER_MAX_ROWS, evenly spaced ones are fitted and every row is held to that fit.
+READING_GLITCH_PU having been left out of a second fit (`glitch_scores`). Rows whose readings all stand off the
+other rows' by one shared step (a substation tap or set point that moved) are refused too (SteppedRows). The fit
+takes the rows that read some bus and leave at most UNMETERED_SHARE of their typical load unmetered, those loads at
+their typical values: an unmetered load's departure from that is no function of the reported loads (no load metered:
+0.036 p.u. "noise" on IEEE 33 at 0.3-1.6x load), a little more noise where its share is small. Under
+SCATTER_MIN_ROWS such rows the noise cannot be told from the fit and the check is skipped; over SCATTER_MAX_ROWS,
+evenly spaced ones are fitted and every row is held to that fit.
 
 Checked once per context id in each process (an inline context sent with every request pays it once), in the
 worker pool. A simulated context (POST /v1/context-sets `simulate`) is the network model's own power flow and is
