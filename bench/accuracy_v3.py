@@ -150,9 +150,9 @@ def simbench_scenarios(code: str, args, seed: int) -> list[Scenario]:
     return out
 
 
-def ieee33_scenarios(args, seed: int, departure: str | None = None) -> list[Scenario]:
-    """`departure` (a DEPARTURES key): the truth is IEEE 33 unlike its model: every line's impedance scaled by its
-    own factor in MISMATCH, the substation at SET_POINT, or a REGULATOR's step; the service is told plain `ieee33`."""
+def ieee33_sets(seed: int, departure: str | None, n_context: int, m: int) -> tuple[object, dict]:
+    """The truth network (IEEE 33 unlike its model per `departure`, a DEPARTURES key; None: as modelled) and the
+    solved load sets {"context", "growth", "PV export", "in range"}: (x, noise-free |V|) each."""
     network = gridsim.network("ieee33")
     rng = np.random.default_rng(seed)
     truth_network = network
@@ -163,7 +163,7 @@ def ieee33_scenarios(args, seed: int, departure: str | None = None) -> list[Scen
         truth_network = departures.with_set_point(network, SET_POINT)
     elif departure == "regulator":
         truth_network = departures.with_regulator(network, *REGULATOR)
-    n, m = network.n_load, args.ieee_queries
+    n = network.n_load
 
     def around(rows):
         return network.base_x * (1.0 + IEEE_DELTA * rng.uniform(-1.0, 1.0, (rows, 2 * n)))
@@ -172,13 +172,21 @@ def ieee33_scenarios(args, seed: int, departure: str | None = None) -> list[Scen
     pv = around(m)
     at = [network.load_buses.index(b) for b in PV_BUSES]
     pv[:, at] = network.base_p_mw[at] * rng.uniform(*PV_EXPORT, (m, len(at)))
-    sets = {"context": around(args.n_context), "growth": growth, "PV export": pv, "in range": around(m)}
+    sets = {"context": around(n_context), "growth": growth, "PV export": pv, "in range": around(m)}
     solved = {}
     for name, x in sets.items():
         sim = gridsim.solve(x, network=truth_network, solver="batched")
         if not sim.converged.all():
             raise RuntimeError(f"ieee33 {name}: {sim.n_failed} rows did not converge")
         solved[name] = (x, sim.vm_pu)
+    return truth_network, solved
+
+
+def ieee33_scenarios(args, seed: int, departure: str | None = None) -> list[Scenario]:
+    """`departure` (a DEPARTURES key): the truth is IEEE 33 unlike its model: every line's impedance scaled by its
+    own factor in MISMATCH, the substation at SET_POINT, or a REGULATOR's step; the service is told plain `ieee33`."""
+    network = gridsim.network("ieee33")
+    _, solved = ieee33_sets(seed, departure, args.n_context, args.ieee_queries)
     cx0, cy0 = solved.pop("context")
     out = []
     for noise in args.ieee_noises:

@@ -200,6 +200,7 @@ class FirstPass:
     taps: np.ndarray
     prior: float
     centre: np.ndarray
+    correlation: float
 
 
 @dataclass(frozen=True)
@@ -326,7 +327,12 @@ class NetworkFitMethod(Method):
         if not np.array_equal(np.asarray(network.output_buses), np.asarray(self.corrected.network.output_buses)):
             logger.debug("network-fit: the corrected network orders its buses otherwise; not relinearised")
             return fitted
-        first = FirstPass(branches.taps, branches.prior, self.corrected.undone(branches.theta, branches.tap_halves))
+        first = FirstPass(
+            branches.taps,
+            branches.prior,
+            self.corrected.undone(branches.theta, branches.tap_halves),
+            branches.correlation,
+        )
         method = method_for(network, first=first)
         try:
             second = method.fit(context_x, context_y, typical_loads)
@@ -431,8 +437,9 @@ class NetworkFitMethod(Method):
             # noise) is what the probe must show
             mimic = probing.branches if probing is not None else None
             taps, prior = (None, None) if mimic is None else (mimic.taps, mimic.prior)
+            correlation = 0.0 if mimic is None else mimic.correlation
             if mimic is None and self.first is not None:  # a relinearised fit: the first fit's taps and prior
-                taps, prior = self.first.taps, self.first.prior
+                taps, prior, correlation = self.first.taps, self.first.prior, self.first.correlation
             centre = None if self.first is None else self.first.centre
             branches = BranchCorrection.fit(
                 fp,
@@ -446,6 +453,7 @@ class NetworkFitMethod(Method):
                 taps=taps,
                 prior=prior,
                 centre=centre,
+                correlation=correlation,
             )
             weights = _weights(branches, fp, fq, head, half_square, read) if guessed else None
             for _ in range(LOSS_PASSES):  # the losses an impedance error changes move every bus above them
@@ -463,6 +471,7 @@ class NetworkFitMethod(Method):
                     prior=prior,
                     check_readings=check and probing is None and not guessed,
                     centre=centre,
+                    correlation=correlation,
                 )
             shared = self._corrected(branches, v, fp, fq, head, losses) - v
         features = self._features(x)
