@@ -57,14 +57,24 @@ class ContextGeometry:
 
     @classmethod
     def of(cls, context_x: np.ndarray) -> ContextGeometry:
+        """From context loads x (n, d); a value not metered (NaN) is left out of its load's mean and variance (taken
+        over the rows that read it, as over n rows) and counts at its load's mean in the covariances (which it
+        shrinks: the gram stays positive definite) and in its row's leverage (`_full_row_leverage`)."""
         x = np.asarray(context_x, dtype=np.float64)
         n, d = x.shape
-        mean = x.mean(axis=0)
-        std = np.maximum(x.std(axis=0), CONSTANT_LOAD_STD * (np.abs(mean) + CONSTANT_LOAD_STD))
-        z = (x - mean) / std
-        precision = np.linalg.inv(z.T @ z + RIDGE_PER_ROW * n * np.eye(d))
+        seen = ~np.isnan(x)
+        mean = np.nanmean(x, axis=0) if not seen.all() else x.mean(axis=0)
+        std = np.nanstd(x, axis=0) if not seen.all() else x.std(axis=0)
+        std = np.maximum(std, CONSTANT_LOAD_STD * (np.abs(mean) + CONSTANT_LOAD_STD))
+        z = np.where(seen, (x - mean) / std, 0.0)
+        gram = z.T @ z
+        if not seen.all():  # each load's variance over the rows that read it, as over n rows
+            index = np.arange(d)
+            gram[index, index] *= n / np.maximum(seen.sum(axis=0), 1.0)
+        covariance = gram + RIDGE_PER_ROW * n * np.eye(d)
+        precision = np.linalg.inv(covariance)
         precision = 0.5 * (precision + precision.T)
-        h = np.einsum("nd,nd->n", z @ precision, z)
+        h = np.einsum("nd,nd->n", z @ precision, z) if seen.all() else _full_row_leverage(z, seen, covariance, gram)
         reference = float(np.max(h / np.maximum(1.0 - h, np.finfo(np.float64).eps)))
         return cls(mean, std, precision, max(reference, np.finfo(np.float64).tiny))
 
@@ -78,6 +88,26 @@ class ContextGeometry:
         """(m,) float64: how far out each query row lies, 1 = as far as the context's farthest row."""
         out: np.ndarray = np.minimum(np.sqrt(self.leverage(x) / self.reference), EXTRAPOLATION_CAP)
         return out
+
+
+def _full_row_leverage(z: np.ndarray, seen: np.ndarray, covariance: np.ndarray, gram: np.ndarray) -> np.ndarray:
+    """(n,) each context row's leverage as a row with every load read would have it: over the loads it read (their
+    marginal precision), scaled by a whole row's expected leverage over that of a row reading only those (as far out
+    as the row lies among rows read alike). Left as they are, rows that miss loads lie closer in, the context's
+    reference shrinks, and queries like its rows were flagged (30 % of IEEE 33's load cells missing: 42-55 %)."""
+    h = np.empty(z.shape[0])
+    whole = float(np.trace(np.linalg.solve(covariance, gram)))
+    patterns, which = np.unique(seen, axis=0, return_inverse=True)
+    for i, pattern in enumerate(patterns):
+        rows = np.flatnonzero(which.ravel() == i)
+        if not pattern.any():
+            h[rows] = 0.0
+            continue
+        inner = np.linalg.inv(covariance[np.ix_(pattern, pattern)])
+        zo = z[np.ix_(rows, np.flatnonzero(pattern))]
+        part = float(np.trace(inner @ gram[np.ix_(pattern, pattern)]))
+        h[rows] = np.einsum("nd,nd->n", zo @ inner, zo) * whole / max(part, np.finfo(np.float64).tiny)
+    return h
 
 
 def extrapolated(extrapolation: np.ndarray) -> np.ndarray:

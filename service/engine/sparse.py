@@ -129,8 +129,8 @@ MIN_METERED_ROWS = 3
 
 @dataclass(frozen=True)
 class MeteredGeometry(ContextGeometry):
-    """ContextGeometry over the loads the context measured: `columns` of x (a partly metered load's missing
-    rows take its mean, which adds no spread); each load never measured (`unmetered`) adds its squared z about its
+    """ContextGeometry over the loads the context measured: `columns` of x (a partly metered load's variance over
+    the rows that read it: ContextGeometry.of); each load never measured (`unmetered`) adds its squared z about its
     `typical` value in units of its assumed `spread`, over the context's `rows`, to a query's leverage: what a
     metered load's deviation of that z would add in a context of that many rows; the reference (the farthest context
     row's) grows in proportion to the loads counted."""
@@ -171,8 +171,7 @@ def geometry(x: np.ndarray, typical: np.ndarray) -> ContextGeometry:
         empty = np.zeros(0)
         return MeteredGeometry(empty, empty, np.zeros((0, 0)), reference, columns, unmetered, typical, spread, n)
     measured = x[:, columns]
-    filled = np.where(np.isnan(measured), np.nanmean(measured, axis=0), measured)
-    base = ContextGeometry.of(filled)
+    base = ContextGeometry.of(measured)
     spread = np.maximum(_relative_spread(measured) * np.abs(typical), UNMETERED_STD_FLOOR)
     # the farthest row had every load varied: a leverage grows about with the loads that vary (a metered load that
     # never moved adds nothing to it)
