@@ -298,3 +298,41 @@ def test_the_json_answer_carries_the_metering_as_json_would_write_it(
         assert written == plain  # byte for byte (== on parsed values would take 1 for true)
         parsed = PredictResponse.model_validate(spliced)
         assert parsed.metered == metering.metered.tolist() and parsed.readings == metering.readings.tolist()
+
+
+@pytest.mark.parametrize("factor", [1.3, 1.6, 3.0])
+def test_one_row_reading_one_far_load_reaches_as_far_as_a_full_row_would(factor):
+    """A user trial: 300 fully metered rows plus one row reading only one load at 1.3-1.6x its base turned the flag off
+    for every query (loads at 3x included): that row's leverage, scaled to a full row's in proportion to the loads it
+    missed, passed 1 and the reference went to 1e15. It now reaches about as far as the same row fully read, with
+    every other load at its base."""
+    net = gridsim.network("ieee33")
+    rng = np.random.default_rng(8)
+    x, within = sample_loads(net, 300, 0.1, rng), sample_loads(net, 500, 0.1, rng)
+    partial = np.full((1, x.shape[1]), np.nan)
+    partial[0, 16] = net.base_x[16] * factor
+    full = net.base_x[None, :].copy()
+    full[0, 16] = net.base_x[16] * factor
+    doubled = net.base_x[None, :] * 2.0
+    read_alone = sparse.geometry(np.vstack([x, partial]), net.base_x).extrapolation(doubled)[0]
+    read_whole = sparse.geometry(np.vstack([x, full]), net.base_x).extrapolation(doubled)[0]
+    assert read_alone == pytest.approx(read_whole, rel=0.35)
+    assert read_alone > 3.0  # every load at twice its base stays far beyond this context
+    assert extrapolated(sparse.geometry(np.vstack([x, partial]), net.base_x).extrapolation(within)).mean() <= 0.02
+
+
+@pytest.mark.parametrize("rows", [16, 50])
+def test_no_more_rows_than_loads_takes_missing_loads_at_their_mean(rows):
+    """With no more rows than loads every row's leverage is the ridge's, near 1: a missing load counts at its mean
+    (models.off_context.ContextGeometry.of), and a few cells missing leave the measure as the full context's (they
+    once turned one load at twice its base from flagged to not, 50 rows of IEEE 33 with 10 % of cells missing)."""
+    net = gridsim.network("ieee33")
+    rng = np.random.default_rng(rows)
+    x, within = sample_loads(net, rows, 0.1, rng), sample_loads(net, 200, 0.1, rng)
+    one = within.copy()
+    one[:, 16] *= 2.0
+    partly = x.copy()
+    partly[rng.random(x.shape) < 0.1] = np.nan
+    full, missing = sparse.geometry(x, net.base_x), sparse.geometry(partly, net.base_x)
+    assert extrapolated(full.extrapolation(one)).all() and extrapolated(missing.extrapolation(one)).all()
+    np.testing.assert_allclose(missing.reference, full.reference, rtol=0.3)
