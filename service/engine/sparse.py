@@ -122,9 +122,10 @@ def check_rows(y: np.ndarray, field: str) -> None:
 # by at least UNMETERED_STD_FLOOR MW or Mvar (a load whose typical value is 0).
 UNMETERED_RELATIVE_STD = 0.1
 UNMETERED_STD_FLOOR = 1e-3
-# A load metered in fewer rows than this counts as never metered: one reading says nothing of its spread (a user
-# trial's load metered in one row put in-range queries at extrapolation 300-150,000).
-MIN_METERED_ROWS = 3
+# A load metered in fewer rows than this counts as never metered: a few readings say little of its spread (a user
+# trial's load metered in one row put in-range queries at extrapolation 300-150,000; ten loads of IEEE 33 read in 3
+# or 4 of 300 rows flagged 68-99 % / up to 14 % of them, helper-66; read in 10, none beyond 0.6 %).
+MIN_METERED_ROWS = 10
 
 
 @dataclass(frozen=True)

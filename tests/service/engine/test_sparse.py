@@ -123,7 +123,7 @@ def test_loads_that_never_move_or_net_to_zero_do_not_set_the_unmetered_spread():
     """A user trial: reactive loads metered at exactly 0 put the metered loads' median relative spread at 0 (every
     in-range query extrapolated); P netted with PV to about 0 put it far up (those loads at 2x not flagged); a load
     metered in one row put in-range queries at 300-150,000. Only loads that vary about a mean that is no small share
-    of the others' set the spread, and one metered in under 3 rows counts as never metered."""
+    of the others' set the spread, and one metered in under MIN_METERED_ROWS (10) counts as never metered."""
     net = gridsim.network("ieee33")
     m = net.n_load
     context, queries = gridsim.simulate(300, 0.1, 2).x, gridsim.simulate(200, 0.1, 3).x
@@ -336,3 +336,22 @@ def test_no_more_rows_than_loads_takes_missing_loads_at_their_mean(rows):
     full, missing = sparse.geometry(x, net.base_x), sparse.geometry(partly, net.base_x)
     assert extrapolated(full.extrapolation(one)).all() and extrapolated(missing.extrapolation(one)).all()
     np.testing.assert_allclose(missing.reference, full.reference, rtol=0.3)
+
+
+@pytest.mark.parametrize("rows", [3, 4, 6])
+def test_loads_read_in_a_few_rows_count_as_never_metered(rows):
+    """A user trial (helper-66): ten loads of IEEE 33 read in exactly 3 of 300 rows flagged 58 % of queries drawn like
+    the context (their spread rested on 3 readings); under MIN_METERED_ROWS they count as never metered, varying
+    about their typical values, and one of them at twice its base is still flagged."""
+    net = gridsim.network("ieee33")
+    rng = np.random.default_rng(rows)
+    x, within = sample_loads(net, 300, 0.1, rng), sample_loads(net, 500, 0.1, rng)
+    columns = rng.choice(x.shape[1], 10, replace=False)
+    partly = x.copy()
+    for column in columns:
+        partly[np.setdiff1d(np.arange(300), rng.choice(300, rows, replace=False)), column] = np.nan
+    geometry = sparse.geometry(partly, net.base_x)
+    assert extrapolated(geometry.extrapolation(within)).mean() <= 0.02
+    doubled = within.copy()
+    doubled[:, columns[0]] *= 2.0
+    assert extrapolated(geometry.extrapolation(doubled)).all()
