@@ -308,8 +308,8 @@ class BranchCorrection:
             correlation must beat none by CORRELATION_EVIDENCE."""
             best, chosen = over_priors(taps, 0.0)
             least = best.evidence + CORRELATION_EVIDENCE
-            for rho in CORRELATION_GRID:
-                found = at(chosen, taps, rho) if rho else None
+            for rho in (r for r in CORRELATION_GRID if r):
+                found = at(chosen, taps, rho)
                 if found is not None and found.evidence > max(best.evidence, least):
                     best = found
             if best.rho:
@@ -344,9 +344,9 @@ class BranchCorrection:
                 tap_penalty = np.where(placed, tap, np.inf)
                 # the placed steps' penalty by evidence below the grid too (TAP_WEAKER_GRID)
                 kept = at(chosen, tap_penalty, best.rho)
-                for weaker in (p for p in TAP_WEAKER_GRID if p < tap) if kept is not None else ():
+                for weaker in (p for p in TAP_WEAKER_GRID if p < tap):
                     found = at(chosen, np.where(placed, weaker, np.inf), best.rho)
-                    if found is not None and kept is not None and found.evidence > kept.evidence:
+                    if kept is not None and found is not None and found.evidence > kept.evidence:
                         kept, tap_penalty = found, np.where(placed, weaker, np.inf)
                 best, chosen = search(tap_penalty)
         shown = np.square(MAX_RELATIVE_ERROR) * float(gram_s.diagonal()[: 2 * k].max(initial=0.0)) / (best.energy / dof)

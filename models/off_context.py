@@ -59,7 +59,7 @@ class ContextGeometry:
     def of(cls, context_x: np.ndarray) -> ContextGeometry:
         """From context loads x (n, d); a value not metered (NaN) is left out of its load's mean and variance (taken
         over the rows that read it, as over n rows) and counts at its load's mean in the covariances (which it
-        shrinks: the gram stays positive definite) and in its row's leverage (`_full_row_leverage`)."""
+        shrinks: the gram stays positive definite) and in its row's leverage (`_full_row_left_out`)."""
         x = np.asarray(context_x, dtype=np.float64)
         n, d = x.shape
         if n <= d and np.isnan(x).any():
@@ -76,14 +76,13 @@ class ContextGeometry:
         if not seen.all():  # each load's variance over the rows that read it, as over n rows
             index = np.arange(d)
             gram[index, index] *= n / np.maximum(seen.sum(axis=0), 1.0)
-        covariance = gram + RIDGE_PER_ROW * n * np.eye(d)
-        precision = np.linalg.inv(covariance)
+        precision = np.linalg.inv(gram + RIDGE_PER_ROW * n * np.eye(d))
         precision = 0.5 * (precision + precision.T)
         if seen.all():
             h = np.einsum("nd,nd->n", z @ precision, z)
             reference = float(np.max(h / np.maximum(1.0 - h, np.finfo(np.float64).eps)))
         else:
-            reference = float(np.max(_full_row_left_out(z, seen, covariance, gram)))
+            reference = float(np.max(_full_row_left_out(z, seen, precision, gram)))
         return cls(mean, std, precision, max(reference, np.finfo(np.float64).tiny))
 
     def leverage(self, x: np.ndarray) -> np.ndarray:
@@ -98,7 +97,7 @@ class ContextGeometry:
         return out
 
 
-def _full_row_left_out(z: np.ndarray, seen: np.ndarray, covariance: np.ndarray, gram: np.ndarray) -> np.ndarray:
+def _full_row_left_out(z: np.ndarray, seen: np.ndarray, precision: np.ndarray, gram: np.ndarray) -> np.ndarray:
     """(n,) each context row's leverage left out (h / (1 - h)) as a row with every load read is expected to have it,
     given the loads it read: its own over those (the missing ones at their means) plus what the loads it missed add to
     a row's on average (their share of a whole row's mean leverage). Left as they are, rows that miss loads lie closer
@@ -106,7 +105,6 @@ def _full_row_left_out(z: np.ndarray, seen: np.ndarray, covariance: np.ndarray, 
     missing: 26 % / 99 %); scaled in proportion instead, one row reading one far load set the reference for all (a
     user trial: no query flagged, loads at 3x included). O(n d^2), one product for every row."""
     n = z.shape[0]
-    precision = np.linalg.inv(covariance)
     h = np.einsum("nd,nd->n", z @ precision, z)
     share = np.einsum("ij,ji->i", precision, gram)  # each load's part of a whole row's mean leverage, times n
     missed = (~seen).astype(np.float64) @ share / n
