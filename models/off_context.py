@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 from scipy.stats import norm
@@ -191,22 +191,23 @@ class Probes:
 class Lazy(Generic[T]):
     """A value built on its first use and kept: most contexts are only ever asked within their reach, and then the
     noisy probes (and, but for physics-fit, the network model's power flow and the method's second fit) are never
-    paid. The service's worker threads may ask at once: built once."""
+    paid. The service's worker threads may ask at once: built once (a None built is kept too: asked again, it was
+    built again from a build already dropped, an assertion error; helper-68)."""
 
     def __init__(self, build: Callable[[], T]):
         self._build: Callable[[], T] | None = build
         self._value: T | None = None
+        self._built = False
         self._lock = threading.Lock()
 
     def get(self) -> T:
-        value = self._value
-        if value is not None:
-            return value
-        with self._lock:
-            if self._value is None:
-                assert self._build is not None
-                self._value, self._build = self._build(), None
-            return self._value
+        if not self._built:
+            with self._lock:
+                if not self._built:
+                    assert self._build is not None
+                    self._value, self._build = self._build(), None
+                    self._built = True
+        return cast(T, self._value)  # T itself, None where T admits it
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typing import Any, cast
 import numpy as np
 
 from models.off_context import ContextGeometry, ContextWork, OffContextGuard
+from models.typical_loads import sizes_of
 from service.engine import sparse
 from service.engine.context_sets import ContextSet
 from service.metrics import Metrics
@@ -131,7 +132,7 @@ class Fits:
             self._counted[("encoded_context", "hit")].inc()
             return cached, True, geometry
         geometry = await self.geometry(ctx, network)
-        cached, hit = await self.encoded(loaded, ctx, None if queries is None else (geometry, queries))
+        cached, hit = await self.encoded(loaded, ctx, network, None if queries is None else (geometry, queries))
         return cached, hit, geometry
 
     @staticmethod
@@ -143,8 +144,9 @@ class Fits:
         (a context's id covers its network and typical loads)."""
 
         async def compute() -> ContextGeometry:
-            typical = sparse.typical_loads(ctx.typical_loads, network)
-            geometry: ContextGeometry = await self.run(sparse.geometry, ctx.x, typical)  # over its measured loads
+            typical = sparse.typical_loads(ctx.typical_loads, network, ctx.x)
+            sizes = sizes_of(network)
+            geometry: ContextGeometry = await self.run(sparse.geometry, ctx.x, typical, sizes)  # its measured loads
             return geometry
 
         geometry, hit = await self.geometry_cache.get_or_compute(ctx.id, compute)
@@ -152,13 +154,14 @@ class Fits:
         return cast(ContextGeometry, geometry)
 
     async def encoded(
-        self, loaded: Any, ctx: ContextSet, answering: tuple[ContextGeometry, np.ndarray] | None = None
+        self, loaded: Any, ctx: ContextSet, network: Any, answering: tuple[ContextGeometry, np.ndarray] | None = None
     ) -> tuple[Cached, bool]:
-        """The model's encoding of ctx, from the in-process LRU or computed now in the pool (`answering`: `_fit`)."""
+        """The model's encoding of ctx on its `network`, from the in-process LRU or computed now in the pool
+        (`answering`: `_fit`)."""
 
         async def compute() -> Cached:
             t0 = time.perf_counter()
-            value = await self._fit(loaded.method, ctx, answering)
+            value = await self._fit(loaded.method, ctx, network, answering)
             seconds = time.perf_counter() - t0
             self.metrics.encodes.labels(loaded.name).inc()
             self.metrics.inference_time(loaded.name, "encode").observe(seconds)
@@ -168,16 +171,18 @@ class Fits:
         self._counted[("encoded_context", "hit" if hit else "miss")].inc()
         return cached, hit
 
-    async def _fit(self, method: Any, ctx: ContextSet, answering: tuple[ContextGeometry, np.ndarray] | None) -> Any:
+    async def _fit(
+        self, method: Any, ctx: ContextSet, network: Any, answering: tuple[ContextGeometry, np.ndarray] | None
+    ) -> Any:
         """sparse.fit in the pool. A guarded method (models.off_context.OffContextGuard) fitted for queries it answers
         next (`answering`: the context's geometry and the queries) has the parts of its fit that read the network
         model built beside it, where those queries need them, on a worker the fit leaves idle (`Executor.ahead`).
         Else the answer builds them after its forward pass, on one core: a checkpoint's exact probe (a second
         encoding of the context, 30-40 ms on the 2-core VM) in bench/cold_path.py's 0.3 s request."""
         if answering is None or self.ahead is None or not isinstance(method, OffContextGuard):
-            return await self.run(sparse.fit, method, ctx.x, ctx.y, ctx.typical_loads)
+            return await self.run(sparse.fit, method, ctx.x, ctx.y, ctx.typical_loads, network)
         work = method.context_work(ctx.x, ctx.y)
-        fitting = asyncio.ensure_future(self.run(sparse.fit, method, ctx.x, ctx.y, ctx.typical_loads, work))
+        fitting = asyncio.ensure_future(self.run(sparse.fit, method, ctx.x, ctx.y, ctx.typical_loads, network, work))
         self.ahead(_build_ahead, method, work, *answering)  # after the fit's job: it takes the first free worker
         return await fitting
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.meter_placement import MeterPlacement, rank_meters
+from service.engine import sparse
 from service.engine.answers import Source
 from service.engine.errors import InvalidInput, TooLarge
 from service.engine.inference import model_and_context
@@ -52,7 +53,13 @@ async def placement(rt: Runtime, req: Any, tenant: Tenant) -> PlacementAnswer:
         )
     encoded, hit, _ = await rt.fits.prepared(loaded, ctx, net)
     result = await rt.executor.run(
-        rank_meters, loaded.method, encoded.value, ctx.x, queries, ctx.typical_loads, req.top
+        rank_meters,
+        loaded.method,
+        encoded.value,
+        ctx.x,
+        queries,
+        sparse.typical_loads(ctx.typical_loads, net, ctx.x),
+        req.top,
     )
     return PlacementAnswer(
         source=Source.of(loaded, net, ctx),

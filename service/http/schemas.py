@@ -145,7 +145,8 @@ TypicalLoads = Annotated[
     Field(
         json_schema_extra={"minItems": 1, "maxItems": 2 * (MAX_BUSES - 1)},
         description="pseudo-measurements: a typical value per load feature, used where x is null "
-        "(default: the network's base loads)",
+        "(default: each load's rating, its base consumption and generation per customer class, times what the "
+        "context's metered loads of that class run at; the base loads where it meters none)",
     ),
 ]
 ContextId = Annotated[str, Field(pattern=SHA256_ID, description="sha256 id from POST /v1/context-sets")]

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from models.errors import ROWS_SHOWN, InputValidationError, RowsRefused, rows_text
+from models.typical_loads import sizes_of
 from service.jobs import results, voltages
 from service.jobs.jobspec import JobSpec
 from service.jobs.results import JobFiles
@@ -124,14 +125,16 @@ def prepare(spec: JobSpec, jobs_dir: Path, models: Models, parallel: int = 1, st
     loaded = _model(spec, network, models)
     context = ContextSet.from_bytes(spec.context_id, files.context.read_bytes())
     # a sparse context's typical loads go with it; each row's extrapolation is read from its measured loads
-    encoded = sparse.fit(loaded.method, context.x, context.y, context.typical_loads)
+    encoded = sparse.fit(loaded.method, context.x, context.y, context.typical_loads, network)
     job = PreparedJob(
         spec=spec,
         files=files,
         network=network,
         method=loaded.method,
         encoded=encoded,
-        geometry=sparse.geometry(context.x, sparse.typical_loads(context.typical_loads, network)),
+        geometry=sparse.geometry(
+            context.x, sparse.typical_loads(context.typical_loads, network, context.x), sizes_of(network)
+        ),
         metering=context.metering.with_fit(encoded),
         answer_spec=AnswerSpec(spec.quantiles, spec.voltage_band),
         source=pq.ParquetFile(files.input),

@@ -452,3 +452,16 @@ def test_the_noisy_probes_share_the_work_on_the_context_loads(feeder, monkeypatc
     probes = fitted.probes.get()
     assert len(probes.noisy) == NOISY_PROBES and len(x) >= physics_base.CV_BELOW_POINTS  # no K-folds
     assert len(made) == 2  # the noisy probes' loads, and the fit of the readings' smooth part
+
+
+def test_a_lazy_value_built_as_none_is_kept() -> None:
+    """A Lazy whose build gives None (the network model's voltages where its power flow fails at a context row) is
+    asked again by another part of the fit: it was built again from a build already dropped (an assertion error)."""
+    calls: list[int] = []
+
+    def build() -> None:
+        calls.append(1)
+
+    lazy: Lazy[None] = Lazy(build)
+    assert lazy.get() is None and lazy.get() is None
+    assert calls == [1]

@@ -96,7 +96,7 @@ def test_loads_metered_in_some_rows_leave_queries_like_the_context_unflagged(sha
 def test_a_load_never_metered_counts_about_its_typical_value(context):
     """A user trial: a context with the loads of buses 18-33 never metered and queries putting exactly those at
     twice their base were not flagged (extrapolation 0.66-0.96; 10.3 with them metered). Such a load now counts as
-    one that varied about its typical value as much as the metered ones did, relatively."""
+    one that varied about its typical value as much as the metered ones did for its size."""
     x, _ = context
     net = gridsim.network("ieee33")
     never = [c for c in range(x.shape[1]) if net.load_buses[c % net.n_load] >= 18]
@@ -153,6 +153,33 @@ def test_loads_that_never_move_or_net_to_zero_do_not_set_the_unmetered_spread():
     once = context.copy()
     once[1:, 5] = np.nan  # metered in one row: about its typical value, as a load never metered
     assert extrapolated(sparse.geometry(once, net.base_x).extrapolation(queries)).mean() <= 0.05
+
+
+def test_unmetered_loads_that_move_together_count_as_the_metered_ones_do():
+    """Loads that move with one daily profile (as a feeder's customers of a class do: SimBench) and half of them never
+    metered, each about its true mean and std: counted as independent, their squared z's summed to several times what
+    the metered loads' (which move together) add, and over 20 % of queries drawn like the context were flagged; counted
+    as the metered loads count (their effective number over their count), none. The unmetered loads at 3x still are,
+    but where the row's level was low (tripled, a third of the context's top level is within it)."""
+    net = gridsim.network("ieee33")
+    rng = np.random.default_rng(4)
+
+    def rows(n: int) -> np.ndarray:
+        level = rng.uniform(0.3, 1.2, (n, 1))  # the day's profile
+        return net.base_x * level * (1.0 + 0.01 * rng.standard_normal((n, net.n_features)))
+
+    context, queries = rows(500), rows(400)
+    never = np.r_[np.arange(0, net.n_load, 2), net.n_load + np.arange(0, net.n_load, 2)]
+    partly = context.copy()
+    partly[:, never] = np.nan
+    geometry = sparse.geometry(partly, context.mean(axis=0), np.abs(net.base_x))
+    assert isinstance(geometry, sparse.MeteredGeometry) and geometry.share < 0.6
+    assert extrapolated(geometry.extrapolation(queries)).mean() <= 0.05
+    independent = sparse.MeteredGeometry(**{**vars(geometry), "share": 1.0})
+    assert extrapolated(independent.extrapolation(queries)).mean() >= 0.2
+    tripled = queries.copy()
+    tripled[:, never] *= 3.0
+    assert extrapolated(geometry.extrapolation(tripled)).mean() >= 0.75
 
 
 def test_only_methods_that_declare_it_get_missing_values(model_dir):
@@ -255,7 +282,7 @@ def test_metering_json_bytes_with_a_fit_carry_its_determined_and_are_written_onc
     assert ctx.metering.with_fit(object()) is ctx.metering  # a fit that says nothing: the set's own bytes
     registry = load_registry(model_dir, warmup=False, width_free=True)
     fit = registry.get("network-fit", gridsim.network("ieee33"))
-    fitted = sparse.fit(fit.method, ctx.x, ctx.y, None)
+    fitted = sparse.fit(fit.method, ctx.x, ctx.y, None, gridsim.network("ieee33"))
     metering = ctx.metering.with_fit(fitted)
     fields = {"metered", "readings", "determined", "substation_vm_pu", "tap_steps", "reading_offsets"}
     assert metering is not ctx.metering and set(metering.json_bytes) == fields

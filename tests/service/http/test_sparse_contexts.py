@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import gridsim
+from models import typical_loads
 from service.client import arrow_request_body
 from service.engine.load_table import InputError
 from service.http.routers.ui import context_arrays
@@ -194,8 +195,9 @@ def test_typical_loads_stand_in_for_unmetered_loads(client, sparse, queries):
     x, y = sparse
     q = queries[0].tolist()
     base = np.asarray(NET.base_x, dtype=np.float64)
+    guessed = typical_loads.estimated(x, NET)  # the default: from the loads the context meters
     answers = {}
-    for name, typical in (("default", None), ("base", base), ("heavier", base * 1.5)):
+    for name, typical in (("default", None), ("guessed", guessed), ("heavier", base * 1.5)):
         context = {"x": nulled(x), "y": nulled(y), **({} if typical is None else {"typical_loads": typical.tolist()})}
         created = client.post("/v1/context-sets", json=context)
         assert created.status_code == 201, created.text
@@ -210,7 +212,7 @@ def test_typical_loads_stand_in_for_unmetered_loads(client, sparse, queries):
     heavier = {"x": nulled(x), "y": nulled(y), "typical_loads": (base * 1.5).tolist()}
     inline = client.post("/v1/predict", json={"model": "network-fit", "context": heavier, "queries": q})
     assert inline.status_code == 200 and inline.json()["mean"] == answers["heavier"][1].tolist()
-    np.testing.assert_allclose(answers["base"][1], answers["default"][1], rtol=0, atol=1e-12)  # base is the default
+    np.testing.assert_allclose(answers["guessed"][1], answers["default"][1], rtol=0, atol=1e-12)
     assert np.abs(answers["heavier"][1] - answers["default"][1]).max() > 1e-7
 
 

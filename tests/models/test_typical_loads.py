@@ -1,0 +1,79 @@
+"""models.typical_loads: unmetered loads' typical values from the loads a context meters, per customer class."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+import gridsim
+from models import typical_loads
+
+
+def _classed(rng: np.random.Generator, loads: int = 40) -> SimpleNamespace:
+    """A network of `loads` load buses (P then Q inputs): households and shops consume, some buses have PV too."""
+    d = 2 * loads
+    kind = rng.integers(0, 2, loads)
+    size = rng.uniform(0.5, 2.0, loads)
+    consumption = np.zeros((2, d))
+    consumption[kind, np.arange(loads)] = size
+    consumption[kind, loads + np.arange(loads)] = 0.3 * size
+    pv = np.zeros((1, d))
+    pv[0, :loads] = np.where(rng.random(loads) < 0.5, rng.uniform(1.0, 3.0, loads), 0.0)
+    base_c, base_g = consumption.sum(axis=0), pv.sum(axis=0)
+    return SimpleNamespace(
+        base_x=base_c - base_g,
+        base_consumption=base_c,
+        base_generation=base_g,
+        class_consumption=consumption,
+        class_generation=pv,
+    )
+
+
+def _year(net: SimpleNamespace, rng: np.random.Generator, n: int = 400) -> tuple[np.ndarray, np.ndarray]:
+    """Rows where households run at 0.25 of their base on average, shops at 0.6, PV at 0.15; and each input's mean."""
+    use = np.column_stack(
+        [rng.uniform(0.05, 0.45, n), rng.uniform(0.3, 0.9, n), np.clip(rng.normal(0.15, 0.2, n), 0.0, 1.0)]
+    )
+    parts = np.vstack([net.class_consumption, -net.class_generation])  # (3, d)
+    x = use @ parts + rng.normal(0.0, 0.01, (n, parts.shape[1]))
+    return x, x.mean(axis=0)
+
+
+def test_unmetered_loads_take_their_class_utilisation_not_their_rating() -> None:
+    """Half the buses never metered: their typical values from the metered ones' per class and direction within a few
+    per cent of their real means, where the ratings (the base loads) are 2-4x off and one utilisation for every class
+    10 % or more."""
+    rng = np.random.default_rng(0)
+    net = _classed(rng)
+    x, mean = _year(net, rng)
+    loads = x.shape[1] // 2
+    never = np.flatnonzero(rng.random(loads) < 0.5)
+    unmetered = np.r_[never, loads + never]
+    sparse = x.copy()
+    sparse[:, unmetered] = np.nan
+    guessed = typical_loads.estimated(sparse, net)
+    scale = np.abs(mean[unmetered]).sum()
+    error = np.abs(guessed - mean)[unmetered].sum() / scale
+    rating = np.abs(net.base_x - mean)[unmetered].sum() / scale
+    pooled = SimpleNamespace(**{**vars(net), "class_consumption": np.zeros((0, x.shape[1]))})
+    pooled.class_generation = np.zeros((0, x.shape[1]))
+    pooled_error = np.abs(typical_loads.estimated(sparse, pooled) - mean)[unmetered].sum() / scale
+    assert error < 0.03 and rating > 1.0 and pooled_error > 0.1, (error, rating, pooled_error)
+
+
+def test_a_feeder_without_classes_or_metered_loads() -> None:
+    """IEEE 33 (no classes): loads at 0.8 of their base in every metered row put the unmetered ones at 0.8 of theirs;
+    a context that meters no load in 10 rows keeps the base loads, and so does a direction no metered load shows."""
+    net = gridsim.network("ieee33")
+    base = np.asarray(net.base_x, dtype=np.float64)
+    rng = np.random.default_rng(1)
+    x = base * rng.uniform(0.7, 0.9, (200, 1))
+    sparse = x.copy()
+    sparse[:, :10] = np.nan
+    sparse[:, 32:42] = np.nan
+    guessed = typical_loads.estimated(sparse, net)
+    np.testing.assert_allclose(guessed[:10], base[:10] * x[:, 10:32].sum() / (200 * base[10:32].sum()), rtol=1e-7)
+    barely = np.full_like(x, np.nan)
+    barely[:9] = x[:9]
+    np.testing.assert_array_equal(typical_loads.estimated(barely, net), base)
