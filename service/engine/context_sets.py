@@ -69,8 +69,8 @@ def context_id(
 @dataclass(frozen=True)
 class ContextSet:
     """A context (x (n, d), y (n, k); NaN where not measured) with its id, where it came from, its owner's
-    tenant tag (None: keys off) and the typical loads (d,) that stand in for unmetered ones (None: the
-    network's base loads)."""
+    tenant tag (None: keys off) and the typical loads (d,) that stand in for unmetered ones (None: not given,
+    service.engine.sparse.typical_loads)."""
 
     x: np.ndarray
     y: np.ndarray

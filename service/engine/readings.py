@@ -56,6 +56,7 @@ from models.limits import (
     READING_SCATTER_PU,
     READING_TOLERANCE_PU,
 )
+from service.engine import sparse
 from service.engine.context_sets import ContextSet
 from service.engine.errors import InvalidInput
 
@@ -148,8 +149,9 @@ class FarReading:
     @property
     def message(self) -> str:
         unmetered = (
-            "; this row's unmetered loads are taken at their typical values (typical_loads, else the network's "
-            "base loads): if they were far from those, meter them or send the row without this reading"
+            "; this row's unmetered loads are taken at their typical values (typical_loads, else their rating times "
+            "what the metered loads of their class run at): if they were far from those, meter them or send the row "
+            "without this reading"
         )
         return (
             f"is {self.reading:g}, {abs(self.reading - self.model):.3f} p.u. from the network model's power flow "
@@ -548,18 +550,19 @@ def summary(readings: int, rows: int) -> str:
 def check_readings(
     voltage_model: Callable[[np.ndarray], np.ndarray],
     ctx: ContextSet,
-    base_x: np.ndarray,
+    typical: np.ndarray,
     field: str,
     outputs: Sequence[str] = (),
 ) -> None:
     """ReadingsRefused naming the context's readings farther than READING_TOLERANCE_PU from the network model,
     UnsolvedRows naming its rows without a power flow, ScatteredReadings naming the bus whose readings scatter
     more than READING_SCATTER_PU (by its name in `outputs` too, where given), GlitchedReading naming one reading off
-    what the others predict; nothing when every reading is consistent."""
+    what the others predict; nothing when every reading is consistent. `typical`: the loads an unmetered one is
+    taken at where the context gives none (service.engine.sparse.typical_loads: as network-fit takes them)."""
     from models.network_fit import complete_loads
     from models.network_voltages import solved
 
-    typical = np.asarray(base_x if ctx.typical_loads is None else ctx.typical_loads, dtype=np.float64)
+    typical = np.asarray(typical if ctx.typical_loads is None else ctx.typical_loads, dtype=np.float64)
     loads = complete_loads(ctx.x, typical)
     v = np.empty_like(ctx.y)
     for start in range(0, len(loads), CHECK_BLOCK):
@@ -624,7 +627,8 @@ class Readings:
         return ctx
 
     def _check(self, ctx: ContextSet, net: Any, field: str) -> None:
-        check_readings(self._model(net), ctx, net.base_x, field, net.output_names)
+        typical = sparse.typical_loads(ctx.typical_loads, net, ctx.x)  # as network-fit takes the unmetered loads
+        check_readings(self._model(net), ctx, typical, field, net.output_names)
 
     def _model(self, net: Any) -> Any:
         """The network's power-flow model (gridsim.api.VoltageModel: its impedance matrix reduced once)."""

@@ -169,7 +169,7 @@ def typical_loads(context_typical: np.ndarray | None, network: Any, x: np.ndarra
 
 def geometry(x: np.ndarray, typical: np.ndarray, sizes: np.ndarray | None = None) -> ContextGeometry:
     """The context's load geometry (models.off_context), over its measured loads when some are missing, its never
-    measured ones about their `typical` values (the context's typical loads, else the network's base loads), varying
+    measured ones about their `typical` values (`typical_loads`), varying
     in proportion to their `sizes` (models.typical_loads.sizes_of the network; None: |typical|) as the metered loads
     did."""
     unread = np.isnan(x)
