@@ -811,17 +811,17 @@ def _positive_part(
 
 
 def complete_loads(context_x: np.ndarray, typical_loads: np.ndarray | None) -> np.ndarray:
-    """Context loads (n, d) with every unmetered (NaN) value replaced by its typical one (`typical_loads` (d,)):
-    the pseudo-measurement network-fit solves the network model at, as does the service's check of the readings
-    (service.engine.readings)."""
+    """Context loads (n, d) with every unmetered (NaN) value replaced by its typical one (`typical_loads` (d,), or
+    (n, d): one per row): the pseudo-measurement network-fit solves the network model at, as does the service's check
+    of the readings (service.engine.readings)."""
     x = np.asarray(context_x, dtype=np.float64)
     unmetered = np.isnan(x)
     if not unmetered.any():
         return x
     typical = None if typical_loads is None else np.asarray(typical_loads, dtype=np.float64)
-    if typical is None or typical.shape != (x.shape[1],):
+    if typical is None or typical.shape not in ((x.shape[1],), x.shape):
         raise InputValidationError("context.x", "a load is not metered (null) and no typical values are known")
-    return np.where(unmetered, typical[None, :], x)
+    return np.where(unmetered, typical if typical.ndim == 2 else typical[None, :], x)
 
 
 def general_card(max_context: int) -> dict[str, Any]:

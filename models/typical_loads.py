@@ -28,6 +28,8 @@ import numpy as np
 SHRINKAGE = 0.25
 # Inputs metered in fewer context rows than this say too little of their mean (service.engine.sparse's threshold).
 MIN_ROWS = 10
+# A row whose half (P or Q) meters fewer inputs than this keeps the typical values there (`per_row`).
+MIN_ROW_INPUTS = 3
 # Tukey's biweight: relative residuals beyond this many robust stds (1.4826 MAD, at least SPREAD_FLOOR: customers of a
 # class differ by some tenths of their rating, which a near-exact fit's MAD would call outliers) get no weight.
 BIWEIGHT_C, SPREAD_FLOOR, ROBUST_PASSES = 4.685, 0.1, 5
@@ -53,6 +55,31 @@ def estimated(x: np.ndarray, network: object, min_rows: int = MIN_ROWS) -> np.nd
         if utilisation is not None:
             out[columns] = parts[columns] @ utilisation
     out[metered] = mean[metered]
+    return out
+
+
+def per_row(x: np.ndarray, network: object, typical: np.ndarray) -> np.ndarray:
+    """(n, d) loads for context loads x (n, d; NaN: not metered in that row): every unmetered value at what its row's
+    metered loads show, their class utilisations in that row fitted as `estimated` fits the context's means (customers
+    of a class follow one profile: the PV a row's meters show at noon is at noon in the unmetered ones too), the
+    `typical` value (d,) where the row meters fewer than MIN_ROW_INPUTS inputs of its half (P, Q) with a size."""
+    x = np.asarray(x, dtype=np.float64)
+    base = np.asarray(network.base_x, dtype=np.float64)  # type: ignore[attr-defined]
+    parts = parts_of(network)
+    consuming = np.arange(parts.shape[1]) < np.asarray(network.class_consumption).reshape(-1, base.size).shape[0] + 1  # type: ignore[attr-defined]
+    sized = np.abs(parts).sum(axis=1) > 0.0
+    out = np.where(np.isnan(x), np.asarray(typical, dtype=np.float64)[None, :], x)
+    half = x.shape[1] // 2
+    for columns in (np.arange(half), np.arange(half, x.shape[1])):
+        for row in np.flatnonzero(np.isnan(x[:, columns]).any(axis=1)):
+            read = ~np.isnan(x[row, columns])
+            used = columns[read & sized[columns]]
+            if used.size < MIN_ROW_INPUTS:
+                continue
+            utilisation = _utilisation(parts[used], x[row, used], consuming)
+            if utilisation is not None:
+                missing = columns[~read]
+                out[row, missing] = parts[missing] @ utilisation
     return out
 
 

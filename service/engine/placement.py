@@ -58,7 +58,7 @@ async def placement(rt: Runtime, req: Any, tenant: Tenant) -> PlacementAnswer:
         encoded.value,
         ctx.x,
         queries,
-        sparse.typical_loads(ctx.typical_loads, net, ctx.x),
+        sparse.pseudo_loads(ctx.typical_loads, net, ctx.x),  # as the fit took them
         req.top,
     )
     return PlacementAnswer(

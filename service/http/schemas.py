@@ -146,7 +146,7 @@ TypicalLoads = Annotated[
         json_schema_extra={"minItems": 1, "maxItems": 2 * (MAX_BUSES - 1)},
         description="pseudo-measurements: a typical value per load feature, used where x is null "
         "(default: each load's rating, its base consumption and generation per customer class, times what the "
-        "context's metered loads of that class run at; the base loads where it meters none)",
+        "row's metered loads of that class run at, else the context's; the base loads where it meters none)",
     ),
 ]
 ContextId = Annotated[str, Field(pattern=SHA256_ID, description="sha256 id from POST /v1/context-sets")]

@@ -135,3 +135,27 @@ def test_metered_loads_keep_their_own_mean_and_sizeless_meters_say_nothing() -> 
     metered_zero = x.copy()
     metered_zero[:, 1::2] = np.nan  # the loads with a rating are the unmetered ones
     np.testing.assert_array_equal(typical_loads.estimated(metered_zero, zero_rated)[1::2], zero_rated.base_x[1::2])
+
+
+def test_each_row_takes_what_its_own_meters_show() -> None:
+    """Customers of a class follow one profile: a row's unmetered loads from that row's metered ones of their class
+    come within a few per cent of their real values, where one typical value per load misses each row's level (tens
+    of per cent); a row that meters too few inputs keeps the typical values."""
+    rng = np.random.default_rng(5)
+    net = _classed(rng)
+    x, _ = _year(net, rng)
+    loads = x.shape[1] // 2
+    never = np.flatnonzero(rng.random(loads) < 0.5)
+    unmetered = np.r_[never, loads + never]
+    sparse = x.copy()
+    sparse[:, unmetered] = np.nan
+    typical = typical_loads.estimated(sparse, net)
+    rows = typical_loads.per_row(sparse, net, typical)
+    scale = np.abs(x[:, unmetered]).sum()
+    row_error = np.abs(rows - x)[:, unmetered].sum() / scale
+    constant_error = np.abs(typical[None, :] - x)[:, unmetered].sum() / scale
+    assert row_error < 0.05 and constant_error > 0.2, (row_error, constant_error)
+    np.testing.assert_array_equal(rows[~np.isnan(sparse)], x[~np.isnan(sparse)])
+    blind = sparse.copy()
+    blind[0, :] = np.nan  # a row that meters nothing
+    np.testing.assert_array_equal(typical_loads.per_row(blind, net, typical)[0], typical)
