@@ -40,11 +40,10 @@ def _year(net: SimpleNamespace, rng: np.random.Generator, n: int = 400) -> tuple
     return x, x.mean(axis=0)
 
 
-def test_unmetered_loads_take_their_class_utilisation_not_their_rating() -> None:
-    """Half the buses never metered: their typical values from the metered ones' per class and direction within a few
-    per cent of their real means, where the ratings (the base loads) are 2-4x off and one utilisation for every class
-    10 % or more."""
-    rng = np.random.default_rng(0)
+def _half_unmetered(seed: int) -> tuple[SimpleNamespace, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A classed network, a context of it (x), x with about half its load buses never metered, those buses' columns
+    and the context's means."""
+    rng = np.random.default_rng(seed)
     net = _classed(rng)
     x, mean = _year(net, rng)
     loads = x.shape[1] // 2
@@ -52,6 +51,14 @@ def test_unmetered_loads_take_their_class_utilisation_not_their_rating() -> None
     unmetered = np.r_[never, loads + never]
     sparse = x.copy()
     sparse[:, unmetered] = np.nan
+    return net, x, sparse, unmetered, mean
+
+
+def test_unmetered_loads_take_their_class_utilisation_not_their_rating() -> None:
+    """Half the buses never metered: their typical values from the metered ones' per class and direction within a few
+    per cent of their real means, where the ratings (the base loads) are 2-4x off and one utilisation for every class
+    10 % or more."""
+    net, x, sparse, unmetered, mean = _half_unmetered(0)
     guessed = typical_loads.estimated(sparse, net)
     scale = np.abs(mean[unmetered]).sum()
     error = np.abs(guessed - mean)[unmetered].sum() / scale
@@ -83,15 +90,9 @@ def test_a_misrated_load_or_a_wild_meter_counts_for_nothing() -> None:
     """A user trial: one metered load rated a twentieth of its size in the network model (a GIS error), or one meter
     reading 50x, set every unmetered load's typical value (network-fit then erred 0.045 p.u.). The fit is robust: the
     unmetered loads' typical values are as if that load were not metered, within a per cent of their scale."""
-    rng = np.random.default_rng(2)
-    net = _classed(rng)
-    x, mean = _year(net, rng)
+    net, x, sparse, unmetered, mean = _half_unmetered(2)
     loads = x.shape[1] // 2
-    never = np.flatnonzero(rng.random(loads) < 0.5)
-    unmetered = np.r_[never, loads + never]
-    sparse = x.copy()
-    sparse[:, unmetered] = np.nan
-    bad = int(next(b for b in np.setdiff1d(np.arange(loads), never) if net.base_generation[b] == 0.0))  # no PV
+    bad = int(next(b for b in np.setdiff1d(np.arange(loads), unmetered) if net.base_generation[b] == 0.0))  # no PV
     without = sparse.copy()
     without[:, [bad, loads + bad]] = np.nan
     honest = typical_loads.estimated(without, net)
@@ -141,14 +142,7 @@ def test_each_row_takes_what_its_own_meters_show() -> None:
     """Customers of a class follow one profile: a row's unmetered loads from that row's metered ones of their class
     come within a few per cent of their real values, where one typical value per load misses each row's level (tens
     of per cent); a row that meters too few inputs keeps the typical values."""
-    rng = np.random.default_rng(5)
-    net = _classed(rng)
-    x, _ = _year(net, rng)
-    loads = x.shape[1] // 2
-    never = np.flatnonzero(rng.random(loads) < 0.5)
-    unmetered = np.r_[never, loads + never]
-    sparse = x.copy()
-    sparse[:, unmetered] = np.nan
+    net, x, sparse, unmetered, _ = _half_unmetered(5)
     typical = typical_loads.estimated(sparse, net)
     rows = typical_loads.per_row(sparse, net, typical)
     scale = np.abs(x[:, unmetered]).sum()
