@@ -3,9 +3,9 @@
 network-fit solves every context row with each unmetered load at a typical value (a pseudo-measurement), and the
 extrapolation measure places a query's unmetered loads about it. A network model's base loads are a poor default
 where they are ratings rather than an operating point: SimBench's are about a load's peak and its generators' full
-output (1-LV-semiurb4's households average a tenth of their base). With half the loads of 1-LV-semiurb4 or 1-MV-rural
-never metered and their base values taken, network-fit erred 1e-2-2e-2 p.u. through the API, the worst bus held on 0-58 %
-of queries (bench/results/partial-metering.md).
+output (1-LV-semiurb4's households average a tenth of their base). With half or a quarter of the load buses of the
+SimBench development grids metered and the rest at their base values, network-fit erred 5e-3-7e-2 p.u. through the API,
+the worst bus held on 0-80 % of queries in 5 of 12 contexts (bench/results/partial-metering.md).
 
 The loads the context did meter show how far each kind of customer runs below its rating: every load input is its
 network's base consumption and generation split by customer class (`Network.class_consumption`, `class_generation`;
@@ -17,6 +17,9 @@ a direction little (`SHRINKAGE`). The fit is robust (Tukey's biweight on the rel
 is wrong in the network model (a GIS error: a user trial's one household rated a twentieth of its size set every
 unmetered load's typical value, network-fit then erred 0.045 p.u.) or a meter reading 50x counts for nothing. A
 load metered in enough rows (`MIN_ROWS`) keeps its own mean for the rows that did not read it.
+
+Customers of a class follow one profile, so network-fit takes each row's unmetered loads from that row's metered ones
+(`per_row`: the same fit on the row's values), the context-wide values (`estimated`) where a row meters too few.
 """
 
 from __future__ import annotations
@@ -43,8 +46,7 @@ def estimated(x: np.ndarray, network: object, min_rows: int = MIN_ROWS) -> np.nd
     size."""
     x = np.asarray(x, dtype=np.float64)
     base = np.asarray(network.base_x, dtype=np.float64)  # type: ignore[attr-defined]
-    parts = parts_of(network)  # (d, m): each input's base per class and direction, generation negative
-    consuming = np.arange(parts.shape[1]) < np.asarray(network.class_consumption).reshape(-1, base.size).shape[0] + 1  # type: ignore[attr-defined]
+    parts, consuming = _classes(network)
     read = (~np.isnan(x)).sum(axis=0)
     metered = read >= min(min_rows, x.shape[0])
     mean = np.where(metered, np.nanmean(np.where(read > 0, x, 0.0), axis=0), 0.0)
@@ -65,9 +67,7 @@ def per_row(x: np.ndarray, network: object, typical: np.ndarray) -> np.ndarray:
     of a class follow one profile: the PV a row's meters show at noon is at noon in the unmetered ones too), the
     `typical` value (d,) where the row meters fewer than MIN_ROW_INPUTS inputs of its half (P, Q) with a size."""
     x = np.asarray(x, dtype=np.float64)
-    base = np.asarray(network.base_x, dtype=np.float64)  # type: ignore[attr-defined]
-    parts = parts_of(network)
-    consuming = np.arange(parts.shape[1]) < np.asarray(network.class_consumption).reshape(-1, base.size).shape[0] + 1  # type: ignore[attr-defined]
+    parts, consuming = _classes(network)
     out = np.where(np.isnan(x), np.asarray(typical, dtype=np.float64)[None, :], x)
     half = x.shape[1] // 2
     for columns in (np.arange(half), np.arange(half, x.shape[1])):
@@ -98,6 +98,14 @@ def parts_of(network: object) -> np.ndarray:
     rest_c = consumption - by_class_c.sum(axis=0)
     rest_g = generation - by_class_g.sum(axis=0)
     return np.column_stack([by_class_c.T, rest_c, -by_class_g.T, -rest_g])
+
+
+def _classes(network: object) -> tuple[np.ndarray, np.ndarray]:
+    """`parts_of` the network, and (m,) bool: which of its columns are consumption."""
+    parts = parts_of(network)
+    classes = np.asarray(network.class_consumption).reshape(-1, parts.shape[0]).shape[0]  # type: ignore[attr-defined]
+    consuming: np.ndarray = np.arange(parts.shape[1]) < classes + 1
+    return parts, consuming
 
 
 def _utilisations(
