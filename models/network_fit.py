@@ -74,7 +74,7 @@ from models.calibration import (
     simultaneous_factor,
 )
 from models.corrected_network import CorrectedNetwork
-from models.errors import InputValidationError
+from models.errors import InputValidationError, RowsRefused
 from models.linear import BayesianLinearRegression, LinearFit, posterior, posterior_mean
 from models.network_voltages import solved
 from models.physics_fit import VERSION as VERSION  # built in, as physics-fit
@@ -173,6 +173,9 @@ class NetworkFitted:
     # the fit taken again about the network with this one's errors and taps applied, which answers (`_relinearised`;
     # None: this one answers). `determined`, `reading_offsets`, `set_aside` and `substation_vm_pu` above are then its
     relinearised: Relinearised | None = None
+    # (k,) the variance the unmetered loads' pseudo-measurements add at every query, where they may err together
+    # (`NetworkFitMethod.fit`'s `load_errors`; 0: none given)
+    pseudo_var: np.ndarray | float = 0.0
 
     @property
     def tap_steps(self) -> np.ndarray:
@@ -257,10 +260,17 @@ class NetworkFitMethod(Method):
         return complete_loads(context_x, self.typical_loads if typical_loads is None else typical_loads)
 
     def fit(
-        self, context_x: np.ndarray, context_y: np.ndarray, typical_loads: np.ndarray | None = None
+        self,
+        context_x: np.ndarray,
+        context_y: np.ndarray,
+        typical_loads: np.ndarray | None = None,
+        load_errors: np.ndarray | None = None,
     ) -> NetworkFitted:
         """Fit on a context whose unmeasured values are NaN: a load never or not always metered takes
-        its typical value (`complete`), a voltage not read is simply absent (the network model stands in)."""
+        its typical value (`complete`), a voltage not read is simply absent (the network model stands in).
+        `load_errors` (d, c): how those typical values may err together, a column per unit-std error
+        (models.typical_loads.unshown_classes): the correction takes such an error up at the context rows and keeps
+        it at every query (their loads are given), so the spread holds its effect on each bus (`_pseudo_variance`)."""
         x, y = check_context(context_x, context_y, missing=True)
         guessed = bool(np.isnan(x).any())
         x = self.complete(x, typical_loads)
@@ -299,9 +309,31 @@ class NetworkFitMethod(Method):
         v = at_point
         probe = self._impedance_probe(x, v, read, guessed, fitted)
         fitted = dataclasses.replace(fitted, impedance_probe=probe, substation_vm_pu=ratio * self.slack_vm_pu)
+        pseudo = self._pseudo_variance(x, load_errors, fitted.set_point) if guessed else 0.0
+        fitted = dataclasses.replace(fitted, pseudo_var=pseudo)
         parts = self.at_queries(fitted, _spread_rows(x))  # the posterior at a few context rows: both below read it
         fitted = dataclasses.replace(fitted, simultaneous=self._simultaneous(fitted, parts))
-        return self._relinearised(context_x, context_y, typical_loads, fitted, parts)
+        return self._relinearised(context_x, context_y, typical_loads, fitted, parts, load_errors)
+
+    def _pseudo_variance(self, x: np.ndarray, load_errors: np.ndarray | None, ratio: float) -> np.ndarray | float:
+        """(k,) each bus's variance from the pseudo-measurements' errors `load_errors` (d, c): the network model's
+        |V| sensitivity to each load that moves (one power flow of a row per such load, at the context's mean
+        loads), times each column. 0 where none is given."""
+        if load_errors is None or not load_errors.size:
+            return 0.0
+        moving = np.flatnonzero(np.abs(load_errors).sum(axis=1) > 0.0)
+        if not moving.size:
+            return 0.0
+        step = 1e-4 * np.maximum(np.abs(load_errors[moving]).max(axis=1), 1e-6)
+        rows = np.repeat(x.mean(axis=0)[None, :], moving.size + 1, axis=0)
+        rows[np.arange(1, moving.size + 1), moving] += step
+        try:
+            v = solved(at_set_point(self.voltage_model, ratio), rows, "context.x")
+        except RowsRefused:  # no power flow about the context's mean loads: nothing measured, nothing added
+            return 0.0
+        sensitivity = (v[1:] - v[0]) / step[:, None]  # (moving, k)
+        variance: np.ndarray = np.square(sensitivity.T @ load_errors[moving]).sum(axis=1)
+        return variance
 
     def _relinearised(
         self,
@@ -310,6 +342,7 @@ class NetworkFitMethod(Method):
         typical_loads: np.ndarray | None,
         fitted: NetworkFitted,
         parts: QueryParts,
+        load_errors: np.ndarray | None = None,
     ) -> NetworkFitted:
         """`fitted`, with this method fitted again about the network with its impedance errors, taps and set point
         applied (`Relinearised`, which then answers) where the impedance probe shows the first order missing more
@@ -340,7 +373,7 @@ class NetworkFitMethod(Method):
         )
         method = method_for(network, first=first)
         try:
-            second = method.fit(context_x, context_y, typical_loads)
+            second = method.fit(context_x, context_y, typical_loads, load_errors)
         except InputValidationError as error:  # the corrected network has no power flow at some context row
             logger.debug("network-fit: not relinearised (%s)", error)
             return fitted
@@ -728,7 +761,7 @@ class QueryParts:
         self, fitted: NetworkFitted, branch_std: np.ndarray | None, metered: np.ndarray
     ) -> GaussianPredictive:
         """The predictive with this branch std (None: no branch stage); `metered` (k,): the buses read."""
-        epistemic = self.other
+        epistemic = self.other + fitted.pseudo_var
         aside = np.isfinite(fitted.set_aside)
         if branch_std is not None and fitted.branches is not None:
             # a bus no meter reads: its branch correction is as uncertain as held-out meters' errors say, and at

@@ -479,3 +479,29 @@ def test_unmetered_loads_take_their_typical_values_and_still_beat_least_squares(
     ratio = np.abs(ours.mean - truth).mean(axis=0) / np.abs(theirs.mean - truth).mean(axis=0)
     assert ratio.mean() <= 0.3 and ratio.max() <= 0.5
     assert _coverage(ours, truth) >= 0.9
+
+
+def test_pseudo_measurements_that_may_err_together_widen_every_bus_they_move(ieee33):
+    """`load_errors`: a unit-std error moving two unmetered loads together adds its effect on each bus (the network
+    model's sensitivity: on a radial feeder every bus, the trunk carries them) to the spread at every query, times the
+    simultaneous factor; most where the loads are."""
+    rng = np.random.default_rng(7)
+    x = sample_loads(ieee33, 300, 0.1, rng)
+    y = VoltageModel(ieee33)(x) + rng.normal(0.0, 1e-5, (300, ieee33.n_outputs))
+    partly = x.copy()
+    partly[:, [20, 21]] = np.nan  # two loads far down a lateral, never metered
+    errors = np.zeros((ieee33.n_features, 1))
+    errors[[20, 21], 0] = 0.3 * ieee33.base_x[[20, 21]]
+    method = method_for(ieee33)
+    plain = method.fit(partly, y, ieee33.base_x)
+    widened = method.fit(partly, y, ieee33.base_x, errors)
+    queries = sample_loads(ieee33, 20, 0.1, rng)
+    before, after = method.predict(plain, queries).std, method.predict(widened, queries).std
+    pseudo = np.asarray(widened.pseudo_var)
+    at_loads = [list(ieee33.output_buses).index(ieee33.load_buses[j]) for j in (20, 21)]
+    assert (pseudo > 0.0).all() and pseudo[at_loads].min() > 2.0 * np.median(pseudo)
+    np.testing.assert_allclose(
+        np.square(after) - np.square(before),
+        np.broadcast_to(np.square(widened.simultaneous) * pseudo, after.shape),
+        rtol=0.05,
+    )

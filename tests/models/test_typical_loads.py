@@ -153,3 +153,20 @@ def test_each_row_takes_what_its_own_meters_show() -> None:
     blind = sparse.copy()
     blind[0, :] = np.nan  # a row that meters nothing
     np.testing.assert_array_equal(typical_loads.per_row(blind, net, typical)[0], typical)
+
+
+def test_a_class_no_meter_shows_is_an_error_the_spread_holds() -> None:
+    """A class whose every customer is unmetered takes its direction's utilisation: a column of `unshown_classes` moves
+    exactly its unmetered inputs (by their base in the class); with every class shown there is none."""
+    net, x, sparse, unmetered, _ = _half_unmetered(6)
+    loads = x.shape[1] // 2
+    assert typical_loads.unshown_classes(sparse, net).shape[1] == 0 or np.all(
+        np.abs(net.class_consumption[:, np.setdiff1d(np.arange(x.shape[1]), unmetered)]).sum(axis=1) == 0
+    )
+    shops = np.flatnonzero(net.class_consumption[1, :loads] > 0)
+    hidden = x.copy()
+    hidden[:, np.r_[shops, loads + shops]] = np.nan  # no shop metered
+    errors = typical_loads.unshown_classes(hidden, net)
+    assert errors.shape[1] >= 1
+    moved = np.flatnonzero(np.abs(errors).sum(axis=1) > 0)
+    assert set(moved) <= set(np.r_[shops, loads + shops]) and set(shops) <= set(moved)
