@@ -31,8 +31,9 @@ import numpy as np
 SHRINKAGE = 0.25
 # Inputs metered in fewer context rows than this say too little of their mean (service.engine.sparse's threshold).
 MIN_ROWS = 10
-# A row whose half (P or Q) meters fewer inputs than this keeps the typical values there (`per_row`), which fits this
-# many rows at once (their normal equations side by side: ~40 x 40 each on 1-MV-rural).
+# A row whose half (P or Q) meters fewer inputs than this keeps the typical values there (`per_row`), and a context
+# metering fewer keeps the base loads (`estimated`: one meter at 50x its load set every unmetered one in a user trial);
+# `per_row` fits ROW_BLOCK rows at once (their normal equations side by side: ~40 x 40 each on 1-MV-rural).
 MIN_ROW_INPUTS, ROW_BLOCK = 3, 1024
 # Tukey's biweight: relative residuals beyond this many robust stds (1.4826 MAD, at least SPREAD_FLOOR: customers of a
 # class differ by some tenths of their rating, which a near-exact fit's MAD would call outliers) get no weight.
@@ -45,8 +46,8 @@ UNSHOWN_FLOOR, UNSHOWN_DEFAULT = 0.05, 0.3
 def estimated(x: np.ndarray, network: object, min_rows: int = MIN_ROWS) -> np.ndarray:
     """(d,) typical loads for context loads x (n, d; NaN: not metered in that row): an input metered in `min_rows`
     rows at its own mean, any other at its base consumption and generation per class times the utilisations the
-    metered inputs show (module docstring); the network's base loads in a half (P, Q) where no metered input has a
-    size."""
+    metered inputs show (module docstring); the network's base loads in a half (P, Q) where fewer than MIN_ROW_INPUTS
+    metered inputs have a size."""
     x = np.asarray(x, dtype=np.float64)
     base = np.asarray(network.base_x, dtype=np.float64)  # type: ignore[attr-defined]
     parts, consuming = _classes(network)
@@ -57,7 +58,7 @@ def estimated(x: np.ndarray, network: object, min_rows: int = MIN_ROWS) -> np.nd
     half = x.shape[1] // 2
     for columns in (np.arange(half), np.arange(half, x.shape[1])):  # P, then Q: their profiles differ
         values = np.where(metered[columns], mean[columns], np.nan)[None, :]
-        utilisation, fitted = _utilisations(parts[columns], values, consuming, 1)
+        utilisation, fitted = _utilisations(parts[columns], values, consuming, MIN_ROW_INPUTS)
         if fitted[0]:
             out[columns] = parts[columns] @ utilisation[0]
     out[metered] = mean[metered]

@@ -114,7 +114,8 @@ def test_a_misrated_load_or_a_wild_meter_counts_for_nothing() -> None:
 
 def test_metered_loads_keep_their_own_mean_and_sizeless_meters_say_nothing() -> None:
     """A load metered in 10 rows or more keeps its own mean for the rows that did not read it; where no metered load
-    has a size in the network model (rated 0), the unmetered ones keep their base loads (a user trial: taken at 0)."""
+    has a size in the network model (rated 0), or fewer than 3 are metered, the unmetered ones keep their base loads
+    (user trials: taken at 0; one meter at 50x set them all)."""
     net = gridsim.network("ieee33")
     base = np.asarray(net.base_x, dtype=np.float64)
     rng = np.random.default_rng(3)
@@ -136,6 +137,10 @@ def test_metered_loads_keep_their_own_mean_and_sizeless_meters_say_nothing() -> 
     metered_zero = x.copy()
     metered_zero[:, 1::2] = np.nan  # the loads with a rating are the unmetered ones
     np.testing.assert_array_equal(typical_loads.estimated(metered_zero, zero_rated)[1::2], zero_rated.base_x[1::2])
+    alone = x.copy()
+    alone[:, 1:32] = np.nan  # one load's P metered (at 50x, a user trial): too few to say what the others run at
+    alone[:, 0] *= 50.0
+    np.testing.assert_array_equal(typical_loads.estimated(alone, net)[1:32], base[1:32])
 
 
 def test_each_row_takes_what_its_own_meters_show() -> None:
