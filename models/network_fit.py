@@ -269,7 +269,7 @@ class NetworkFitMethod(Method):
         """Fit on a context whose unmeasured values are NaN: a load never or not always metered takes
         its typical value (`complete`), a voltage not read is simply absent (the network model stands in).
         `load_errors` (d, c): how those typical values may err together, a column per unit-std error
-        (models.typical_loads.unshown_classes): the correction takes such an error up at the context rows and keeps
+        (models.typical_loads.class_errors): the correction takes such an error up at the context rows and keeps
         it at every query (their loads are given), so the spread holds its effect on each bus (`_pseudo_variance`)."""
         x, y = check_context(context_x, context_y, missing=True)
         guessed = bool(np.isnan(x).any())

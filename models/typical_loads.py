@@ -38,9 +38,9 @@ MIN_ROW_INPUTS, ROW_BLOCK = 3, 1024
 # Tukey's biweight: relative residuals beyond this many robust stds (1.4826 MAD, at least SPREAD_FLOOR: customers of a
 # class differ by some tenths of their rating, which a near-exact fit's MAD would call outliers) get no weight.
 BIWEIGHT_C, SPREAD_FLOOR, ROBUST_PASSES = 4.685, 0.1, 5
-# A class no metered input shows: its utilisation's error std, at least this, or this where its direction has fewer
-# than two classes shown (`unshown_classes`).
-UNSHOWN_FLOOR, UNSHOWN_DEFAULT = 0.05, 0.3
+# A class's utilisation's prior std (`class_errors`): at least UNSHOWN_FLOOR, UNSHOWN_DEFAULT where its direction has
+# fewer than two classes shown; a customer's own spread about its class, at least CUSTOMER_SPREAD of its rating.
+UNSHOWN_FLOOR, UNSHOWN_DEFAULT, CUSTOMER_SPREAD = 0.05, 0.3, 0.01
 
 
 def estimated(x: np.ndarray, network: object, min_rows: int = MIN_ROWS) -> np.ndarray:
@@ -86,36 +86,41 @@ def per_row(x: np.ndarray, network: object, typical: np.ndarray) -> np.ndarray:
     return out
 
 
-def unshown_classes(x: np.ndarray, network: object, min_rows: int = MIN_ROWS) -> np.ndarray:
-    """(d, c) how the unmetered loads' pseudo-measurements may err together: a column per class (and half) that no
-    metered input shows but some unmetered one has, its std-sized error moving each unmetered input by its base of that
-    class times the share of rows it is unmetered. A class no meter shows takes its direction's utilisation (`per_row`),
-    which is off by about how far the shown classes of that direction differ from each other (their utilisations' std,
-    at least UNSHOWN_FLOOR; UNSHOWN_DEFAULT where fewer than two are shown): on 1-LV-semiurb4 with half its load buses
-    metered, a bus's whole error was such a class's (2.8e-4 p.u. against 1.1e-4 so predicted), which network-fit's
-    spread did not hold (0.58). A class some meter shows errs by a customer's spread about it: ~1 % of a rating on the
-    SimBench development grids, left out."""
+def class_errors(x: np.ndarray, network: object, min_rows: int = MIN_ROWS) -> np.ndarray:
+    """(d, c) how the unmetered loads' pseudo-measurements may err together: a column per class (and half) that some
+    unmetered input has, its std-sized error moving each unmetered input by its base of that class times the share of
+    rows it is unmetered. Its std is the class utilisation's posterior std: a prior as wide as the shown classes of its
+    direction differ from each other (their utilisations' std, at least UNSHOWN_FLOOR; UNSHOWN_DEFAULT where fewer
+    than two are shown: what a class no meter shows is off by, taking its direction's), narrowed by what the metered
+    inputs show of it (the sum of their squared shares of it, over the customers' own spread about their class,
+    CUSTOMER_SPREAD at least). On 1-LV-semiurb4 with half its load buses metered, a bus's whole error was an unshown
+    class's (2.8e-4 p.u. against 1.1e-4 so predicted), which network-fit's spread did not hold (0.58)."""
     x = np.asarray(x, dtype=np.float64)
     parts, consuming = _classes(network)
     read = (~np.isnan(x)).sum(axis=0)
     metered = read >= min(min_rows, x.shape[0])
     unmetered = np.isnan(x).mean(axis=0)
     mean = np.where(metered, np.nanmean(np.where(read > 0, x, 0.0), axis=0), np.nan)
+    size = np.abs(parts).sum(axis=1)
     half = x.shape[1] // 2
     columns_out = []
     for columns in (np.arange(half), np.arange(half, x.shape[1])):
         has = np.abs(parts[columns]) > 0.0  # (d_half, m)
-        shown = (has & metered[columns, None]).any(axis=0)
-        missing = (has & (unmetered[columns, None] > 0.0)).any(axis=0) & ~shown
-        if not missing.any() or not metered[columns].any():
+        used = metered[columns] & (size[columns] > 0.0)
+        moved = (has & (unmetered[columns, None] > 0.0)).any(axis=0)
+        if not moved.any() or used.sum() < MIN_ROW_INPUTS:
             continue
+        share = parts[columns][used] / size[columns][used, None]  # (metered, m): each one's class composition
         utilisation = _utilisations(parts[columns], mean[columns][None, :], consuming, 1)[0][0]
+        residual = mean[columns][used] / size[columns][used] - share @ utilisation
+        customers = max(1.4826 * float(np.median(np.abs(residual))), CUSTOMER_SPREAD)
+        shown = np.square(share).sum(axis=0) / customers**2  # (m,) the metered inputs' information on each class
         for direction in (consuming, ~consuming):
-            seen = direction & shown
-            spread = float(np.std(utilisation[seen])) if seen.sum() > 1 else UNSHOWN_DEFAULT
-            for c in np.flatnonzero(direction & missing):
+            seen = direction & (has & used[:, None]).any(axis=0)
+            prior = max(float(np.std(utilisation[seen])) if seen.sum() > 1 else UNSHOWN_DEFAULT, UNSHOWN_FLOOR)
+            for c in np.flatnonzero(direction & moved):
                 column = np.zeros(x.shape[1])
-                column[columns] = parts[columns, c] * unmetered[columns] * max(spread, UNSHOWN_FLOOR)
+                column[columns] = parts[columns, c] * unmetered[columns] / np.sqrt(prior**-2 + shown[c])
                 columns_out.append(column)
     return np.stack(columns_out, axis=1) if columns_out else np.zeros((x.shape[1], 0))
 
