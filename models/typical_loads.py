@@ -33,8 +33,11 @@ SHRINKAGE = 0.25
 MIN_ROWS = 10
 # A row whose half (P or Q) meters fewer inputs than this keeps the typical values there (`per_row`), and a context
 # metering fewer keeps the base loads (`estimated`: one meter at 50x its load set every unmetered one in a user trial);
-# `per_row` fits ROW_BLOCK rows at once (their normal equations side by side: ~40 x 40 each on 1-MV-rural).
-MIN_ROW_INPUTS, ROW_BLOCK = 3, 1024
+# `per_row` fits up to ROW_BLOCK rows at once (their normal equations side by side: ~40 x 40 each on 1-MV-rural), as
+# many as keep a block's arrays within BLOCK_FLOATS numbers.
+MIN_ROW_INPUTS, ROW_BLOCK, BLOCK_FLOATS = 3, 1024, 1 << 22
+# Classes fitted apart per direction (consumption, generation); the smaller ones are folded into one (`_classes`).
+MAX_CLASSES = 24
 # Tukey's biweight: relative residuals beyond this many robust stds (1.4826 MAD, at least SPREAD_FLOOR: customers of a
 # class differ by some tenths of their rating, which a near-exact fit's MAD would call outliers) get no weight.
 BIWEIGHT_C, SPREAD_FLOOR, ROBUST_PASSES = 4.685, 0.1, 5
@@ -43,22 +46,19 @@ BIWEIGHT_C, SPREAD_FLOOR, ROBUST_PASSES = 4.685, 0.1, 5
 UNSHOWN_FLOOR, UNSHOWN_DEFAULT, CUSTOMER_SPREAD = 0.05, 0.3, 0.01
 
 
-def estimated(x: np.ndarray, network: object, min_rows: int = MIN_ROWS) -> np.ndarray:
-    """(d,) typical loads for context loads x (n, d; NaN: not metered in that row): an input metered in `min_rows`
+def estimated(x: np.ndarray, network: object) -> np.ndarray:
+    """(d,) typical loads for context loads x (n, d; NaN: not metered in that row): an input metered in MIN_ROWS
     rows at its own mean, any other at its base consumption and generation per class times the utilisations the
     metered inputs show (module docstring); the network's base loads in a half (P, Q) where fewer than MIN_ROW_INPUTS
     metered inputs have a size."""
     x = np.asarray(x, dtype=np.float64)
     base = np.asarray(network.base_x, dtype=np.float64)  # type: ignore[attr-defined]
     parts, consuming = _classes(network)
-    read = (~np.isnan(x)).sum(axis=0)
-    metered = read >= min(min_rows, x.shape[0])
-    mean = np.where(metered, np.nanmean(np.where(read > 0, x, 0.0), axis=0), 0.0)
+    metered, mean = _metered_means(x)
     out = base.copy()
     half = x.shape[1] // 2
     for columns in (np.arange(half), np.arange(half, x.shape[1])):  # P, then Q: their profiles differ
-        values = np.where(metered[columns], mean[columns], np.nan)[None, :]
-        utilisation, fitted = _utilisations(parts[columns], values, consuming, MIN_ROW_INPUTS)
+        utilisation, fitted = _utilisations(parts[columns], mean[columns][None, :], consuming, MIN_ROW_INPUTS)
         if fitted[0]:
             out[columns] = parts[columns] @ utilisation[0]
     out[metered] = mean[metered]
@@ -76,8 +76,9 @@ def per_row(x: np.ndarray, network: object, typical: np.ndarray) -> np.ndarray:
     half = x.shape[1] // 2
     for columns in (np.arange(half), np.arange(half, x.shape[1])):
         rows = np.flatnonzero(np.isnan(x[:, columns]).any(axis=1))
-        for start in range(0, rows.size, ROW_BLOCK):  # the batched normal equations: (rows, m, m) at a time
-            block = rows[start : start + ROW_BLOCK]
+        step = max(1, min(ROW_BLOCK, BLOCK_FLOATS // max(parts.shape[1] * (parts.shape[1] + columns.size), 1)))
+        for start in range(0, rows.size, step):  # the batched normal equations: (rows, m, m) at a time
+            block = rows[start : start + step]
             values = x[np.ix_(block, columns)]
             utilisation, fitted = _utilisations(parts[columns], values, consuming, MIN_ROW_INPUTS)
             guessed = parts[columns] @ utilisation.T  # (d_half, rows)
@@ -86,7 +87,7 @@ def per_row(x: np.ndarray, network: object, typical: np.ndarray) -> np.ndarray:
     return out
 
 
-def class_errors(x: np.ndarray, network: object, min_rows: int = MIN_ROWS) -> np.ndarray:
+def class_errors(x: np.ndarray, network: object) -> np.ndarray:
     """(d, c) how the unmetered loads' pseudo-measurements may err together: a column per class (and half) that some
     unmetered input has, its std-sized error moving each unmetered input by its base of that class times the share of
     rows it is unmetered. Its std is the class utilisation's posterior std: a prior as wide as the shown classes of its
@@ -97,10 +98,8 @@ def class_errors(x: np.ndarray, network: object, min_rows: int = MIN_ROWS) -> np
     class's (2.8e-4 p.u. against 1.1e-4 so predicted), which network-fit's spread did not hold (0.58)."""
     x = np.asarray(x, dtype=np.float64)
     parts, consuming = _classes(network)
-    read = (~np.isnan(x)).sum(axis=0)
-    metered = read >= min(min_rows, x.shape[0])
+    metered, mean = _metered_means(x)
     unmetered = np.isnan(x).mean(axis=0)
-    mean = np.where(metered, np.nanmean(np.where(read > 0, x, 0.0), axis=0), np.nan)
     size = np.abs(parts).sum(axis=1)
     half = x.shape[1] // 2
     columns_out = []
@@ -143,12 +142,37 @@ def parts_of(network: object) -> np.ndarray:
     return np.column_stack([by_class_c.T, rest_c, -by_class_g.T, -rest_g])
 
 
+def _metered_means(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(d,) which inputs context loads x meter in at least MIN_ROWS rows (or every row of a shorter context), and
+    (d,) their means over the rows that read them (NaN for the others)."""
+    read = (~np.isnan(x)).sum(axis=0)
+    metered = read >= min(MIN_ROWS, x.shape[0])
+    mean = np.where(metered, np.nanmean(np.where(read > 0, x, 0.0), axis=0), np.nan)
+    return metered, mean
+
+
 def _classes(network: object) -> tuple[np.ndarray, np.ndarray]:
-    """`parts_of` the network, and (m,) bool: which of its columns are consumption."""
+    """`parts_of` the network as fitted, and (m,) bool: which of its columns are consumption. Only the classes some
+    load has, at most MAX_CLASSES per direction: the largest by rating, the rest folded into one (an upload names a
+    class per load at will: 200 loads of a class each took `per_row` 2.5 s on 100 rows, m^3 per row; 500 would have
+    taken an hour and gigabytes on a 10,000-row context)."""
     parts = parts_of(network)
     classes = np.asarray(network.class_consumption).reshape(-1, parts.shape[0]).shape[0]  # type: ignore[attr-defined]
-    consuming: np.ndarray = np.arange(parts.shape[1]) < classes + 1
-    return parts, consuming
+    consumption = np.arange(parts.shape[1]) < classes + 1
+    rating = np.abs(parts).sum(axis=0)
+    kept: list[np.ndarray] = []
+    directions: list[bool] = []
+    for is_consumption, direction in ((True, consumption), (False, ~consumption)):
+        present = np.flatnonzero(direction & (rating > 0.0))
+        order = present[np.argsort(-rating[present], kind="stable")]
+        columns = [parts[:, c] for c in order[: MAX_CLASSES - 1]]
+        if order.size >= MAX_CLASSES:
+            columns.append(parts[:, order[MAX_CLASSES - 1 :]].sum(axis=1))
+        columns = columns or [np.zeros(parts.shape[0])]  # a direction no load has: one empty column, as a class
+        kept += columns
+        directions += [is_consumption] * len(columns)
+    consuming: np.ndarray = np.asarray(directions, dtype=bool)
+    return np.column_stack(kept), consuming
 
 
 def _utilisations(

@@ -21,7 +21,6 @@ from typing import Any, cast
 import numpy as np
 
 from models.off_context import ContextGeometry, ContextWork, OffContextGuard
-from models.typical_loads import sizes_of
 from service.engine import sparse
 from service.engine.context_sets import ContextSet
 from service.metrics import Metrics
@@ -144,9 +143,7 @@ class Fits:
         (a context's id covers its network and typical loads)."""
 
         async def compute() -> ContextGeometry:
-            typical = sparse.typical_loads(ctx.typical_loads, network, ctx.x)
-            sizes = sizes_of(network)
-            geometry: ContextGeometry = await self.run(sparse.geometry, ctx.x, typical, sizes)  # its measured loads
+            geometry: ContextGeometry = await self.run(sparse.context_geometry, ctx.x, ctx.typical_loads, network)
             return geometry
 
         geometry, hit = await self.geometry_cache.get_or_compute(ctx.id, compute)

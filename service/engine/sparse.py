@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 
 from models.off_context import ContextGeometry
-from models.typical_loads import class_errors
+from models.typical_loads import MIN_ROWS, class_errors, sizes_of
 from models.typical_loads import estimated as estimated_typical_loads
 from models.typical_loads import per_row as per_row_loads
 from service.engine.errors import InvalidInput
@@ -126,10 +126,11 @@ def check_rows(y: np.ndarray, field: str) -> None:
 # std / size 0.05-0.10).
 UNMETERED_RELATIVE_STD = 0.1
 UNMETERED_STD_FLOOR = 1e-3
-# A load metered in fewer rows than this counts as never metered: a few readings say little of its spread (a user
-# trial's load metered in one row put in-range queries at extrapolation 300-150,000; ten loads of IEEE 33 read in 3
-# or 4 of 300 rows flagged 68-99 % / up to 14 % of them, helper-66; read in 10, none beyond 0.6 %).
-MIN_METERED_ROWS = 10
+# A load metered in fewer rows than this counts as never metered (models.typical_loads.MIN_ROWS, whose typical values
+# follow the same rule): a few readings say little of its spread (a user trial's load metered in one row put in-range
+# queries at extrapolation 300-150,000; ten loads of IEEE 33 read in 3 or 4 of 300 rows flagged 68-99 % / up to 14 %
+# of them, helper-66; read in 10, none beyond 0.6 %).
+MIN_METERED_ROWS = MIN_ROWS
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,7 @@ def typical_loads(context_typical: np.ndarray | None, network: Any, x: np.ndarra
     if context_typical is not None:
         return np.asarray(context_typical, dtype=np.float64)
     if x is not None and np.isnan(x).any():
-        return estimated_typical_loads(x, network, MIN_METERED_ROWS)
+        return estimated_typical_loads(x, network)
     return np.asarray(network.base_x, dtype=np.float64)
 
 
@@ -178,6 +179,11 @@ def pseudo_loads(context_typical: np.ndarray | None, network: Any, x: np.ndarray
     if context_typical is not None or not np.isnan(x).any():
         return typical_loads(context_typical, network, x)
     return per_row_loads(x, network, typical_loads(None, network, x))
+
+
+def context_geometry(x: np.ndarray, context_typical: np.ndarray | None, network: Any) -> ContextGeometry:
+    """A context's `geometry` on its `network`: its unmetered loads about their `typical_loads`, sized by the network."""
+    return geometry(x, typical_loads(context_typical, network, x), sizes_of(network))
 
 
 def geometry(x: np.ndarray, typical: np.ndarray, sizes: np.ndarray | None = None) -> ContextGeometry:

@@ -28,7 +28,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from models.errors import ROWS_SHOWN, InputValidationError, RowsRefused, rows_text
-from models.typical_loads import sizes_of
 from service.jobs import results, voltages
 from service.jobs.jobspec import JobSpec
 from service.jobs.results import JobFiles
@@ -132,9 +131,7 @@ def prepare(spec: JobSpec, jobs_dir: Path, models: Models, parallel: int = 1, st
         network=network,
         method=loaded.method,
         encoded=encoded,
-        geometry=sparse.geometry(
-            context.x, sparse.typical_loads(context.typical_loads, network, context.x), sizes_of(network)
-        ),
+        geometry=sparse.context_geometry(context.x, context.typical_loads, network),
         metering=context.metering.with_fit(encoded),
         answer_spec=AnswerSpec(spec.quantiles, spec.voltage_band),
         source=pq.ParquetFile(files.input),

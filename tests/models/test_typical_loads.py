@@ -177,3 +177,21 @@ def test_a_class_no_meter_shows_is_an_error_the_spread_holds() -> None:
     assert np.all(std >= typical_loads.UNSHOWN_FLOOR - 1e-12)
     shown = typical_loads.class_errors(sparse, net)  # every class has metered customers
     assert np.abs(shown).max() < 0.1 * np.abs(shop_column).max()
+
+
+def test_an_upload_naming_a_class_per_load_is_fitted_with_few() -> None:
+    """An upload names a class per load at will; the fit's cost grows with the cube of the classes per row. Beyond
+    MAX_CLASSES per direction the smallest are folded into one: every load keeps its whole rating, each direction's."""
+    loads = 120
+    d = 2 * loads
+    rng = np.random.default_rng(8)
+    consumption = np.zeros((loads, d))
+    consumption[np.arange(loads), np.arange(loads)] = rng.uniform(0.5, 2.0, loads)
+    generation = np.zeros((loads, d))
+    generation[np.arange(loads), np.arange(loads)] = rng.uniform(0.0, 1.0, loads)
+    net = SimpleNamespace(class_consumption=consumption, class_generation=generation)
+    net.base_consumption, net.base_generation = consumption.sum(axis=0), generation.sum(axis=0)
+    parts, consuming = typical_loads._classes(net)
+    assert parts.shape[1] == 2 * typical_loads.MAX_CLASSES and consuming.sum() == typical_loads.MAX_CLASSES
+    np.testing.assert_allclose(parts[:, consuming].sum(axis=1), net.base_consumption)
+    np.testing.assert_allclose(-parts[:, ~consuming].sum(axis=1), net.base_generation)
