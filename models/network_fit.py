@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,12 +74,13 @@ from models.calibration import (
     simultaneous_factor,
 )
 from models.corrected_network import CorrectedNetwork
-from models.errors import InputValidationError, RowsRefused
+from models.errors import InputValidationError
 from models.linear import BayesianLinearRegression, LinearFit, posterior, posterior_mean
 from models.network_voltages import solved
 from models.physics_fit import VERSION as VERSION  # built in, as physics-fit
 from models.physics_fit import on_network, width_free_card
 from models.predictive import GaussianPredictive, Method
+from models.pseudo_errors import widened_by_readings
 from models.validation import check_context, check_queries
 
 NAME = "network-fit"
@@ -264,13 +265,15 @@ class NetworkFitMethod(Method):
         context_x: np.ndarray,
         context_y: np.ndarray,
         typical_loads: np.ndarray | None = None,
-        load_errors: np.ndarray | None = None,
+        load_errors: np.ndarray | Sequence[np.ndarray] | None = None,
     ) -> NetworkFitted:
         """Fit on a context whose unmeasured values are NaN: a load never or not always metered takes
         its typical value (`complete`), a voltage not read is simply absent (the network model stands in).
-        `load_errors` (d, c): how those typical values may err together, a column per unit-std error
-        (models.typical_loads.class_errors): the correction takes such an error up at the context rows and keeps
-        it at every query (their loads are given), so the spread holds its effect on each bus (`_pseudo_variance`)."""
+        `load_errors`: how those typical values may err together, a column per unit-std error: blocks of such
+        columns (models.typical_loads.class_errors, customer_errors), each widened as far as the readings show it
+        erred more (models.pseudo_errors), or one matrix (d, c) taken as it is. The correction takes such an error up
+        at the context rows and keeps it at every query (their loads are given), so the spread holds its effect on
+        each bus."""
         x, y = check_context(context_x, context_y, missing=True)
         guessed = bool(np.isnan(x).any())
         x = self.complete(x, typical_loads)
@@ -309,31 +312,18 @@ class NetworkFitMethod(Method):
         v = at_point
         probe = self._impedance_probe(x, v, read, guessed, fitted)
         fitted = dataclasses.replace(fitted, impedance_probe=probe, substation_vm_pu=ratio * self.slack_vm_pu)
-        pseudo = self._pseudo_variance(x, load_errors, fitted.set_point) if guessed else 0.0
-        fitted = dataclasses.replace(fitted, pseudo_var=pseudo)
+        errors = None
+        if guessed and load_errors is not None:
+            # blocks are widened as far as the readings show they erred more; one matrix (a relinearised fit's: its
+            # network took up some of their error, the recorded one shows it) is taken as it is
+            stated = isinstance(load_errors, np.ndarray)
+            model = at_set_point(self.voltage_model, fitted.set_point)
+            blocks: list[np.ndarray] = [load_errors] if isinstance(load_errors, np.ndarray) else list(load_errors)
+            errors, pseudo = widened_by_readings(model, x, y, blocks, calibrate=not stated)
+            fitted = dataclasses.replace(fitted, pseudo_var=pseudo)
         parts = self.at_queries(fitted, _spread_rows(x))  # the posterior at a few context rows: both below read it
         fitted = dataclasses.replace(fitted, simultaneous=self._simultaneous(fitted, parts))
-        return self._relinearised(context_x, context_y, typical_loads, fitted, parts, load_errors)
-
-    def _pseudo_variance(self, x: np.ndarray, load_errors: np.ndarray | None, ratio: float) -> np.ndarray | float:
-        """(k,) each bus's variance from the pseudo-measurements' errors `load_errors` (d, c): the network model's
-        |V| sensitivity to each load that moves (one power flow of a row per such load, at the context's mean
-        loads), times each column. 0 where none is given."""
-        if load_errors is None or not load_errors.size:
-            return 0.0
-        moving = np.flatnonzero(np.abs(load_errors).sum(axis=1) > 0.0)
-        if not moving.size:
-            return 0.0
-        step = 1e-4 * np.maximum(np.abs(load_errors[moving]).max(axis=1), 1e-6)
-        rows = np.repeat(x.mean(axis=0)[None, :], moving.size + 1, axis=0)
-        rows[np.arange(1, moving.size + 1), moving] += step
-        try:
-            v = solved(at_set_point(self.voltage_model, ratio), rows, "context.x")
-        except RowsRefused:  # no power flow about the context's mean loads: nothing measured, nothing added
-            return 0.0
-        sensitivity = (v[1:] - v[0]) / step[:, None]  # (moving, k)
-        variance: np.ndarray = np.square(sensitivity.T @ load_errors[moving]).sum(axis=1)
-        return variance
+        return self._relinearised(context_x, context_y, typical_loads, fitted, parts, errors)
 
     def _relinearised(
         self,

@@ -44,6 +44,8 @@ BIWEIGHT_C, SPREAD_FLOOR, ROBUST_PASSES = 4.685, 0.1, 5
 # A class's utilisation's prior std (`class_errors`): at least UNSHOWN_FLOOR, UNSHOWN_DEFAULT where its direction has
 # fewer than two classes shown; a customer's own spread about its class, at least CUSTOMER_SPREAD of its rating.
 UNSHOWN_FLOOR, UNSHOWN_DEFAULT, CUSTOMER_SPREAD = 0.05, 0.3, 0.01
+# `customer_errors` measures the metered inputs' departures from their row's class fit on at most this many rows.
+SPREAD_ROWS = 256
 
 
 def estimated(x: np.ndarray, network: object) -> np.ndarray:
@@ -122,6 +124,35 @@ def class_errors(x: np.ndarray, network: object) -> np.ndarray:
                 column[columns] = parts[columns, c] * unmetered[columns] / np.sqrt(prior**-2 + shown[c])
                 columns_out.append(column)
     return np.stack(columns_out, axis=1) if columns_out else np.zeros((x.shape[1], 0))
+
+
+def customer_errors(x: np.ndarray, network: object) -> np.ndarray:
+    """(d, u) each unmetered input's own error, beside its class's (`class_errors`): a column per input some row
+    leaves unmetered, moving it alone by its size times the share of rows it is unmetered times how far the metered
+    inputs depart from their row's class fit (`per_row`'s; relative to their size, robustly: 1.4826 MAD over up to
+    SPREAD_ROWS rows, at least CUSTOMER_SPREAD; UNSHOWN_DEFAULT where no row meters MIN_ROW_INPUTS inputs of the half).
+    On IEEE 33, whose loads vary each on its own, half of them unmetered and readings noise 1e-5, the worst bus held
+    on 0.78-0.84 of in-range queries with the class errors alone (models.pseudo_errors widens both by the readings)."""
+    x = np.asarray(x, dtype=np.float64)
+    parts, consuming = _classes(network)
+    size = np.abs(parts).sum(axis=1)
+    unmetered = np.isnan(x).mean(axis=0)
+    rows = np.unique(np.linspace(0, x.shape[0] - 1, min(x.shape[0], SPREAD_ROWS)).astype(int))
+    spread = np.full(x.shape[1], UNSHOWN_DEFAULT)
+    half = x.shape[1] // 2
+    for columns in (np.arange(half), np.arange(half, x.shape[1])):
+        values = x[np.ix_(rows, columns)]
+        utilisation, fitted = _utilisations(parts[columns], values, consuming, MIN_ROW_INPUTS)
+        departure = (values - utilisation @ parts[columns].T)[fitted] / np.where(
+            size[columns] > 0, size[columns], np.nan
+        )
+        departure = departure[np.isfinite(departure)]
+        if departure.size:
+            spread[columns] = max(1.4826 * float(np.median(np.abs(departure))), CUSTOMER_SPREAD)
+    moved = np.flatnonzero((unmetered > 0.0) & (size > 0.0))
+    out = np.zeros((x.shape[1], moved.size))
+    out[moved, np.arange(moved.size)] = (spread * size * unmetered)[moved]
+    return out
 
 
 def sizes_of(network: object) -> np.ndarray:

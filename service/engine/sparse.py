@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 
 from models.off_context import ContextGeometry
-from models.typical_loads import MIN_ROWS, class_errors, sizes_of
+from models.typical_loads import MIN_ROWS, class_errors, customer_errors, sizes_of
 from models.typical_loads import estimated as estimated_typical_loads
 from models.typical_loads import per_row as per_row_loads
 from service.engine.errors import InvalidInput
@@ -241,5 +241,7 @@ def fit(
     if not getattr(method, "accepts_missing", False) or (context_typical is None and not np.isnan(x).any()):
         return method.fit(x, y, **options)
     # the pseudo-measurements' shared errors where the service guessed them (a user's typical_loads: theirs to vouch for)
-    errors = {} if context_typical is not None else {"load_errors": class_errors(x, network)}
+    errors = (
+        {} if context_typical is not None else {"load_errors": [class_errors(x, network), customer_errors(x, network)]}
+    )
     return method.fit(x, y, typical_loads=pseudo_loads(context_typical, network, x), **errors, **options)

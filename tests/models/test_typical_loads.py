@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 import gridsim
 from models import typical_loads
@@ -195,3 +196,29 @@ def test_an_upload_naming_a_class_per_load_is_fitted_with_few() -> None:
     assert parts.shape[1] == 2 * typical_loads.MAX_CLASSES and consuming.sum() == typical_loads.MAX_CLASSES
     np.testing.assert_allclose(parts[:, consuming].sum(axis=1), net.base_consumption)
     np.testing.assert_allclose(-parts[:, ~consuming].sum(axis=1), net.base_generation)
+
+
+def test_each_unmetered_customer_errs_as_far_as_metered_ones_depart_from_their_class() -> None:
+    """`customer_errors`: a column per unmetered input, moving it alone by its size times how far metered inputs
+    depart from their row's class fit: loads that each vary on their own (IEEE 33, +-10 %) about their spread (a
+    uniform's 0.058 of the size), customers that follow their class's profile little (at the floor's order), a
+    context metering nothing UNSHOWN_DEFAULT."""
+    net = gridsim.network("ieee33")
+    rng = np.random.default_rng(8)
+    x = np.asarray(net.base_x) * rng.uniform(0.9, 1.1, (300, net.n_features))
+    partly = x.copy()
+    partly[:, [3, 4, 3 + net.n_load]] = np.nan
+    errors = typical_loads.customer_errors(partly, net)
+    size = typical_loads.sizes_of(net)
+    assert errors.shape == (net.n_features, 3)
+    for column, j in zip(errors.T, (3, 4, 3 + net.n_load)):
+        assert set(np.flatnonzero(column)) == {j}
+        assert 0.04 < column[j] / size[j] < 0.1
+    classed, cx, sparse_x, unmetered, _ = _half_unmetered(9)
+    relative = (
+        typical_loads.customer_errors(sparse_x, classed).max(axis=1)[unmetered]
+        / typical_loads.sizes_of(classed)[unmetered]
+    )
+    assert relative.max() < 0.05
+    blind = np.full_like(x, np.nan)
+    assert typical_loads.customer_errors(blind, net).max(axis=1) / size == pytest.approx(typical_loads.UNSHOWN_DEFAULT)
