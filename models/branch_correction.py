@@ -208,7 +208,8 @@ class BranchCorrection:
         """Fit on corrections r (n, k) at branch inputs fp, fq, head (n, k); `impedance` (2k,): each branch's
         drop per MW and per MVAr; `observed` (n, k) bool: which readings exist (None: all; r is 0 where not);
         `heldout`: measure `unseen` (where some bus is never read); `weights` (k,): each bus's readings'
-        precision relative to the others' (None: alike); `taps` (k,): each branch's tap penalty as an earlier fit
+        precision relative to the others' (None: alike), or (k, k) where their errors are correlated across buses
+        (`_normal_equations`); `taps` (k,): each branch's tap penalty as an earlier fit
         of the same feeder found them (its `taps`: refits with the losses it moved, its probe), None: found here;
         `prior`: with `taps`, the impedances' prior as an earlier fit chose it (its `prior`), taken as it is with
         the taps' penalties (an impedance probe regularised as the fit it mimics), None: chosen here; `correlation`:
@@ -228,22 +229,12 @@ class BranchCorrection:
             )
             shift = (fp * weights_c[:k] + fq * weights_c[k : 2 * k] + head * weights_c[2 * k : 3 * k]) @ downstream
             r = np.where(observed, r - shift - weights_c[-1], 0.0)
-        root = np.ones(k) if weights is None else np.sqrt(np.asarray(weights, dtype=np.float64))
         flows = np.concatenate([fp, fq, head], axis=1)  # (n, 3k)
-        every = observed.all(axis=0)  # buses read in every row: their share of the gram in one product
         # (k, 3k): feature c of bus j is on its path
         on_path = np.concatenate([downstream.T, downstream.T, downstream.T], axis=1)
-        weighed, r = on_path * root[:, None], r * root  # each bus's rows and readings times its root weight
-        gram_flows = (weighed[every].T @ weighed[every]) * (flows.T @ flows)
-        for j in np.flatnonzero(~every & observed.any(axis=0)):  # buses read in some rows
-            seen = flows[observed[:, j]]
-            gram_flows += np.outer(weighed[j], weighed[j]) * (seen.T @ seen)
-        with_offset = (weighed * ((observed * root).T @ flows)).sum(axis=0)  # (2k,)
+        gram, rhs, total, root, r = _normal_equations(flows, on_path, observed, r, weights)
+        weighed = on_path * root[:, None]
         readings = float(observed.sum())
-        offset = float((observed * np.square(root)).sum())
-        gram = np.block([[gram_flows, with_offset[:, None]], [with_offset[None, :], np.array([[offset]])]])
-        ra = r @ weighed[:, :k]  # (n, k): sum over the buses below c of their (weighed) correction
-        rhs = np.concatenate([(fp * ra).sum(0), (fq * ra).sum(0), (head * ra).sum(0), [(r * root).sum()]])
         dof = max(int(readings) - 1, 1)
         # physics' prior: an impedance error is relative (a line 20 % longer than recorded), so each branch's
         # correction per unit flow is its own impedance times an error of one prior size on every branch
@@ -257,7 +248,6 @@ class BranchCorrection:
         # prior is the widest allowed at the noise floor)
         no_flow = READING_FLOOR_PU**2 / (MAX_RELATIVE_ERROR**2 * BRANCH_PRIOR_GRID[0])
         unit = float(full[full > 0].mean()) if (full > 0).any() else no_flow
-        total = float(np.square(r).sum())
 
         systems: dict[bytes, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
@@ -460,6 +450,50 @@ class BranchCorrection:
         prior = np.sqrt(self.prior_var * (drops[:, :k] + drops[:, k:]) @ self.downstream)
         ratio = np.sqrt(np.mean(np.square(std), axis=0) / np.maximum(np.mean(np.square(prior), axis=0), 1e-300))
         return np.asarray(np.clip(1.0 - ratio, 0.0, 1.0))
+
+
+def _normal_equations(
+    flows: np.ndarray, on_path: np.ndarray, observed: np.ndarray, r: np.ndarray, weights: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, float, np.ndarray, np.ndarray]:
+    """The branch stage's gram (3k + 1, 3k + 1) and right-hand side on `flows` (n, 3k) and readings r (n, k; 0 where
+    not `observed`), the readings' weighted sum of squares, each bus's root weight (k,) and r times it. Feature c of
+    bus j at row t is on_path[j, c] * flows[t, c] (and 1 for the offset), so over the buses read in every row the
+    gram is (on_path' W on_path) * (flows' flows) in one product, W the buses' precision: `weights` (k,) relative
+    precisions, or (k, k) a precision across buses (readings whose errors are correlated: unmetered loads' guesses
+    move every bus below them together, models.pseudo_errors), taken over the buses read in every row, its diagonal
+    for the others (per bus: a bus read in some rows only)."""
+    n, k = r.shape
+    every = observed.all(axis=0)
+    matrix = weights is not None and np.ndim(weights) == 2
+    if weights is None:
+        root = np.ones(k)
+    else:
+        w = np.asarray(weights, dtype=np.float64)
+        root = np.sqrt(np.clip(np.diag(w) if matrix else w, 0.0, None))
+    weighed, raw, r = on_path * root[:, None], r, r * root
+    apart = ~every if matrix else np.ones(k, dtype=bool)  # buses weighed one by one
+    together = every & ~apart
+    gram_flows = (weighed[every & apart].T @ weighed[every & apart]) * (flows.T @ flows)
+    for j in np.flatnonzero(~every & observed.any(axis=0)):  # buses read in some rows
+        seen = flows[observed[:, j]]
+        gram_flows += np.outer(weighed[j], weighed[j]) * (seen.T @ seen)
+    with_offset = (weighed[apart] * ((observed * root)[:, apart].T @ flows)).sum(axis=0)  # (3k,)
+    offset = float((observed * np.square(root))[:, apart].sum())
+    ra = r[:, apart] @ weighed[apart][:, :k]  # (n, k): sum over the buses below c of their (weighed) correction
+    offset_rhs = float((r * root)[:, apart].sum())
+    total = float(np.square(r[:, apart]).sum())
+    if together.any():
+        omega = np.asarray(weights, dtype=np.float64)[np.ix_(together, together)]
+        paths, ones, whitened = on_path[together], np.ones(int(together.sum())), raw[:, together] @ omega
+        gram_flows += (paths.T @ omega @ paths) * (flows.T @ flows)
+        with_offset += (ones @ omega @ paths) * flows.sum(axis=0)
+        offset += n * float(ones @ omega @ ones)
+        ra = ra + whitened @ paths[:, :k]
+        offset_rhs += float(whitened.sum())
+        total += float((whitened * raw[:, together]).sum())
+    gram = np.block([[gram_flows, with_offset[:, None]], [with_offset[None, :], np.array([[offset]])]])
+    rhs = np.concatenate([(flows * np.tile(ra, 3)).sum(axis=0), [offset_rhs]])
+    return gram, rhs, total, root, r
 
 
 def _heldout_factor(

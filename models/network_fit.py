@@ -30,6 +30,11 @@ Where the impedance probe (below) shows the first order missing more than the re
 about the network with its fitted errors, taps and set point applied, its prior centred on the recorded model
 (`NetworkFitMethod._relinearised`: a Gauss-Newton step), and that fit answers.
 
+Where loads are guessed (unmetered, at typical values), the guesses' errors move every bus below them together: the
+branch stage weighs the readings by the inverse of that covariance across buses, sized by the readings
+(models.pseudo_errors), and the per-bus stage is given the readings less what the guesses most likely moved, so
+neither takes a guess's error for the feeder's.
+
 A meter whose readings sit a constant offset from what the feeder and every other meter explain, beyond what chance
 gives on any bus (models.branch_correction._suspect_readings: a biased meter, or a step only it sees), is named
 (`NetworkFitted.reading_offsets`) and set aside: its bus is answered as one no meter reads, the offset kept in its
@@ -80,7 +85,7 @@ from models.network_voltages import solved
 from models.physics_fit import VERSION as VERSION  # built in, as physics-fit
 from models.physics_fit import on_network, width_free_card
 from models.predictive import GaussianPredictive, Method
-from models.pseudo_errors import widened_by_readings
+from models.pseudo_errors import PseudoErrors, widened_by_readings
 from models.validation import check_context, check_queries
 
 NAME = "network-fit"
@@ -283,7 +288,15 @@ class NetworkFitMethod(Method):
         v = solved(self.voltage_model, x, "context.x")
         if v.shape != y.shape:
             raise InputValidationError("context.y", f"expected {v.shape[1]} buses per row, got {y.shape[1]}")
-        fitted, at_point, ratio = self._at_set_point(x, y, v, read, guessed)
+        # the guesses' errors as the readings size them: blocks widened as far as the readings show they erred more;
+        # one matrix (a relinearised fit's: its network took up some of their error, the recorded one shows it) is
+        # taken as it is. The fits below weigh the readings by them (`_fit`)
+        pseudo = None
+        if guessed and load_errors is not None:
+            stated = isinstance(load_errors, np.ndarray)
+            blocks: list[np.ndarray] = [load_errors] if isinstance(load_errors, np.ndarray) else list(load_errors)
+            pseudo = widened_by_readings(self.voltage_model, x, y, blocks, calibrate=not stated)
+        fitted, at_point, ratio = self._at_set_point(x, y, v, read, guessed, pseudo=pseudo)
         # a meter whose readings depart as no chance departure does is set aside: its pull on its neighbours' fit goes
         # with it (a 2e-3 p.u. bias had them cover 0.82), its bus is answered from the other meters, and its offset stays
         # in the spread (the meter may be right: a step only it sees). The fit redone without it is tested once more
@@ -294,7 +307,9 @@ class NetworkFitMethod(Method):
             if not aside.any() or not (read & ~aside).any():
                 break
             kept = read & ~aside[None, :]
-            refit, at_point, ratio = self._at_set_point(x, np.where(kept, y, np.nan), v, kept, guessed, check=not last)
+            refit, at_point, ratio = self._at_set_point(
+                x, np.where(kept, y, np.nan), v, kept, guessed, check=not last, pseudo=pseudo
+            )
             named = refit.reading_offsets != 0
             if not named.any() or not (read & ~(aside | named)).any():
                 break
@@ -310,19 +325,13 @@ class NetworkFitMethod(Method):
             set_aside[aside] = departed
             fitted = dataclasses.replace(refit, reading_offsets=offsets, set_aside=set_aside)
         v = at_point
-        probe = self._impedance_probe(x, v, read, guessed, fitted)
+        probe = self._impedance_probe(x, v, read, guessed, fitted, pseudo)
         fitted = dataclasses.replace(fitted, impedance_probe=probe, substation_vm_pu=ratio * self.slack_vm_pu)
-        errors = None
-        if guessed and load_errors is not None:
-            # blocks are widened as far as the readings show they erred more; one matrix (a relinearised fit's: its
-            # network took up some of their error, the recorded one shows it) is taken as it is
-            stated = isinstance(load_errors, np.ndarray)
-            model = at_set_point(self.voltage_model, fitted.set_point)
-            blocks: list[np.ndarray] = [load_errors] if isinstance(load_errors, np.ndarray) else list(load_errors)
-            errors, pseudo = widened_by_readings(model, x, y, blocks, calibrate=not stated)
-            fitted = dataclasses.replace(fitted, pseudo_var=pseudo)
+        if pseudo is not None:
+            fitted = dataclasses.replace(fitted, pseudo_var=pseudo.variance)
         parts = self.at_queries(fitted, _spread_rows(x))  # the posterior at a few context rows: both below read it
         fitted = dataclasses.replace(fitted, simultaneous=self._simultaneous(fitted, parts))
+        errors = None if pseudo is None else pseudo.errors
         return self._relinearised(context_x, context_y, typical_loads, fitted, parts, errors)
 
     def _relinearised(
@@ -381,12 +390,19 @@ class NetworkFitMethod(Method):
         )
 
     def _at_set_point(
-        self, x: np.ndarray, y: np.ndarray, v: np.ndarray, read: np.ndarray, guessed: bool, check: bool = True
+        self,
+        x: np.ndarray,
+        y: np.ndarray,
+        v: np.ndarray,
+        read: np.ndarray,
+        guessed: bool,
+        check: bool = True,
+        pseudo: PseudoErrors | None = None,
     ) -> tuple[NetworkFitted, np.ndarray, float]:
         """`_fit` with the model's voltages v, refitted at the substation's set point the readings show (AtSetPoint,
         at most SET_POINT_PASSES times): the fit, the model's voltages at that set point and its ratio to the model's;
         `check`: test the meters (`_fit`)."""
-        fitted = self._fit(x, y, v, read, guessed, check=check)
+        fitted = self._fit(x, y, v, read, guessed, check=check, pseudo=pseudo)
         ratio = 1.0
         for _ in range(SET_POINT_PASSES):
             # the branch stage's offset c in |V|^2 / 2 is the substation's set point moved: (r V0)^2 = V0^2 + 2c
@@ -403,7 +419,8 @@ class NetworkFitMethod(Method):
             if not np.isfinite(model_v).all():  # heavier loads than the feeder carries: the set point stays
                 break
             ratio, v = moved_ratio, model_v
-            fitted = dataclasses.replace(self._fit(x, y, v, read, guessed, ratio=ratio, check=check), set_point=ratio)
+            refitted = self._fit(x, y, v, read, guessed, ratio=ratio, check=check, pseudo=pseudo)
+            fitted = dataclasses.replace(refitted, set_point=ratio)
         return fitted, v, ratio
 
     def _simultaneous(self, fitted: NetworkFitted, parts: QueryParts) -> float:
@@ -430,7 +447,13 @@ class NetworkFitMethod(Method):
         return widen * correlated_simultaneous_factor(cov, level=FAMILY_LEVEL)
 
     def _impedance_probe(
-        self, x: np.ndarray, v: np.ndarray, read: np.ndarray, guessed: bool, fitted: NetworkFitted
+        self,
+        x: np.ndarray,
+        v: np.ndarray,
+        read: np.ndarray,
+        guessed: bool,
+        fitted: NetworkFitted,
+        pseudo: PseudoErrors | None = None,
     ) -> ImpedanceProbe | None:
         """This method fitted, on the same context loads and meters, to the exact voltages of the network with
         the fitted impedance errors applied (models.corrected_network); None without a branch stage, or where
@@ -441,7 +464,7 @@ class NetworkFitMethod(Method):
         exact = np.asarray(model(x), dtype=np.float64)
         if not np.isfinite(exact).all():
             return None
-        probe = self._fit(x, np.where(read, exact, np.nan), v, read, guessed, fitted, fitted.set_point)
+        probe = self._fit(x, np.where(read, exact, np.nan), v, read, guessed, fitted, fitted.set_point, pseudo=pseudo)
         return ImpedanceProbe(model, probe)
 
     def _fit(
@@ -454,12 +477,16 @@ class NetworkFitMethod(Method):
         probing: NetworkFitted | None = None,
         ratio: float = 1.0,
         check: bool = True,
+        pseudo: PseudoErrors | None = None,
     ) -> NetworkFitted:
         """The two stages on complete loads x, readings y (NaN where not `read`) and the model's voltages v.
         `probing`: the answer's own fit, when this is its impedance probe: the linear fit of v and `determined`
         are that fit's (the same loads, voltages and meters; `determined` costs a posterior std at every row); `ratio`: the
         substation's set point v was solved at, relative to the model's; `check`: test the meters for an offset the
-        feeder does not explain (models.branch_correction._suspect_readings; not in the refit that sets them aside)."""
+        feeder does not explain (models.branch_correction._suspect_readings; not in the refit that sets them aside);
+        `pseudo`: the guessed loads' errors, as the readings size them: the readings are weighed by their covariance
+        across buses in the branch stage, and the per-bus stage is given what they leave (`PseudoErrors`); without,
+        where loads are guessed, each bus's readings by their misfit (`_weights`)."""
         k = y.shape[1]
         r = np.where(read, y - v, 0.0)
         branches, shared = None, np.zeros_like(r)
@@ -475,6 +502,7 @@ class NetworkFitMethod(Method):
             if mimic is None and self.first is not None:  # a relinearised fit: the first fit's taps and prior
                 taps, prior, correlation = self.first.taps, self.first.prior, self.first.correlation
             centre = None if self.first is None else self.first.centre
+            precision = None if pseudo is None else pseudo.precision(np.all(read, axis=0), v.mean(axis=0))
             branches = BranchCorrection.fit(
                 fp,
                 fq,
@@ -486,10 +514,13 @@ class NetworkFitMethod(Method):
                 False,
                 taps=taps,
                 prior=prior,
+                weights=precision,
                 centre=centre,
                 correlation=correlation,
             )
-            weights = _weights(branches, fp, fq, head, half_square, read) if guessed else None
+            weights = precision
+            if weights is None and guessed:
+                weights = _weights(branches, fp, fq, head, half_square, read)
             for _ in range(LOSS_PASSES):  # the losses an impedance error changes move every bus above them
                 moved = np.where(read, self.moved_losses(branches.theta, losses), 0.0)
                 branches = BranchCorrection.fit(
@@ -509,7 +540,10 @@ class NetworkFitMethod(Method):
                 )
             shared = self._corrected(branches, v, fp, fq, head, losses) - v
         features = self._features(x)
-        per_bus = self.linear.fit(features, np.where(read, r - shared, 0.0))
+        left = np.where(read, r - shared, 0.0)
+        if pseudo is not None:  # a fit of what the guesses moved would follow the guesses, wrong at every query
+            left = pseudo.without_guesses(left, np.all(read, axis=0))
+        per_bus = self.linear.fit(features, left)
         count = np.maximum(read.sum(axis=0), 1)
         branch_misfit = np.sqrt(np.where(read, np.square(r - shared), 0.0).sum(axis=0) / count)
         # linear in the loads: its miss measures the nonlinearity a correction must follow
