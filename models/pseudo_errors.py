@@ -174,8 +174,9 @@ def widened_by_readings(
 ) -> PseudoErrors:
     """The pseudo-measurements' errors (d, c) with each block times its `scales` from the readings y (n, k; NaN: not
     read; the buses read in every row count) at complete loads x (n, d) (only the noise where not `calibrate`), and
-    their move of every bus: the network model's sensitivity to every input they move times their columns. The
-    stated blocks and no noise where the model has no power flow at the loads' mean."""
+    their move of every bus: the network model's sensitivity to every input they move times their columns; each bus's
+    variance from them at most its readings' mean square departure from the model at x. The stated blocks and no
+    noise where the model has no power flow at the loads' mean."""
     d, k = x.shape[1], y.shape[1]
     stated = np.concatenate([np.asarray(b, dtype=np.float64).reshape(d, -1) for b in blocks], axis=1)
     moving = np.flatnonzero(np.abs(stated).sum(axis=1) > 0.0)
@@ -187,13 +188,20 @@ def widened_by_readings(
     except RowsRefused:
         return nothing
     read = np.isfinite(y).all(axis=0)
-    noise = float("nan")
-    if read.any():
-        v = np.asarray(voltage_model(x), dtype=np.float64)
-        rows = np.isfinite(v).all(axis=1)
+    noise, shown = float("nan"), np.full(k, np.inf)
+    v = np.asarray(voltage_model(x), dtype=np.float64)
+    rows = np.isfinite(v).all(axis=1)
+    if rows.any() and np.isfinite(y).any():
+        departure = np.square(y[rows] - v[rows])
+        seen = np.isfinite(departure).any(axis=0)
+        shown[seen] = np.nanmean(departure[:, seen], axis=0)
+    if read.any() and rows.any():
         responses = [response[:, read].T @ np.asarray(b, dtype=np.float64).reshape(d, -1)[moving] for b in blocks]
         factor, noise = scales(y[rows][:, read] - v[rows][:, read], responses, fit_scales=calibrate)
         sizes = [np.asarray(b).reshape(d, -1).shape[1] for b in blocks]
         stated = stated * np.repeat(factor, sizes)[None, :]
     moves = response.T @ stated[moving]  # (k, c)
-    return PseudoErrors(stated, np.square(moves).sum(axis=1), moves, noise)
+    # a bus's readings depart from the model at the guessed loads by what the guesses' errors moved (and the feeder's
+    # own departures, and noise): the spread holds no more of the guesses than that shows (a scale fitted to a
+    # direction their errors barely span went to 400 on IEEE 33 read exactly: intervals 0.13 p.u. wide)
+    return PseudoErrors(stated, np.minimum(np.square(moves).sum(axis=1), shown), moves, noise)
