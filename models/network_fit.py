@@ -294,8 +294,8 @@ class NetworkFitMethod(Method):
         pseudo = None
         if guessed and load_errors is not None:
             stated = isinstance(load_errors, np.ndarray)
-            blocks: list[np.ndarray] = [load_errors] if isinstance(load_errors, np.ndarray) else list(load_errors)
-            pseudo = widened_by_readings(self.voltage_model, x, y, blocks, calibrate=not stated)
+            blocks = [load_errors] if isinstance(load_errors, np.ndarray) else list(load_errors)
+            pseudo = widened_by_readings(self.voltage_model, x, v, y, blocks, calibrate=not stated)
         fitted, at_point, ratio = self._at_set_point(x, y, v, read, guessed, pseudo=pseudo)
         # a meter whose readings depart as no chance departure does is set aside: its pull on its neighbours' fit goes
         # with it (a 2e-3 p.u. bias had them cover 0.82), its bus is answered from the other meters, and its offset stays

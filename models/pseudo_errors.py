@@ -168,17 +168,19 @@ class PseudoErrors:
 def widened_by_readings(
     voltage_model: Callable[[np.ndarray], np.ndarray],
     x: np.ndarray,
+    v: np.ndarray,
     y: np.ndarray,
     blocks: Sequence[np.ndarray],
     calibrate: bool = True,
 ) -> PseudoErrors:
     """The pseudo-measurements' errors (d, c) with each block times its `scales` from the readings y (n, k; NaN: not
-    read; the buses read in every row count) at complete loads x (n, d) (only the noise where not `calibrate`), and
-    their move of every bus: the network model's sensitivity to every input they move times their columns; each bus's
-    variance from them at most its readings' mean square departure from the model at x. The stated blocks and no
-    noise where the model has no power flow at the loads' mean."""
+    read; the buses read in every row count) at complete loads x (n, d), where the network model's voltages are v
+    (n, k) (only the noise where not `calibrate`), and their move of every bus: the network model's sensitivity to
+    every input they move times their columns; each bus's variance from them at most its readings' mean square
+    departure from v. The stated blocks and no noise where the model has no power flow at the loads' mean."""
     d, k = x.shape[1], y.shape[1]
-    stated = np.concatenate([np.asarray(b, dtype=np.float64).reshape(d, -1) for b in blocks], axis=1)
+    blocks = [np.asarray(b, dtype=np.float64).reshape(d, -1) for b in blocks]
+    stated = np.concatenate(blocks, axis=1)
     moving = np.flatnonzero(np.abs(stated).sum(axis=1) > 0.0)
     nothing = PseudoErrors(stated, np.zeros(k), np.zeros((k, stated.shape[1])), float("nan"))
     if not moving.size:
@@ -189,17 +191,13 @@ def widened_by_readings(
         return nothing
     read = np.isfinite(y).all(axis=0)
     noise, shown = float("nan"), np.full(k, np.inf)
-    v = np.asarray(voltage_model(x), dtype=np.float64)
-    rows = np.isfinite(v).all(axis=1)
-    if rows.any() and np.isfinite(y).any():
-        departure = np.square(y[rows] - v[rows])
-        seen = np.isfinite(departure).any(axis=0)
-        shown[seen] = np.nanmean(departure[:, seen], axis=0)
-    if read.any() and rows.any():
-        responses = [response[:, read].T @ np.asarray(b, dtype=np.float64).reshape(d, -1)[moving] for b in blocks]
-        factor, noise = scales(y[rows][:, read] - v[rows][:, read], responses, fit_scales=calibrate)
-        sizes = [np.asarray(b).reshape(d, -1).shape[1] for b in blocks]
-        stated = stated * np.repeat(factor, sizes)[None, :]
+    departure = np.square(y - v)
+    seen = np.isfinite(departure).any(axis=0)
+    shown[seen] = np.nanmean(departure[:, seen], axis=0)
+    if read.any():
+        responses = [response[:, read].T @ b[moving] for b in blocks]
+        factor, noise = scales(y[:, read] - v[:, read], responses, fit_scales=calibrate)
+        stated = stated * np.repeat(factor, [b.shape[1] for b in blocks])[None, :]
     moves = response.T @ stated[moving]  # (k, c)
     # a bus's readings depart from the model at the guessed loads by what the guesses' errors moved (and the feeder's
     # own departures, and noise): the spread holds no more of the guesses than that shows (a scale fitted to a
