@@ -19,7 +19,7 @@ Two more sections, the `default` variant only (no `typical_loads`), in the same 
   half above (at noise 0 the first table's 50 % `default` row again). Each with the context's voltage readings
   exact or with N(0, (1e-3 p.u.)^2) noise per reading (simbench_data.add_meter_noise; the same context otherwise);
   queries: the 1000 other steps, every load given, scored against the noise-free truth.
-- **IEEE 33 partly metered** (the built-in network; bench.accuracy_v3.ieee33_sets, seeds 1 and 2): a context of
+- **IEEE 33 partly metered** (the built-in network; bench.accuracy_v3.ieee33_sets, seeds 1-6): a context of
   500 rows of loads each within +-10 % of nominal, a random half of the load buses never metered (P and Q null in
   every row, the same buses at each noise); the truth feeder as modelled, or its lines' impedances each scaled by
   its own factor in 0.7-1.3 (the service is not told: it gets plain `ieee33`, nothing uploaded); the readings
@@ -58,6 +58,7 @@ SHARES = (0.5, 0.25)  # of load buses metered
 SEEDS = (1, 2)
 NOISES = (0.0, 1e-3)  # voltage readings' noise (p.u.) in the patterns section
 IEEE_NOISES, IEEE_DEPARTURES, IEEE_QUERIES = (0.0, 1e-5), (None, "lines"), 1000
+IEEE_SEEDS = (1, 2, 3, 4, 5, 6)  # the lines' factors are drawn per seed: two seeds hid that 4 of 8 failed
 SECTIONS = ("shares", "patterns", "ieee33")
 OUT = Path(__file__).parent / "results" / "partial-metering.md"
 
@@ -184,7 +185,7 @@ def main() -> None:
                         logging.info("%s %s noise %g seed %d: %s", code, pattern, noise, seed, r)
         for departure in IEEE_DEPARTURES if "ieee33" in args.sections else ():
             for noise in IEEE_NOISES:
-                for seed in SEEDS:
+                for seed in IEEE_SEEDS:
                     cx, cy, sets = ieee33_case(departure, noise, seed)
                     for kind, (qx, qy) in sets.items():
                         r = answer(client, cx, cy, qx, qy, "ieee33")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
+import scipy.linalg
 from threadpoolctl import threadpool_limits
 
 from models.predictive import GaussianPredictive, Method
@@ -76,6 +77,17 @@ class LinearFit:
         return std
 
 
+def _thin_svd(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The thin SVD by LAPACK's divide and conquer (gesdd), by its QR iteration (gesvd) where that does not converge:
+    single-threaded OpenBLAS's gesdd failed on a rank-deficient design that gesvd takes (IEEE 33 with half its loads
+    unmetered at their typical values: an HTTP 500 before)."""
+    try:
+        return np.linalg.svd(a, full_matrices=False)
+    except np.linalg.LinAlgError:
+        log.debug("linear: gesdd did not converge on a %s design; gesvd instead", a.shape)
+        return scipy.linalg.svd(a, full_matrices=False, lapack_driver="gesvd")  # type: ignore[no-any-return]
+
+
 @_one_blas_thread
 def _standardised_svd(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     """Standardise inputs and outputs, then one thin SVD of the design shared by all outputs."""
@@ -87,7 +99,7 @@ def _standardised_svd(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     y_scale = np.where(y_const, np.where(np.abs(y_mean) > 0, np.abs(y_mean), 1.0), y_sd)
     xs = (x - x_mean) / x_scale
     ys = (y - y_mean) / y_scale
-    u, s, vt = np.linalg.svd(xs, full_matrices=False)
+    u, s, vt = _thin_svd(xs)
     # numpy's lstsq rank rule; exactly collinear columns (fixed power factors: Q proportional to P) drop out
     rank = int((s > s[0] * max(xs.shape) * np.finfo(float).eps).sum()) if s.size and s[0] > 0 else 0
     u, s, vt = u[:, :rank], s[:rank], vt[:rank]

