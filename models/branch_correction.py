@@ -20,7 +20,9 @@ share as its least std.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.linalg import cho_solve, solve_triangular
@@ -62,6 +64,9 @@ TAP_WEAKER_GRID = tuple(10.0**e for e in np.arange(-14.0, -6.5, 1.0))
 # the evidence does not tell from an impedance error (a 0.2-0.3 % regulator under readings noise 1e-3 with loads
 # within +-10 %) gets none and is read as that error.
 TAP_MIN_STEP = 1e-3
+# Where taps on every branch at once split a step along a chain, each of this many branches with the largest share
+# is tried alone (`_one_tap`).
+ONE_TAP_TRIES = 3
 # Queries per block for the posterior variance (memory ~ QUERY_BLOCK * k * 2k floats).
 QUERY_BLOCK = 256
 # The offset's penalty per reading: (nearly) flat, as a voltage set point is not small.
@@ -122,6 +127,33 @@ def _penalty_matrix(penalty: np.ndarray, k: int, rho: float) -> np.ndarray:
         matrix[b, b], matrix[k + b, k + b] = scaled, penalty[k : 2 * k] / (1.0 - rho * rho)
         matrix[b, k + b] = matrix[k + b, b] = -rho * np.sqrt(scaled * penalty[k : 2 * k] / (1.0 - rho * rho))
     return matrix
+
+
+def _one_tap(
+    at: Callable[[float, np.ndarray, float], Any], prior: float, none: Any, tap: float, steps: np.ndarray, rho: float
+) -> np.ndarray:
+    """(k,) the step of one tap alone where taps on every branch at once (`steps`) split a step between the branches
+    of a chain and none reached TAP_MIN_STEP: at each of the ONE_TAP_TRIES branches with the largest share, alone at
+    penalty `tap` or any weaker one (TAP_WEAKER_GRID), the one of best evidence if it beats `none` (the fit without
+    taps; `at`: the fit at a prior, taps and correlation). Zeros where none does. IEEE 33 with a +1.25 % regulator,
+    half its load buses unmetered (their loads taken at typical values, so their flows barely vary) and exact
+    readings: 0.08 %, 0.06 % and 0.03 % on three branches in a row, no tap placed, a 480 % impedance error fitted
+    instead, 2.3e-3 p.u. off at 1.3-1.5x load and no bus held (2 of 10 contexts; at `tap` alone the impedance still
+    took 15/16 of the step)."""
+    k = steps.shape[0]
+    best, found_steps = none, np.zeros(k)
+    for branch in np.argsort(-steps)[:ONE_TAP_TRIES]:
+        if steps[branch] <= 0.0:
+            continue
+        for penalty in (tap, *TAP_WEAKER_GRID):
+            alone = np.full(k, np.inf)
+            alone[branch] = penalty
+            found = at(prior, alone, rho)
+            if found is not None and found.evidence > best.evidence:
+                step = np.zeros(k)
+                step[branch] = abs(float(found.theta[2 * k]))  # the one tap's standardised step (its scale is 1)
+                best, found_steps = found, step
+    return found_steps
 
 
 def head_buses(downstream: np.ndarray) -> np.ndarray:
@@ -329,6 +361,8 @@ class BranchCorrection:
         if np.isfinite(tap):
             steps = np.zeros(k)
             steps[may] = np.abs(with_taps.theta[2 * k : -1] * scale[2 * k : 3 * k][may])
+            if not (steps >= TAP_MIN_STEP).any():
+                steps = _one_tap(at, chosen, best, tap, steps, best.rho)
             if (steps >= TAP_MIN_STEP).any():
                 placed = steps >= TAP_MIN_STEP
                 tap_penalty = np.where(placed, tap, np.inf)

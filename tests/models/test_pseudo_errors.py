@@ -54,7 +54,7 @@ def test_what_the_guesses_moved_is_taken_off_the_readings_and_they_are_weighed_b
     """`without_guesses` takes the guesses' moves off rows drawn from them and noise (and the noise along them: the
     rest of it is left); `precision` is the inverse of the covariance over the buses read in
     every row, each other bus by its own variance, in |V|^2 / 2 (times each bus's level) and scaled to a mean
-    diagonal of 1."""
+    diagonal of 1, the noise at least CONDITION of the largest move."""
     rng = np.random.default_rng(5)
     response = rng.normal(0.0, 1e-3, (20, 4))
     guesses = pseudo_errors.PseudoErrors(np.zeros((8, 4)), np.square(response).sum(axis=1), response, 1e-5)
@@ -66,7 +66,8 @@ def test_what_the_guesses_moved_is_taken_off_the_readings_and_they_are_weighed_b
     level = rng.uniform(0.95, 1.05, 20)
     precision = guesses.precision(every, level)
     assert precision is not None
-    covariance = (response @ response.T + 1e-10 * np.eye(20)) * level[:, None] * level[None, :]
+    floor = max(1e-5, pseudo_errors.CONDITION * float(np.sqrt(np.square(response).sum(axis=1).max())))
+    covariance = (response @ response.T + floor**2 * np.eye(20)) * level[:, None] * level[None, :]
     expected = np.diag(1.0 / np.diag(covariance))
     expected[:15, :15] = np.linalg.inv(covariance[:15, :15])
     np.testing.assert_allclose(precision, expected / np.mean(np.diag(expected)), rtol=1e-6)
