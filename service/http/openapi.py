@@ -134,6 +134,9 @@ def _set_limits(app: FastAPI, schema: dict[str, Any]) -> None:
         components["GPPredictRequest"]["properties"]["queries"], min(settings.max_queries, settings.gp_max_queries)
     )
     _max_items(components["SimulateRequest"]["properties"]["loads"], settings.max_simulate)
+    # its rows times the context's unmetered buses are held to the same limit: that the schema cannot say (the field's
+    # description does)
+    _max_items(components["MeterPlacementRequest"]["properties"]["queries"], settings.max_queries)
     for component in ("ContextData", "ContextSetCreate"):  # an inline context's rows, an uploaded context set's
         for field in ("x", "y"):
             _max_items(components[component]["properties"][field], settings.max_context_rows)

@@ -27,7 +27,10 @@ class MeterPlacementRequest(OneContext):
 
     model: str = Field(engine.PLACING_MODEL, description="network-fit (the model whose posterior placement updates)")
     version: ModelVersion | None = None
-    queries: Matrix = Field(description="(queries, features) load vectors the next meter should serve")
+    queries: Matrix = Field(
+        description="(queries, features) load vectors the next meter should serve; their number times the "
+        "context's unmetered buses at most GRIDPFN_MAX_QUERIES (else 413)"
+    )
     top: StrictInt = Field(5, ge=1, le=10_000, description="how many ranked buses to answer")
 
 

@@ -317,6 +317,14 @@ def test_every_limit_answering_413_is_the_schemas_maximum(api, keyed_server, sce
         ),
         ("SimulateRequest", "loads", settings.max_simulate, "/v1/simulate", lambda n: {"loads": tall(x, n)}, "loads"),
         (
+            "MeterPlacementRequest",
+            "queries",
+            settings.max_queries,
+            "/v1/meter-placement",
+            lambda n: {"context": {"x": x[:20].tolist(), "y": y[:20].tolist()}, "queries": tall(x, n)},
+            "queries",
+        ),
+        (
             "SimulateSpec",
             "n",
             min(settings.max_simulate, settings.max_context_rows),
