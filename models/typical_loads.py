@@ -79,18 +79,20 @@ def estimated(x: np.ndarray, network: object) -> np.ndarray:
     return out
 
 
-def per_row(x: np.ndarray, network: object, typical: np.ndarray) -> np.ndarray:
+def per_row(x: np.ndarray, network: object, typical: np.ndarray, shares: np.ndarray | None = None) -> np.ndarray:
     """(n, d) loads for context loads x (n, d; NaN: not metered in that row): every unmetered value at what its row's
     metered loads show, their class utilisations in that row fitted as `estimated` fits the context's means (customers
     of a class follow one profile: the PV a row's meters show at noon is at noon in the unmetered ones too) as far as
     the metered ones share their row's (`profile_shares`; the rest at `typical`), the `typical` value (d,) where the
-    row meters fewer than MIN_ROW_INPUTS inputs of its half (P, Q) with a size."""
+    row meters fewer than MIN_ROW_INPUTS inputs of its half (P, Q) with a size. `shares`: `profile_shares` of x, where
+    the caller has them."""
     x = np.asarray(x, dtype=np.float64)
     parts, consuming = _classes(network)
     typical = np.asarray(typical, dtype=np.float64)
     out = np.where(np.isnan(x), typical[None, :], x)
     half = x.shape[1] // 2
-    for columns, share in zip((np.arange(half), np.arange(half, x.shape[1])), profile_shares(x, network)):
+    shares = profile_shares(x, network) if shares is None else shares
+    for columns, share in zip((np.arange(half), np.arange(half, x.shape[1])), shares):
         rows = np.flatnonzero(np.isnan(x[:, columns]).any(axis=1))
         step = max(1, min(ROW_BLOCK, BLOCK_FLOATS // max(parts.shape[1] * (parts.shape[1] + columns.size), 1)))
         for start in range(0, rows.size, step):  # the batched normal equations: (rows, m, m) at a time
@@ -141,13 +143,13 @@ def class_errors(x: np.ndarray, network: object) -> np.ndarray:
     return np.stack(columns_out, axis=1) if columns_out else np.zeros((x.shape[1], 0))
 
 
-def customer_errors(x: np.ndarray, network: object) -> np.ndarray:
+def customer_errors(x: np.ndarray, network: object, shares: np.ndarray | None = None) -> np.ndarray:
     """(d, u) each unmetered input's own error, beside its class's (`class_errors`): a column per input some row
     leaves unmetered, moving it alone by its size times the share of rows it is unmetered times how far the metered
     inputs depart from their row's guess (`per_row`'s; relative to their size, robustly: 1.4826 MAD over up to
     SPREAD_ROWS rows, at least CUSTOMER_SPREAD; UNSHOWN_DEFAULT where no row meters MIN_ROW_INPUTS inputs of the half).
     On IEEE 33, whose loads vary each on its own, half of them unmetered and readings noise 1e-5, the worst bus held
-    on 0.78-0.84 of in-range queries with the class errors alone (models.pseudo_errors widens both by the readings)."""
+    on 0.78-0.84 of in-range queries with the class errors alone (models.pseudo_errors widens both by the readings). `shares`: as `per_row`'s."""
     x = np.asarray(x, dtype=np.float64)
     parts, consuming = _classes(network)
     size = np.abs(parts).sum(axis=1)
@@ -156,7 +158,8 @@ def customer_errors(x: np.ndarray, network: object) -> np.ndarray:
     spread = np.full(x.shape[1], UNSHOWN_DEFAULT)
     typical = estimated(x, network)
     half = x.shape[1] // 2
-    for columns, share in zip((np.arange(half), np.arange(half, x.shape[1])), profile_shares(x, network)):
+    shares = profile_shares(x, network) if shares is None else shares
+    for columns, share in zip((np.arange(half), np.arange(half, x.shape[1])), shares):
         values = x[np.ix_(rows, columns)]
         utilisation, fitted = _utilisations(parts[columns], values, consuming, MIN_ROW_INPUTS)
         guessed = share * (utilisation @ parts[columns].T) + (1.0 - share) * typical[columns]
