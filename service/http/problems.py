@@ -148,6 +148,8 @@ def _expected_from(err: dict[str, Any]) -> str | None:
         return "a finite number (no NaN or infinity)"
     if kind == "float_type" and "input" in err and err["input"] is None:  # a null where a value must be given
         return "a number: every value here must be given (null marks a value not measured only in a context's x or y)"
+    if kind in ("float_type", "float_parsing"):  # a string, list or object where a load or reading goes
+        return "a finite number (a JSON number)"
     if kind.endswith("_type") or kind.endswith("_parsing"):
         return kind.removesuffix("_type").removesuffix("_parsing")
     return None

@@ -40,6 +40,22 @@ def test_nan_and_infinity_literals_name_the_field(api, cid):
         assert "finite" in body["errors"][0]["expected"]
 
 
+def test_a_string_or_a_list_where_a_number_goes_says_a_number(api, cid, scenarios):
+    """A value that is no number (a string, a nested list) in a query, a context or typical_loads: the error names the
+    cell and expects a finite number, not pydantic's type name ("float": a user trial)."""
+    x, y = scenarios
+    for bad in ("0.1", [0.1]):
+        query = rows(x[0])
+        query[3] = bad
+        body = assert_problem(predict(api, context_id=cid, queries=[query]), 422, "queries[0][3]")
+        assert body["errors"][0]["expected"] == "a finite number (a JSON number)", body
+    typical = rows(x[0])
+    typical[2] = "a lot"
+    context = {"x": rows(x[:20]), "y": rows(y[:20]), "typical_loads": typical}
+    body = assert_problem(predict(api, context=context, queries=[rows(x[0])]), 422, "context.typical_loads[2]")
+    assert body["errors"][0]["expected"] == "a finite number (a JSON number)", body
+
+
 def test_nan_in_context_names_the_field(api, scenarios):
     x, y = scenarios
     raw = f'{{"model": "{MODEL}", "queries": [{rows(x[0])}], "context": {{"x": {rows(x[:1])}, "y": [[NaN{", 1.0" * 31}]]}}}}'
