@@ -149,7 +149,8 @@ def customer_errors(x: np.ndarray, network: object, shares: np.ndarray | None = 
     inputs depart from their row's guess (`per_row`'s; relative to their size, robustly: 1.4826 MAD over up to
     SPREAD_ROWS rows, at least CUSTOMER_SPREAD; UNSHOWN_DEFAULT where no row meters MIN_ROW_INPUTS inputs of the half).
     On IEEE 33, whose loads vary each on its own, half of them unmetered and readings noise 1e-5, the worst bus held
-    on 0.78-0.84 of in-range queries with the class errors alone (models.pseudo_errors widens both by the readings). `shares`: as `per_row`'s."""
+    on 0.78-0.84 of in-range queries with the class errors alone (models.pseudo_errors widens both by the readings).
+    `shares`: as `per_row`'s."""
     x = np.asarray(x, dtype=np.float64)
     parts, consuming = _classes(network)
     size = np.abs(parts).sum(axis=1)
