@@ -19,6 +19,9 @@ Two more sections, the `default` variant only (no `typical_loads`), in the same 
   half above (at noise 0 the first table's 50 % `default` row again). Each with the context's voltage readings
   exact or with N(0, (1e-3 p.u.)^2) noise per reading (simbench_data.add_meter_noise; the same context otherwise);
   queries: the 1000 other steps, every load given, scored against the noise-free truth.
+- **IEEE 33, an unseen level** (`levels`): the IEEE 33 section's contexts (as modelled or lines off, seeds 1-3), the
+  never-metered half's loads at 1.3x or 0.5x (context and queries, solved again): the unmetered customers run at a
+  level the metered ones do not show.
 - **IEEE 33 partly metered** (the built-in network; bench.accuracy_v3.ieee33_sets, seeds 1-6): a context of
   500 rows of loads each within +-10 % of nominal, a random half of the load buses never metered (P and Q null in
   every row, the same buses at each noise); the truth feeder as modelled, or its lines' impedances each scaled by
@@ -47,6 +50,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import gridsim  # noqa: E402
 from bench import report as bench_report  # noqa: E402
 from bench.accuracy_v3 import _flags, ieee33_sets, metrics  # noqa: E402
 from bench.http_accuracy import served  # noqa: E402
@@ -61,7 +65,8 @@ NOISES = (0.0, 1e-3)  # voltage readings' noise (p.u.) in the patterns section
 IEEE_NOISES, IEEE_DEPARTURES, IEEE_QUERIES = (0.0, 1e-5), (None, "lines", "regulator"), 1000
 IEEE_SEEDS = (1, 2, 3, 4, 5, 6)  # the lines' factors are drawn per seed: two seeds hid that 4 of 8 failed
 IEEE_FEEDERS = {None: "as modelled", "lines": "lines x0.7-1.3 not told", "regulator": "+1.25 % regulator not told"}
-SECTIONS = ("shares", "patterns", "ieee33")
+SECTIONS = ("shares", "patterns", "ieee33", "levels")
+LEVELS, LEVEL_SEEDS = (1.3, 0.5), (1, 2, 3)  # the unmetered half's level, relative to what the metered half shows
 OUT = Path(__file__).parent / "results" / "partial-metering.md"
 
 
@@ -126,6 +131,21 @@ def ieee33_case(departure: str | None, noise: float, seed: int):
     return _unmetered(cx, never), cy, {k: sets[k] for k in ("in range", "growth")}
 
 
+def level_case(level: float, departure: str | None, noise: float, seed: int):
+    """`ieee33_case` with the unmetered half's loads at `level` times what the context's other loads run at (in the
+    context and the queries, solved again on the same truth feeder): a level the metered loads do not show."""
+    truth, sets = ieee33_sets(seed, departure, N_CONTEXT, IEEE_QUERIES)
+    never = np.random.default_rng([seed, 50]).random(sets["context"][0].shape[1] // 2) >= 0.5
+    factor = np.where(np.r_[never, never], level, 1.0)
+    solved = {}
+    for name in ("context", "in range", "growth"):
+        x = sets[name][0] * factor
+        solved[name] = (x, gridsim.solve(x, network=truth, solver="batched").vm_pu)
+    cx, cy = solved.pop("context")
+    cy = simbench_data.add_meter_noise(cy, noise, np.random.default_rng([seed, int(round(noise * 1e9))]))
+    return _unmetered(cx, never), cy, solved
+
+
 def answer(client, cx, cy, qx, qy, network: str, typical=None) -> dict:
     """network-fit's answer at queries qx through the API for a context (its id deleted after), scored on qy."""
     cid = client.create_context(cx, cy, network=network, typical_loads=typical)
@@ -156,7 +176,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    shares, patterns, ieee, skipped = [], [], [], []
+    shares, patterns, ieee, levels, skipped = [], [], [], [], []
     with served(DEFAULT_ROOT, max_rows=max(N_QUERIES, IEEE_QUERIES)) as url, GridPFNClient(url) as client:
         for code in args.grids:
             if not {"shares", "patterns"} & set(args.sections):
@@ -194,6 +214,17 @@ def main() -> None:
                         feeder = IEEE_FEEDERS[departure]
                         ieee.append(_row([feeder, f"{noise:g}", seed, kind], r))
                         logging.info("ieee33 %s noise %g seed %d %s: %s", feeder, noise, seed, kind, r)
+        for level in LEVELS if "levels" in args.sections else ():
+            for departure in (None, "lines"):
+                for noise in IEEE_NOISES:
+                    for seed in LEVEL_SEEDS:
+                        cx, cy, sets = level_case(level, departure, noise, seed)
+                        for kind, (qx, qy) in sets.items():
+                            r = answer(client, cx, cy, qx, qy, "ieee33")
+                            levels.append(_row([f"{level:g}x", IEEE_FEEDERS[departure], f"{noise:g}", seed, kind], r))
+                            logging.info(
+                                "ieee33 level %g %s noise %g seed %d %s: %s", level, departure, noise, seed, kind, r
+                            )
     head = "| MAE p.u. | cov95 worst | cov95 mean | width p.u. | flagged |"
     rule = "|---|---|---|---|---|"
     lines = [
@@ -231,6 +262,16 @@ def main() -> None:
             "| feeder | noise p.u. | seed | queries " + head,
             "|---|---|---|---" + rule,
             *ieee,
+        ]
+    if levels:
+        lines += [
+            "",
+            "## IEEE 33, the never-metered half's loads at a level the metered half does not show (1.3x or 0.5x what "
+            "the service guesses), as above otherwise: the default",
+            "",
+            "| unmetered level | feeder | noise p.u. | seed | queries " + head,
+            "|---|---|---|---|---" + rule,
+            *levels,
         ]
     bench_report.write(args.out, lines)
 

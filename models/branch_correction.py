@@ -67,6 +67,14 @@ TAP_MIN_STEP = 1e-3
 # Where taps on every branch at once split a step along a chain, each of this many branches with the largest share
 # is tried alone (`_one_tap`).
 ONE_TAP_TRIES = 3
+# The prior precision of the context-wide levels (`BranchCorrection.fit`'s `levels`), in their mean information,
+# searched by evidence beside none at all (np.inf: no level departs).
+LEVEL_PRIOR_GRID = tuple(10.0**e for e in np.arange(-8.0, 4.5, 1.0))
+# Levels are fitted only where their log evidence beats none by this much: on IEEE 33 with half its load buses never
+# metered and the other half's level shown right, the best level prior gained 0-11 (lines 0.7-1.3 off, or as modelled;
+# readings exact or noise 1e-5; taken, one context's answers were 5x further off); with the unmetered half at 1.3x
+# its guess, 70-1100.
+LEVEL_EVIDENCE = 30.0
 # Queries per block for the posterior variance (memory ~ QUERY_BLOCK * k * 2k floats).
 QUERY_BLOCK = 256
 # The offset's penalty per reading: (nearly) flat, as a voltage set point is not small.
@@ -241,6 +249,7 @@ class BranchCorrection:
         centre: np.ndarray | None = None,
         correlation: float = 0.0,
         levels: np.ndarray | None = None,
+        level_evidence: float = LEVEL_EVIDENCE,
     ) -> BranchCorrection:
         """Fit on corrections r (n, k) at branch inputs fp, fq, head (n, k); `impedance` (2k,): each branch's
         drop per MW and per MVAr; `observed` (n, k) bool: which readings exist (None: all; r is 0 where not);
@@ -258,7 +267,8 @@ class BranchCorrection:
         their fit), and the posterior would be narrower than its errors. A tap not fitted stays at its centre.
         `levels` (k, e): what each of e unknowns the same in every context row moves every bus's s by (an unmetered
         customer class's level: models.network_fit), fitted beside the branches with no prior and integrated out of
-        their posterior (`level_shift`: their fitted move of each bus); a query does not carry them."""
+        their posterior (`level_shift`: their fitted move of each bus); a query does not carry them. They are taken
+        where their log evidence beats none by `level_evidence`."""
         n, k = r.shape
         downstream = np.asarray(downstream, dtype=np.float64)
         observed = np.ones((n, k), dtype=bool) if observed is None else observed
@@ -380,10 +390,10 @@ class BranchCorrection:
                     found = at(chosen, tap_penalty, best.rho)
                     if found is not None:
                         candidates.append((found.evidence, precision))
-                # levels must beat none by LEVEL_EVIDENCE (none comes first: np.inf)
+                # levels must beat none by `level_evidence` (none comes first: np.inf)
                 top = max(candidates, default=(0.0, np.inf))
                 none = candidates[0][0] if candidates and not np.isfinite(candidates[0][1]) else -np.inf
-                precision = top[1] if top[0] > none + LEVEL_EVIDENCE else np.inf
+                precision = top[1] if top[0] > none + level_evidence else np.inf
                 levels_of, gram_s, rhs_s, total = eliminated(precision)
                 if fixed is not None and prior is not None:
                     best = at(chosen, tap_penalty, best.rho) or best
@@ -528,16 +538,6 @@ class BranchCorrection:
         prior = np.sqrt(self.prior_var * (drops[:, :k] + drops[:, k:]) @ self.downstream)
         ratio = np.sqrt(np.mean(np.square(std), axis=0) / np.maximum(np.mean(np.square(prior), axis=0), 1e-300))
         return np.asarray(np.clip(1.0 - ratio, 0.0, 1.0))
-
-
-# The prior precision of the context-wide levels (`BranchCorrection.fit`'s `levels`), in their mean information,
-# searched by evidence beside none at all (np.inf: no level departs).
-LEVEL_PRIOR_GRID = tuple(10.0**e for e in np.arange(-8.0, 4.5, 1.0))
-# Levels are fitted only where their log evidence beats none by this much: on IEEE 33 with half its load buses never
-# metered and the other half's level shown right, the best level prior gained 0-11 (lines 0.7-1.3 off, or as modelled;
-# readings exact or noise 1e-5; taken, one context's answers were 5x further off); with the unmetered half at 1.3x
-# its guess, 70-1100.
-LEVEL_EVIDENCE = 30.0
 
 
 @dataclass(frozen=True)

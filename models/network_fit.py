@@ -71,7 +71,14 @@ from typing import Any
 import numpy as np
 from scipy.stats import chi2, norm
 
-from models.branch_correction import READING_FLOOR_PU, SUSPECT_FLOOR, BranchCorrection, flows, head_buses
+from models.branch_correction import (
+    LEVEL_EVIDENCE,
+    READING_FLOOR_PU,
+    SUSPECT_FLOOR,
+    BranchCorrection,
+    flows,
+    head_buses,
+)
 from models.calibration import (
     CALIBRATION_LEVEL,
     FAMILY_LEVEL,
@@ -305,6 +312,8 @@ class NetworkFitMethod(Method):
             if level_columns is None:
                 level_columns = 0 if stated else int(np.asarray(blocks[0]).reshape(x.shape[1], -1).shape[1])
             pseudo = widened_by_readings(self.voltage_model, x, v, y, blocks, not stated, level_columns)
+            if not level_step:  # the guesses were moved by a level found: what is left of it is taken as it shows
+                pseudo = dataclasses.replace(pseudo, level_evidence=0.0)
         fitted, at_point, ratio = self._at_set_point(x, y, v, read, guessed, pseudo=pseudo)
         found = None if fitted.branches is None else fitted.branches.level_fit
         if level_step and pseudo is not None and found is not None:
@@ -529,6 +538,7 @@ class NetworkFitMethod(Method):
             precision = None if pseudo is None else pseudo.precision(np.all(read, axis=0), v.mean(axis=0))
             # (a probe fits a network's exact voltages at these very loads: no level departs there)
             levels = None if pseudo is None or probing is not None else pseudo.level_moves(v.mean(axis=0))
+            evidence = LEVEL_EVIDENCE if pseudo is None else pseudo.level_evidence
             branches = BranchCorrection.fit(
                 fp,
                 fq,
@@ -544,6 +554,7 @@ class NetworkFitMethod(Method):
                 centre=centre,
                 correlation=correlation,
                 levels=levels,
+                level_evidence=evidence,
             )
             weights = precision
             if weights is None and guessed:
@@ -565,6 +576,7 @@ class NetworkFitMethod(Method):
                     centre=centre,
                     correlation=correlation,
                     levels=levels,
+                    level_evidence=evidence,
                 )
             shared = self._corrected(branches, v, fp, fq, head, losses) - v
             if branches.level_shift is not None:  # the levels moved the context rows only: no query carries them

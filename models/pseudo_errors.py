@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import minimize
 
+from models.branch_correction import LEVEL_EVIDENCE
 from models.errors import RowsRefused
 from models.network_voltages import solved
 
@@ -122,6 +123,7 @@ class PseudoErrors:
     response: np.ndarray  # (k, c) each column's move of every bus's |V|
     noise: float  # the readings' noise (p.u.) beside them; NaN: not known (too few rows)
     levels: int = 0  # the leading columns that are context-wide levels (a class's utilisation: the same in every row)
+    level_evidence: float = LEVEL_EVIDENCE  # how far their evidence must beat none for the branch stage to take them
 
     def level_moves(self, level: np.ndarray) -> np.ndarray | None:
         """(k, levels) the level columns' move of every bus's |V|^2 / 2 (`level` (k,): each bus's |V|), what
