@@ -250,6 +250,7 @@ class BranchCorrection:
         correlation: float = 0.0,
         levels: np.ndarray | None = None,
         level_evidence: float = LEVEL_EVIDENCE,
+        level_groups: np.ndarray | None = None,
     ) -> BranchCorrection:
         """Fit on corrections r (n, k) at branch inputs fp, fq, head (n, k); `impedance` (2k,): each branch's
         drop per MW and per MVAr; `observed` (n, k) bool: which readings exist (None: all; r is 0 where not);
@@ -268,7 +269,8 @@ class BranchCorrection:
         `levels` (k, e): what each of e unknowns the same in every context row moves every bus's s by (an unmetered
         customer class's level: models.network_fit), fitted beside the branches with no prior and integrated out of
         their posterior (`level_shift`: their fitted move of each bus); a query does not carry them. They are taken
-        where their log evidence beats none by `level_evidence`."""
+        where their log evidence beats none by `level_evidence`, a prior per group (`level_groups` (e,): each
+        column's group, 0 up; None: one group)."""
         n, k = r.shape
         downstream = np.asarray(downstream, dtype=np.float64)
         observed = np.ones((n, k), dtype=bool) if observed is None else observed
@@ -373,32 +375,6 @@ class BranchCorrection:
         else:
             tap_penalty = np.full(k, np.inf)
             best, chosen = search(tap_penalty)
-        if levels is not None and np.shape(levels)[1]:
-            # the levels' prior by evidence, at the impedances' prior chosen, then that prior again at it (twice)
-            level_unit = max(float(np.mean(np.diag(gram_all)[3 * k : -1])), 1e-300)
-
-            def eliminated(precision: float) -> tuple[_Levels, np.ndarray, np.ndarray, float]:
-                """The levels at this prior integrated out: their terms, the scaled gram and rhs, the total."""
-                systems.clear()
-                out = _Levels.eliminate(gram_all, rhs_all, total_all, 3 * k, precision)
-                return out, out.gram * scale[:, None] * scale[None, :], out.rhs * scale, out.total
-
-            for _ in range(2):
-                candidates = []
-                for precision in (np.inf, *(level_unit * g for g in LEVEL_PRIOR_GRID)):
-                    levels_of, gram_s, rhs_s, total = eliminated(precision)
-                    found = at(chosen, tap_penalty, best.rho)
-                    if found is not None:
-                        candidates.append((found.evidence, precision))
-                # levels must beat none by `level_evidence` (none comes first: np.inf)
-                top = max(candidates, default=(0.0, np.inf))
-                none = candidates[0][0] if candidates and not np.isfinite(candidates[0][1]) else -np.inf
-                precision = top[1] if top[0] > none + level_evidence else np.inf
-                levels_of, gram_s, rhs_s, total = eliminated(precision)
-                if fixed is not None and prior is not None:
-                    best = at(chosen, tap_penalty, best.rho) or best
-                else:
-                    best, chosen = search(tap_penalty)
         with_taps, tap = best, np.inf
         for candidate in TAP_PRIOR_GRID if may.any() else ():
             found = at(chosen, np.where(may, candidate, np.inf), best.rho)
@@ -419,6 +395,41 @@ class BranchCorrection:
                     if kept is not None and found is not None and found.evidence > kept.evidence:
                         kept, tap_penalty = found, np.where(placed, weaker, np.inf)
                 best, chosen = search(tap_penalty)
+        if levels is not None and np.shape(levels)[1]:
+            # each group's prior by evidence (once any taps are placed: levels took a regulator's
+            # step for theirs), at the impedances' prior chosen, then that prior again at them (twice)
+            e = np.shape(levels)[1]
+            group = np.zeros(e, dtype=np.int64) if level_groups is None else np.asarray(level_groups, dtype=np.int64)
+            information = np.diag(gram_all)[3 * k : -1]
+            units = [max(float(np.mean(information[group == g])), 1e-300) for g in range(int(group.max()) + 1)]
+            precisions = np.full(len(units), np.inf)
+
+            def eliminated(each: np.ndarray) -> tuple[_Levels, np.ndarray, np.ndarray, float]:
+                """The levels at these priors (one per group) integrated out: their terms, the scaled gram and rhs,
+                the total."""
+                systems.clear()
+                out = _Levels.eliminate(gram_all, rhs_all, total_all, 3 * k, each[group])
+                return out, out.gram * scale[:, None] * scale[None, :], out.rhs * scale, out.total
+
+            for _ in range(2):
+                for g, unit_g in enumerate(units):
+                    candidates = []
+                    for precision in (np.inf, *(unit_g * p for p in LEVEL_PRIOR_GRID)):
+                        levels_of, gram_s, rhs_s, total = eliminated(
+                            np.where(np.arange(len(units)) == g, precision, precisions)
+                        )
+                        found = at(chosen, tap_penalty, best.rho)
+                        if found is not None:
+                            candidates.append((found.evidence, precision))
+                    # a group must beat none by `level_evidence` (none comes first: np.inf)
+                    top = max(candidates, default=(0.0, np.inf))
+                    none = candidates[0][0] if candidates and not np.isfinite(candidates[0][1]) else -np.inf
+                    precisions[g] = top[1] if top[0] > none + level_evidence else np.inf
+                levels_of, gram_s, rhs_s, total = eliminated(precisions)
+                if fixed is not None and prior is not None:
+                    best = at(chosen, tap_penalty, best.rho) or best
+                else:
+                    best, chosen = search(tap_penalty)
         shown = np.square(MAX_RELATIVE_ERROR) * float(gram_s.diagonal()[: 2 * k].max(initial=0.0)) / (best.energy / dof)
         unseen = shown <= UNSEEN_SIGNAL
         if chosen == BRANCH_PRIOR_GRID[-1] and unseen:
@@ -460,10 +471,11 @@ class BranchCorrection:
         theta = start.copy()
         theta[active] += theta_active
         level_fit = level_shift = None
-        if levels_of.count:
+        if levels_of.count and levels is not None:
             raw = np.zeros(3 * k + 1)
             raw[active] = theta_active * scale[active]
-            level_fit = levels_of.solved(raw)
+            level_fit = np.zeros(np.shape(levels)[1])
+            level_fit[levels_of.free] = levels_of.solved(raw)
             level_shift = np.asarray(levels, dtype=np.float64) @ level_fit
         return cls(
             downstream,
@@ -553,30 +565,36 @@ class _Levels:
     cross: np.ndarray  # (3k + 1, e) the levels' cross terms with the flows and the offset
     own_rhs: np.ndarray  # (e,)
     evidence: float  # the levels' share of the log evidence: (log |prior| - log |prior + their information|) / 2
+    free: np.ndarray  # the levels fitted (the others held at 0), indices into the e given
 
     @classmethod
-    def eliminate(cls, gram: np.ndarray, rhs: np.ndarray, total: float, start: int, precision: float) -> _Levels:
+    def eliminate(
+        cls, gram: np.ndarray, rhs: np.ndarray, total: float, start: int, precision: float | np.ndarray
+    ) -> _Levels:
         """From `_normal_equations`'s terms with the levels at [start, start + e) (before the offset, last), each of
-        prior `precision` relative to the readings' noise (np.inf: held at 0, the terms without them)."""
+        prior `precision` (or (e,) one each) relative to the readings' noise (np.inf: held at 0)."""
         e = gram.shape[0] - start - 1
         keep = np.r_[np.arange(start), gram.shape[0] - 1]
-        none = np.zeros((len(keep), 0))
-        if e <= 0 or not np.isfinite(precision):
-            return cls(gram[np.ix_(keep, keep)], rhs[keep], total, 0, np.zeros((0, 0)), none, np.zeros(0), 0.0)
-        own = np.arange(start, start + e)
-        chol = np.linalg.cholesky(gram[np.ix_(own, own)] + precision * np.eye(e))
-        inverse = cho_solve((chol, True), np.eye(e))
+        each = np.broadcast_to(np.asarray(precision, dtype=np.float64), (max(e, 0),))
+        free = np.flatnonzero(np.isfinite(each))
+        if not free.size:
+            none = np.zeros((len(keep), 0))
+            return cls(gram[np.ix_(keep, keep)], rhs[keep], total, 0, np.zeros((0, 0)), none, np.zeros(0), 0.0, free)
+        own = start + free
+        chol = np.linalg.cholesky(gram[np.ix_(own, own)] + np.diag(each[free]))
+        inverse = cho_solve((chol, True), np.eye(free.size))
         cross = gram[np.ix_(keep, own)]
         reduced = gram[np.ix_(keep, keep)] - cross @ inverse @ cross.T
         return cls(
             (reduced + reduced.T) / 2.0,
             rhs[keep] - cross @ inverse @ rhs[own],
             total - float(rhs[own] @ inverse @ rhs[own]),
-            e,
+            free.size,
             inverse,
             cross,
             rhs[own],
-            0.5 * e * np.log(precision) - float(np.log(np.diag(chol)).sum()),
+            0.5 * float(np.log(each[free]).sum()) - float(np.log(np.diag(chol)).sum()),
+            free,
         )
 
     def solved(self, theta: np.ndarray) -> np.ndarray:

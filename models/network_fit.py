@@ -278,7 +278,7 @@ class NetworkFitMethod(Method):
         context_y: np.ndarray,
         typical_loads: np.ndarray | None = None,
         load_errors: np.ndarray | Sequence[np.ndarray] | None = None,
-        level_columns: int | None = None,
+        level_columns: int | Sequence[int] | None = None,
         *,
         level_step: bool = True,
     ) -> NetworkFitted:
@@ -311,16 +311,18 @@ class NetworkFitMethod(Method):
             blocks = [load_errors] if isinstance(load_errors, np.ndarray) else list(load_errors)
             if level_columns is None:
                 level_columns = 0 if stated else int(np.asarray(blocks[0]).reshape(x.shape[1], -1).shape[1])
-            pseudo = widened_by_readings(self.voltage_model, x, v, y, blocks, not stated, level_columns)
+            sizes = (level_columns,) if isinstance(level_columns, int) else tuple(level_columns)
+            sizes = tuple(int(c) for c in sizes if c)
+            pseudo = widened_by_readings(self.voltage_model, x, v, y, blocks, not stated, sizes)
             if not level_step:  # the guesses were moved by a level found: what is left of it is taken as it shows
                 pseudo = dataclasses.replace(pseudo, level_evidence=0.0)
         fitted, at_point, ratio = self._at_set_point(x, y, v, read, guessed, pseudo=pseudo)
         found = None if fitted.branches is None else fitted.branches.level_fit
         if level_step and pseudo is not None and found is not None:
-            moved = x + pseudo.errors[:, : pseudo.levels] @ found  # the guessed values only are taken (`complete`)
+            moved = x + pseudo.errors[:, : pseudo.level_count] @ found  # the guessed values only are taken (`complete`)
             return self.fit(context_x, context_y, moved, load_errors, level_columns, level_step=False)
         if pseudo is not None and found is None:  # nor in the refits below: found at the model's fit or not at all
-            pseudo = dataclasses.replace(pseudo, levels=0)
+            pseudo = dataclasses.replace(pseudo, levels=())
         # a meter whose readings depart as no chance departure does is set aside: its pull on its neighbours' fit goes
         # with it (a 2e-3 p.u. bias had them cover 0.82), its bus is answered from the other meters, and its offset stays
         # in the spread (the meter may be right: a step only it sees). The fit redone without it is tested once more
@@ -395,7 +397,7 @@ class NetworkFitMethod(Method):
         )
         method = method_for(network, first=first)
         try:
-            errors, levels = (None, 0) if pseudo is None else (pseudo.errors, pseudo.levels)
+            errors, levels = (None, ()) if pseudo is None else (pseudo.errors, pseudo.levels)
             second = method.fit(context_x, context_y, typical_loads, errors, levels)
         except InputValidationError as error:  # the corrected network has no power flow at some context row
             logger.debug("network-fit: not relinearised (%s)", error)
@@ -432,11 +434,11 @@ class NetworkFitMethod(Method):
         `check`: test the meters (`_fit`)."""
         fitted = self._fit(x, y, v, read, guessed, check=check, pseudo=pseudo)
         ratio = 1.0
-        if pseudo is not None and pseudo.levels and (fitted.branches is None or fitted.branches.level_fit is None):
+        if pseudo is not None and pseudo.level_count and (fitted.branches is None or fitted.branches.level_fit is None):
             # levels are found at the model's set point or not at all: at a set point moved by the offset, or about a
             # network with the first fit's errors applied, they were taken for its remainder (IEEE 33 lines 0.7-1.3
             # off, no level departing: 1.7e-3 p.u. off)
-            pseudo = dataclasses.replace(pseudo, levels=0)
+            pseudo = dataclasses.replace(pseudo, levels=())
         for _ in range(SET_POINT_PASSES):
             # the branch stage's offset c in |V|^2 / 2 is the substation's set point moved: (r V0)^2 = V0^2 + 2c
             slack = ratio * self.slack_vm_pu
@@ -539,6 +541,7 @@ class NetworkFitMethod(Method):
             # (a probe fits a network's exact voltages at these very loads: no level departs there)
             levels = None if pseudo is None or probing is not None else pseudo.level_moves(v.mean(axis=0))
             evidence = LEVEL_EVIDENCE if pseudo is None else pseudo.level_evidence
+            groups = None if pseudo is None else pseudo.level_groups()
             branches = BranchCorrection.fit(
                 fp,
                 fq,
@@ -555,6 +558,7 @@ class NetworkFitMethod(Method):
                 correlation=correlation,
                 levels=levels,
                 level_evidence=evidence,
+                level_groups=groups,
             )
             weights = precision
             if weights is None and guessed:
@@ -577,6 +581,7 @@ class NetworkFitMethod(Method):
                     correlation=correlation,
                     levels=levels,
                     level_evidence=evidence,
+                    level_groups=groups,
                 )
             shared = self._corrected(branches, v, fp, fq, head, losses) - v
             if branches.level_shift is not None:  # the levels moved the context rows only: no query carries them

@@ -122,16 +122,26 @@ class PseudoErrors:
     variance: np.ndarray  # (k,) each bus's variance from them (the network model's sensitivity times the columns)
     response: np.ndarray  # (k, c) each column's move of every bus's |V|
     noise: float  # the readings' noise (p.u.) beside them; NaN: not known (too few rows)
-    levels: int = 0  # the leading columns that are context-wide levels (a class's utilisation: the same in every row)
+    # the leading columns that are context-wide levels (a class's utilisation: the same in every row), as the sizes of
+    # their groups (a prior each)
+    levels: tuple[int, ...] = ()
     level_evidence: float = LEVEL_EVIDENCE  # how far their evidence must beat none for the branch stage to take them
 
     def level_moves(self, level: np.ndarray) -> np.ndarray | None:
         """(k, levels) the level columns' move of every bus's |V|^2 / 2 (`level` (k,): each bus's |V|), what
         network-fit's branch stage fits beside the branches; None where there are none."""
-        if not self.levels:
+        if not self.level_count:
             return None
-        out: np.ndarray = self.response[:, : self.levels] * np.asarray(level, dtype=np.float64)[:, None]
+        out: np.ndarray = self.response[:, : self.level_count] * np.asarray(level, dtype=np.float64)[:, None]
         return out
+
+    @property
+    def level_count(self) -> int:
+        return int(sum(self.levels))
+
+    def level_groups(self) -> np.ndarray:
+        """(level_count,) each level column's group."""
+        return np.repeat(np.arange(len(self.levels)), self.levels)
 
     def covariance(self, buses: np.ndarray) -> np.ndarray | None:
         """(b, b) the readings' error covariance over `buses` (indices; |V|): the guesses' moves and the noise, the
@@ -183,19 +193,19 @@ def widened_by_readings(
     y: np.ndarray,
     blocks: Sequence[np.ndarray],
     calibrate: bool = True,
-    levels: int = 0,
+    levels: Sequence[int] = (),
 ) -> PseudoErrors:
     """The pseudo-measurements' errors (d, c) with each block times its `scales` from the readings y (n, k; NaN: not
     read; the buses read in every row count) at complete loads x (n, d), where the network model's voltages are v
     (n, k) (only the noise where not `calibrate`), and their move of every bus: the network model's sensitivity to
     every input they move times their columns; each bus's variance from them at most its readings' mean square
     departure from v. The stated blocks and no noise where the model has no power flow at the loads' mean. `levels`:
-    how many leading columns are context-wide levels (`PseudoErrors.levels`)."""
+    the sizes of the groups of leading columns that are context-wide levels (`PseudoErrors.levels`)."""
     d, k = x.shape[1], y.shape[1]
     blocks = [np.asarray(b, dtype=np.float64).reshape(d, -1) for b in blocks]
     stated = np.concatenate(blocks, axis=1)
     moving = np.flatnonzero(np.abs(stated).sum(axis=1) > 0.0)
-    nothing = PseudoErrors(stated, np.zeros(k), np.zeros((k, stated.shape[1])), float("nan"), levels)
+    nothing = PseudoErrors(stated, np.zeros(k), np.zeros((k, stated.shape[1])), float("nan"), tuple(levels))
     if not moving.size:
         return nothing
     try:
@@ -215,4 +225,4 @@ def widened_by_readings(
     # a bus's readings depart from the model at the guessed loads by what the guesses' errors moved (and the feeder's
     # own departures, and noise): the spread holds no more of the guesses than that shows (a scale fitted to a
     # direction their errors barely span went to 400 on IEEE 33 read exactly: intervals 0.13 p.u. wide)
-    return PseudoErrors(stated, np.minimum(np.square(moves).sum(axis=1), shown), moves, noise, levels)
+    return PseudoErrors(stated, np.minimum(np.square(moves).sum(axis=1), shown), moves, noise, tuple(levels))

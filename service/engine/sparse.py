@@ -290,12 +290,16 @@ def _load_errors(x: np.ndarray, network: Any, shares: np.ndarray) -> dict[str, A
     as the feeder's error: IEEE 33 with the unmetered half at 1.3x (or 0.5x) its guess was answered 1.0-1.3e-2 p.u.
     off with no bus held (a user trial). Where the guesses follow their row (share > 0) a level error is no constant:
     such columns fitted as one took the set point's place (1-LV-semiurb4 read exactly, 4e-3 p.u. off)."""
-    classes = class_errors(x, network)
     half = x.shape[1] // 2
-    in_p = np.abs(classes[:half]).sum(axis=0) > 0.0  # each column moves one half's inputs only
-    constant = np.where(in_p, shares[0] == 0.0, shares[1] == 0.0)
-    customers = customer_errors(x, network, shares)
-    if not constant.any():
+
+    def constant(columns: np.ndarray) -> np.ndarray:  # each column moves one half's inputs only
+        in_p = np.abs(columns[:half]).sum(axis=0) > 0.0
+        return np.asarray(np.where(in_p, shares[0] == 0.0, shares[1] == 0.0), dtype=bool)
+
+    classes, customers = class_errors(x, network), customer_errors(x, network, shares)
+    levels, individual = constant(classes), constant(customers)
+    if not levels.any() and not individual.any():
         return {"load_errors": [classes, customers], "level_columns": 0}
-    blocks = [classes[:, constant], classes[:, ~constant], customers]
-    return {"load_errors": [b for b in blocks if b.shape[1]], "level_columns": int(constant.sum())}
+    blocks = [classes[:, levels], customers[:, individual], classes[:, ~levels], customers[:, ~individual]]
+    sizes = [int(levels.sum()), int(individual.sum())]
+    return {"load_errors": [b for b in blocks if b.shape[1]], "level_columns": [c for c in sizes if c]}
