@@ -278,7 +278,12 @@ def fit(
         return method.fit(x, y, **options)
     # the pseudo-measurements' shared errors where the service guessed them (a user's typical_loads: theirs to vouch for)
     shares = None if context_typical is not None else profile_shares(x, network)  # once: 0.26 s on 1-MV-rural
-    errors = {} if shares is None else _load_errors(x, network, shares)
+    # a user's typical_loads are theirs to vouch for: only a level the readings show beside them is fitted (their
+    # values are the same in every row: every class and customer a level); the service's guesses also err row by row
+    if shares is None:
+        errors = _load_errors(x, network, np.zeros(2)) | {"levels_only": True}
+    else:
+        errors = _load_errors(x, network, shares)
     return method.fit(x, y, typical_loads=pseudo_loads(context_typical, network, x, shares), **errors, **options)
 
 
