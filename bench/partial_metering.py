@@ -19,9 +19,10 @@ Two more sections, the `default` variant only (no `typical_loads`), in the same 
   half above (at noise 0 the first table's 50 % `default` row again). Each with the context's voltage readings
   exact or with N(0, (1e-3 p.u.)^2) noise per reading (simbench_data.add_meter_noise; the same context otherwise);
   queries: the 1000 other steps, every load given, scored against the noise-free truth.
-- **IEEE 33, an unseen level** (`levels`): the IEEE 33 section's contexts (as modelled or lines off, seeds 1-3), the
-  never-metered half's loads at 1.3x or 0.5x (context and queries, solved again): the unmetered customers run at a
-  level the metered ones do not show.
+- **An unseen level** (`levels`): the IEEE 33 section's contexts (as modelled or lines off, seeds 1-3), and each
+  development grid's 50 % context and queries (seed 1, readings exact or with noise 1e-3), the never-metered half's
+  loads at 1.3x or 0.5x (context and queries, solved again): the unmetered customers run at a level the metered ones
+  do not show.
 - **IEEE 33 partly metered** (the built-in network; bench.accuracy_v3.ieee33_sets, seeds 1-6): a context of
   500 rows of loads each within +-10 % of nominal, a random half of the load buses never metered (P and Q null in
   every row, the same buses at each noise); the truth feeder as modelled, or its lines' impedances each scaled by
@@ -146,6 +147,19 @@ def level_case(level: float, departure: str | None, noise: float, seed: int):
     return _unmetered(cx, never), cy, solved
 
 
+def simbench_level_case(code: str, level: float, noise: float, seed: int):
+    """The 50 % share's context and queries (`_split`) with the never-metered loads at `level` times their values
+    (solved again), the context's readings with `noise`: (context x with them null, context y, queries x, queries y)."""
+    cx, _, qx, _, never = _split(code, 0.5, seed)
+    network = simbench_data.simbench_network(code)
+    factor = np.where(np.r_[never, never], level, 1.0)
+    cx, qx = cx * factor, qx * factor
+    cy = gridsim.solve(cx, network=network, solver="batched").vm_pu
+    qy = gridsim.solve(qx, network=network, solver="batched").vm_pu
+    cy = simbench_data.add_meter_noise(cy, noise, np.random.default_rng([seed, int(round(noise * 1e6))]))
+    return _unmetered(cx, never), cy, qx, qy
+
+
 def answer(client, cx, cy, qx, qy, network: str, typical=None) -> dict:
     """network-fit's answer at queries qx through the API for a context (its id deleted after), scored on qy."""
     cid = client.create_context(cx, cy, network=network, typical_loads=typical)
@@ -179,7 +193,7 @@ def main() -> None:
     shares, patterns, ieee, levels, skipped = [], [], [], [], []
     with served(DEFAULT_ROOT, max_rows=max(N_QUERIES, IEEE_QUERIES)) as url, GridPFNClient(url) as client:
         for code in args.grids:
-            if not {"shares", "patterns"} & set(args.sections):
+            if not {"shares", "patterns", "levels"} & set(args.sections):
                 break
             network = simbench_data.simbench_network(code)
             described = client.upload_network(simbench_data.simbench_pandapower_json(code).encode())
@@ -205,6 +219,12 @@ def main() -> None:
                         r = answer(client, cx, cy, qx, qy, net_id)
                         patterns.append(_row([code, pattern, f"{noise:g}", seed], r))
                         logging.info("%s %s noise %g seed %d: %s", code, pattern, noise, seed, r)
+            for level in LEVELS if "levels" in args.sections else ():
+                for noise in NOISES:
+                    cx, cy, qx, qy = simbench_level_case(code, level, noise, 1)
+                    r = answer(client, cx, cy, qx, qy, net_id)
+                    levels.append(_row([f"{level:g}x", code, f"{noise:g}", 1, "other steps"], r))
+                    logging.info("%s level %g noise %g: %s", code, level, noise, r)
         for departure in IEEE_DEPARTURES if "ieee33" in args.sections else ():
             for noise in IEEE_NOISES:
                 for seed in IEEE_SEEDS:
@@ -266,8 +286,8 @@ def main() -> None:
     if levels:
         lines += [
             "",
-            "## IEEE 33, the never-metered half's loads at a level the metered half does not show (1.3x or 0.5x what "
-            "the service guesses), as above otherwise: the default",
+            "## The never-metered half's loads at a level the metered half does not show (1.3x or 0.5x what the "
+            "service guesses), IEEE 33 and the development grids, as above otherwise: the default",
             "",
             "| unmetered level | feeder | noise p.u. | seed | queries " + head,
             "|---|---|---|---|---" + rule,
