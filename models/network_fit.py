@@ -110,6 +110,11 @@ PER_BUS_FALSE_KEEP = 0.05
 SIMULTANEOUS_ROWS = 8
 # The model's response over the context below this (p.u.) counts as this: a context of identical loads.
 RESPONSE_FLOOR_PU = 1e-9
+# A per-bus correction at a query beyond PER_BUS_REACH times the largest the answer took at any context row, and beyond
+# PER_BUS_LIMIT_PU, is not taken (`NetworkFitMethod.at_queries`): it is the per-bus stage's extrapolation (second-order
+# terms grow about 2.25x from the context to 1.5x load; a context's own corrections on the development grids stay
+# under 1e-2 p.u.).
+PER_BUS_REACH, PER_BUS_LIMIT_PU = 10.0, 0.05
 # The correction's share of the response is capped here: beyond, the network model explains nothing.
 SHARE_CAP = 10.0
 # The smallest spread (p.u.): the network model's power flow and a reference solver agree to ~1e-9.
@@ -189,6 +194,9 @@ class NetworkFitted:
     # (k,) the variance the unmetered loads' pseudo-measurements add at every query, where they may err together
     # (`NetworkFitMethod.fit`'s `load_errors`; 0: none given)
     pseudo_var: np.ndarray | float = 0.0
+    # (k,) p.u.: the largest per-bus correction the answer took at a context row, what bounds it at a query
+    # (`NetworkFitMethod.at_queries`; None: unbounded)
+    per_bus_reach: np.ndarray | None = None
 
     @property
     def tap_steps(self) -> np.ndarray:
@@ -648,6 +656,7 @@ class NetworkFitMethod(Method):
             guessed,
             offsets,
             np.full(k, np.nan),
+            per_bus_reach=np.max(np.abs(np.where(read, keep * own.mean, 0.0)), axis=0),
         )
 
     def moved_losses(self, theta: np.ndarray, losses: np.ndarray) -> np.ndarray:
@@ -721,14 +730,22 @@ class NetworkFitMethod(Method):
         corrected = self._corrected_at(fitted, at)
         r = posterior(fitted.per_bus, at.features, readings=False)
         linear_miss = posterior(fitted.probe, q, readings=False).mean - at.v
+        kept, other = fitted.keep * r.mean, self._per_bus_variance(fitted, r.mean, r.sigma)
+        if fitted.per_bus_reach is not None:
+            # a per-bus correction far beyond any the context took is the stage's extrapolation, no feeder's: the
+            # network model and branches answer, as uncertain as the largest correction credible (metered loads sent
+            # 1e-6x too small: means of +-1e9 p.u.)
+            reach = np.maximum(PER_BUS_REACH * fitted.per_bus_reach, PER_BUS_LIMIT_PU)
+            wild = (np.abs(kept) > reach) | (other > np.square(reach))
+            kept, other = np.where(wild, 0.0, kept), np.where(wild, np.square(reach), other)
         return QueryParts(
-            mean=corrected + fitted.keep * r.mean,
+            mean=corrected + kept,
             corrected=corrected,
             fp=at.fp,
             fq=at.fq,
             head=at.head,
-            other=self._per_bus_variance(fitted, r.mean, r.sigma),
-            model_error=self._model_error(fitted, at, linear_miss, fitted.keep * r.mean),
+            other=other,
+            model_error=self._model_error(fitted, at, linear_miss, kept),
         )
 
     def _inputs(self, q: np.ndarray, v: np.ndarray, branches: bool, ratio: float) -> QueryInputs:

@@ -609,3 +609,22 @@ def test_a_level_under_readings_noise_is_taken_on_the_evidence_the_noise_leaves(
     cx, qx = (net.base_x * (1.0 + 0.1 * rng.uniform(-1.0, 1.0, (rows, 2 * net.n_load))) * factor for rows in (400, 300))
     error, held = _answered(net, cx, qx, never, noise=1e-3)
     assert error < 5e-5 and held >= 0.9, (error, held)
+
+
+def test_a_per_bus_correction_far_beyond_the_contexts_is_not_taken() -> None:
+    """Metered loads sent 1e-6x too small (a units slip), half the load buses never metered: queries at the real
+    loads lie 1e6x the context's scale out, where the per-bus stage's linear extrapolation said +-1e9 p.u. (a user
+    trial: answered 200). A per-bus correction beyond models.network_fit.PER_BUS_REACH times the context's largest is
+    not taken: the network model and branches answer, its spread as wide as the largest correction credible."""
+    net = gridsim.network("ieee33")
+    rng = np.random.default_rng(31)
+    never = rng.random(net.n_load) < 0.5
+    cx, qx = (net.base_x * (1.0 + 0.1 * rng.uniform(-1.0, 1.0, (rows, 2 * net.n_load))) for rows in (300, 50))
+    cy = gridsim.solve(cx, network=net, solver="batched").vm_pu
+    qy = gridsim.solve(qx, network=net, solver="batched").vm_pu
+    slipped = cx * 1e-6
+    slipped[:, np.r_[never, never]] = np.nan
+    method = method_for(net)
+    answer = method.predict(sparse.fit(method, slipped, cy, None, net), qx)
+    assert np.abs(answer.mean - qy).max() < 0.05, np.abs(answer.mean - qy).max()
+    assert answer.std.max() < 1.0, answer.std.max()
