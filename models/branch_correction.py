@@ -75,9 +75,11 @@ LEVEL_PRIOR_GRID = tuple(10.0**e for e in np.arange(-8.0, 4.5, 1.0))
 # modelled; readings exact or noise 1e-5; taken, one context's answers were 5x further off); with the unmetered half
 # at 1.3x its guess, 70-1100 read exactly, 24 under readings noise 1e-3 (at 30 it was not taken: 6e-3 p.u. off).
 LEVEL_EVIDENCE = 15.0
-# Where the readings' noise (the branch stage's, about p.u.) is at least LEVEL_NOISY_PU, far above the linearised
-# models' misfit that inflates the evidence of exact readings (~1e-6), the margin is LEVEL_EVIDENCE_NOISY (about 20:1):
-# under noise 1e-4-1e-3 no level departing gained 0-1.3, a 1.3x or 0.5x level 4.4-28 (at 15: 5-1e-2 p.u. off, not held).
+# Where the readings' own noise (models.pseudo_errors' estimate beside the guesses' errors, p.u.) is at least
+# LEVEL_NOISY_PU, far above the linearised models' misfit that inflates the evidence of exact readings (~1e-6), the
+# margin is LEVEL_EVIDENCE_NOISY (about 20:1): under noise 1e-4-1e-3 no level departing gained 0-1.3, a 1.3x or 0.5x
+# level 4.4-28 (at 15: 5e-3-1e-2 p.u. off, not held). Not the branch stage's misfit: a level itself, readings missing
+# or a user's typical values off inflate that, and levels taken on it erred (20 % of the readings null: 3 of 8 cells).
 LEVEL_NOISY_PU, LEVEL_EVIDENCE_NOISY = 5e-5, 3.0
 # Queries per block for the posterior variance (memory ~ QUERY_BLOCK * k * 2k floats).
 QUERY_BLOCK = 256
@@ -422,9 +424,6 @@ class BranchCorrection:
                 out = _Levels.eliminate(gram_all, rhs_all, total_all, 3 * k, each[group])
                 return out, out.gram * scale[:, None] * scale[None, :], out.rhs * scale, out.total
 
-            # readings noisier than the linearised models' own misfit: their evidence is what it says
-            noisy = np.sqrt(best.energy / dof) >= LEVEL_NOISY_PU
-            gate = min(level_evidence, LEVEL_EVIDENCE_NOISY) if noisy else level_evidence
             for _ in range(2):
                 for g, unit_g in enumerate(units):
                     candidates = []
@@ -438,7 +437,7 @@ class BranchCorrection:
                     # a group must beat none by `level_evidence` (none comes first: np.inf)
                     top = max(candidates, default=(0.0, np.inf))
                     none = candidates[0][0] if candidates and not np.isfinite(candidates[0][1]) else -np.inf
-                    precisions[g] = top[1] if top[0] > none + gate else np.inf
+                    precisions[g] = top[1] if top[0] > none + level_evidence else np.inf
                 levels_of, gram_s, rhs_s, total = eliminated(precisions)
                 if fixed is not None and prior is not None:
                     best = at(chosen, tap_penalty, best.rho) or best

@@ -559,7 +559,7 @@ class NetworkFitMethod(Method):
             precision = None if pseudo is None else pseudo.precision(np.all(read, axis=0), v.mean(axis=0))
             # (a probe fits a network's exact voltages at these very loads: no level departs there)
             levels = None if pseudo is None or probing is not None else pseudo.level_moves(v.mean(axis=0))
-            evidence = LEVEL_EVIDENCE if pseudo is None else pseudo.level_evidence
+            evidence = LEVEL_EVIDENCE if pseudo is None else pseudo.level_margin
             groups = None if pseudo is None else pseudo.level_groups()
             branches = BranchCorrection.fit(
                 fp,

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.optimize import minimize
 
-from models.branch_correction import LEVEL_EVIDENCE
+from models.branch_correction import LEVEL_EVIDENCE, LEVEL_EVIDENCE_NOISY, LEVEL_NOISY_PU
 from models.errors import RowsRefused
 from models.network_voltages import solved
 
@@ -127,6 +127,14 @@ class PseudoErrors:
     levels: tuple[int, ...] = ()
     level_evidence: float = LEVEL_EVIDENCE  # how far their evidence must beat none for the branch stage to take them
     only_levels: bool = False  # the columns stand for nothing but the levels' directions (`levels_alone`)
+
+    @property
+    def level_margin(self) -> float:
+        """How far the levels' evidence must beat none: `level_evidence`, at most LEVEL_EVIDENCE_NOISY where the
+        readings' own noise is known to be at least LEVEL_NOISY_PU."""
+        if np.isfinite(self.noise) and self.noise >= LEVEL_NOISY_PU:
+            return min(self.level_evidence, LEVEL_EVIDENCE_NOISY)
+        return self.level_evidence
 
     def levels_alone(self) -> PseudoErrors:
         """These errors as the directions of their levels alone: no variance, no covariance across buses (noise not
