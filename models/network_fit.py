@@ -289,7 +289,6 @@ class NetworkFitMethod(Method):
         level_columns: int | Sequence[int] | None = None,
         *,
         level_step: bool = True,
-        levels_only: bool = False,
     ) -> NetworkFitted:
         """Fit on a context whose unmeasured values are NaN: a load never or not always metered takes
         its typical value (`complete`), a voltage not read is simply absent (the network model stands in).
@@ -301,9 +300,7 @@ class NetworkFitMethod(Method):
         row (a class's utilisation), fitted beside the branch errors (`BranchCorrection.fit`'s `levels`) so that a level
         the metered loads do not show is not taken for the feeder's error; None: the first block's where blocks are
         given (class_errors comes first), else none. Where levels are fitted, the guesses are moved by them and the
-        context fitted again once (`level_step`): their first order missed 1e-4 p.u. of a 0.5x level on IEEE 33.
-        `levels_only`: `load_errors` give only the levels' directions (`typical_loads` a user gave, theirs to vouch for:
-        nothing else of them is widened or weighed, but a level the readings show beside them is fitted)."""
+        context fitted again once (`level_step`): their first order missed 1e-4 p.u. of a 0.5x level on IEEE 33."""
         x, y = check_context(context_x, context_y, missing=True)
         guessed = bool(np.isnan(x).any())
         x = self.complete(x, typical_loads)
@@ -327,16 +324,12 @@ class NetworkFitMethod(Method):
             pseudo = widened_by_readings(self.voltage_model, x, v, y, blocks, not stated, sizes)
             if not level_step:  # the guesses were moved by a level found: what is left of it is taken as it shows
                 pseudo = dataclasses.replace(pseudo, level_evidence=0.0)
-            if levels_only:
-                pseudo = pseudo.levels_alone()
         fitted, at_point, ratio = self._at_set_point(x, y, v, read, guessed, pseudo=pseudo)
         found = None if fitted.branches is None else fitted.branches.level_fit
         if level_step and pseudo is not None and found is not None:
             moved = x + pseudo.errors[:, : pseudo.level_count] @ found  # the guessed values only are taken (`complete`)
             try:
-                return self.fit(
-                    context_x, context_y, moved, load_errors, level_columns, level_step=False, levels_only=levels_only
-                )
+                return self.fit(context_x, context_y, moved, load_errors, level_columns, level_step=False)
             except InputValidationError as unsolved:  # no power flow at the moved guesses: the first fit answers
                 logger.debug("network-fit: the guesses not moved by the levels found (%s)", unsolved)
         if pseudo is not None and found is None:  # nor in the refits below: found at the model's fit or not at all
@@ -416,8 +409,7 @@ class NetworkFitMethod(Method):
         method = method_for(network, first=first)
         try:
             errors, levels = (None, ()) if pseudo is None else (pseudo.errors, pseudo.levels)
-            only = pseudo is not None and pseudo.only_levels
-            second = method.fit(context_x, context_y, typical_loads, errors, levels, levels_only=only)
+            second = method.fit(context_x, context_y, typical_loads, errors, levels)
         except InputValidationError as error:  # the corrected network has no power flow at some context row
             logger.debug("network-fit: not relinearised (%s)", error)
             return fitted

@@ -25,7 +25,7 @@ network-fit erred 8e-3 p.u. and held no bus, now 5e-8 and every bus; 1-MV-rural 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import minimize
@@ -126,7 +126,6 @@ class PseudoErrors:
     # their groups (a prior each)
     levels: tuple[int, ...] = ()
     level_evidence: float = LEVEL_EVIDENCE  # how far their evidence must beat none for the branch stage to take them
-    only_levels: bool = False  # the columns stand for nothing but the levels' directions (`levels_alone`)
 
     @property
     def level_margin(self) -> float:
@@ -135,12 +134,6 @@ class PseudoErrors:
         if np.isfinite(self.noise) and self.noise >= LEVEL_NOISY_PU:
             return min(self.level_evidence, LEVEL_EVIDENCE_NOISY)
         return self.level_evidence
-
-    def levels_alone(self) -> PseudoErrors:
-        """These errors as the directions of their levels alone: no variance, no covariance across buses (noise not
-        known), so the fits neither weigh the readings by them nor hold them in the spread (a user's typical loads)."""
-        k = self.response.shape[0]
-        return replace(self, variance=np.zeros(k), noise=float("nan"), only_levels=True)
 
     def level_moves(self, level: np.ndarray) -> np.ndarray | None:
         """(k, levels) the level columns' move of every bus's |V|^2 / 2 (`level` (k,): each bus's |V|), what
