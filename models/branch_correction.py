@@ -210,9 +210,9 @@ class BranchCorrection:
     # (k,) each bus's readings' constant departure in s from what the others predict, where it stands out as no
     # chance departure does (a biased meter, or a step only its readings see; `_suspect_readings`), else 0
     suspect: np.ndarray | None = None
-    # (k,) what the context-wide unknowns beside the branches (`fit`'s `levels`) were fitted to move each bus's s by at
-    # the context rows; None: none given
-    level_fit: np.ndarray | None = None  # (e,) those unknowns' fit, in the units of `levels`' columns
+    # (e,) the context-wide unknowns beside the branches (`fit`'s `levels`) as fitted, in the units of its columns, and
+    # (k,) what they move each bus's s by at the context rows; None: none taken
+    level_fit: np.ndarray | None = None
     level_shift: np.ndarray | None = None
 
     @property
@@ -273,10 +273,10 @@ class BranchCorrection:
         the recorded model, not on that fit: centred there, the prior would count the readings twice (its mean is
         their fit), and the posterior would be narrower than its errors. A tap not fitted stays at its centre.
         `levels` (k, e): what each of e unknowns the same in every context row moves every bus's s by (an unmetered
-        customer class's level: models.network_fit), fitted beside the branches with no prior and integrated out of
-        their posterior (`level_shift`: their fitted move of each bus); a query does not carry them. They are taken
-        where their log evidence beats none by `level_evidence`, a prior per group (`level_groups` (e,): each
-        column's group, 0 up; None: one group)."""
+        customer class's level: models.network_fit), fitted beside the branches with a prior per group chosen by
+        evidence (`level_groups` (e,): each column's group, 0 up; None: one group) and integrated out of their
+        posterior (`level_shift`: their fitted move of each bus); a query does not carry them. A group is taken where
+        its log evidence beats none by `level_evidence`."""
         n, k = r.shape
         downstream = np.asarray(downstream, dtype=np.float64)
         observed = np.ones((n, k), dtype=bool) if observed is None else observed
@@ -439,6 +439,8 @@ class BranchCorrection:
                     none = candidates[0][0] if candidates and not np.isfinite(candidates[0][1]) else -np.inf
                     precisions[g] = top[1] if top[0] > none + level_evidence else np.inf
                 levels_of, gram_s, rhs_s, total = eliminated(precisions)
+                if not levels_of.count:  # none taken: the equations are the model's own, and so is `best`
+                    break
                 if fixed is not None and prior is not None:
                     best = at(chosen, tap_penalty, best.rho) or best
                 else:

@@ -71,14 +71,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import chi2, norm
 
-from models.branch_correction import (
-    LEVEL_EVIDENCE,
-    READING_FLOOR_PU,
-    SUSPECT_FLOOR,
-    BranchCorrection,
-    flows,
-    head_buses,
-)
+from models.branch_correction import READING_FLOOR_PU, SUSPECT_FLOOR, BranchCorrection, flows, head_buses
 from models.calibration import (
     CALIBRATION_LEVEL,
     FAMILY_LEVEL,
@@ -549,10 +542,15 @@ class NetworkFitMethod(Method):
                 taps, prior, correlation = self.first.taps, self.first.prior, self.first.correlation
             centre = None if self.first is None else self.first.centre
             precision = None if pseudo is None else pseudo.precision(np.all(read, axis=0), v.mean(axis=0))
-            # (a probe fits a network's exact voltages at these very loads: no level departs there)
-            levels = None if pseudo is None or probing is not None else pseudo.level_moves(v.mean(axis=0))
-            evidence = LEVEL_EVIDENCE if pseudo is None else pseudo.level_margin
-            groups = None if pseudo is None else pseudo.level_groups()
+            # the guesses' levels beside the branches (a probe fits a network's exact voltages at these very loads: no
+            # level departs there)
+            levels: dict[str, Any] = {}
+            if pseudo is not None and probing is None and pseudo.level_count:
+                levels = {
+                    "levels": pseudo.level_moves(v.mean(axis=0)),
+                    "level_evidence": pseudo.level_margin,
+                    "level_groups": pseudo.level_groups(),
+                }
             branches = BranchCorrection.fit(
                 fp,
                 fq,
@@ -567,9 +565,7 @@ class NetworkFitMethod(Method):
                 weights=precision,
                 centre=centre,
                 correlation=correlation,
-                levels=levels,
-                level_evidence=evidence,
-                level_groups=groups,
+                **levels,
             )
             weights = precision
             if weights is None and guessed:
@@ -590,9 +586,7 @@ class NetworkFitMethod(Method):
                     check_readings=check and probing is None and not guessed,
                     centre=centre,
                     correlation=correlation,
-                    levels=levels,
-                    level_evidence=evidence,
-                    level_groups=groups,
+                    **levels,
                 )
             shared = self._corrected(branches, v, fp, fq, head, losses) - v
             if branches.level_shift is not None:  # the levels moved the context rows only: no query carries them

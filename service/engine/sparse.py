@@ -279,16 +279,19 @@ def fit(
     if not np.isnan(x).any():  # every load metered: the typical values stand in for nothing
         return method.fit(x, y, typical_loads=typical_loads(context_typical, network, x), **options)
     shares = profile_shares(x, network)  # once: 0.26 s on 1-MV-rural
-    errors = _load_errors(x, network, shares)
     if context_typical is None:  # the service's guesses: their errors, row by row and context-wide
+        errors = _load_errors(x, network, shares)
         return method.fit(x, y, typical_loads=pseudo_loads(None, network, x, shares), **errors, **options)
+    given = typical_loads(context_typical, network, x)
+    if shares.all():  # loads follow their row's profile in both halves: a user's values are taken as given (below)
+        return method.fit(x, y, typical_loads=given, **options)
     # a user's typical_loads: where loads vary each on their own, their values err as the service's guesses would (a
     # class's level, each customer's departure row by row), and are widened and fitted as those; where loads follow
     # their row's profile the constant a level fits took the set point's place (1-MV-rural, a quarter of its load buses
     # metered, the unmetered ones' true means given: 2.7 p.u. off), and they are taken as given. IEEE 33 half
     # unmetered, lines 0.7-1.3 off, the typical values given right: at 1.3-1.5x load 7.4e-4 p.u. off and no bus held
     # with them taken as given, 2e-5 and held now
-    given = typical_loads(context_typical, network, x)
+    errors = _load_errors(x, network, shares)
     return method.fit(x, y, typical_loads=given, **(errors if errors["level_columns"] else {}), **options)
 
 
