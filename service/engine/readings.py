@@ -540,6 +540,11 @@ def _suspects(distance: np.ndarray, read: np.ndarray) -> np.ndarray:
     return suspect
 
 
+def _solves(voltage_model: Callable[[np.ndarray], np.ndarray], loads: np.ndarray) -> bool:
+    """Whether the network model has a power flow at every row of `loads`."""
+    return bool(np.isfinite(np.asarray(voltage_model(loads), dtype=np.float64)).all())
+
+
 def summary(readings: int, rows: int) -> str:
     return (
         f"{readings} reading(s) in {rows} row(s) lie farther than {READING_TOLERANCE_PU:g} p.u. from the network "
@@ -553,12 +558,16 @@ def check_readings(
     typical: np.ndarray,
     field: str,
     outputs: Sequence[str] = (),
+    own: np.ndarray | None = None,
 ) -> None:
     """ReadingsRefused naming the context's readings farther than READING_TOLERANCE_PU from the network model,
     UnsolvedRows naming its rows without a power flow, ScatteredReadings naming the bus whose readings scatter
     more than READING_SCATTER_PU (by its name in `outputs` too, where given), GlitchedReading naming one reading off
     what the others predict; nothing when every reading is consistent. `typical`: the loads an unmetered one is
-    taken at where the context gives none (service.engine.sparse.typical_loads: as network-fit takes them)."""
+    taken at where the context gives none (service.engine.sparse.typical_loads: as network-fit takes them); `own`:
+    the service's own guess of them where the context gives its typical_loads, which are named where rows have a power
+    flow at that guess and none at the values given (a units slip: 100x its loads was refused as `field`.x, which the
+    user had sent right)."""
     from models.network_fit import complete_loads
     from models.network_voltages import solved
 
@@ -572,6 +581,11 @@ def check_readings(
         except RowsRefused as exc:  # named in the context's numbering; the rows after this block are not solved
             unchecked = f" (rows from {stop} on not solved)" if stop < len(loads) else ""
             refused = RowsRefused(exc.field, [start + r for r in exc.rows], exc.reason + unchecked, exc.expected)
+            if own is not None and np.isnan(ctx.x).any() and _solves(voltage_model, complete_loads(ctx.x, own)):
+                reason = f"{exc.reason} with the unmetered loads at typical_loads (at the service's own guess, it does)"
+                expected = "each load input's typical value in x's units (MW, Mvar) and order, or none"
+                given = RowsRefused(exc.field, refused.rows, reason, expected)
+                raise UnsolvedRows(f"{field}.typical_loads", given) from exc
             raise UnsolvedRows(f"{field}.x", refused) from exc
     off = np.abs(ctx.y - v) > READING_TOLERANCE_PU  # a reading not taken (NaN) compares False
     if off.any():
@@ -628,7 +642,8 @@ class Readings:
 
     def _check(self, ctx: ContextSet, net: Any, field: str) -> None:
         typical = sparse.typical_loads(ctx.typical_loads, net, ctx.x)  # as network-fit takes the unmetered loads
-        check_readings(self._model(net), ctx, typical, field, net.output_names)
+        own = None if ctx.typical_loads is None else sparse.typical_loads(None, net, ctx.x)
+        check_readings(self._model(net), ctx, typical, field, net.output_names, own)
 
     def _model(self, net: Any) -> Any:
         """The network's power-flow model (gridsim.api.VoltageModel: its impedance matrix reduced once)."""

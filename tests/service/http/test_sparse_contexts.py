@@ -230,6 +230,23 @@ def test_typical_loads_stand_in_for_unmetered_loads(client, sparse, queries):
     assert np.abs(answers["heavier"][1] - answers["default"][1]).max() < 1e-6
 
 
+def test_typical_loads_the_feeder_cannot_carry_are_named_not_the_contexts_loads(client, sparse, queries):
+    """Half the load buses never metered, typical_loads 100x the base (a units slip): no power flow at any context
+    row with the unmetered loads there, where the service's own guesses have one: a 422 naming context.typical_loads
+    (it named context.x, which the user had sent right); the same context without them is answered."""
+    x, y = sparse
+    x = x.copy()
+    x[:, np.r_[0 : NET.n_load : 2, NET.n_load : 2 * NET.n_load : 2]] = np.nan
+    q = queries[0].tolist()
+    context = {"x": nulled(x), "y": nulled(y)}
+    wrong = {**context, "typical_loads": (np.asarray(NET.base_x) * 100.0).tolist()}
+    refused = client.post("/v1/predict", json={"model": "network-fit", "context": wrong, "queries": q})
+    body = assert_problem(refused, 422, "context.typical_loads")
+    assert not any(e["field"] == "context.x" for e in body["errors"]), body
+    answered = client.post("/v1/predict", json={"model": "network-fit", "context": context, "queries": q})
+    assert answered.status_code == 200, answered.text
+
+
 def test_arrow_request_with_a_sparse_inline_context_and_its_answer_metadata(client, sparse, queries):
     x, y = sparse
     fields = {
