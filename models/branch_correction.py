@@ -20,6 +20,7 @@ share as its least std.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,8 @@ from scipy.linalg import cho_solve, solve_triangular
 from scipy.stats import chi2
 
 from models.linear import _one_blas_thread
+
+logger = logging.getLogger(__name__)
 
 # The branch stage's design as `_bus_rows` reads it: flows (n, 3k), each bus's weighed path (k, 3k), which readings
 # exist (n, k), the corrections (n, k), the features' scale, each bus's root weight (k,), the active features.
@@ -213,7 +216,7 @@ class BranchCorrection:
     # (e,) the context-wide unknowns beside the branches (`fit`'s `levels`) as fitted, in the units of its columns, and
     # (k,) what they move each bus's s by at the context rows; None: none taken
     level_fit: np.ndarray | None = None
-    level_shift: np.ndarray | None = None
+    level_shift: np.ndarray | None = None  # (n, k) where the levels move each row by its own (`fit`'s `level_rows`)
 
     @property
     def tapped(self) -> np.ndarray:
@@ -257,6 +260,7 @@ class BranchCorrection:
         levels: np.ndarray | None = None,
         level_evidence: float = LEVEL_EVIDENCE,
         level_groups: np.ndarray | None = None,
+        level_rows: np.ndarray | None = None,
     ) -> BranchCorrection:
         """Fit on corrections r (n, k) at branch inputs fp, fq, head (n, k); `impedance` (2k,): each branch's
         drop per MW and per MVAr; `observed` (n, k) bool: which readings exist (None: all; r is 0 where not);
@@ -276,7 +280,8 @@ class BranchCorrection:
         customer class's level: models.network_fit), fitted beside the branches with a prior per group chosen by
         evidence (`level_groups` (e,): each column's group, 0 up; None: one group) and integrated out of their
         posterior (`level_shift`: their fitted move of each bus); a query does not carry them. A group is taken where
-        its log evidence beats none by `level_evidence`."""
+        its log evidence beats none by `level_evidence`. `level_rows` (n, e): how far each level moves each row, its
+        column times that (a class's level where its guesses follow a profile); None: 1 in every row."""
         n, k = r.shape
         downstream = np.asarray(downstream, dtype=np.float64)
         observed = np.ones((n, k), dtype=bool) if observed is None else observed
@@ -297,8 +302,10 @@ class BranchCorrection:
         if levels is not None:
             e = np.shape(levels)[1]
             group = np.zeros(e, dtype=np.int64) if level_groups is None else np.asarray(level_groups, dtype=np.int64)
-        levels, unmixing = _apart_from_first(levels, group)
-        gram_all, rhs_all, total_all, root, r = _normal_equations(flows, on_path, observed, r, weights, levels)
+        levels, unmixing = _apart_from_first(levels, group, level_rows)
+        gram_all, rhs_all, total_all, root, r = _normal_equations(
+            flows, on_path, observed, r, weights, levels, level_rows
+        )
         levels_of = _Levels.eliminate(gram_all, rhs_all, total_all, 3 * k, np.inf)  # none yet: the model's own
         gram, rhs, total = levels_of.gram, levels_of.rhs, levels_of.total
         weighed = on_path * root[:, None]
@@ -438,6 +445,7 @@ class BranchCorrection:
                     top = max(candidates, default=(0.0, np.inf))
                     none = candidates[0][0] if candidates and not np.isfinite(candidates[0][1]) else -np.inf
                     precisions[g] = top[1] if top[0] > none + level_evidence else np.inf
+                    logger.debug("branch stage: level group %d, log evidence over none %.1f", g, top[0] - none)
                 levels_of, gram_s, rhs_s, total = eliminated(precisions)
                 if not levels_of.count:  # none taken: the equations are the model's own, and so is `best`
                     break
@@ -491,7 +499,10 @@ class BranchCorrection:
             raw[active] = theta_active * scale[active]
             fitted_levels = np.zeros(np.shape(levels)[1])
             fitted_levels[levels_of.free] = levels_of.solved(raw)
-            level_shift = np.asarray(levels, dtype=np.float64) @ fitted_levels
+            if level_rows is None:
+                level_shift = np.asarray(levels, dtype=np.float64) @ fitted_levels
+            else:  # (n, k): each row moved as far as its levels run there
+                level_shift = (np.asarray(level_rows, dtype=np.float64) * fitted_levels) @ np.asarray(levels).T
             level_fit = unmixing @ fitted_levels  # in the columns given
         return cls(
             downstream,
@@ -568,14 +579,19 @@ class BranchCorrection:
         return np.asarray(np.clip(1.0 - ratio, 0.0, 1.0))
 
 
-def _apart_from_first(levels: np.ndarray | None, group: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray]:
+def _apart_from_first(
+    levels: np.ndarray | None, group: np.ndarray | None, rows: np.ndarray | None = None
+) -> tuple[np.ndarray | None, np.ndarray]:
     """`levels` (k, e) with every column of a later group less its least-squares fit on the first group's columns,
-    and (e, e) what takes a fit in those columns back to the columns given (the same move of every bus)."""
+    and (e, e) what takes a fit in those columns back to the columns given (the same move of every bus). Only columns
+    the same in every row count (`rows` (n, e): how far each moves each row; None: all): one that follows a profile
+    moves no row as a constant does."""
     if levels is None or group is None:
         return levels, np.zeros((0, 0))
     levels = np.asarray(levels, dtype=np.float64)
     unmixing = np.eye(levels.shape[1])
-    first, later = np.flatnonzero(group == 0), np.flatnonzero(group > 0)
+    constant = np.ones(levels.shape[1], dtype=bool) if rows is None else (np.asarray(rows) == 1.0).all(axis=0)
+    first, later = np.flatnonzero((group == 0) & constant), np.flatnonzero((group > 0) & constant)
     if not first.size or not later.size:
         return levels, unmixing
     fit = np.linalg.lstsq(levels[:, first], levels[:, later], rcond=None)[0]  # (first, later)
@@ -643,6 +659,7 @@ def _normal_equations(
     r: np.ndarray,
     weights: np.ndarray | None,
     levels: np.ndarray | None = None,
+    level_rows: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, float, np.ndarray, np.ndarray]:
     """The branch stage's gram (3k + 1, 3k + 1) and right-hand side on `flows` (n, 3k) and readings r (n, k; 0 where
     not `observed`), the readings' weighted sum of squares, each bus's root weight (k,) and r times it. Feature c of
@@ -652,11 +669,11 @@ def _normal_equations(
     move every bus below them together, models.pseudo_errors), taken over the buses read in every row, its diagonal
     for the others (per bus: a bus read in some rows only). `levels` (k, e): features the same in every row (a
     customer class's level, `BranchCorrection.fit`), placed after the flows' and before the offset: each is a flow of
-    1 on a path of its own column."""
+    1 (or of `level_rows` (n, e) where they move each row by its own) on a path of its own column."""
     n, k = r.shape
     e = 0 if levels is None else levels.shape[1]
     if e:
-        flows = np.concatenate([flows, np.ones((n, e))], axis=1)
+        flows = np.concatenate([flows, np.ones((n, e)) if level_rows is None else level_rows], axis=1)
         on_path = np.concatenate([on_path, np.asarray(levels, dtype=np.float64)], axis=1)
     every = observed.all(axis=0)
     matrix = weights is not None and np.ndim(weights) == 2

@@ -126,6 +126,9 @@ class PseudoErrors:
     # their groups (a prior each)
     levels: tuple[int, ...] = ()
     level_evidence: float = LEVEL_EVIDENCE  # how far their evidence must beat none for the branch stage to take them
+    # (n, levels) how far each level moves each context row (a class's level where its guesses follow a profile);
+    # None: 1 in every row
+    level_rows: np.ndarray | None = None
 
     @property
     def level_margin(self) -> float:

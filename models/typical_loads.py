@@ -29,6 +29,8 @@ queries (bench/partial_metering.py, lines 0.7-1.3 off, half the load buses never
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 # A class's utilisation is pulled toward its direction's, and a direction's toward the one for everything, as strongly
@@ -94,16 +96,27 @@ def per_row(x: np.ndarray, network: object, typical: np.ndarray, shares: np.ndar
     shares = profile_shares(x, network) if shares is None else shares
     for columns, share in zip((np.arange(half), np.arange(half, x.shape[1])), shares):
         rows = np.flatnonzero(np.isnan(x[:, columns]).any(axis=1))
-        step = max(1, min(ROW_BLOCK, BLOCK_FLOATS // max(parts.shape[1] * (parts.shape[1] + columns.size), 1)))
-        for start in range(0, rows.size, step):  # the batched normal equations: (rows, m, m) at a time
-            block = rows[start : start + step]
+        for block, utilisation, fitted in _row_utilisations(parts[columns], x[np.ix_(rows, columns)], consuming):
+            block = rows[block]
             values = x[np.ix_(block, columns)]
-            utilisation, fitted = _utilisations(parts[columns], values, consuming, MIN_ROW_INPUTS)
             # (d_half, rows): the row fit as far as the loads share their row's level, the rest at the typical value
             guessed = share * (parts[columns] @ utilisation.T) + (1.0 - share) * typical[columns, None]
             keep = np.isnan(values) & fitted[:, None]
             out[np.ix_(block, columns)] = np.where(keep, guessed.T, out[np.ix_(block, columns)])
     return out
+
+
+def _row_utilisations(
+    parts: np.ndarray, values: np.ndarray, consuming: np.ndarray
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """`_utilisations` of each row of `values` (r, k) on `parts` (k, m), in blocks of up to ROW_BLOCK rows (their
+    normal equations side by side: (rows, m, m) at a time, within BLOCK_FLOATS numbers): (the block's row indices,
+    its utilisations, which of its rows were fitted)."""
+    step = max(1, min(ROW_BLOCK, BLOCK_FLOATS // max(parts.shape[1] * (parts.shape[1] + parts.shape[0]), 1)))
+    for start in range(0, values.shape[0], step):
+        block = np.arange(start, min(start + step, values.shape[0]))
+        utilisation, fitted = _utilisations(parts, values[block], consuming, MIN_ROW_INPUTS)
+        yield block, utilisation, fitted
 
 
 def class_errors(x: np.ndarray, network: object) -> np.ndarray:
@@ -115,14 +128,52 @@ def class_errors(x: np.ndarray, network: object) -> np.ndarray:
     inputs show of it (the sum of their squared shares of it, over the customers' own spread about their class,
     CUSTOMER_SPREAD at least). On 1-LV-semiurb4 with half its load buses metered, a bus's whole error was an unshown
     class's (2.8e-4 p.u. against 1.1e-4 so predicted), which network-fit's spread did not hold (0.58)."""
+    columns_out = [column for _, _, column in _erring_classes(x, network)]
+    return np.stack(columns_out, axis=1) if columns_out else np.zeros((x.shape[1], 0))
+
+
+def class_rows(x: np.ndarray, network: object, shares: np.ndarray | None = None) -> np.ndarray:
+    """(n, c) how far each row's guesses of each `class_errors` column's class run, relative to their root mean square
+    over the rows that guess some load of its half: the row's utilisation of the class as far as loads share their
+    row's (`profile_shares`), the context-wide one for the rest, as `per_row` guesses; 0 in a row that meters every
+    load of the half (it guesses none). A class whose unmetered customers run at another level than its metered ones
+    (1.3x) puts an error of that level times its guesses into every row: where loads follow their class's profile it
+    grows and shrinks with the profile, and is no constant. 1 in every row of a half whose share is 0 (its guesses are
+    the typical values in every row)."""
+    x = np.asarray(x, dtype=np.float64)
+    parts, consuming = _classes(network)
+    shares = profile_shares(x, network) if shares is None else shares
+    erring = list(_erring_classes(x, network))
+    out = np.ones((x.shape[0], len(erring)))
+    half = x.shape[1] // 2
+    _, mean = _metered_means(x)
+    for i, columns in enumerate((np.arange(half), np.arange(half, x.shape[1]))):
+        mine = [j for j, (h, _, _) in enumerate(erring) if h == i]
+        if not mine or shares[i] == 0.0:
+            continue
+        classes = np.array([erring[j][1] for j in mine])
+        typical = _utilisations(parts[columns], mean[columns][None, :], consuming, MIN_ROW_INPUTS)[0][0]
+        guessing = np.isnan(x[:, columns]).any(axis=1)
+        run = np.zeros((x.shape[0], classes.size))
+        run[guessing] = typical[classes]  # rows too sparsely metered for a fit keep the typical values
+        rows = np.flatnonzero(guessing)
+        for block, utilisation, fitted in _row_utilisations(parts[columns], x[np.ix_(rows, columns)], consuming):
+            own = shares[i] * utilisation[:, classes] + (1.0 - shares[i]) * typical[classes]
+            run[rows[block[fitted]]] = own[fitted]
+        rms = np.sqrt(np.mean(np.square(run[guessing]), axis=0)) if guessing.any() else np.zeros(classes.size)
+        out[:, mine] = np.where(rms > 0.0, run / np.where(rms > 0.0, rms, 1.0), 0.0)
+    return out
+
+
+def _erring_classes(x: np.ndarray, network: object) -> Iterator[tuple[int, int, np.ndarray]]:
+    """`class_errors`' columns in order: (the half, 0 for P or 1 for Q; the class, a column of `_classes`; the column)."""
     x = np.asarray(x, dtype=np.float64)
     parts, consuming = _classes(network)
     metered, mean = _metered_means(x)
     unmetered = np.isnan(x).mean(axis=0)
     size = np.abs(parts).sum(axis=1)
     half = x.shape[1] // 2
-    columns_out = []
-    for columns in (np.arange(half), np.arange(half, x.shape[1])):
+    for i, columns in enumerate((np.arange(half), np.arange(half, x.shape[1]))):
         has = np.abs(parts[columns]) > 0.0  # (d_half, m)
         used = metered[columns] & (size[columns] > 0.0)
         moved = (has & (unmetered[columns, None] > 0.0)).any(axis=0)
@@ -139,8 +190,7 @@ def class_errors(x: np.ndarray, network: object) -> np.ndarray:
             for c in np.flatnonzero(direction & moved):
                 column = np.zeros(x.shape[1])
                 column[columns] = parts[columns, c] * unmetered[columns] / np.sqrt(prior**-2 + shown[c])
-                columns_out.append(column)
-    return np.stack(columns_out, axis=1) if columns_out else np.zeros((x.shape[1], 0))
+                yield i, int(c), column
 
 
 def customer_errors(x: np.ndarray, network: object, shares: np.ndarray | None = None) -> np.ndarray:

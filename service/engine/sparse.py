@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 
 from models.off_context import ContextGeometry
-from models.typical_loads import MIN_ROWS, class_errors, customer_errors, profile_shares, sizes_of
+from models.typical_loads import MIN_ROWS, class_errors, class_rows, customer_errors, profile_shares, sizes_of
 from models.typical_loads import estimated as estimated_typical_loads
 from models.typical_loads import per_row as per_row_loads
 from service.engine.errors import InvalidInput
@@ -280,8 +280,14 @@ def fit(
         return method.fit(x, y, typical_loads=typical_loads(context_typical, network, x), **options)
     shares = profile_shares(x, network)  # once: 0.26 s on 1-MV-rural
     if context_typical is None:  # the service's guesses: their errors, row by row and context-wide
-        errors = _load_errors(x, network, shares)
-        return method.fit(x, y, typical_loads=pseudo_loads(None, network, x, shares), **errors, **options)
+        guesses = pseudo_loads(None, network, x, shares)
+        fitted = method.fit(x, y, typical_loads=guesses, **_load_errors(x, network, shares), **options)
+        if not shares.any():
+            return fitted
+        # where guesses follow their row's profile, a class's level (unmetered customers at 1.3x the metered ones)
+        # and the feeder's impedance errors explain the readings alike: the answer hedges the fit with such levels
+        other = method.fit(x, y, typical_loads=guesses, **_load_errors(x, network, shares, row_levels=True), **options)
+        return method.hedged(fitted, other)
     given = typical_loads(context_typical, network, x)
     if shares.all():  # loads follow their row's profile in both halves: a user's values are taken as given (below)
         return method.fit(x, y, typical_loads=given, **options)
@@ -295,14 +301,16 @@ def fit(
     return method.fit(x, y, typical_loads=given, **(errors if errors["level_columns"] else {}), **options)
 
 
-def _load_errors(x: np.ndarray, network: Any, shares: np.ndarray) -> dict[str, Any]:
+def _load_errors(x: np.ndarray, network: Any, shares: np.ndarray, row_levels: bool = False) -> dict[str, Any]:
     """network-fit's `load_errors` for guessed loads (the classes', then each customer's) and `level_columns`: the
-    class columns of a half (P, Q) whose unmetered loads are taken at their typical value in every row (profile share
-    0: loads that vary each on their own, models.typical_loads) are context-wide levels, fitted beside the feeder's
-    errors. A class whose unmetered customers run at another level than its metered ones then shows as that level, not
-    as the feeder's error: IEEE 33 with the unmetered half at 1.3x (or 0.5x) its guess was answered 1.0-1.3e-2 p.u.
-    off with no bus held (a user trial). Where the guesses follow their row (share > 0) a level error is no constant:
-    such columns fitted as one took the set point's place (1-LV-semiurb4 read exactly, 4e-3 p.u. off)."""
+    class columns, and each customer's, of a half (P, Q) whose unmetered loads are taken at their typical value in
+    every row (profile share 0: loads that vary each on their own, models.typical_loads) are context-wide levels,
+    fitted beside the feeder's errors. A class whose unmetered customers run at another level than its metered ones
+    then shows as that level, not as the feeder's error: IEEE 33 with the unmetered half at 1.3x (or 0.5x) its guess
+    was answered 1.0-1.3e-2 p.u. off with no bus held (a user trial). Where the guesses follow their row (share > 0) a
+    level error is no constant: such columns fitted as one took the set point's place (1-LV-semiurb4 read exactly,
+    4e-3 p.u. off). `row_levels`: every class's column a level, moving each row as far as the service's guesses of the
+    class run there (`class_rows`, as `level_rows`): the hedge `fit` answers beside."""
     half = x.shape[1] // 2
 
     def constant(columns: np.ndarray) -> np.ndarray:  # each column moves one half's inputs only
@@ -310,9 +318,14 @@ def _load_errors(x: np.ndarray, network: Any, shares: np.ndarray) -> dict[str, A
         return np.asarray(np.where(in_p, shares[0] == 0.0, shares[1] == 0.0), dtype=bool)
 
     classes, customers = class_errors(x, network), customer_errors(x, network, shares)
-    levels, individual = constant(classes), constant(customers)
+    levels = np.ones(classes.shape[1], dtype=bool) if row_levels else constant(classes)
+    individual = constant(customers)
     if not levels.any() and not individual.any():
         return {"load_errors": [classes, customers], "level_columns": 0}
     blocks = [classes[:, levels], customers[:, individual], classes[:, ~levels], customers[:, ~individual]]
     sizes = [int(levels.sum()), int(individual.sum())]
-    return {"load_errors": [b for b in blocks if b.shape[1]], "level_columns": [c for c in sizes if c]}
+    out = {"load_errors": [b for b in blocks if b.shape[1]], "level_columns": [c for c in sizes if c]}
+    if row_levels:  # a level that follows the profile: as far as the guesses run in each row
+        rows = [class_rows(x, network, shares)[:, levels], np.ones((x.shape[0], sizes[1]))]
+        out["level_rows"] = np.concatenate(rows, axis=1)
+    return out

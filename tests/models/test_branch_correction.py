@@ -90,17 +90,18 @@ def test_a_resistance_alone_off_keeps_the_errors_apart(ieee33, monkeypatch):
     assert covered >= 0.9
 
 
-def _level_context(ieee33, level: float):
+def _level_context(ieee33, level: float, rows: np.ndarray | None = None):
     """IEEE 33 as modelled, readings exact, 300 rows of loads within +-10 %: the branch stage's inputs and the
     readings in s = |V|^2 / 2 less the model's, where the loads of the load buses from the 18th on run (`level` - 1)
-    times their base above the values the model is given, in every row; and that level's first-order move of s."""
+    times their base above the values the model is given, in every row (times `rows` (300,) where given: a level
+    that follows a profile); and that level's first-order move of s."""
     rng = np.random.default_rng(3)
     x = ieee33.base_x * (1.0 + 0.1 * rng.uniform(-1.0, 1.0, (300, ieee33.base_x.shape[0])))
     moved = np.zeros(x.shape[1])
     half = x.shape[1] // 2
     moved[17:half], moved[half + 17 :] = 1.0, 1.0
     method = method_for(ieee33)
-    truth = x + (level - 1.0) * moved * ieee33.base_x  # the same in every row: the model is given x
+    truth = x + (level - 1.0) * moved * ieee33.base_x * (1.0 if rows is None else rows[:, None])
     v = gridsim.solve(x, network=ieee33, solver="batched").vm_pu
     y = gridsim.solve(truth, network=ieee33, solver="batched").vm_pu
     fp, fq, head, _ = method.branch_inputs(x, v)
@@ -124,6 +125,23 @@ def test_a_level_the_readings_show_is_fitted_as_one_and_not_as_the_lines(ieee33,
     assert np.abs(with_level.theta[: 2 * k]).max() < 0.05, np.abs(with_level.theta[: 2 * k]).max()
     assert np.abs(without.theta[: 2 * k]).max() > 0.2
     assert without.level_fit is None and without.level_shift is None
+
+
+def test_a_level_that_follows_a_profile_is_fitted_row_by_row(ieee33):
+    """A level of 1.1x moving each row as far as a profile runs there (`level_rows`: 0.3-1.7 by row): fitted with its
+    rows it is found (its move of the context rows row by row); fitted as a constant, it is not taken. (Its second
+    order, up to 17 % of the loads' 1.7x, stays in the lines: 16 % off, as 18 % without the level.)"""
+    rows = np.random.default_rng(4).uniform(0.3, 1.7, 300)
+    method, fp, fq, head, r, response = _level_context(ieee33, 1.1, rows)
+    fit = branch_correction.BranchCorrection.fit
+    by_row = fit(
+        fp, fq, head, r, method.downstream, method.impedance, levels=response[:, None], level_rows=rows[:, None]
+    )
+    constant = fit(fp, fq, head, r, method.downstream, method.impedance, levels=response[:, None])
+    assert by_row.level_fit == pytest.approx([0.1], rel=0.05)
+    assert by_row.level_shift is not None and by_row.level_shift.shape == r.shape
+    np.testing.assert_allclose(by_row.level_shift, np.outer(rows, response) * by_row.level_fit[0])
+    assert constant.level_fit is None
 
 
 def test_no_level_departing_leaves_the_fit_as_it_was(ieee33):

@@ -249,3 +249,32 @@ def test_each_unmetered_customer_errs_as_far_as_metered_ones_depart_from_their_c
     assert relative.max() < 0.05
     blind = np.full_like(x, np.nan)
     assert typical_loads.customer_errors(blind, net).max(axis=1) / size == pytest.approx(typical_loads.UNSHOWN_DEFAULT)
+
+
+def test_class_rows_run_as_the_guesses_of_their_class_do() -> None:
+    """`class_rows`: where loads follow their class's profile (share 1), each `class_errors` column's rows run as the
+    row's guesses of a customer wholly of its class do (a reactive load: one class), at a root mean square of 1 over
+    the rows that guess, 0 in a row that meters every load of the half; where each load varies on its own (share 0),
+    1 in every row."""
+    net, _, sparse, unmetered, _ = _half_unmetered(7)
+    loads = sparse.shape[1] // 2
+    sparse = sparse.copy()
+    sparse[0] = np.where(np.isnan(sparse[0]), 0.5, sparse[0])  # row 0 meters every load
+    following = np.ones(2)
+    rows = typical_loads.class_rows(sparse, net, following)
+    columns = list(typical_loads._erring_classes(sparse, net))
+    assert rows.shape == (sparse.shape[0], len(columns)) and typical_loads.class_errors(sparse, net).shape[1] == len(
+        columns
+    )
+    guesses = typical_loads.per_row(sparse, net, typical_loads.estimated(sparse, net), following)
+    checked = 0
+    for j, (half, _, column) in enumerate(columns):
+        assert rows[0, j] == 0.0
+        np.testing.assert_allclose(np.sqrt(np.mean(np.square(rows[1:, j]))), 1.0)
+        if half == 1:  # Q: each input is one class's consumption
+            i = int(np.flatnonzero(column)[0])
+            assert i >= loads and i in unmetered
+            np.testing.assert_allclose(rows[1:, j] / guesses[1:, i], rows[1, j] / guesses[1, i], rtol=1e-9)
+            checked += 1
+    assert checked >= 2
+    np.testing.assert_array_equal(typical_loads.class_rows(sparse, net, np.zeros(2)), np.ones_like(rows))
