@@ -193,6 +193,7 @@ class NetworkFitted:
     # the same context fitted with levels that follow its guesses' profile (`NetworkFitMethod.hedged`): where it
     # answers otherwise, the spread holds the gap (None: no such fit)
     hedge: NetworkFitted | None = None
+    levels_found: bool = False  # the guesses were moved by levels the readings showed, and the context fitted again
 
     @property
     def tap_steps(self) -> np.ndarray:
@@ -327,12 +328,13 @@ class NetworkFitMethod(Method):
                 pseudo = dataclasses.replace(pseudo, level_evidence=0.0)
         fitted, at_point, ratio = self._at_set_point(x, y, v, read, guessed, pseudo=pseudo)
         found = None if fitted.branches is None else fitted.branches.level_fit
-        # (levels that follow a profile are not stepped: 1-MV-rural read exactly, its guesses moved by the levels of its
-        # 21 classes, held its worst bus on 0.22-0.40 of queries, 1.00 unmoved)
-        if level_step and pseudo is not None and found is not None and pseudo.level_rows is None:
-            moved = x + pseudo.errors[:, : pseudo.level_count] @ found  # the guessed values only are taken (`complete`)
+        if level_step and pseudo is not None and found is not None:
+            moved = x + pseudo.level_move(found)  # the guessed values only are taken (`complete`)
             try:
-                return self.fit(context_x, context_y, moved, load_errors, level_columns, level_step=False)
+                second = self.fit(
+                    context_x, context_y, moved, load_errors, level_columns, level_rows=level_rows, level_step=False
+                )
+                return dataclasses.replace(second, levels_found=True)
             except InputValidationError as unsolved:  # no power flow at the moved guesses: the first fit answers
                 logger.debug("network-fit: the guesses not moved by the levels found (%s)", unsolved)
         if pseudo is not None and found is None:  # nor in the refits below: found at the model's fit or not at all
@@ -702,12 +704,13 @@ class NetworkFitMethod(Method):
 
     def hedged(self, fitted: NetworkFitted, other: NetworkFitted) -> NetworkFitted:
         """`fitted`, its spread holding how far `other` (the same context fitted with levels that follow its guesses'
-        profile) answers from it, where `other` took a level (`predict`). Such a level and the impedance errors
-        explain the readings alike (both move a row as its flows run): neither fit is right throughout. Fitted
-        alone, the levels held the worst bus on 0.00-0.58 of queries in 4 of 24 half- or quarter-metered SimBench
-        contexts read exactly (1-LV-rural1, seed 4: a 7.5 sigma reactive level and reactances 30 % up), and without
-        them, where the unmetered customers ran at 1.3x or 0.5x the metered ones, on 0.63-0.89 in 4 of 12."""
-        if other.branches is None or other.branches.level_fit is None:
+        profile, the guesses moved by those found and fitted again) answers from it, where `other` found a level
+        (`predict`). Such a level and the impedance errors explain the readings alike (both move a row as its flows
+        run): neither fit is right throughout. Answered alone, the levels held the worst bus on 0.00-0.58 of queries
+        in 4 of 24 half- or quarter-metered SimBench contexts read exactly (1-LV-rural1, seed 4: a 7.5 sigma reactive
+        level and reactances 30 % up; unmoved, in process), and without them, where the unmetered customers ran at
+        1.3x or 0.5x the metered ones, on 0.63-0.89 in 4 of 12 (bench/partial_metering.py)."""
+        if not other.levels_found and (other.branches is None or other.branches.level_fit is None):
             return fitted
         return dataclasses.replace(fitted, hedge=other)
 

@@ -146,6 +146,16 @@ class PseudoErrors:
         out: np.ndarray = self.response[:, : self.level_count] * np.asarray(level, dtype=np.float64)[:, None]
         return out
 
+    def level_move(self, level: np.ndarray) -> np.ndarray:
+        """What the fitted `level` (levels,) moves the guessed loads by: (d,) the same in every row, or (n, d) row by
+        row (`level_rows`)."""
+        columns = self.errors[:, : self.level_count]
+        if self.level_rows is None:
+            same: np.ndarray = columns @ level
+            return same
+        out: np.ndarray = (self.level_rows * level) @ columns.T
+        return out
+
     @property
     def level_count(self) -> int:
         return int(sum(self.levels))
