@@ -258,27 +258,23 @@ def main() -> None:
                         feeder = IEEE_FEEDERS[departure]
                         ieee.append(_row([feeder, f"{noise:g}", seed, kind], r))
                         logging.info("ieee33 %s noise %g seed %d %s: %s", feeder, noise, seed, kind, r)
-        for level in LEVELS if "levels" in args.sections else ():
-            for departure in (None, "lines"):
-                for noise in IEEE_NOISES:
-                    for seed in LEVEL_SEEDS:
-                        cx, cy, sets = level_case(level, departure, noise, seed)
-                        for kind, (qx, qy) in sets.items():
-                            r = answer(client, cx, cy, qx, qy, "ieee33")
-                            levels.append(_row([f"{level:g}x", IEEE_FEEDERS[departure], f"{noise:g}", seed, kind], r))
-                            logging.info(
-                                "ieee33 level %g %s noise %g seed %d %s: %s", level, departure, noise, seed, kind, r
-                            )
-        for level in PROFILE_LEVELS if "levels" in args.sections else ():
+        # the IEEE 33 level cases: (level, feeder, the case at (noise, seed))
+        ieee_levels = [
+            (level, IEEE_FEEDERS[departure], functools.partial(level_case, level, departure))
+            for level in LEVELS
+            for departure in (None, "lines")
+        ] + [
+            (level, "as modelled, loads on one profile", functools.partial(profile_case, level))
+            for level in PROFILE_LEVELS
+        ]
+        for level, feeder, case in ieee_levels if "levels" in args.sections else ():
             for noise in IEEE_NOISES:
                 for seed in LEVEL_SEEDS:
-                    cx, cy, sets = profile_case(level, noise, seed)
+                    cx, cy, sets = case(noise, seed)
                     for kind, (qx, qy) in sets.items():
                         r = answer(client, cx, cy, qx, qy, "ieee33")
-                        levels.append(
-                            _row([f"{level:g}x", "as modelled, loads on one profile", f"{noise:g}", seed, kind], r)
-                        )
-                        logging.info("ieee33 profile level %g noise %g seed %d %s: %s", level, noise, seed, kind, r)
+                        levels.append(_row([f"{level:g}x", feeder, f"{noise:g}", seed, kind], r))
+                        logging.info("ieee33 level %g %s noise %g seed %d %s: %s", level, feeder, noise, seed, kind, r)
     head = "| MAE p.u. | cov95 worst | cov95 mean | width p.u. | flagged |"
     rule = "|---|---|---|---|---|"
     lines = [

@@ -438,18 +438,27 @@ def test_a_class_no_meter_shows_lies_about_its_guess_as_far_as_that_may_err(seed
 
 
 def _ieee33_half_unmetered(
-    truth: object, seed: int, level: float = 1.0
+    truth: object, seed: int, level: float = 1.0, profile: bool = False
 ) -> tuple[object, object, np.ndarray, np.ndarray]:
     """network-fit told plain IEEE 33, on 300 context rows of loads each within +-10 % of nominal solved on `truth`,
     half the load buses never metered (their loads at `level` times nominal, context and queries), exact readings:
-    (the method, its fit, 300 queries at 1.3-1.5x load, truth)."""
+    (the method, its fit, 300 queries at 1.3-1.5x load, truth). `profile`: the loads follow one profile instead (each
+    row's level 0.3-1.2 of nominal, each load +-2 % about it; the queries drawn alike), the unmetered half at `level`
+    times what the metered half shows."""
     net = gridsim.network("ieee33")
     rng = np.random.default_rng(seed)
 
     def around(rows: int) -> np.ndarray:
+        if profile:
+            return (
+                net.base_x
+                * rng.uniform(0.3, 1.2, (rows, 1))
+                * (1.0 + 0.02 * rng.standard_normal((rows, 2 * net.n_load)))
+            )
         return net.base_x * (1.0 + 0.1 * rng.uniform(-1.0, 1.0, (rows, 2 * net.n_load)))
 
-    cx, qx = around(300), around(300) * rng.uniform(1.3, 1.5, (300, 1))
+    cx = around(300)
+    qx = around(300) if profile else around(300) * rng.uniform(1.3, 1.5, (300, 1))
     never = rng.random(net.n_load) < 0.5
     cx[:, np.r_[never, never]] *= level
     qx[:, np.r_[never, never]] *= level
@@ -652,28 +661,6 @@ def test_typical_loads_given_right_on_a_feeder_unlike_its_model_hold_under_load_
     assert (error <= 1.96 * answer.std).mean(axis=0).min() >= 0.9
 
 
-def _profile_context(seed: int, level: float) -> tuple[object, object, np.ndarray, np.ndarray]:
-    """network-fit told plain IEEE 33 (as modelled, readings exact) on 300 context rows whose loads follow one profile
-    (each row's level 0.3-1.2 of nominal, each load +-2 % about it), half the load buses never metered and running at
-    `level` times what the metered half shows (context and queries): (the method, its fit, 300 queries drawn alike,
-    their truth)."""
-    net = gridsim.network("ieee33")
-    rng = np.random.default_rng(seed)
-
-    def rows(n: int) -> np.ndarray:
-        return net.base_x * rng.uniform(0.3, 1.2, (n, 1)) * (1.0 + 0.02 * rng.standard_normal((n, 2 * net.n_load)))
-
-    cx, qx = rows(300), rows(300)
-    never = rng.random(net.n_load) < 0.5
-    cx[:, np.r_[never, never]] *= level
-    qx[:, np.r_[never, never]] *= level
-    cy = gridsim.solve(cx, network=net, solver="batched").vm_pu
-    qy = gridsim.solve(qx, network=net, solver="batched").vm_pu
-    cx[:, np.r_[never, never]] = np.nan
-    method = method_for(net)
-    return method, sparse.fit(method, cx, cy, None, net), qx, qy
-
-
 @pytest.mark.parametrize("seed", [1, 2])
 def test_a_level_of_unmetered_loads_that_follow_the_profile_is_hedged(seed: int) -> None:
     """Loads following one profile, the unmetered half at 1.3x the metered: the guesses follow each row's metered
@@ -681,7 +668,7 @@ def test_a_level_of_unmetered_loads_that_follow_the_profile_is_hedged(seed: int)
     answer is the fit without that level, its spread holding how far the fit with it answers (`hedged`): the worst
     bus held on 1.000 of queries (0.19-0.25 before, 9e-3 p.u. off, as still). With no level departing (1.0x) the fit
     with levels takes none: no hedge, the answer as before."""
-    method, fitted, qx, qy = _profile_context(seed, 1.3)
+    method, fitted, qx, qy = _ieee33_half_unmetered(gridsim.network("ieee33"), seed, 1.3, profile=True)
     assert fitted.hedge is not None
     answer = method.predict(fitted, qx)
     alone = method.predict(dataclasses.replace(fitted, hedge=None), qx)
@@ -689,5 +676,5 @@ def test_a_level_of_unmetered_loads_that_follow_the_profile_is_hedged(seed: int)
     error = np.abs(answer.mean - qy)
     assert (error <= 1.96 * answer.std).mean(axis=0).min() >= 0.9
     assert (error <= 1.96 * alone.std).mean(axis=0).min() < 0.5
-    _, unmoved, _, _ = _profile_context(seed, 1.0)
+    _, unmoved, _, _ = _ieee33_half_unmetered(gridsim.network("ieee33"), seed, profile=True)
     assert unmoved.hedge is None
