@@ -194,6 +194,9 @@ class NetworkFitted:
     # answers otherwise, the spread holds the gap (None: no such fit)
     hedge: NetworkFitted | None = None
     levels_found: bool = False  # the guesses were moved by levels the readings showed, and the context fitted again
+    # (d,) how far those levels moved the guesses, the same in every row (None: none, or not the same in every row):
+    # where a query's unmetered loads lie about (service.engine.sparse.fitted_geometry)
+    typical_shift: np.ndarray | None = None
 
     @property
     def tap_steps(self) -> np.ndarray:
@@ -334,7 +337,9 @@ class NetworkFitMethod(Method):
                 second = self.fit(
                     context_x, context_y, moved, load_errors, level_columns, level_rows=level_rows, level_step=False
                 )
-                return dataclasses.replace(second, levels_found=True)
+                # the unmetered loads run where the levels put them: a query's are placed about them (typical_shift)
+                shift = None if pseudo.level_rows is not None else pseudo.level_move(found)
+                return dataclasses.replace(second, levels_found=True, typical_shift=shift)
             except InputValidationError as unsolved:  # no power flow at the moved guesses: the first fit answers
                 logger.debug("network-fit: the guesses not moved by the levels found (%s)", unsolved)
         if pseudo is not None and found is None:  # nor in the refits below: found at the model's fit or not at all

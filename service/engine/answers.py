@@ -144,7 +144,8 @@ class Statistics:
 
 @dataclass(frozen=True)
 class OffContext:
-    """Where each query lies relative to the context's loads (models.off_context), the same for every model."""
+    """Where each query lies relative to the context's loads (models.off_context), the same for every model but where
+    a fit places never-metered loads at a level it found (service.engine.sparse.fitted_geometry: network-fit)."""
 
     extrapolation: np.ndarray  # (queries,) float64: 1 = as far out as the context's farthest row
     extrapolated: np.ndarray  # (queries,) bool: extrapolation > models.off_context.EXTRAPOLATION_THRESHOLD

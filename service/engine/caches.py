@@ -117,7 +117,8 @@ class Fits:
     async def prepared(
         self, loaded: Any, ctx: ContextSet, network: Any, queries: np.ndarray | None = None
     ) -> tuple[Cached, bool, ContextGeometry]:
-        """`encoded` and `geometry` of ctx. One after the other: a request holds at most one pool slot at a
+        """`encoded` and `geometry` of ctx (its never-metered loads placed as the fit found them:
+        sparse.fitted_geometry). One after the other: a request holds at most one pool slot at a
         time (the pool's admission counts them; work ahead of need takes only an idle one), and the geometry is a
         small part of a new context's cost. Both cached (every request on a context after its first): read without
         awaiting. `network`: the context's (its base loads stand in for typical ones it did not give); `queries`: the
@@ -129,10 +130,10 @@ class Fits:
             self.geometry_cache.touch(ctx.id)
             self._counted[("context_geometry", "hit")].inc()
             self._counted[("encoded_context", "hit")].inc()
-            return cached, True, geometry
+            return cached, True, sparse.fitted_geometry(geometry, cached.value)
         geometry = await self.geometry(ctx, network)
         cached, hit = await self.encoded(loaded, ctx, network, None if queries is None else (geometry, queries))
-        return cached, hit, geometry
+        return cached, hit, sparse.fitted_geometry(geometry, cached.value)
 
     @staticmethod
     def _key(loaded: Any, ctx: ContextSet) -> tuple[Any, ...]:

@@ -588,6 +588,18 @@ def check_readings(
                 raise UnsolvedRows(f"{field}.typical_loads", given) from exc
             raise UnsolvedRows(f"{field}.x", refused) from exc
     off = np.abs(ctx.y - v) > READING_TOLERANCE_PU  # a reading not taken (NaN) compares False
+    if off.any() and own is not None and np.isnan(ctx.x).any():
+        # near the model at the service's own guess of the unmetered loads: the values given are what is off (a
+        # user's typical_loads at -100x were refused as context.y, read right)
+        at_own = np.asarray(voltage_model(complete_loads(ctx.x, own)), dtype=np.float64)
+        if np.isfinite(at_own).all() and not (np.abs(ctx.y - at_own) > READING_TOLERANCE_PU).any():
+            raise InvalidInput(
+                f"{field}.typical_loads",
+                f"{int(off.sum())} reading(s) in {int(off.any(axis=1).sum())} row(s) lie farther than "
+                f"{READING_TOLERANCE_PU:g} p.u. from the network model's power flow with the unmetered loads at these "
+                "values (at the service's own guess, none does)",
+                "each load input's typical value in x's units (MW, Mvar) and order, or none",
+            )
     if off.any():
         rows = np.flatnonzero(off.any(axis=1))
         # each row's first far reading, as a row of numbers stops at its first bad cell

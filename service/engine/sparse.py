@@ -171,6 +171,17 @@ class MeteredGeometry(ContextGeometry):
         return out
 
 
+def fitted_geometry(geometry: ContextGeometry, fitted: Any) -> ContextGeometry:
+    """`geometry` with its never-metered loads placed about where a model's fit found them to run (`typical_shift`:
+    network-fit's levels, the same in every row), else as it is. A query at the level the readings showed lies in the
+    context: IEEE 33 with the unmetered half at 1.3x its guess, queries drawn like the context were all flagged
+    `extrapolated` though the answer held every bus."""
+    shift = getattr(fitted, "typical_shift", None)
+    if shift is None or not isinstance(geometry, MeteredGeometry):
+        return geometry
+    return replace(geometry, typical=geometry.typical + np.asarray(shift, dtype=np.float64)[geometry.unmetered])
+
+
 def typical_loads(context_typical: np.ndarray | None, network: Any, x: np.ndarray | None = None) -> np.ndarray:
     """A context's typical loads (the values its unmetered loads are taken at): its own where it gave them, else, where
     its loads `x` leave some out, estimated from the ones they meter (models.typical_loads: the network's base loads

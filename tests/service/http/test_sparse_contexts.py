@@ -233,7 +233,8 @@ def test_typical_loads_stand_in_for_unmetered_loads(client, sparse, queries):
 def test_typical_loads_the_feeder_cannot_carry_are_named_not_the_contexts_loads(client, sparse, queries):
     """Half the load buses never metered, typical_loads 100x the base (a units slip): no power flow at any context
     row with the unmetered loads there, where the service's own guesses have one: a 422 naming context.typical_loads
-    (it named context.x, which the user had sent right); the same context without them is answered."""
+    (it named context.x, which the user had sent right); at -100x the power flow exists but lies far from every reading:
+    named so too (it named context.y); the same context without them is answered."""
     x, y = sparse
     x = x.copy()
     x[:, np.r_[0 : NET.n_load : 2, NET.n_load : 2 * NET.n_load : 2]] = np.nan
@@ -243,6 +244,10 @@ def test_typical_loads_the_feeder_cannot_carry_are_named_not_the_contexts_loads(
     refused = client.post("/v1/predict", json={"model": "network-fit", "context": wrong, "queries": q})
     body = assert_problem(refused, 422, "context.typical_loads")
     assert not any(e["field"] == "context.x" for e in body["errors"]), body
+    negative = {**context, "typical_loads": (np.asarray(NET.base_x) * -100.0).tolist()}
+    far = client.post("/v1/predict", json={"model": "network-fit", "context": negative, "queries": q})
+    body = assert_problem(far, 422, "context.typical_loads")  # a power flow, far from every reading: not context.y
+    assert not any(e["field"].startswith("context.y") for e in body["errors"]), body
     answered = client.post("/v1/predict", json={"model": "network-fit", "context": context, "queries": q})
     assert answered.status_code == 200, answered.text
 
