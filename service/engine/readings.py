@@ -582,7 +582,10 @@ def check_readings(
             unchecked = f" (rows from {stop} on not solved)" if stop < len(loads) else ""
             refused = RowsRefused(exc.field, [start + r for r in exc.rows], exc.reason + unchecked, exc.expected)
             if own is not None and np.isnan(ctx.x).any() and _solves(voltage_model, complete_loads(ctx.x, own)):
-                reason = f"{exc.reason} with the unmetered loads at typical_loads (at the service's own guess, it does)"
+                reason = (
+                    f"{exc.reason} with the unmetered loads at typical_loads (at the service's own guess, it does)"
+                    f"{unchecked}"
+                )
                 expected = "each load input's typical value in x's units (MW, Mvar) and order, or none"
                 given = RowsRefused(exc.field, refused.rows, reason, expected)
                 raise UnsolvedRows(f"{field}.typical_loads", given) from exc
