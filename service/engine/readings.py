@@ -581,7 +581,9 @@ def check_readings(
         except RowsRefused as exc:  # named in the context's numbering; the rows after this block are not solved
             unchecked = f" (rows from {stop} on not solved)" if stop < len(loads) else ""
             refused = RowsRefused(exc.field, [start + r for r in exc.rows], exc.reason + unchecked, exc.expected)
-            if own is not None and np.isnan(ctx.x).any() and _solves(voltage_model, complete_loads(ctx.x, own)):
+            # the refused rows (this block's only: such a row iterates to the solver's limit) at the service's own guess
+            at_own = None if own is None else complete_loads(ctx.x[start:stop][exc.rows], own)
+            if at_own is not None and np.isnan(ctx.x).any() and _solves(voltage_model, at_own):
                 reason = (
                     f"{exc.reason} with the unmetered loads at typical_loads (at the service's own guess, it does)"
                     f"{unchecked}"
@@ -594,8 +596,9 @@ def check_readings(
     if off.any() and own is not None and np.isnan(ctx.x).any():
         # near the model at the service's own guess of the unmetered loads: the values given are what is off (a
         # user's typical_loads at -100x were refused as context.y, read right)
-        at_own = np.asarray(voltage_model(complete_loads(ctx.x, own)), dtype=np.float64)
-        if np.isfinite(at_own).all() and not (np.abs(ctx.y - at_own) > READING_TOLERANCE_PU).any():
+        far = off.any(axis=1)  # only those rows: the others lie near the model at the values given
+        at_own = np.asarray(voltage_model(complete_loads(ctx.x[far], own)), dtype=np.float64)
+        if np.isfinite(at_own).all() and not (np.abs(ctx.y[far] - at_own) > READING_TOLERANCE_PU).any():
             raise InvalidInput(
                 f"{field}.typical_loads",
                 f"{int(off.sum())} reading(s) in {int(off.any(axis=1).sum())} row(s) lie farther than "

@@ -291,7 +291,8 @@ def fit(
         return method.fit(x, y, typical_loads=typical_loads(context_typical, network, x), **options)
     shares = profile_shares(x, network)  # once: 0.26 s on 1-MV-rural
     guesses = pseudo_loads(context_typical, network, x, shares)  # the service's row by row, or a user's
-    errors = _load_errors(x, network, shares)
+    columns = class_errors(x, network), customer_errors(x, network, shares)  # once: the hedge's fit errs alike
+    errors = _load_errors(x, network, shares, columns)
     if context_typical is not None and not shares.all():
         # a user's typical_loads where loads vary each on their own: their values err as the service's guesses would
         # (a class's level, each customer's departure row by row), and are widened and fitted as those. IEEE 33 half
@@ -307,27 +308,35 @@ def fit(
     # 1-MV-rural, a quarter of its load buses metered, the unmetered ones' true means given, 2.7 p.u. off); taken as
     # given, IEEE 33 on one profile with the nominal loads given held no bus (0.01), 8e-3 p.u. off, and 1-LV-semiurb4
     # and 1-MV-rural half metered, the unmetered loads' true means given, 0.30-0.89 in 3 of 4 contexts
-    other = method.fit(x, y, typical_loads=guesses, **_load_errors(x, network, shares, row_levels=True), **options)
+    hedging = _load_errors(x, network, shares, columns, row_levels=True)
+    other = method.fit(x, y, typical_loads=guesses, **hedging, **options)
     return method.hedged(fitted, other)
 
 
-def _load_errors(x: np.ndarray, network: Any, shares: np.ndarray, row_levels: bool = False) -> dict[str, Any]:
-    """network-fit's `load_errors` for guessed loads (the classes', then each customer's) and `level_columns`: the
+def _load_errors(
+    x: np.ndarray,
+    network: Any,
+    shares: np.ndarray,
+    columns: tuple[np.ndarray, np.ndarray],
+    row_levels: bool = False,
+) -> dict[str, Any]:
+    """network-fit's `load_errors` for guessed loads from their `columns` (models.typical_loads.class_errors, then
+    customer_errors, each customer's) and `level_columns`: the
     class columns, and each customer's, of a half (P, Q) whose unmetered loads are taken at their typical value in
     every row (profile share 0: loads that vary each on their own, models.typical_loads) are context-wide levels,
     fitted beside the feeder's errors. A class whose unmetered customers run at another level than its metered ones
     then shows as that level, not as the feeder's error: IEEE 33 with the unmetered half at 1.3x (or 0.5x) its guess
     was answered 1.0-1.3e-2 p.u. off with no bus held (a user trial). Where the guesses follow their row (share > 0) a
     level error is no constant: such columns fitted as one took the set point's place (1-LV-semiurb4 read exactly,
-    4e-3 p.u. off). `row_levels`: every class's column a level, moving each row as far as the service's guesses of the
-    class run there (`class_rows`, as `level_rows`): the hedge `fit` answers beside."""
+    4e-3 p.u. off). `row_levels`: every class's column a level, moving each row as far as the metered loads show the
+    class runs there (`class_rows`, as `level_rows`): the hedge `fit` answers beside."""
     half = x.shape[1] // 2
 
     def constant(columns: np.ndarray) -> np.ndarray:  # each column moves one half's inputs only
         in_p = np.abs(columns[:half]).sum(axis=0) > 0.0
         return np.asarray(np.where(in_p, shares[0] == 0.0, shares[1] == 0.0), dtype=bool)
 
-    classes, customers = class_errors(x, network), customer_errors(x, network, shares)
+    classes, customers = columns
     levels = np.ones(classes.shape[1], dtype=bool) if row_levels else constant(classes)
     individual = constant(customers)
     if not levels.any() and not individual.any():
