@@ -22,10 +22,10 @@ Two more sections, the `default` variant only (no `typical_loads`), in the same 
 - **An unseen level** (`levels`): the IEEE 33 section's contexts (as modelled or lines off, seeds 1-3), and each
   development grid's 50 % context and queries (seed 1, readings exact or with noise 1e-3), the never-metered half's
   loads at 1.3x or 0.5x (context and queries, solved again): the unmetered customers run at a level the metered ones
-  do not show. And IEEE 33 as modelled with its loads on one profile (`profile_case`, seeds 1-3, readings exact or
-  with noise 1e-5, the unmetered half at 1x, 1.3x or 0.5x): each row's level drawn in 0.3-1.2 of nominal, each
-  load +-2 % about it, so the service's guesses follow the row's metered level (profile share ~1) as on SimBench;
-  queries `in range` drawn alike and `growth` (such rows at 1.3-1.5x).
+  do not show. And IEEE 33 with its loads on one profile (`profile_case`, as modelled or lines off, seeds 1-3,
+  readings exact or with noise 1e-5, the unmetered half at 1x, 1.3x, 1.5x or 0.5x): each row's level drawn in
+  0.3-1.2 of nominal, each load +-2 % about it, so the service's guesses follow the row's metered level (profile
+  share ~1) as on SimBench; queries `in range` drawn alike and `growth` (such rows at 1.3-1.5x).
 - **IEEE 33 partly metered** (the built-in network; bench.accuracy_v3.ieee33_sets, seeds 1-6): a context of
   500 rows of loads each within +-10 % of nominal, a random half of the load buses never metered (P and Q null in
   every row, the same buses at each noise); the truth feeder as modelled, or its lines' impedances each scaled by
@@ -71,7 +71,7 @@ IEEE_SEEDS = (1, 2, 3, 4, 5, 6)  # the lines' factors are drawn per seed: two se
 IEEE_FEEDERS = {None: "as modelled", "lines": "lines x0.7-1.3 not told", "regulator": "+1.25 % regulator not told"}
 SECTIONS = ("shares", "patterns", "ieee33", "levels")
 LEVELS, LEVEL_SEEDS = (1.3, 0.5), (1, 2, 3)  # the unmetered half's level, relative to what the metered half shows
-PROFILE_LEVELS = (1.0, 1.3, 0.5)  # the same on IEEE 33 with its loads on one profile (1: none departing)
+PROFILE_LEVELS = (1.0, 1.3, 1.5, 0.5)  # the same on IEEE 33 with its loads on one profile (1: none departing)
 OUT = Path(__file__).parent / "results" / "partial-metering.md"
 
 
@@ -151,11 +151,18 @@ def level_case(level: float, departure: str | None, noise: float, seed: int):
     return _unmetered(cx, never), cy, solved
 
 
-def profile_case(level: float, noise: float, seed: int):
-    """IEEE 33 as modelled, loads on one profile (module docstring), a random half of the load buses never metered and
-    at `level` times what the metered half shows (context and queries): (context x with them null, context readings
-    with `noise`, {query set: (x, y)})."""
+@functools.lru_cache(maxsize=8)
+def _truth(departure: str | None, seed: int):
+    """The truth feeder of the IEEE 33 section's contexts (bench.accuracy_v3.ieee33_sets draws it first)."""
+    return ieee33_sets(seed, departure, 1, 1)[0]
+
+
+def profile_case(level: float, departure: str | None, noise: float, seed: int):
+    """IEEE 33 (as modelled, or unlike its model per `departure` as in the IEEE 33 section), loads on one profile
+    (module docstring), a random half of the load buses never metered and at `level` times what the metered half shows
+    (context and queries): (context x with them null, context readings with `noise`, {query set: (x, y)})."""
     net = gridsim.network("ieee33")
+    truth = _truth(departure, seed)
     rng = np.random.default_rng([seed, 33])
 
     def rows(n: int) -> np.ndarray:
@@ -165,7 +172,7 @@ def profile_case(level: float, noise: float, seed: int):
     factor = np.where(np.r_[never, never], level, 1.0)
     sets = {"context": rows(N_CONTEXT) * factor, "in range": rows(IEEE_QUERIES) * factor}
     sets["growth"] = rows(IEEE_QUERIES) * rng.uniform(1.3, 1.5, (IEEE_QUERIES, 1)) * factor
-    solved = {name: (x, gridsim.solve(x, network=net, solver="batched").vm_pu) for name, x in sets.items()}
+    solved = {name: (x, gridsim.solve(x, network=truth, solver="batched").vm_pu) for name, x in sets.items()}
     cx, cy = solved.pop("context")
     cy = simbench_data.add_meter_noise(cy, noise, np.random.default_rng([seed, int(round(noise * 1e9))]))
     return _unmetered(cx, never), cy, solved
@@ -264,8 +271,13 @@ def main() -> None:
             for level in LEVELS
             for departure in (None, "lines")
         ] + [
-            (level, "as modelled, loads on one profile", functools.partial(profile_case, level))
+            (
+                level,
+                f"{IEEE_FEEDERS[departure]}, loads on one profile",
+                functools.partial(profile_case, level, departure),
+            )
             for level in PROFILE_LEVELS
+            for departure in (None, "lines")
         ]
         for level, feeder, case in ieee_levels if "levels" in args.sections else ():
             for noise in IEEE_NOISES:

@@ -9,8 +9,9 @@ the fitted reading noise), whatever the readings say. Each candidate costs one C
 The score is the largest spread over every query and bus with that meter added (the bus itself then
 counts as metered: the held-out widening leaves it); ties go to the lower bus index, so the ranking
 is deterministic. The per-bus stage a new meter would also get is not counted (it narrows that bus's
-spread further, never widens another's), nor a hedge's gap (`NetworkFitted.hedge`: how far a fit with levels that
-follow the guesses' profile answers, which a meter's readings may or may not close).
+spread further, never widens another's), nor a hedge's gap (`NetworkFitted.hedges`: how far the context's other
+fits answer, with levels that follow the guesses' profile or the feeder held as recorded, which a meter's readings
+may or may not close).
 """
 
 from __future__ import annotations

@@ -309,8 +309,9 @@ def fit(
     # given, IEEE 33 on one profile with the nominal loads given held no bus (0.01), 8e-3 p.u. off, and 1-LV-semiurb4
     # and 1-MV-rural half metered, the unmetered loads' true means given, 0.30-0.89 in 3 of 4 contexts
     hedging = _load_errors(x, network, shares, columns, row_levels=True)
-    other = method.fit(x, y, typical_loads=guesses, **hedging, **options)
-    return method.hedged(fitted, other)
+    levels = method.fit(x, y, typical_loads=guesses, **hedging, **options)
+    recorded = method.as_recorded().fit(x, y, typical_loads=guesses, **hedging)
+    return method.hedged(fitted, levels, recorded)
 
 
 def _load_errors(
