@@ -93,6 +93,17 @@ class Classes:
                     generation[k, column] = net.base_generation[column]
         return Classes(names, consumption, generation)
 
+    def moves(self, j: int, part: str = "all") -> bool:
+        """Whether class j has anything a factor would move: `part` "all" (consumption or generation), "p" or "q"
+        (its consumption's P or Q). A class of loads and sgens all at 0 MW (pandapower's mv_oberrhein gives its
+        PV sgens scaling 0) moves nothing: scaling it or its profile would silently change nothing."""
+        half = self.consumption.shape[1] // 2
+        if part == "p":
+            return bool(np.any(self.consumption[j, :half]))
+        if part == "q":
+            return bool(np.any(self.consumption[j, half:]))
+        return bool(np.any(self.consumption[j]) or np.any(self.generation[j]))
+
 
 @dataclass(frozen=True)
 class TimeSeries:
@@ -159,28 +170,42 @@ def _class_profiles(classes: Classes, series: TimeSeries | None, steps: int) -> 
         return _ClassProfiles(p, q, gen, frozenset())
     given = series.profiles
     for j, name in enumerate(classes.names):
+        # a profile counts as used where it moves something: one of a class at 0 MW is reported unused
         both = given.get(name)
         if both is not None:
             p[:, j] = q[:, j] = gen[:, j] = both
-            used.add(name)
+            if classes.moves(j):
+                used.add(name)
         if name + P_SUFFIX in given:  # SimBench's load profile: P, and Q apart (Q follows P when only P is given)
             p[:, j] = given[name + P_SUFFIX]
             q[:, j] = given.get(name + Q_SUFFIX, given[name + P_SUFFIX])
-            used.add(name + P_SUFFIX)
+            if classes.moves(j, "p") or (name + Q_SUFFIX not in given and classes.moves(j, "q")):
+                used.add(name + P_SUFFIX)
         if name + Q_SUFFIX in given:
             q[:, j] = given[name + Q_SUFFIX]
-            used.add(name + Q_SUFFIX)
+            if classes.moves(j, "q"):
+                used.add(name + Q_SUFFIX)
     return _ClassProfiles(p, q, gen, frozenset(used))
 
 
-def _class_factors(classes: Classes, scenario: Scenario, where: str) -> np.ndarray:
-    """(k,) the scenario's factor per class; a class it names that the study does not have is refused."""
+def _class_factors(net: Network, classes: Classes, scenario: Scenario, where: str) -> np.ndarray:
+    """(k,) the scenario's factor per class; a class it names that the study does not have, or one at 0 MW
+    scaled (it would change nothing, silently), is refused."""
     factors = np.ones(len(classes.names))
     for name, factor in scenario.class_scaling.items():
         if name not in classes.names:
             known = list(classes.names) or "none: define them as lists of load buses (classes)"
             raise NetworkError(f"{where}.class_scaling", f"no customer class {name!r}", f"one of {known}")
-        factors[classes.names.index(name)] = factor
+        j = classes.names.index(name)
+        if factor != 1.0 and not classes.moves(j):
+            moving = [c for k, c in enumerate(classes.names) if classes.moves(k)]
+            raise NetworkError(
+                f"{where}.class_scaling",
+                f"class {name!r} has no consumption or generation on {net.name} (its loads and sgens are at 0 MW): "
+                f"scaling it by {factor:g} would change nothing",
+                f"a class with loads or generation, one of {moving}; added generation as `der`",
+            )
+        factors[j] = factor
     return factors
 
 
@@ -194,7 +219,14 @@ def _one(
     bus_scale = np.ones(n)
     for bus, factor in scenario.bus_load_scale.items():
         bus_scale[_position(net, int(bus), f"{where}.bus_load_scale")] *= factor
-    scale = _class_factors(classes, scenario, where)
+    scale = _class_factors(net, classes, scenario, where)
+    if scenario.generation_scale != 1.0 and not np.any(net.base_generation):
+        raise NetworkError(
+            f"{where}.generation_scale",
+            f"{net.name} has no generation of its own (0 MW): scaling it by {scenario.generation_scale:g} would "
+            "change nothing",
+            "1 (the default); added generation as `der`",
+        )
     # consumption and generation per step (steps, 2n): the classes' with their factors and profiles, the rest x 1
     rest_c = net.base_consumption - classes.consumption.sum(axis=0)
     rest_g = net.base_generation - classes.generation.sum(axis=0)

@@ -13,6 +13,12 @@ The hosting capacity is the largest s in [0, max_mw] with risk_b(s) <= alpha. Si
 s, it is found by bisection on every candidate bus at once: each step asks the method for one PV size per
 unresolved bus at every row. Rows where the profile is 0 do not depend on s and are asked once.
 Voltage limits only: line and transformer loading are not modelled.
+
+A row whose power flow has no solution without new PV (voltage collapse: more load than the feeder carries)
+is refused (RowsRefused naming it): no size is hosted or not there, and counting it as "over the limit"
+answered 0 kW at every bus. A size whose power flow has no solution at a row that solves without it is
+beyond what the feeder can carry with that PV: risk 1 (new PV only lowers the net load of a row that
+solves, so the flow fails by export, the far side of the upper limit).
 """
 
 from __future__ import annotations
@@ -30,6 +36,12 @@ _NO_LOW_LIMIT = 1e-6
 CHUNK_ROWS = 65_536
 # Halvings of [0, max_mw] the search makes at most: its resolution is max_mw / 2**BISECTION_STEPS.
 BISECTION_STEPS = 12
+# Why a row without new PV is refused, and what would do instead.
+NO_BASE_SOLUTION = (
+    "the power flow has no solution at these loads even without new PV (voltage collapse: more load than the "
+    "feeder can carry), so no PV size can be judged there"
+)
+BASE_EXPECTED = "load rows whose power flow solves without new PV (P in MW, Q in MVAr)"
 
 
 @dataclass(frozen=True)
@@ -68,26 +80,32 @@ class _Risk:
         lit = study.profile > 0
         self.lit_rows = study.loads[lit]
         self.lit_profile = study.profile[lit]
-        dark = study.loads[~lit]
         self.rows_asked = 0
-        self.dark_risk = float(self._row_risk(dark).max()) if len(dark) else 0.0
+        base = self._row_risk(study.loads, refuse=True)  # every row without new PV: RowsRefused where none solves
+        self.base_risk = float(base.max()) if len(base) else 0.0
+        self.dark_risk = float(base[~lit].max()) if (~lit).any() else 0.0
 
-    def _row_risk(self, rows: np.ndarray) -> np.ndarray:
-        """(n,) P(some bus above the limit) per row, union bound; a row whose power flow has no solution
-        (more PV than the feeder can carry) is as far over the limit as it gets: risk 1."""
+    def _row_risk(self, rows: np.ndarray, refuse: bool = False) -> np.ndarray:
+        """(n,) P(some bus above the limit) per row, union bound. A row whose power flow has no solution is
+        risk 1 (with new PV: more than the feeder can carry), or with `refuse` (rows without new PV) RowsRefused
+        naming every such row in `rows`' numbering."""
         out = np.ones(len(rows))
+        refused: list[int] = []
         for start in range(0, len(rows), CHUNK_ROWS):
             block = np.arange(start, min(start + CHUNK_ROWS, len(rows)))
             while block.size:
                 try:
                     summary = self.method.summarize(self.fitted, rows[block], (), (_NO_LOW_LIMIT, self.study.upper_pu))
                 except RowsRefused as exc:
+                    refused += block[exc.rows].tolist()
                     block = np.delete(block, exc.rows)  # those stay at 1; the rest are asked again
                     continue
                 assert summary.p_outside is not None
                 out[block] = np.minimum(summary.p_outside.sum(axis=1), 1.0)
                 break
         self.rows_asked += len(rows)
+        if refuse and refused:
+            raise RowsRefused("loads", sorted(refused), NO_BASE_SOLUTION, BASE_EXPECTED)
         return out
 
     def __call__(self, candidates: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -108,11 +126,18 @@ def passes(study: HostingCapacityStudy) -> int:
     return 2 + BISECTION_STEPS + study.curve_points
 
 
+def check_base_rows(method: Method, fitted: object, study: HostingCapacityStudy) -> float:
+    """The risk without new PV (the worst row's), or RowsRefused naming (0-based) every row whose power flow
+    has no solution without new PV: what `hosting_capacity` checks first, for a job to refuse before it runs."""
+    return _Risk(method, fitted, study).base_risk
+
+
 def hosting_capacity(method: Method, fitted: object, study: HostingCapacityStudy) -> HostingCapacity:
-    """The study's answer (see the module docstring)."""
+    """The study's answer (see the module docstring); RowsRefused (field `loads`, 0-based rows) where a row has
+    no power flow without new PV."""
     risk = _Risk(method, fitted, study)
     c = len(study.candidates)
-    base = risk(study.candidates[:1], np.zeros(1))[0] if c else 0.0
+    base = risk.base_risk if c else 0.0
     lo, hi = np.zeros(c), np.full(c, float(study.max_mw))
     tolerance = max(study.tolerance_mw, study.max_mw / 2**BISECTION_STEPS)
     at_max = risk(study.candidates, hi) <= study.alpha if base <= study.alpha else np.zeros(c, dtype=bool)

@@ -22,16 +22,18 @@ import numpy as np
 from gridsim.errors import NetworkError
 from gridsim.network import Network
 from gridsim.scenarios import Classes, Scenario, expand
-from models.hosting_capacity import HostingCapacity, HostingCapacityStudy, hosting_capacity, passes
+from models.errors import RowsRefused, rows_text
+from models.hosting_capacity import HostingCapacity, HostingCapacityStudy, check_base_rows, hosting_capacity, passes
 from service.engine.answers import Source
 from service.engine.checks import load_rows
-from service.engine.errors import InvalidInput, TooLarge
+from service.engine.errors import InputRejected, InvalidInput, TooLarge
 from service.engine.inference import model_and_context
 from service.engine.load_table import LOAD_LIMIT, InputError
 from service.engine.profile_table import (
     TIME_COLUMNS,
     ProfileFile,
     ProfileTable,
+    check_class_columns,
     column_limit,
     read,
     time_series,
@@ -98,6 +100,7 @@ class TableRows:
     loads: np.ndarray
     profile: np.ndarray
     ignored: tuple[str, ...]
+    timestamps: tuple[str, ...] = ()  # the steps' labels: a row refused is named by its step
 
 
 def _reserved(name: str, net: Network) -> bool:
@@ -142,11 +145,14 @@ def _new_pv_share(table: ProfileTable, name: str | None) -> np.ndarray:
     return share
 
 
-def table_rows(table: ProfileTable, net: Network, classes: Classes, pv_name: str | None) -> TableRows:
+def table_rows(
+    table: ProfileTable, net: Network, classes: Classes, pv_name: str | None, defined: tuple[str, ...] = ()
+) -> TableRows:
     """A read profile table as a hosting-capacity study's rows: the network's base loads shaped by the table as
     a study's default scenario shapes them (consumption x `load` x its class's profile, generation x `pv` x its
     class's profile), and the new PV's share per step. Per-bus `pv_bus<k>` columns are refused (the new PV
-    follows one share per step at every candidate) and loads beyond LOAD_LIMIT named by their row."""
+    follows one share per step at every candidate), as is a class the request defines (`defined`) without a
+    column (profile_table.check_class_columns), and loads beyond LOAD_LIMIT named by their row."""
     pv_columns = {f"pv_bus{bus}" for bus in net.load_buses}
     per_bus = next((name for name in table.columns if name in pv_columns), None)
     if per_bus is not None:
@@ -164,6 +170,7 @@ def table_rows(table: ProfileTable, net: Network, classes: Classes, pv_name: str
             f"no column {pv_name!r} in the profile table",
             f"one of its profile columns {profiles[:20]}, or no pv_profile",
         )
+    check_class_columns(table, defined, [pv_name] if pv_name is not None else [])
     profile = _new_pv_share(table, pv_name)
     series = time_series(table, net, 0.25)  # step_hours: no hours in a hosting-capacity answer
     try:
@@ -177,7 +184,7 @@ def table_rows(table: ProfileTable, net: Network, classes: Classes, pv_name: str
             f"loads within +-{LOAD_LIMIT:g} MW / Mvar after the table's factors",
             int(bad[0]) + 1,
         )
-    return TableRows(loads, profile, table.ignored)
+    return TableRows(loads, profile, table.ignored, table.timestamps)
 
 
 def _table_classes(req: Any, net: Network) -> Classes:
@@ -189,11 +196,18 @@ def _table_classes(req: Any, net: Network) -> Classes:
 
 
 def read_rows(
-    path: Path, filename: str | None, net: Network, classes: Classes, pv_name: str | None, max_rows: int
+    path: Path,
+    filename: str | None,
+    net: Network,
+    classes: Classes,
+    pv_name: str | None,
+    max_rows: int,
+    defined: tuple[str, ...] = (),
 ) -> TableRows:
-    """The table at `path` read (only the columns the study uses, at most `max_rows` steps) into its rows."""
+    """The table at `path` read (only the columns the study uses, at most `max_rows` steps) into its rows;
+    `defined`: the classes the request defines (each needs a column)."""
     wanted = wanted_columns(net, classes, [pv_name] if pv_name is not None else [])
-    return table_rows(read(path, filename, wanted, max_rows, column_limit(net)), net, classes, pv_name)
+    return table_rows(read(path, filename, wanted, max_rows, column_limit(net)), net, classes, pv_name, defined)
 
 
 @dataclass(frozen=True)
@@ -208,6 +222,39 @@ class PreparedHosting:
     spec: HostingCapacityStudy
     max_kw: float
     ignored: tuple[str, ...] = ()  # an uploaded profile table's columns the study did not read
+    rows_field: str = "loads"  # what the rows are called in the request: loads, load_scales or file
+    scales: tuple[float, ...] = ()  # load_scales' values (default or given), when the rows are those
+    timestamps: tuple[str, ...] = ()  # a profile table's step labels, one per row
+
+    def refusal(self, refused: RowsRefused) -> InvalidInput | InputError:
+        """Rows without a power flow without new PV (models.hosting_capacity), named as the request gave them: a
+        profile table's by step and row (1-based, load_table.InputError: a 422 naming `file`'s row), JSON
+        `loads` by index, `load_scales` by value."""
+        return base_refusal(self.rows_field, refused, self.scales, self.timestamps)
+
+
+def base_refusal(
+    rows_field: str, refused: RowsRefused, scales: tuple[float, ...] = (), timestamps: tuple[str, ...] = ()
+) -> InvalidInput | InputError:
+    """The refusal of study rows whose power flow has no solution without new PV (`refused`: 0-based rows of the
+    study), in the request's terms: before a job's 202 too (`refuse_unsolved_base`); a job's chunk that meets
+    one past that check's bound names the rows alone, in the same numbering (service.jobs.chunks)."""
+    first, count = refused.rows[0], len(refused.rows)
+    more = f" ({count} such rows: {rows_text([r + 1 for r in refused.rows] if rows_field == 'file' else refused.rows)})"
+    more = more if count > 1 else ""
+    if rows_field == "file":
+        step = f"step {timestamps[first]!r}: " if first < len(timestamps) else ""
+        return InputError(
+            f"{step}{refused.reason}{more}",
+            "steps whose loads the feeder carries without new PV: lower `load` or class factors there",
+            first + 1,
+        )
+    if rows_field == "load_scales" and first < len(scales):
+        where = f"load_scales[{first}] = {scales[first]:g} (the base loads x {scales[first]:g})"
+        return InvalidInput(
+            "load_scales", f"{where}: {refused.reason}{more}", "scales whose loads the feeder carries without new PV"
+        )
+    return InvalidInput(rows_field, f"rows {rows_text(refused.rows)}: {refused.reason}", refused.expected)
 
 
 async def prepare(
@@ -220,15 +267,22 @@ async def prepare(
     loaded, ctx, net = await model_and_context(rt, req, tenant)
     buses, positions = _candidates(req, net)
     ignored: tuple[str, ...] = ()
+    scales: tuple[float, ...] = ()
+    timestamps: tuple[str, ...] = ()
     if table is None:
         rows = _rows(req, net)
         profile = _profile(req, len(rows))
+        rows_field = "loads" if req.loads is not None else "load_scales"
+        if req.loads is None:
+            scales = tuple(float(s) for s in (req.load_scales if req.load_scales is not None else DEFAULT_SCALES))
     else:
         pv_name = _pv_profile_name(req, net)
         classes = _table_classes(req, net)
         limit = rt.settings.max_study_rows
-        from_table = await rt.executor.run(read_rows, table.path, table.filename, net, classes, pv_name, limit)
+        defined = tuple(req.classes or ())
+        from_table = await rt.executor.run(read_rows, table.path, table.filename, net, classes, pv_name, limit, defined)
         rows, profile, ignored = from_table.loads, from_table.profile, from_table.ignored
+        rows_field, timestamps = "file", from_table.timestamps
     max_kw = req.max_kw if req.max_kw is not None else 2e3 * float(np.sum(np.abs(net.base_consumption[: net.n_load])))
     spec = HostingCapacityStudy(
         loads=rows,
@@ -254,7 +308,25 @@ async def prepare(
             f"rows x buses x (14 + curve_points) at most {limit} ({setting}): fewer rows, name `buses`, or fewer "
             "curve_points" + ('; more: "as_job": true' if job_max_rows is None else ""),
         )
-    return PreparedHosting(loaded, ctx, net, buses, spec, max_kw, ignored)
+    return PreparedHosting(loaded, ctx, net, buses, spec, max_kw, ignored, rows_field, scales, timestamps)
+
+
+async def refuse_unsolved_base(rt: Runtime, prepared: PreparedHosting) -> None:
+    """Before a hosting-capacity job is queued: every row's power flow without new PV (the model's own, as the
+    study's first step asks it), refused as one request's study refuses it (`PreparedHosting.refusal`), so a
+    study that cannot run is a 422, not a job failed after its 202. One pass over the rows (at most 1 / passes of
+    the job's work), for up to GRIDPFN_MAX_STUDY_ROWS rows (what one request solves); more are checked by the
+    job's chunks, whose first step it is (the job then fails naming them, as service.jobs.chunks words it)."""
+    if len(prepared.spec.loads) > rt.settings.max_study_rows:
+        return
+    encoded, _, _ = await rt.fits.prepared(prepared.loaded, prepared.ctx, prepared.net)
+    try:
+        await rt.executor.run(check_base_rows, prepared.loaded.method, encoded.value, prepared.spec)
+    except InputRejected as exc:
+        refused = exc.__cause__
+        if not isinstance(refused, RowsRefused):
+            raise
+        raise prepared.refusal(refused) from None
 
 
 async def study(rt: Runtime, req: Any, tenant: Tenant, table: ProfileFile | None = None) -> HostingAnswer:
@@ -264,7 +336,13 @@ async def study(rt: Runtime, req: Any, tenant: Tenant, table: ProfileFile | None
     prepared = await prepare(rt, req, tenant, table)
     loaded, ctx, net, buses = prepared.loaded, prepared.ctx, prepared.net, prepared.buses
     encoded, hit, _ = await rt.fits.prepared(loaded, ctx, net)
-    result = await rt.executor.run(hosting_capacity, loaded.method, encoded.value, prepared.spec)
+    try:
+        result = await rt.executor.run(hosting_capacity, loaded.method, encoded.value, prepared.spec)
+    except InputRejected as exc:  # rows without a power flow even without new PV: named as the request gave them
+        refused = exc.__cause__
+        if not isinstance(refused, RowsRefused):
+            raise
+        raise prepared.refusal(refused) from None
     return HostingAnswer(
         source=Source.of(loaded, net, ctx),
         buses=buses,

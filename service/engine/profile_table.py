@@ -13,7 +13,9 @@ Columns (any order; others are reported as ignored, never decoded):
 - `load_bus<k>`, `pv_bus<k>`: the same for load bus k alone (times `load` / `pv` when both are given);
 - a profile per name: a customer class's (`H0-A`: its P and Q; SimBench's `H0-A_pload`, `H0-A_qload`: apart;
   a generation class's `PV5`), or one a DER names (`der[].profile`).
-Every factor within [-1, 100] (generation may dip below 0 at night).
+Each factor within its kind's range, as a JSON time series' (service.engine.factor_ranges): `load` and
+`load_bus<k>` within [0, 100], the rest within [-1, 100] (generation may dip below 0 at night). A per-bus
+column naming no load bus is refused, naming it and the load buses (it would be ignored silently).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from gridsim.network import Network
 from gridsim.scenarios import P_SUFFIX, Q_SUFFIX, Classes, TimeSeries
 from service.engine import parquet_limits
 from service.engine.errors import TooLarge
+from service.engine.factor_ranges import PER_BUS_COLUMN, column_range
 from service.engine.load_table import (
     HEADER_READ_BYTES,
     MAX_COLUMNS,
@@ -45,13 +48,13 @@ from service.engine.load_table import (
 )
 
 TIME_COLUMNS = ("time", "timestamp", "timestamps")
-FACTOR_RANGE = (-1.0, 100.0)
 MAX_LABEL = 64  # characters of a step's label, as a JSON time series' timestamps
 LABEL_EXPECTED = f"a step's label: text of 1 to {MAX_LABEL} characters"
 EXTRA_COLUMNS = 64  # columns read beyond one per load bus and kind: overall factors and class profiles
 ROWS_SETTING = "GRIDPFN_MAX_STUDY_ROWS"
 CSV_BLOCK_BYTES = 4 << 20  # and a row longer than this is refused, named by its longest cell
 PARQUET_MAGIC = b"PAR1"
+BUSES_SHOWN = 40  # load bus numbers an error lists
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,7 @@ def read(path: Path, filename: str | None, wanted: set[str], max_rows: int, max_
             "a column named time (or timestamp): the steps' labels, then one column per profile",
             column="time",
         )
+    _refuse_stray_per_bus(names, wanted)
     used = [name for name in names if name != time and name in wanted]
     if len(used) > max_columns:
         raise TooLarge(
@@ -127,6 +131,48 @@ def read(path: Path, filename: str | None, wanted: set[str], max_rows: int, max_
     columns = {name: np.concatenate(parts) for name, parts in chunks.items()}
     ignored = tuple(name for name in names if name != time and name not in wanted)
     return ProfileTable(tuple(labels), columns, ignored)
+
+
+def _refuse_stray_per_bus(names: Sequence[str], wanted: set[str]) -> None:
+    """A `load_bus<k>` / `pv_bus<k>` column for a k that is no load bus of the network is refused naming it and
+    the load buses (left unread it was a typo passing silently, as bus_load_scale's "99" is refused in JSON)."""
+    stray = [name for name in names if PER_BUS_COLUMN.fullmatch(name) and name not in wanted]
+    if not stray:
+        return
+    buses = sorted({int(m.group(2)) for name in wanted if (m := PER_BUS_COLUMN.fullmatch(name)) is not None})
+    shown = f"{buses[:BUSES_SHOWN]}{' ...' if len(buses) > BUSES_SHOWN else ''}"
+    more = f" ({len(stray)} such columns: {stray[:5]}{' ...' if len(stray) > 5 else ''})" if len(stray) > 1 else ""
+    raise InputError(
+        f"column {stray[0]!r} names no load bus of this network{more}",
+        f"load_bus<k> / pv_bus<k> for a load bus k (bus number, no leading zeros), one of {shown}",
+        column=stray[0],
+    )
+
+
+def classes_without_profile(defined: Sequence[str], profiles: Sequence[str]) -> list[str]:
+    """The classes among `defined` that none of the `profiles` names (`<class>`, `<class>_pload`, `_qload`)."""
+    given = set(profiles)
+    return [name for name in defined if not {name, name + P_SUFFIX, name + Q_SUFFIX} & given]
+
+
+def check_class_columns(table: ProfileTable, defined: Sequence[str], followed: Sequence[str] = ()) -> None:
+    """When the table names any class profile (a column other than the time, `load`, `pv`, per-bus ones and those
+    `followed` by added PV, read or not), every class the request defines (`defined`) needs a column: one without
+    ran at x1 silently, and a misspelt one (`hmoes`) was only listed as ignored. InputError naming the first."""
+    skip = {*TIME_COLUMNS, "load", "pv", *followed}
+    profiles = [n for n in (*table.columns, *table.ignored) if n not in skip and not PER_BUS_COLUMN.fullmatch(n)]
+    missing = classes_without_profile(defined, profiles)
+    if not profiles or not missing:
+        return
+    name = missing[0]
+    raise InputError(
+        f"no column for class {name!r} (defined in the spec's `classes`)"
+        + (f", nor for {missing[1:6]}" if len(missing) > 1 else "")
+        + f"; the table's profile columns: {sorted(profiles)[:20]}",
+        f"a column {name!r} (or {name + P_SUFFIX!r} / {name + Q_SUFFIX!r}) of the class's factors per step "
+        "(1 keeps it at its base), or the class left out of `classes`",
+        column=name,
+    )
 
 
 def time_series(table: ProfileTable, net: Network, step_hours: float) -> TimeSeries:
@@ -161,7 +207,12 @@ def _is_parquet(path: Path, filename: str | None) -> bool:
 
 
 def _parquet_names(path: Path, max_rows: int) -> list[str]:
-    return list(parquet_limits.open_file(path, [], max_rows, ROWS_SETTING).schema_arrow.names)
+    """The header; a table without rows refused as such from its footer (its columns' types are then often null,
+    which the type check would refuse as not numeric instead)."""
+    source = parquet_limits.open_file(path, [], max_rows, ROWS_SETTING)
+    if source.metadata.num_rows == 0:
+        raise InputError("the table has no data rows", "a row per time step")
+    return list(source.schema_arrow.names)
 
 
 def _csv_names(path: Path) -> list[str]:
@@ -235,5 +286,5 @@ def _labels(column: pa.ChunkedArray | pa.Array, name: str, offset: int) -> list[
 
 
 def _factors(column: pa.ChunkedArray | pa.Array, name: str, offset: int) -> np.ndarray:
-    low, high = FACTOR_RANGE
+    low, high = column_range(name)
     return within(as_float(column, name, offset), low, high, f"a factor within [{low:g}, {high:g}]", name, offset)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from gridsim.errors import NetworkError
-from gridsim.scenarios import DER, Block, Classes, Expanded, Expansion, Scenario, TimeSeries
+from gridsim.scenarios import DER, P_SUFFIX, Q_SUFFIX, Block, Classes, Expanded, Expansion, Scenario, TimeSeries
 from models.errors import RowsRefused
 from service.engine.answers import AnswerSpec, ModelTiming, OffContext, Source, Statistics
 from service.engine.bus_summary import BusSummary, BusSummaryAccumulator
@@ -24,7 +24,15 @@ from service.engine.context_sets import ContextSet
 from service.engine.errors import InputRejected, InvalidInput, TooLarge
 from service.engine.inference import model_and_context, model_answer
 from service.engine.load_table import LOAD_LIMIT
-from service.engine.profile_table import ProfileFile, column_limit, read, time_series, wanted_columns
+from service.engine.profile_table import (
+    ProfileFile,
+    check_class_columns,
+    classes_without_profile,
+    column_limit,
+    read,
+    time_series,
+    wanted_columns,
+)
 from service.engine.runtime import Runtime
 from service.engine.tenants import Tenant
 
@@ -78,9 +86,24 @@ def _scenarios(req: Any) -> list[Scenario]:
 
 
 def _series(req: Any) -> TimeSeries | None:
+    """The JSON time series; with class profiles given, every class the request defines needs one (as a profile
+    table's columns: profile_table.check_class_columns)."""
     ts = req.time_series
     if ts is None:
         return None
+    followed = {d.profile for s in req.scenarios for d in s.der if d.profile is not None}
+    class_profiles = [name for name in ts.profiles or {} if name not in followed]
+    missing = classes_without_profile(list(req.classes or {}), class_profiles)
+    if class_profiles and missing:
+        name = missing[0]
+        raise InvalidInput(
+            "time_series.profiles",
+            f"no profile for class {name!r} (defined in `classes`)"
+            + (f", nor for {missing[1:6]}" if len(missing) > 1 else "")
+            + f"; profiles given: {sorted(class_profiles)[:20]}",
+            f"a profile {name!r} (or {name + P_SUFFIX!r} / {name + Q_SUFFIX!r}) of the class's factors per step (1 keeps "
+            "it at its base), or the class left out of `classes`",
+        )
     steps = len(ts.timestamps)
     profiles = {name: np.asarray(values, dtype=np.float64) for name, values in (ts.profiles or {}).items()}
     return TimeSeries(tuple(ts.timestamps), _factors(ts.load, steps), _factors(ts.pv, steps), ts.step_hours, profiles)
@@ -96,9 +119,12 @@ async def _table_series(
 ) -> tuple[TimeSeries, tuple[str, ...]]:
     """An uploaded profile table as the study's time series (only the columns it uses are read), and the
     columns it left unread."""
-    wanted = wanted_columns(net, classes, [d.profile for s in scenarios for d in s.der if d.profile is not None])
+    followed = [d.profile for s in scenarios for d in s.der if d.profile is not None]
+    wanted = wanted_columns(net, classes, followed)
     limit = rt.settings.max_study_rows
     read_table = await rt.executor.run(read, table.path, table.filename, wanted, limit, column_limit(net))
+    if req.classes is not None:
+        check_class_columns(read_table, list(req.classes), followed)
     return time_series(read_table, net, req.step_hours), read_table.ignored
 
 
@@ -188,14 +214,53 @@ async def prepare(
     return PreparedStudy(loaded, ctx, net, expansion, ignored, spec)
 
 
-def checked_blocks(study: PreparedStudy) -> Iterator[Block]:
+class HeaviestRows:
+    """A study job's cheap power-flow check before its 202: each scenario-year's heaviest row (the largest net
+    active load), asked of the model's own power flow (Method.refuse_unsolved) CHECK_BATCH blocks at a time, so
+    a scenario no step of which the feeder can carry (load_scale 20) is a 422 naming it, as `study` names it,
+    instead of a job failed after acceptance. One row per block: the job's own check (service.jobs.chunks)
+    still solves every row before its first chunk, and names any other by scenario, year and step."""
+
+    CHECK_BATCH = 1024
+
+    def __init__(self, method: Any, fitted: Any, geometry: Any, n_load: int) -> None:
+        self.method, self.fitted, self.geometry, self.n_load = method, fitted, geometry, n_load
+        self.rows: list[np.ndarray] = []
+        self.names: list[str] = []
+
+    def add(self, block: Block) -> None:
+        at = int(np.argmax(block.rows[:, : self.n_load].sum(axis=1)))
+        stamp = "" if block.timestamps is None else f", step {block.timestamps[at]}"
+        self.rows.append(block.rows[at])
+        self.names.append(f"scenario {block.scenario!r}, year {block.year}{stamp}")
+        if len(self.rows) >= self.CHECK_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """The rows held so far asked; InvalidInput naming the first one without a power flow."""
+        if not self.rows:
+            return
+        rows, names = np.stack(self.rows), self.names
+        self.rows, self.names = [], []
+        try:
+            self.method.refuse_unsolved(self.fitted, rows, OffContext.of(self.geometry, rows).extrapolation)
+        except RowsRefused as exc:
+            raise InvalidInput("scenarios", f"{names[exc.rows[0]]}: {exc.reason}", exc.expected) from None
+
+
+def checked_blocks(study: PreparedStudy, heaviest: HeaviestRows | None = None) -> Iterator[Block]:
     """The study's rows a scenario-year at a time (a study job writes them so), each checked as `study`
-    checks its rows; an error names the scenario, year and step."""
+    checks its rows (and its heaviest row's power flow, with `heaviest`); an error names the scenario, year
+    and step."""
     try:
         for block in study.expansion.blocks():
             n = len(block.rows)
             _check_loads(Expanded(block.rows, (block.scenario,) * n, (block.year,) * n, block.timestamps))
+            if heaviest is not None:
+                heaviest.add(block)
             yield block
+        if heaviest is not None:
+            heaviest.flush()
     except NetworkError as exc:
         raise InvalidInput(exc.field, exc.problem, exc.expected) from None
 

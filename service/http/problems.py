@@ -150,6 +150,8 @@ def _expected_from(err: dict[str, Any]) -> str | None:
         return "a number: every value here must be given (null marks a value not measured only in a context's x or y)"
     if kind in ("float_type", "float_parsing"):  # a string, list or object where a load or reading goes
         return "a finite number (a JSON number)"
+    if kind in ("model_type", "model_attributes_type", "dict_type"):  # pydantic's own names for "an object"
+        return "a JSON object"
     if kind.endswith("_type") or kind.endswith("_parsing"):
         return kind.removesuffix("_type").removesuffix("_parsing")
     return None

@@ -78,6 +78,12 @@ Voltage = Annotated[
 ]
 
 
+def refused(message: str, expected: str) -> PydanticCustomError:
+    """A validator's refusal that says what would do: a plain ValueError's problem entry had `expected` null."""
+    # `expected` first: the template is filled key by key, so a message holding "{expected}" stays as it is
+    return PydanticCustomError("value_error", "{message}", {"expected": expected, "message": message})
+
+
 def _within(low: int, high: int, what: str):
     """Row-length check whose error carries the expected shape (a plain max_length would not); the
     network's exact width is the engine's check (service.engine.checks), once the network is known."""
@@ -157,7 +163,7 @@ def _distinct(levels: list[float]) -> list[float]:
     seen = sorted(levels)
     twice = [a for a, b in zip(seen, seen[1:]) if a == b]
     if twice:  # each level is a column (q0.05_*) of answers and results: a repeat would name two the same
-        raise ValueError(f"quantile level {twice[0]:g} is given twice; give each level once")
+        raise refused(f"quantile level {twice[0]:g} is given twice", "each level once")
     return levels
 
 
@@ -222,15 +228,19 @@ class ContextSetCreate(Strict):
     def _one_source(self) -> ContextSetCreate:
         uploaded = self.x is not None or self.y is not None
         if uploaded == (self.simulate is not None):
-            raise ValueError("give either x and y, or simulate (exactly one)")
+            raise refused("give either x and y, or simulate (exactly one)", "x and y, or simulate")
         if uploaded and (self.x is None or self.y is None):
-            raise ValueError("an uploaded context needs both x and y")
+            raise refused("an uploaded context needs both x and y", "x and y together")
         if self.simulate is not None and self.typical_loads is not None:
-            raise ValueError("typical_loads is for uploaded x and y (a simulated context measures every load)")
+            raise refused(
+                "typical_loads is for uploaded x and y (a simulated context measures every load)",
+                "no typical_loads with simulate",
+            )
         if self.simulate is not None and self.network not in (None, self.simulate.network):
-            raise ValueError(
+            raise refused(
                 f"network {self.network} differs from simulate.network {self.simulate.network} "
-                "(give the network once, in simulate)"
+                "(give the network once, in simulate)",
+                "the network once, in simulate",
             )
         return self
 
@@ -250,7 +260,7 @@ class OneContext(Strict):
     @model_validator(mode="after")
     def _one_context(self) -> Self:
         if (self.context is None) == (self.context_id is None):
-            raise ValueError("give either context or context_id (exactly one)")
+            raise refused("give either context or context_id (exactly one)", "context or context_id, exactly one")
         return self
 
 

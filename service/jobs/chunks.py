@@ -136,7 +136,7 @@ def prepare(spec: JobSpec, jobs_dir: Path, models: Models, parallel: int = 1, st
         answer_spec=AnswerSpec(spec.quantiles, spec.voltage_band),
         source=pq.ParquetFile(files.input),
     )
-    if spec.hosting is None:  # a hosting-capacity study counts a row without a power flow as at risk: no refusal
+    if spec.hosting is None:  # a hosting-capacity study's rows are checked by its search's first step
         check_power_flow(job, parallel, stopped)
     return job
 
@@ -146,11 +146,31 @@ def input_field(spec: JobSpec) -> str:
     return INPUT_FIELDS.get(spec.source, "input")
 
 
-def _refusal(spec: JobSpec, rows: list[int], refused: RowsRefused, total: int | None = None) -> InputValidationError:
+def _refusal(
+    spec: JobSpec, rows: list[int], refused: RowsRefused, total: int | None = None, job: PreparedJob | None = None
+) -> InputValidationError:
     """`refused` with `rows` in the job's own numbering (1-based, as the checks at submit name a file's rows)
-    and its field: the job's error reads as POST /v1/predict's 422 does for its queries."""
+    and its field: the job's error reads as POST /v1/predict's 422 does for its queries. A study job's (`job`
+    given) names its first row as the study's 422 does (scenario, year, step), then the rows as its result's
+    `row` column numbers them (from 0: its rows come from JSON or a table times scenarios, not from one file)."""
+    if job is not None and spec.source == "study" and rows:
+        where = _study_row(job, rows[0] - 1)
+        count = len(rows) if total is None else total
+        at = rows_text([r - 1 for r in rows], total=total)
+        message = f"{where}: {refused.reason} ({count} row(s) in all; the result's `row` {at})"
+        return InputValidationError(input_field(spec), message, refused.expected)
     message = f"rows {rows_text(rows, total=total)}: {refused.reason}"
     return InputValidationError(input_field(spec), message, refused.expected)
+
+
+def _study_row(job: PreparedJob, row: int) -> str:
+    """A study job's input row `row` (0-based) as the study names its rows: scenario, year and step."""
+    index, at = divmod(row, job.spec.chunk_rows)
+    with job.read_lock:
+        labels = job.source.read_row_group(index, columns=["scenario", "year", "timestamp"]).slice(at, 1).to_pylist()
+    label = labels[0]
+    stamp = "" if label["timestamp"] is None else f", step {label['timestamp']}"
+    return f"scenario {label['scenario']!r}, year {label['year']}{stamp}"
 
 
 def _loads(job: PreparedJob, index: int, whole: bool = True) -> tuple[pa.Table, np.ndarray]:
@@ -187,7 +207,7 @@ def check_power_flow(job: PreparedJob, parallel: int = 1, stopped: Stopped = _ne
             total, refused = total + len(exc.rows), exc
     if refused is not None:
         job.files.remove_parts()  # the voltages left for chunks that will not run
-        raise _refusal(spec, shown, refused, total)
+        raise _refusal(spec, shown, refused, total, job)
 
 
 def _check_chunk(job: PreparedJob, index: int, parallel: int, stopped: Stopped) -> None:
@@ -227,7 +247,7 @@ def _answer(
     try:
         return placed_answer(method, job.encoded, job.geometry, block, job.answer_spec)
     except RowsRefused as exc:  # check_power_flow passed, so not expected; named in the job's rows all the same
-        raise _refusal(job.spec, [first_row + r + 1 for r in exc.rows], exc) from None
+        raise _refusal(job.spec, [first_row + r + 1 for r in exc.rows], exc, job=job) from None
 
 
 def compute_chunk(
@@ -284,7 +304,12 @@ def _hosting_chunk(job: PreparedJob, index: int) -> tuple[pa.Table, dict[str, fl
         tolerance_mw=0.0,
         curve_points=hosting.curve_points,
     )
-    result = hosting_capacity(job.method, job.encoded, study)
+    try:
+        result = hosting_capacity(job.method, job.encoded, study)
+    except RowsRefused as exc:  # rows without a power flow without new PV (checked at submit up to a bound)
+        file = hosting.rows_field == "file"  # a profile table's rows from 1, as its 422s name them; JSON's from 0
+        rows = [r + 1 for r in exc.rows] if file else exc.rows
+        raise InputValidationError(hosting.rows_field, f"rows {rows_text(rows)}: {exc.reason}", exc.expected) from None
     t2 = time.perf_counter()
     table = results.hosting_table(spec, first, result)
     return table, {"read": t1 - t0, "predict": t2 - t1, "truth": 0.0, "write": time.perf_counter() - t2}

@@ -36,6 +36,7 @@ class HostingJob(BaseModel):
     alpha: float
     max_mw: float
     curve_points: int
+    rows_field: str = "loads"  # what the study's rows were called (loads, load_scales, file): its errors name them
 
 
 class JobSpec(BaseModel):

@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
+from service.jobs.csv_cells import safe_batch
 from service.jobs.results import METADATA_KEY
 
 log = logging.getLogger(__name__)
@@ -190,12 +191,13 @@ def parquet_stream(path: Path, layout: WideLayout, slice_rows: int | None = None
 
 
 def csv_stream(path: Path, layout: WideLayout, slice_rows: int | None = None) -> Iterator[bytes]:
-    """The long layout as CSV text, a slice at a time (header once)."""
+    """The long layout as CSV text, a slice at a time (header once); text cells a spreadsheet would read as a
+    formula quoted (service.jobs.csv_cells)."""
     source = pq.ParquetFile(path)
     rows = 0
     for batch in long_batches(source, layout, slice_rows):
         buffer = io.BytesIO()
-        pcsv.write_csv(batch, buffer, write_options=pcsv.WriteOptions(include_header=rows == 0))
+        pcsv.write_csv(safe_batch(batch), buffer, write_options=pcsv.WriteOptions(include_header=rows == 0))
         rows += batch.num_rows
         yield buffer.getvalue()
     log.info("long result of %s: %d rows x buses streamed as CSV", path.parent.name, rows)

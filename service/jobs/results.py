@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
+from service.jobs.csv_cells import safe_table
 from service.jobs.jobspec import JobSpec, result_columns
 
 if TYPE_CHECKING:  # the engine imports torch: a Dask coordinator, which only assembles, does without
@@ -211,9 +212,11 @@ def assemble(files: JobFiles, spec: JobSpec) -> int:
 
 
 def csv_stream(path: Path) -> Iterator[bytes]:
-    """result.parquet as CSV text, one row group at a time (header once)."""
+    """result.parquet as CSV text, one row group at a time (header once); text cells a spreadsheet would read as
+    a formula quoted (service.jobs.csv_cells)."""
     source = pq.ParquetFile(path)
     for index in range(source.num_row_groups):
         buffer = io.BytesIO()
-        pcsv.write_csv(source.read_row_group(index), buffer, write_options=pcsv.WriteOptions(include_header=index == 0))
+        table = safe_table(source.read_row_group(index))
+        pcsv.write_csv(table, buffer, write_options=pcsv.WriteOptions(include_header=index == 0))
         yield buffer.getvalue()

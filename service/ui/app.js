@@ -896,6 +896,8 @@ function resetClasses() {
     const input = document.createElement("input");
     Object.assign(input, { type: "number", value: 100, min: 0, max: 10000, step: 5 });
     input.dataset.class = c.name;
+    // a class at 0 MW (mv_oberrhein's PV sgens are at scaling 0) moves nothing: the server refuses scaling it
+    input.disabled = !c.consumption_p_mw && !c.generation_p_mw;
     const n = c.load_buses.length;
     const what = [c.consumption_p_mw ? `${mw(c.consumption_p_mw)} consumed` : "", c.generation_p_mw ? `${mw(c.generation_p_mw)} produced` : ""];
     const base = document.createElement("span");

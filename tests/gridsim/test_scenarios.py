@@ -237,3 +237,27 @@ def test_a_bad_time_series_is_refused_when_the_study_is_prepared_and_a_bad_scena
     lazy = expand_blocks(net, [Scenario("x")], TimeSeries(("a",), np.ones(2), np.ones(1)))  # a generator, as before
     with pytest.raises(NetworkError, match="shape"):
         next(lazy)
+
+
+def test_scaling_what_is_at_0_mw_is_refused_and_its_profile_reported_unused() -> None:
+    """User trial: on mv_oberrhein_sub0 (pandapower gives its 60 PV sgens scaling 0) class_scaling {"PV": 50},
+    generation_scale 50 and a PV profile answered as the base case, the profile not among the unused ones."""
+    net = gridsim.network("mv_oberrhein_sub0")
+    assert "PV" in net.class_names and not np.any(net.base_generation)
+    with pytest.raises(NetworkError) as refused:
+        expand(net, [Scenario("s", class_scaling={"PV": 50.0})])
+    assert refused.value.field == "scenarios[0].class_scaling" and "'PV' has no consumption or generation" in str(
+        refused.value
+    )
+    assert "MV Load" in refused.value.expected and "'PV'" not in refused.value.expected
+    assert expand(net, [Scenario("s", class_scaling={"PV": 1.0, "MV Load": 1.2})]).rows.shape == (1, net.n_features)
+    with pytest.raises(NetworkError) as refused:
+        expand(net, [Scenario("s", generation_scale=50.0)])
+    assert refused.value.field == "scenarios[0].generation_scale" and "no generation of its own" in str(refused.value)
+    ieee33 = gridsim.network("ieee33")  # no generation at all: the same refusal; DER is what adds generation
+    with pytest.raises(NetworkError, match="generation_scale"):
+        expand(ieee33, [Scenario("s", generation_scale=2.0, der=(DER(18, 100.0),))])
+    steps = ("a", "b")
+    series = TimeSeries(steps, np.ones(2), np.ones(2), 0.25, {"PV": np.array([0.0, 1.0]), "MV Load": np.ones(2)})
+    expanded = expand(net, [Scenario("s")], series)
+    assert expanded.unused_profiles == ("PV",)  # moves nothing: reported, as a name matching no class is

@@ -61,3 +61,30 @@ def test_a_feeder_already_outside_the_limit_hosts_nothing_and_dark_rows_do_not_c
     dark = _study(net, [17], profile=np.zeros(3))  # PV never producing: any size is hosted
     answer = hosting_capacity(method, fit, dark)
     assert answer.at_max[0] and answer.capacity_mw[0] == dark.max_mw
+
+
+def test_a_row_the_feeder_cannot_carry_without_pv_is_refused_not_counted_as_over_the_limit(fitted):
+    """User trial: one row without a power flow (4x the base load, voltage collapse) set every capacity to 0 and
+    the risk without PV to 1. pandapower has no solution there either; with PV >= ~1.4 MW at bus 18 it solves, so
+    "more PV than the feeder can carry" was the wrong reading: the row is refused, named by its index."""
+    import copy
+
+    import pandapower as pp
+    import pandapower.networks as pn
+
+    from models.errors import RowsRefused
+
+    net, method, fit = fitted
+    heavy = copy.deepcopy(pn.case33bw())
+    heavy.load[["p_mw", "q_mvar"]] *= 4.0
+    with pytest.raises(pp.powerflow.LoadflowNotConverged):
+        pp.runpp(heavy, numba=False)
+    base = np.concatenate([net.base_p_mw, net.base_q_mvar])
+    study = _study(net, [17], loads=np.stack([base * 0.6, base * 4.0, base * 0.3, base * 4.0]), profile=np.ones(4))
+    with pytest.raises(RowsRefused) as refused:
+        hosting_capacity(method, fit, study)
+    assert refused.value.field == "loads" and refused.value.rows == [1, 3]
+    assert "even without new PV" in str(refused.value)
+    night = _study(net, [17], loads=np.stack([base * 0.6, base * 4.0]), profile=np.array([1.0, 0.0]))
+    with pytest.raises(RowsRefused):  # a dark row (PV at 0) is a row without new PV all the same
+        hosting_capacity(method, fit, night)

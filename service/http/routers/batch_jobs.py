@@ -47,6 +47,7 @@ from service.http.problems import ProblemError, field_error, unavailable
 from service.http.responses import json_response
 from service.http.schemas import VERSION_PATTERN, ContextId, Levels, ModelVersion, SimulateSpec, Strict, StrictBool
 from service.jobs import long_results, result_summary
+from service.jobs.csv_cells import safe_table
 from service.jobs.inputs import InputError
 from service.jobs.jobspec import HOSTING_SOURCE, JobSpec, JobState
 from service.jobs.runner import job_network
@@ -462,7 +463,7 @@ def _hosting_csv(path: Path) -> Iterator[bytes]:
         for name, column in zip(table.column_names, table.columns, strict=True)
     }
     buffer = io.BytesIO()
-    pcsv.write_csv(pa.table(columns), buffer)
+    pcsv.write_csv(safe_table(pa.table(columns)), buffer)  # a bus name a spreadsheet would read as a formula: quoted
     yield buffer.getvalue()
 
 

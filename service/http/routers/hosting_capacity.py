@@ -25,7 +25,7 @@ from service.http.deps import RuntimeDep, problems
 from service.http.responses import json_response
 from service.http.routers import batch_jobs
 from service.http.routers.studies import ClassBuses, Name, table_route, table_upload, upload_doc
-from service.http.schemas import Matrix, ModelVersion, OneContext, StrictBool, StrictInt
+from service.http.schemas import Matrix, ModelVersion, OneContext, StrictBool, StrictInt, refused
 from service.jobs.jobspec import HOSTING_SOURCE, HostingJob
 
 router = APIRouter(
@@ -88,7 +88,7 @@ class HostingCapacityRequest(HostingOptions):
     @model_validator(mode="after")
     def _one_kind_of_rows(self) -> HostingCapacityRequest:
         if self.loads is not None and self.load_scales is not None:
-            raise ValueError("give either loads or load_scales, not both")
+            raise refused("give either loads or load_scales, not both", "loads or load_scales, one of them")
         return self
 
 
@@ -112,8 +112,9 @@ class HostingTableSpec(HostingOptions):
         if isinstance(data, dict):
             for name in ("loads", "load_scales"):
                 if name in data:
-                    raise ValueError(
-                        f"{name}: the rows are given by the `file` part (a profile table); leave {name} out of the spec"
+                    raise refused(
+                        f"{name}: the rows are given by the `file` part (a profile table); leave {name} out of the spec",
+                        "the spec without loads and load_scales",
                     )
         return data
 
@@ -199,6 +200,7 @@ async def _submit_job(
     group of them over every load row (a chunk about GRIDPFN_JOB_CHUNK_ROWS model rows, at least one bus)."""
     jobs = await batch_jobs.get_jobs(request)
     prepared = await hosting.prepare(rt, body, tenant, table, job_max_rows=jobs.settings.job_max_rows)
+    await hosting.refuse_unsolved_base(rt, prepared)  # a row without a power flow: a 422 now, not a failed job
     study, net = prepared.spec, prepared.net
     per_bus = len(study.loads) * passes(study)
     about = HostingJob(
@@ -209,6 +211,7 @@ async def _submit_job(
         alpha=study.alpha,
         max_mw=study.max_mw,
         curve_points=study.curve_points,
+        rows_field=prepared.rows_field,
     )
     options = batch_jobs.JobOptions()  # a row per candidate bus: no quantiles, band or power flow per row
 

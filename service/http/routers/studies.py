@@ -24,11 +24,13 @@ import numpy as np
 from fastapi import APIRouter, Depends, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 from starlette.responses import Response
 
 from service.engine import studies
 from service.engine.answers import VoltageBand
 from service.engine.errors import EngineError, InvalidInput, TooLarge
+from service.engine.factor_ranges import LOAD_RANGE, PROFILE_RANGE, PV_RANGE
 from service.engine.load_table import InputError
 from service.engine.profile_table import ProfileFile
 from service.engine.runtime import Runtime
@@ -40,7 +42,7 @@ from service.http.form_stream import FormStream
 from service.http.problems import ProblemError, field_error
 from service.http.responses import json_response
 from service.http.routers import batch_jobs
-from service.http.schemas import Levels, ModelVersion, OneContext, Strict, StrictBool, StrictInt
+from service.http.schemas import Levels, ModelVersion, OneContext, Strict, StrictBool, StrictInt, refused
 from service.jobs.inputs import STUDY_LABELS
 
 
@@ -108,23 +110,21 @@ class ScenarioSpec(Strict):
         "`classes`): its loads' consumption and its sgens' generation x this",
     )
 
-    @model_validator(mode="after")
-    def _buses(self) -> ScenarioSpec:
+    @field_validator("bus_load_scale")
+    @classmethod
+    def _buses(cls, scales: dict[str, float] | None) -> dict[str, float] | None:
         seen: set[int] = set()
-        for key in self.bus_load_scale or {}:
+        for key in scales or {}:
             if not BUS_KEY.fullmatch(key):
-                raise ValueError(f"bus_load_scale: key {key[:20]!r} is not a bus number")
+                raise refused(f"key {key[:20]!r} is not a bus number", 'a load bus number as the key, e.g. "18"')
             if int(key) in seen:
-                raise ValueError(f"bus_load_scale: bus {int(key)} is named twice")
+                raise refused(f"bus {int(key)} is named twice", "each load bus once (no leading zeros)")
             seen.add(int(key))
-        return self
+        return scales
 
 
 Number = Annotated[float, Field(allow_inf_nan=False, strict=True)]
-# A time series' factors: consumption >= 0; generation output may dip just below 0 (inverters at night), and
-# so may a profile (it may be a generation class's; service.engine.profile_table holds files to the same range).
-LOAD_RANGE, PV_RANGE = (0.0, 100.0), (-1.0, 100.0)
-PROFILE_RANGE = PV_RANGE
+# A time series' factors' ranges: service.engine.factor_ranges, which a profile table's columns are held to too.
 
 
 def _in_range(values: list[Any] | None, low: float, high: float) -> list[Any] | None:
@@ -134,11 +134,13 @@ def _in_range(values: list[Any] | None, low: float, high: float) -> list[Any] | 
     try:
         table = np.asarray(values, dtype=np.float64)
     except ValueError:
-        raise ValueError("rows of different lengths: one value per step, or one row of values per step") from None
+        raise refused(
+            "rows of different lengths", "one value per step, or one row of a value per load bus per step"
+        ) from None
     bad = np.argwhere((table < low) | (table > high))
     if len(bad):
         at = "".join(f"[{int(i)}]" for i in bad[0])
-        raise ValueError(f"{at}: {table[tuple(bad[0])]} is outside [{low}, {high}]")
+        raise refused(f"{at}: {table[tuple(bad[0])]} is outside [{low}, {high}]", f"values within [{low}, {high}]")
     return values
 
 
@@ -168,8 +170,8 @@ class TimeSeriesSpec(Strict):
         for name, factors in (values or {}).items():
             try:
                 _in_range(factors, *PROFILE_RANGE)
-            except ValueError as exc:
-                raise ValueError(f"{name}{exc}") from None
+            except PydanticCustomError as exc:
+                raise refused(f"{name}{exc.message()}", str((exc.context or {}).get("expected"))) from None
         return values
 
     @field_validator("load")
@@ -217,7 +219,10 @@ class StudyTableSpec(StudyRequest):
     @model_validator(mode="after")
     def _series_from_the_file(self) -> StudyTableSpec:
         if self.time_series is not None:
-            raise ValueError("time_series: given by the `file` part (a profile table); leave it out of the spec")
+            raise refused(
+                "time_series: given by the `file` part (a profile table); leave it out of the spec",
+                "the spec without time_series (step_hours in the spec itself)",
+            )
         return self
 
 
@@ -303,9 +308,12 @@ async def _submit_job(rt: Runtime, request: Request, body: StudyRequest, tenant:
     jobs = await batch_jobs.get_jobs(request)
     prepared = await studies.prepare(rt, body, tenant, table, max_rows=jobs.settings.job_max_rows)
     options = batch_jobs.JobOptions(prepared.spec.quantiles, prepared.spec.band)
+    # the model's fit (cached, as a study's) for each scenario-year's heaviest row's power flow before the 202
+    encoded, _, geometry = await rt.fits.prepared(prepared.loaded, prepared.ctx, prepared.net)
+    heaviest = studies.HeaviestRows(prepared.loaded.method, encoded.value, geometry, prepared.net.n_load)
 
     def build(job_id: str) -> Any:
-        rows = jobs.prepare_study(job_id, studies.checked_blocks(prepared), prepared.net)
+        rows = jobs.prepare_study(job_id, studies.checked_blocks(prepared, heaviest), prepared.net)
         labels = tuple(field.name for field in STUDY_LABELS)
         return jobs.spec_for(
             job_id,

@@ -145,3 +145,41 @@ def test_a_short_row_is_named_by_its_row(tmp_path):
     with pytest.raises(InputError) as refused:
         read(path, None, WANTED, max_rows=10, max_columns=column_limit(NET))
     assert refused.value.row == 2 and "2 cells where the header names 3 columns" in refused.value.message
+
+
+def test_each_column_kind_keeps_the_json_fields_range_and_a_stray_per_bus_column_is_named(tmp_path):
+    """User trial: `load` = -1 passed in a file (consumption turned into generation) where JSON refuses it, and
+    load_bus99 on IEEE 33 was only listed as ignored; an empty Parquet table was "type null is not numeric"."""
+
+    def refused(frame, kind="csv"):
+        with pytest.raises(InputError) as info:
+            read(_write(tmp_path, frame, kind), None, WANTED, max_rows=10, max_columns=column_limit(NET))
+        return info.value
+
+    for column in ("load", "load_bus18"):
+        error = refused(pd.DataFrame({"time": ["a", "b"], column: [1.0, -1.0]}))
+        assert (error.row, error.column) == (2, column) and "within [0, 100]" in error.expected, error
+    night = pd.DataFrame({"time": ["a", "b"], "pv": [-0.01, 1.0], "pv_bus18": [1.0, -0.5], "PV9": [-0.2, 1.0]})
+    table = read(_write(tmp_path, night, "csv"), None, WANTED, 10, column_limit(NET))  # generation may dip below 0
+    assert table.columns["pv_bus18"][1] == -0.5
+    for column in ("load_bus99", "pv_bus1", "load_bus018"):
+        error = refused(pd.DataFrame({"time": ["a"], column: [2.0], "load": [1.0]}))
+        assert error.column == column and "names no load bus" in error.message and "2, 3, 4" in error.expected
+    empty = pd.DataFrame({"time": pd.Series([], dtype=object), "load": pd.Series([], dtype=float)})
+    for kind in ("csv", "parquet"):
+        assert refused(empty, kind).message == "the table has no data rows"
+
+
+def test_a_class_the_request_defines_needs_a_column_when_the_table_names_profiles(tmp_path):
+    from service.engine.profile_table import check_class_columns
+
+    frame = pd.DataFrame({"time": ["a"], "H0-A": [0.5], "hmoes": [1.0], "PV9": [0.3], "load": [1.0]})
+    table = read(_write(tmp_path, frame, "csv"), None, WANTED, 10, column_limit(NET))
+    assert table.ignored == ("hmoes",)
+    with pytest.raises(InputError) as refused:
+        check_class_columns(table, ["H0-A", "G1-A"], ["PV9"])
+    assert refused.value.column == "G1-A" and "no column for class 'G1-A'" in refused.value.message
+    assert "'G1-A_pload'" in refused.value.expected and "hmoes" in refused.value.message
+    check_class_columns(table, ["H0-A"], ["PV9"])  # every class has its column
+    flat = read(_write(tmp_path, frame[["time", "PV9", "load"]], "csv"), None, WANTED, 10, column_limit(NET))
+    check_class_columns(flat, ["H0-A", "G1-A"], ["PV9"])  # no class profile at all (the DER's PV9 aside): x1 meant

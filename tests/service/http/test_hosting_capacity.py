@@ -268,3 +268,53 @@ def test_a_profile_table_runs_as_a_job_to_the_same_capacities(memory_server, sce
     assert list(as_text["hosting_capacity_kw"]) == list(result["hosting_capacity_kw"])
     for text, exact in zip(as_text["curve_risk"], result["curve_risk"], strict=True):
         assert json.loads(text) == list(exact)  # every digit kept
+
+
+def test_rows_the_feeder_cannot_carry_without_new_pv_are_refused_naming_them(memory_server, scenarios):
+    """User trial: a night step whose loads collapse the feeder (x4, no PV) set every bus's capacity to 0 kW
+    and risk_without_pv to 1, naming nothing (pandapower has no solution there either:
+    tests/models/test_hosting_capacity.py); as JSON rows, as load_scales, as a table's step, and as a job."""
+    import httpx
+
+    x, y = scenarios
+    net = gridsim.network("ieee33")
+    with httpx.Client(base_url=memory_server.url, timeout=60) as client:
+        cid = client.post("/v1/context-sets", json={"x": rows(x), "y": rows(y)}).json()["id"]
+        scaled = client.post("/v1/hosting-capacity", json={"context_id": cid, "buses": [18], "load_scales": [0.3, 4.0]})
+        detail = assert_problem(scaled, 422, "load_scales")["detail"]
+        assert "load_scales[1] = 4 (the base loads x 4)" in detail and "even without new PV" in detail
+        loads = np.stack([net.base_consumption * 0.6, net.base_consumption * 4.0])
+        night = {"context_id": cid, "buses": [18], "loads": rows(loads), "pv_profile": [1.0, 0.0]}
+        assert "rows [1]" in assert_problem(client.post("/v1/hosting-capacity", json=night), 422, "loads")["detail"]
+        table = "time,load,PV5\n2026-07-01T12:00,0.6,0.9\n2026-07-01T13:00,0.5,1.0\n2026-07-01T19:00,4.0,0\n"
+        spec = {"context_id": cid, "buses": [18], "pv_profile": "PV5"}
+        entry = assert_problem(_post_table(client, spec, table), 422, "file")["errors"][0]
+        assert entry["row"] == 3 and "step '2026-07-01T19:00'" in entry["message"] and entry["expected"]
+        day = _post_table(client, {**spec, "buses": [6, 18, 33]}, table.rsplit("2026-07-01T19:00", 1)[0])
+        assert day.status_code == 200, day.text
+        assert day.json()["risk_without_pv"] < 0.05
+        assert all(b["hosting_capacity_kw"] > 1000 for b in day.json()["buses"])
+        jobs = getattr(memory_server.app.state, "jobs", None)
+        before = set(jobs.root.iterdir()) if jobs else set()
+        job = _post_table(client, {**spec, "as_job": True}, table)  # refused before it is queued
+        assert assert_problem(job, 422, "file")["errors"][0]["row"] == 3
+        assert set(memory_server.app.state.jobs.root.iterdir()) == before
+
+
+def test_a_table_column_naming_no_load_bus_or_a_class_without_its_column_is_refused(memory_server, scenarios):
+    """User trial: load_bus99 / load_bus1 were only listed as ignored, and a class of `classes` with no column in
+    the table ran at x1, both with 200."""
+    import httpx
+
+    x, y = scenarios
+    with httpx.Client(base_url=memory_server.url, timeout=60) as client:
+        cid = client.post("/v1/context-sets", json={"x": rows(x), "y": rows(y)}).json()["id"]
+        spec = {"context_id": cid, "buses": [18]}
+        for column in ("load_bus99", "load_bus1"):
+            entry = assert_problem(_post_table(client, spec, f"time,{column}\na,2.0\n"), 422, "file")["errors"][0]
+            assert entry["column"] == column and "names no load bus" in entry["message"] and "18" in entry["expected"]
+        only_homes = "time,load,homes\na,0.5,0.8\nb,0.6,1.2\n"
+        entry = assert_problem(_post_table(client, {**spec, "classes": CLASSES}, only_homes), 422, "file")["errors"][0]
+        assert entry["column"] == "shops" and "no column for class 'shops'" in entry["message"]
+        both = _post_table(client, {**spec, "classes": CLASSES}, "time,homes,shops\na,0.8,0.3\n")
+        assert both.status_code == 200, both.text

@@ -315,3 +315,134 @@ def test_a_study_job_names_its_bad_scenario_and_leaves_nothing_behind(memory_ser
         problem = assert_problem(response, 422, "scenarios[1].der[0].bus")
         assert "bus 1 is not a load bus" in problem["detail"]
         assert set(memory_server.app.state.jobs.root.iterdir()) == before  # no job directory left behind
+
+
+def _wait(client: httpx.Client, job_id: str) -> dict:
+    deadline = time.monotonic() + 60
+    while (job := client.get(f"/v1/batch-jobs/{job_id}").json())["state"] not in ("done", "failed"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return job
+
+
+def test_a_study_job_names_rows_without_a_power_flow_by_scenario_year_and_step(memory_server, scenarios):
+    """User trial: a collapsing scenario as a job was accepted (202), then failed with "rows [1]" (1-based beside
+    the result's 0-based `row`), no scenario named. Now a scenario-year whose heaviest row has no power flow is a
+    422 before the 202, worded as the study's own; a row the job's check finds later is named the same way."""
+    x, y = scenarios
+    context = {"x": rows(x), "y": rows(y)}
+    with httpx.Client(base_url=memory_server.url, timeout=60) as client:
+        collapse = {"context": context, "scenarios": [{"name": "collapse", "load_scale": 20}, {"name": "ok"}]}
+        now = assert_problem(client.post("/v1/studies", json=collapse), 422, "scenarios")["detail"]
+        job = assert_problem(client.post("/v1/studies", json={**collapse, "as_job": True}), 422, "scenarios")
+        assert "scenario 'collapse', year 0" in now and job["detail"] == now
+        net = gridsim.network("ieee33")
+        far = np.zeros(net.n_load)
+        far[[net.load_buses.index(b) for b in range(13, 19)]] = 8.0  # less load in all than step a, far out
+        series = {"timestamps": ["a", "b"], "load": [[3.0] * net.n_load, far.tolist()]}
+        body = {"context": context, "scenarios": [{"name": "far"}], "time_series": series, "as_job": True}
+        queued = client.post("/v1/studies", json=body)
+        assert queued.status_code == 202, queued.text
+        failed = _wait(client, queued.json()["id"])
+    assert failed["state"] == "failed", failed
+    entry = failed["errors"][0]
+    assert entry["field"] == "scenarios" and "scenario 'far', year 0, step b" in entry["message"], failed
+    assert "the result's `row` [1]" in entry["message"], failed
+
+
+def test_scaling_generation_a_network_does_not_have_is_refused(client, scenarios):
+    x, y = scenarios
+    body = {"context": {"x": rows(x), "y": rows(y)}, "scenarios": [{"generation_scale": 50}]}
+    detail = assert_problem(client.post("/v1/studies", json=body), 422, "scenarios[0].generation_scale")["detail"]
+    assert "no generation of its own" in detail
+
+
+def test_a_factor_has_one_range_whatever_carries_it_and_table_mistakes_are_named(memory_server, scenarios):
+    """User trial: `load` = -1 in a table was accepted (JSON refuses it); load_bus99 was only ignored; a class of
+    `classes` without a profile ran at x1; an empty Parquet table was "type null is not numeric"."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    x, y = scenarios
+    with httpx.Client(base_url=memory_server.url, timeout=60) as client:
+        cid = client.post("/v1/context-sets", json={"x": rows(x), "y": rows(y)}).json()["id"]
+        spec = {"context_id": cid, "scenarios": [{}], "detail": "summary"}
+
+        def table(text: str | bytes, name: str = "p.csv", extra: dict | None = None):
+            sent = {**spec, **(extra or {})}
+            return client.post("/v1/studies", data={"spec": json.dumps(sent)}, files={"file": (name, text)})
+
+        entry = assert_problem(table("time,load\na,1.0\nb,-1\n"), 422, "file")["errors"][0]
+        assert (entry["row"], entry["column"]) == (2, "load") and "[0, 100]" in entry["expected"]
+        as_json = {"context_id": cid, "scenarios": [{}], "time_series": {"timestamps": ["a"], "load": [-1.0]}}
+        assert "[0.0, 100.0]" in assert_problem(client.post("/v1/studies", json=as_json), 422)["errors"][0]["expected"]
+        entry = assert_problem(table("time,load_bus99\na,2\n"), 422, "file")["errors"][0]
+        assert entry["column"] == "load_bus99" and "names no load bus" in entry["message"]
+        classes = {"homes": [2, 3], "shops": [18, 19]}
+        entry = assert_problem(table("time,homes\na,2\n", extra={"classes": classes}), 422, "file")["errors"][0]
+        assert entry["column"] == "shops" and "'shops_pload'" in entry["expected"]
+        ts = {"timestamps": ["a"], "profiles": {"homes": [2.0]}}
+        missing = {"context_id": cid, "scenarios": [{}], "classes": classes, "time_series": ts}
+        problem = assert_problem(client.post("/v1/studies", json=missing), 422, "time_series.profiles")
+        assert "no profile for class 'shops'" in problem["detail"]
+        empty = io.BytesIO()
+        pq.write_table(pa.table({"time": pa.array([], pa.null()), "load": pa.array([], pa.float64())}), empty)
+        entry = assert_problem(table(empty.getvalue(), "p.parquet"), 422, "file")["errors"][0]
+        assert entry["message"] == "the table has no data rows"
+
+
+def test_every_refusal_says_what_was_expected(client, scenarios):
+    """User trial: a bus_load_scale key "abc" (named as scenarios[0]), ragged `load` rows, a spec holding
+    time_series answered "expected": null; a body that is no object answered pydantic's "model_attributes"."""
+    x, y = scenarios
+    context = {"x": rows(x), "y": rows(y)}
+    key = assert_problem(
+        client.post("/v1/studies", json={"context": context, "scenarios": [{"bus_load_scale": {"abc": 2}}]}),
+        422,
+        "scenarios[0].bus_load_scale",
+    )
+    ragged = {"timestamps": ["a", "b"], "load": [[1.0] * 32, [1.0] * 31]}
+    uneven = assert_problem(
+        client.post("/v1/studies", json={"context": context, "scenarios": [{}], "time_series": ragged}), 422
+    )
+    cid = client.post("/v1/context-sets", json=context).json()["id"]
+    spec = {"context_id": cid, "scenarios": [{}], "time_series": {"timestamps": ["a"]}}
+    in_spec = client.post("/v1/studies", data={"spec": json.dumps(spec)}, files={"file": ("p.csv", b"time\na\n")})
+    for body in (key, uneven, assert_problem(in_spec, 422)):
+        assert all(e["expected"] for e in body["errors"]), body
+    for not_an_object in ([1, 2], "text", 3):
+        problem = assert_problem(client.post("/v1/studies", json=not_an_object), 422)
+        assert problem["errors"][0]["expected"] == "a JSON object", problem
+
+
+def test_a_study_jobs_csv_result_quotes_text_a_spreadsheet_would_run(memory_server, scenarios):
+    """User trial: a scenario named =HYPERLINK(...) and step labels "=1+1", "@SUM(1)" were written verbatim in the
+    CSV result (wide and long): a formula in the planner's spreadsheet. Text cells starting one get a quote;
+    numbers (negative loads) stay numbers; Parquet keeps the text as sent."""
+    import io
+
+    x, y = scenarios
+    name = '=HYPERLINK("http://example.com","x")'
+    body = {
+        "context": {"x": rows(x), "y": rows(y)},
+        "scenarios": [{"name": name, "der": [{"bus": 18, "kw": 400}]}],
+        "time_series": {"timestamps": ["=1+1", "@SUM(1)"]},
+        "as_job": True,
+    }
+    with httpx.Client(base_url=memory_server.url, timeout=60) as client:
+        queued = client.post("/v1/studies", json=body)
+        assert queued.status_code == 202, queued.text
+        job_id = queued.json()["id"]
+        assert _wait(client, job_id)["state"] == "done"
+        wide = client.get(f"/v1/batch-jobs/{job_id}/result?format=csv").text
+        long = client.get(f"/v1/batch-jobs/{job_id}/result?format=csv&layout=long").text
+        parquet = pd.read_parquet(io.BytesIO(client.get(f"/v1/batch-jobs/{job_id}/result").content))
+    for text in (wide, long):
+        frame = pd.read_csv(io.StringIO(text))
+        assert set(frame["scenario"]) == {"'" + name}
+        assert list(dict.fromkeys(frame["timestamp"])) == ["'=1+1", "'@SUM(1)"]
+        assert "\n=" not in text and ",=" not in text and ",@" not in text
+    wide_frame = pd.read_csv(io.StringIO(wide))
+    assert wide_frame["p_mw_bus18"].dtype.kind == "f" and (wide_frame["p_mw_bus18"] < 0).all()  # 90 kW - 400 kW
+    assert set(parquet["scenario"]) == {name} and list(parquet["timestamp"]) == ["=1+1", "@SUM(1)"]
