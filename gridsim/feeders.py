@@ -331,11 +331,19 @@ def _base_load_flow(net) -> None:
             "the power flow does not converge at the net's base load",
             "a case whose base load has a power-flow solution",
         ) from exc
-    except Exception as exc:  # pandapower's own checks (missing columns, bad values)
+    except MemoryError:
+        raise  # the reader's memory cap, not a fault of the net: the upload sandbox answers it (413)
+    except ArithmeticError as exc:  # an overflow or underflow (numpy raises FloatingPointError in pandapower's calls)
+        log.warning("pandapower.runpp failed numerically: %r", exc)
         raise NetworkError(
             "net",
-            f"pandapower cannot run a power flow on it: {type(exc).__name__}: {exc}",
-            "a net that pandapower.runpp accepts",
+            "the power flow fails numerically: a value (an impedance, load or voltage) is far outside a feeder's range",
+            "the impedances, loads and voltages of a real feeder",
+        ) from exc
+    except Exception as exc:  # pandapower's own checks (missing columns, bad values); the log has which
+        log.warning("pandapower.runpp refused a net: %r", exc)
+        raise NetworkError(
+            "net", "pandapower cannot run a power flow on it", "a net that pandapower.runpp accepts"
         ) from exc
 
 
@@ -811,18 +819,22 @@ def from_matpower(data: str | bytes, name: str | None = None, f_hz: float = 50.0
     (MATPOWER's own numbers for consecutively numbered cases)."""
     from pandapower.converter.pypower import from_ppc
 
-    from gridsim.matpower import parse_m, parse_mat, to_ppc
+    from gridsim.matpower import check_lines, parse_m, parse_mat, to_ppc
 
     raw = data.encode() if isinstance(data, str) else bytes(data)
     ppc = to_ppc(parse_mat(raw) if raw.startswith(b"MATLAB") else parse_m(raw))
     try:
         net = from_ppc(ppc, f_hz=f_hz, validate_conversion=False)
-    except Exception as exc:  # the converter raises many kinds on inconsistent cases
+    except MemoryError:
+        raise  # the reader's memory cap, not a fault of the case: the upload sandbox answers it (413)
+    except Exception as exc:  # the converter raises many kinds on inconsistent cases; the log has which
+        log.warning("pandapower.converter.from_ppc refused a case: %r", exc)
         raise NetworkError(
             "body",
-            f"not a convertible MATPOWER case: {type(exc).__name__}: {str(exc)[:200]}",
+            "not a convertible MATPOWER case",
             "a MATPOWER case file (version 2) whose branches and generators name its buses",
         ) from exc
+    check_lines(net, ppc)
     return snapshot(net, name=name, number_offset=1)
 
 

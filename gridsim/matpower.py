@@ -7,7 +7,8 @@ upload to disk first. This reader makes one pass over the text with `str.find` a
 (`MAX_TEXT_BYTES`, `MAX_ROWS`, `MAX_CELLS`). `.mat` bytes go through `scipy.io.loadmat` (a binary
 reader of numeric arrays that runs no code; uploads are read in the upload sandbox, whose memory
 limit bounds it). Either way the result is a MATPOWER `ppc` dict of float arrays that
-`pandapower.converter.from_ppc` turns into a net.
+`pandapower.converter.from_ppc` turns into a net, whose lines `check_lines` puts through the pandapower JSON
+reader's own checks: the net is stored as pandapower JSON and rebuilt by that reader at every later use.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from gridsim.errors import NetworkError
+from gridsim.upload_limits import MAX_BUS_INDEX
 
-__all__ = ["MAX_TEXT_BYTES", "MAX_ROWS", "MAX_CELLS", "parse_m", "parse_mat", "to_ppc"]
+__all__ = ["MAX_TEXT_BYTES", "MAX_ROWS", "MAX_CELLS", "parse_m", "parse_mat", "to_ppc", "check_lines"]
 
 MAX_TEXT_BYTES = 8 * 1024 * 1024
 MAX_ROWS = 20_000  # rows of any one matrix
@@ -28,10 +30,17 @@ MAX_CELLS = 2_000_000  # numbers in the whole case
 EXPECTED = "a MATPOWER case file (version 2): .m text with mpc.bus/mpc.branch/mpc.gen, or .mat"
 # columns MATPOWER requires of each matrix (more are allowed: OPF results, extra user columns)
 REQUIRED = {"bus": 13, "gen": 10, "branch": 11}
+# the line column pandapower.converter.from_ppc makes of each branch column (1-based, as MATPOWER names them)
+LINE_COLUMNS = {"r_ohm_per_km": (3, "BR_R"), "x_ohm_per_km": (4, "BR_X"), "c_nf_per_km": (5, "BR_B")}
 
 
 def _refuse(field: str, problem: str) -> NetworkError:
     return NetworkError(field, problem, EXPECTED)
+
+
+def _shown(value: float) -> str:
+    """A number as the case wrote it: whole numbers in full (bus 2147483647, not 2.14748e+09)."""
+    return str(int(value)) if math.isfinite(value) and value == int(value) and abs(value) < 2**63 else f"{value:g}"
 
 
 def _strip_comment(line: str) -> str:
@@ -143,8 +152,10 @@ def parse_mat(data: bytes) -> dict[str, Any]:
 
     try:
         content = scipy.io.loadmat(io.BytesIO(data), squeeze_me=True, struct_as_record=False, mat_dtype=False)
-    except Exception as exc:  # scipy raises many kinds on malformed files
-        raise _refuse("body", f"not a readable .mat file ({type(exc).__name__})") from None
+    except MemoryError:
+        raise  # the reader's memory cap (a compressed matrix that inflates past it): the upload sandbox's 413
+    except Exception:  # scipy raises many kinds on malformed files
+        raise _refuse("body", "not a readable .mat file") from None
     mpc = content.get("mpc")
     if mpc is None or not hasattr(mpc, "_fieldnames"):
         raise _refuse("body", "the .mat file holds no struct named mpc")
@@ -152,7 +163,8 @@ def parse_mat(data: bytes) -> dict[str, Any]:
 
 
 def to_ppc(fields: dict[str, Any]) -> dict[str, Any]:
-    """A pypower case (0-based bus numbers) from the parsed fields, each matrix checked."""
+    """A pypower case (0-based bus numbers) from the parsed fields, each matrix checked: bus numbers distinct,
+    from 1 to MAX_BUS_INDEX (pandapower indexes buses by them), and every branch and generator on one of them."""
     version = str(fields.get("version", "2")).strip()
     if version != "2":
         raise _refuse("mpc.version", f"version {version!r}: only MATPOWER case format version 2 is read")
@@ -177,11 +189,59 @@ def to_ppc(fields: dict[str, Any]) -> dict[str, Any]:
         if np.isnan(matrix).any():
             raise _refuse(f"mpc.{name}", "NaN is not a value")
         ppc[name] = matrix.copy()
-    for name, column in (("bus", 0), ("gen", 0), ("branch", 0), ("branch", 1)):
+    numbers = ppc["bus"][:, 0]
+    bad = np.flatnonzero(
+        ~np.isfinite(numbers) | (numbers != np.round(numbers)) | (numbers < 1) | (numbers > MAX_BUS_INDEX)
+    )
+    if len(bad):  # pandapower indexes its buses by these numbers, and sizes its lookups by the largest
+        raise NetworkError(
+            "mpc.bus",
+            f"row {bad[0] + 1}, column 1: {_shown(numbers[bad[0]])} is not a bus number from 1 to {MAX_BUS_INDEX}",
+            f"bus numbers (integers) from 1 to {MAX_BUS_INDEX}; renumber a case with larger ones",
+        )
+    _, first = np.unique(numbers, return_index=True)
+    if len(first) < len(numbers):
+        again = int(np.setdiff1d(np.arange(len(numbers)), first)[0])
+        before = int(np.flatnonzero(numbers == numbers[again])[0])
+        raise _refuse(
+            "mpc.bus",
+            f"bus number {_shown(numbers[again])} is in rows {before + 1} and {again + 1}: each bus has its own",
+        )
+    for name, column in (("gen", 0), ("branch", 0), ("branch", 1)):
         ids = ppc[name][:, column]
-        if not (np.isfinite(ids).all() and (ids == np.round(ids)).all() and (ids >= 1).all() and (ids < 2**31).all()):
-            raise _refuse(f"mpc.{name}", f"column {column + 1} must hold bus numbers (integers >= 1)")
+        missing = np.flatnonzero(~np.isin(ids, numbers))
+        if len(missing):
+            raise NetworkError(
+                f"mpc.{name}",
+                f"row {missing[0] + 1}, column {column + 1}: {_shown(ids[missing[0]])} is not a bus number of mpc.bus",
+                "the number (column 1) of a row of mpc.bus",
+            )
+    for name, column in (("bus", 0), ("gen", 0), ("branch", 0), ("branch", 1)):
         ppc[name][:, column] -= 1  # MATPOWER numbers from 1, pypower from 0
     branch = ppc["branch"]
     branch[branch[:, 8] == 0, 8] = 1  # MATPOWER's TAP 0 means "not a transformer", pypower's 1
     return ppc
+
+
+def check_lines(net: Any, ppc: dict[str, Any]) -> None:
+    """The branches pandapower.converter.from_ppc made lines of, through the very checks the stored net's
+    rebuild applies to every line (gridsim.pandapower_json.TABLES): refused here, naming the branch's row and
+    column, rather than accepted and then refused at every later use (a negative resistance did just that)."""
+    from gridsim.pandapower_json import TABLES, expected_of
+
+    lookup = net._from_ppc_lookups["branch"]
+    row_of = {int(e): row for row, (e, kind) in enumerate(zip(lookup.element, lookup.element_type)) if kind == "line"}
+    for column, (position, name) in LINE_COLUMNS.items():
+        check = TABLES["line"][column][0]
+        for line, value in zip(net.line.index.tolist(), net.line[column].tolist()):
+            try:
+                check(value)
+            except ValueError as exc:
+                row = row_of[int(line)]
+                given = float(ppc["branch"][row, position - 1])
+                converted = "" if given == value else f" (as a line, {column} = {value:.4g})"
+                raise NetworkError(
+                    "mpc.branch",
+                    f"row {row + 1}, column {position} ({name}): {given:g}{converted} is {exc}",
+                    f"{name} of a line such that pandapower's {column} is {expected_of('line', column)}",
+                ) from None

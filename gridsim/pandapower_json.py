@@ -22,8 +22,9 @@ import numpy as np
 import orjson
 
 from gridsim.errors import NetworkError
+from gridsim.upload_limits import MAX_BUS_INDEX, MAX_LINE_KM, MAX_LINE_NF_PER_KM, MAX_LINE_OHM_PER_KM
 
-__all__ = ["TABLES", "MAX_ROWS", "read_pandapower_json"]
+__all__ = ["TABLES", "MAX_ROWS", "expected_of", "read_pandapower_json"]
 
 MAX_ROWS = 5_000  # rows in any one table (a 500-bus feeder has well under this)
 MAX_COLUMNS = 256  # columns of one table (pandapower's widest have about 60)
@@ -33,6 +34,8 @@ MAX_GEO_TEXT = 4_096  # characters in one bus's GeoJSON point
 EXPECTED = "pandapower JSON (pandapower.to_json output) of element tables"
 
 # Value kinds. Each check returns the Python value pandas will hold, or raises ValueError.
+# what a check expects, where its column's dtype ("float64 values") says too little
+_EXPECTED: dict[Callable[[Any], Any], str] = {}
 
 
 def _number(value: Any) -> float:
@@ -55,11 +58,30 @@ def _positive(value: Any) -> float:
     return number
 
 
-def _non_negative(value: Any) -> float:
-    number = _number(value)
-    if number < 0:
-        raise ValueError("a negative number (a line's resistance, reactance or charging is at least 0)")
+def _line_value(limit: float, unit: str) -> Callable[[Any], float]:
+    """A line's resistance, reactance or charging per km: a negative one is no conductor, and an absurd one
+    breaks the power flow's arithmetic (gridsim.upload_limits); gridsim.matpower checks converted lines with it."""
+
+    def check(value: Any) -> float:
+        number = _number(value)
+        if number < 0:
+            raise ValueError("a negative number (a line's resistance, reactance or charging is at least 0)")
+        if number > limit:
+            raise ValueError(f"over the limit of {limit:g} {unit}")
+        return number
+
+    _EXPECTED[check] = f"a number from 0 to {limit:g} {unit}"
+    return check
+
+
+def _line_length(value: Any) -> float:
+    number = _positive(value)
+    if number > MAX_LINE_KM:
+        raise ValueError(f"over the limit of {MAX_LINE_KM:g} km")
     return number
+
+
+_EXPECTED[_line_length] = f"a length above 0 and at most {MAX_LINE_KM:g} km"
 
 
 def _count(value: Any) -> int:
@@ -74,6 +96,19 @@ def _index(value: Any) -> int:
     if number != int(number) or not 0 <= number < 2**31:
         raise ValueError("not a table index (an integer in [0, 2^31))")
     return int(number)
+
+
+def _bus_index(value: Any) -> int:
+    """A bus's index, or a reference to one: bounded (pandapower's lookups are as long as the largest)."""
+    number = _number(value)
+    if number != int(number) or not 0 <= number < MAX_BUS_INDEX:
+        raise ValueError(
+            f"not a bus index in [0, {MAX_BUS_INDEX}) (renumber the buses: pandapower.toolbox.create_continuous_bus_index)"
+        )
+    return int(number)
+
+
+_EXPECTED[_bus_index] = f"a bus index in [0, {MAX_BUS_INDEX})"
 
 
 def _flag(value: Any) -> bool:
@@ -143,7 +178,7 @@ TABLES: dict[str, dict[str, _Column]] = {
     },
     "ext_grid": {
         "name": (_name, "object"),
-        "bus": (_index, "int64"),
+        "bus": (_bus_index, "int64"),
         "vm_pu": (_number, "float64"),
         "va_degree": (_number, "float64"),
         "slack_weight": (_optional_number, "float64"),
@@ -153,12 +188,12 @@ TABLES: dict[str, dict[str, _Column]] = {
     "line": {
         "name": (_name, "object"),
         "std_type": (_name, "object"),
-        "from_bus": (_index, "int64"),
-        "to_bus": (_index, "int64"),
-        "length_km": (_positive, "float64"),
-        "r_ohm_per_km": (_non_negative, "float64"),
-        "x_ohm_per_km": (_non_negative, "float64"),
-        "c_nf_per_km": (_non_negative, "float64"),
+        "from_bus": (_bus_index, "int64"),
+        "to_bus": (_bus_index, "int64"),
+        "length_km": (_line_length, "float64"),
+        "r_ohm_per_km": (_line_value(MAX_LINE_OHM_PER_KM, "ohm/km"), "float64"),
+        "x_ohm_per_km": (_line_value(MAX_LINE_OHM_PER_KM, "ohm/km"), "float64"),
+        "c_nf_per_km": (_line_value(MAX_LINE_NF_PER_KM, "nF/km"), "float64"),
         "g_us_per_km": (_optional_number, "float64"),
         "max_i_ka": (_optional_number, "float64"),
         "df": (_optional_number, "float64"),
@@ -170,8 +205,8 @@ TABLES: dict[str, dict[str, _Column]] = {
     "trafo": {
         "name": (_name, "object"),
         "std_type": (_name, "object"),
-        "hv_bus": (_index, "int64"),
-        "lv_bus": (_index, "int64"),
+        "hv_bus": (_bus_index, "int64"),
+        "lv_bus": (_bus_index, "int64"),
         "sn_mva": (_positive, "float64"),
         "vn_hv_kv": (_positive, "float64"),
         "vn_lv_kv": (_positive, "float64"),
@@ -200,7 +235,7 @@ TABLES: dict[str, dict[str, _Column]] = {
     },
     "load": {
         "name": (_name, "object"),
-        "bus": (_index, "int64"),
+        "bus": (_bus_index, "int64"),
         "p_mw": (_number, "float64"),
         "q_mvar": (_number, "float64"),
         "const_z_percent": (_optional_number, "float64"),
@@ -218,7 +253,7 @@ TABLES: dict[str, dict[str, _Column]] = {
     },
     "sgen": {
         "name": (_name, "object"),
-        "bus": (_index, "int64"),
+        "bus": (_bus_index, "int64"),
         "p_mw": (_number, "float64"),
         "q_mvar": (_number, "float64"),
         "min_q_mvar": (_optional_number, "float64"),
@@ -241,7 +276,7 @@ TABLES: dict[str, dict[str, _Column]] = {
         "kappa": (_optional_number, "float64"),
     },
     "shunt": {
-        "bus": (_index, "int64"),
+        "bus": (_bus_index, "int64"),
         "name": (_name, "object"),
         "q_mvar": (_number, "float64"),
         "p_mw": (_number, "float64"),
@@ -253,7 +288,7 @@ TABLES: dict[str, dict[str, _Column]] = {
         "in_service": (_flag, "bool"),
     },
     "switch": {
-        "bus": (_index, "int64"),
+        "bus": (_bus_index, "int64"),
         "element": (_index, "int64"),
         "et": (_choice("l", "t", "t3", "b"), "object"),
         "type": (_name, "object"),
@@ -309,6 +344,12 @@ _IGNORED = (
 _SCALARS = {"name": _name, "f_hz": _positive, "sn_mva": _positive}
 
 
+def expected_of(table: str, column: str) -> str:
+    """What a column's values must be, in words (the `expected` of its refusals)."""
+    check, dtype = TABLES[table][column]
+    return _EXPECTED.get(check, f"{dtype} values")
+
+
 def _refuse(field: str, problem: str, expected: str = EXPECTED) -> NetworkError:
     return NetworkError(field, problem, expected)
 
@@ -320,8 +361,11 @@ def _loads(text: bytes | str, field: str) -> Any:
         raise _refuse(field, f"not JSON ({str(exc)[:120]})") from None
 
 
-def _rows(field: str, frame: Any) -> tuple[list[str], list[int], list[list[Any]]]:
-    """(columns, index, data) of one table's envelope, checked for the shape pandas' `split` orientation has."""
+def _rows(
+    field: str, frame: Any, row_index: Callable[[Any], int] = _index
+) -> tuple[list[str], list[int], list[list[Any]]]:
+    """(columns, index, data) of one table's envelope, checked for the shape pandas' `split` orientation has
+    (its row indices by `row_index`: the bus table's are bounded)."""
     if not isinstance(frame, dict) or frame.get("_module") != "pandas.core.frame" or frame.get("_class") != "DataFrame":
         raise _refuse(field, "not a DataFrame table", "a DataFrame envelope as pandapower.to_json writes it")
     if frame.get("orient", "split") != "split" or frame.get("is_multiindex") or frame.get("is_multicolumn"):
@@ -348,10 +392,13 @@ def _rows(field: str, frame: Any) -> tuple[list[str], list[int], list[list[Any]]
         raise _refuse(field, "column names are not distinct strings")
     if not all(isinstance(row, list) and len(row) == len(columns) for row in data):
         raise _refuse(field, f"a row is not a list of {len(columns)} cells")
-    try:
-        rows = [_index(i) for i in index]
-    except ValueError as exc:
-        raise _refuse(f"{field}.index", str(exc), "integer row indices") from None
+    rows = []
+    for i in index:
+        try:
+            rows.append(row_index(i))
+        except ValueError as exc:
+            problem = f"{exc} (got {_preview(i)})"
+            raise _refuse(f"{field}.index", problem, _EXPECTED.get(row_index, "integer row indices")) from None
     if len(set(rows)) != len(rows):
         raise _refuse(f"{field}.index", "repeated row index", "distinct row indices")
     return columns, rows, data
@@ -361,7 +408,7 @@ def _table(name: str, frame: Any) -> Any:
     """A checked pandas DataFrame of the allowed columns of one element table."""
     import pandas as pd
 
-    columns, index, data = _rows(name, frame)
+    columns, index, data = _rows(name, frame, _bus_index if name == "bus" else _index)
     schema = TABLES[name]
     values: dict[str, Any] = {}
     for position, column in enumerate(columns):
@@ -374,7 +421,9 @@ def _table(name: str, frame: Any) -> Any:
                 cells.append(check(cells_of_row[position]))
             except ValueError as exc:
                 raise _refuse(
-                    f"{name}.{column}", f"row {row}: {exc} (got {_preview(cells_of_row[position])})", f"{dtype} values"
+                    f"{name}.{column}",
+                    f"row {row}: {exc} (got {_preview(cells_of_row[position])})",
+                    expected_of(name, column),
                 ) from None
         values[column] = pd.Series(cells, index=index, dtype=dtype)
     for position, column in enumerate(columns):  # others never read into the net; refused where they hold values

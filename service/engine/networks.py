@@ -16,12 +16,11 @@ server process sharing that store stops answering from its rebuilt copy within `
 
 from __future__ import annotations
 
-import functools
 import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -29,6 +28,9 @@ from service.constants import SHA256_ID
 from service.engine.errors import InvalidInput, NotFound, StoreUnavailable
 from service.engine.store import Store
 from service.engine.tenants import Tenant, scoped_id
+
+if TYPE_CHECKING:
+    from gridsim.errors import NetworkError
 
 UPLOAD_ID = re.compile(SHA256_ID)
 RESOLVED_KEEP = 16  # uploaded networks kept rebuilt in process (a rebuild runs a base-load power flow)
@@ -76,24 +78,43 @@ def snapshot_upload(data: bytes, filename: str | None) -> tuple[dict[str, Any], 
 
     Runs in a worker thread (a power flow at base load and the layout)."""
     from gridsim.feeders import NetworkError, describe, from_matpower, from_pandapower_json, numbering
+    from gridsim.pandapower_json import read_pandapower_json
 
     fmt = detect_format(data, filename)
     try:
         net = from_pandapower_json(data) if fmt == "pandapower-json" else from_matpower(data)
     except NetworkError as exc:
         raise InvalidInput(exc.field, exc.problem, exc.expected) from exc
+    try:  # what is stored is what every later use rebuilds from (`_rebuild`): it must pass that reader too
+        read_pandapower_json(net.source_json)
+    except NetworkError as exc:
+        raise InvalidInput(
+            exc.field, f"the network as it would be stored (pandapower JSON) is refused: {exc.problem}", exc.expected
+        ) from exc
     info = {"id": net.name, "kind": "uploaded", "format": fmt, "created_at": time.time(), **describe(net)}
     info["numbering"] = numbering(net, uploaded=True)  # says why its bus numbers are, or are not, a built-in's
     return info, net.source_json
 
 
-@functools.cache
-def built_in(name: str) -> dict[str, Any]:
-    """Description of a built-in network (its id is its name)."""
-    import gridsim
-    from gridsim.feeders import describe
+_BUILT_IN: dict[str, dict[str, Any]] = {}  # name -> description, computed once per process
 
-    return {"id": name, "kind": "built-in", "format": "built-in", "created_at": None, **describe(gridsim.network(name))}
+
+def built_in(name: str) -> dict[str, Any]:
+    """Description of a built-in network (its id is its name); computed once (in a worker thread: it builds the
+    network), then the same dict for every caller (`built_in_ready`)."""
+    if name not in _BUILT_IN:
+        import gridsim
+        from gridsim.feeders import describe
+
+        described = describe(gridsim.network(name))
+        _BUILT_IN[name] = {"id": name, "kind": "built-in", "format": "built-in", "created_at": None, **described}
+    return _BUILT_IN[name]
+
+
+def built_in_ready(name: str) -> dict[str, Any] | None:
+    """A built-in's description when already computed (the lifespan's warm-up computes them all), else None: the
+    list and read routes serve it without waiting for a worker thread behind other keys' model work."""
+    return _BUILT_IN.get(name)
 
 
 def built_in_names() -> tuple[str, ...]:
@@ -106,6 +127,19 @@ def _rebuild(source_json: bytes, network_id: str) -> Any:
     from gridsim.feeders import from_pandapower_json
 
     return from_pandapower_json(source_json, name=network_id)
+
+
+def unusable_network(name: str, reason: NetworkError, field: str, location: str) -> InvalidInput:
+    """A stored upload whose rebuild is refused (`reason`: stored by a version that read uploads more leniently, say
+    a MATPOWER line with a negative resistance): no use of it can be answered, which the caller is told, not a 500."""
+    return InvalidInput(
+        field,
+        f"network {name!r} is stored but cannot be used: rebuilding it is refused ({reason.field}: {reason.problem})",
+        f"a network the service can rebuild: delete this one (DELETE /v1/networks/{name}), correct the feeder"
+        + (f" ({reason.field}: {reason.expected})" if reason.expected else "")
+        + " and upload it again",
+        location,
+    )
 
 
 def unknown_network(name: str, field: str) -> InvalidInput:
@@ -145,8 +179,10 @@ class Networks:
         A rebuilt upload is kept in process; whether it is still stored (deleted by another server
         process, or expired) is asked again once that copy is older than `recheck_s`, by one request at a
         time, as ContextSets.stored does: a deleted upload stops being answered everywhere within that
-        time, for one store round trip per period rather than one per request."""
+        time, for one store round trip per period rather than one per request. An upload whose rebuild is
+        refused (`unusable_network`) is an InvalidInput naming `field`, its refusal kept as a rebuilt copy is."""
         import gridsim
+        from gridsim.errors import NetworkError
 
         if network_id in built_in_names():
             return gridsim.network(network_id)
@@ -164,13 +200,18 @@ class Networks:
             source = await self.store.get(SOURCE_PREFIX + network_id)
             if source is None:
                 raise NotFound("network", network_id, field, location)
-            net = await self.run(_rebuild, source, network_id) if self.run else _rebuild(source, network_id)
+            try:
+                net = await self.run(_rebuild, source, network_id) if self.run else _rebuild(source, network_id)
+            except NetworkError as exc:  # kept as the entry, so that the next request is refused without a rebuild
+                net = exc
             entry = self.resolved[network_id] = (net, owner, time.monotonic())
             while len(self.resolved) > RESOLVED_KEEP:
                 self.resolved.popitem(last=False)
         if not tenant.sees(entry[1]):
             raise NotFound("network", network_id, field, location)
         self.resolved.move_to_end(network_id)
+        if isinstance(entry[0], NetworkError):
+            raise unusable_network(network_id, entry[0], field, location)
         return entry[0]
 
     async def _still_stored(self, network_id: str, entry: tuple[Any, str | None, float]) -> bool:

@@ -144,22 +144,33 @@ def read_upload(data: bytes, filename: str | None, limits: SandboxLimits) -> dic
     except EngineError as exc:
         entry = exc.entries[0] if exc.entries else {}
         return refusal(422, entry.get("field") or "body", entry.get("message") or exc.detail, entry.get("expected"))
-    except (MemoryError, RecursionError) as exc:
-        return refusal(
-            413,
-            "body",
-            f"reading the network needs more than the {limits.memory_bytes // 2**20} MiB an "
-            f"upload may use ({type(exc).__name__})",
-            "a smaller or simpler network (GRIDPFN_UPLOAD_MEMORY_MB)",
-        )
-    except Exception as exc:  # a reader or pandapower choked on this file: the file's problem, logged in full
-        log.exception("upload could not be read")
+    except MemoryError:
+        return too_big(limits)
+    except RecursionError:
         return refusal(
             422,
             "body",
-            f"cannot be read as a feeder ({type(exc).__name__}: {str(exc)[:200]})",
+            "the network is nested too deeply to be read",
             "pandapower JSON (pandapower.to_json) or a MATPOWER case of a radial feeder",
         )
+    except Exception:  # a reader or pandapower choked on this file: the file's problem, logged in full and
+        log.exception("upload could not be read")  # answered in words (exception names mean nothing to the uploader)
+        return refusal(
+            422,
+            "body",
+            "cannot be read as a feeder: a value or table the readers and pandapower cannot handle",
+            "pandapower JSON (pandapower.to_json) or a MATPOWER case of a radial feeder, with a real feeder's values",
+        )
+
+
+def too_big(limits: SandboxLimits) -> dict[str, Any]:
+    """The refusal of an upload whose reading ran out of the memory an upload may use: a 413 naming the setting."""
+    return refusal(
+        413,
+        "body",
+        f"reading the network needs more than the {limits.memory_bytes // 2**20} MiB an upload may use",
+        "a smaller or simpler network (the limit is GRIDPFN_UPLOAD_MEMORY_MB)",
+    )
 
 
 def _fork_reader(data: bytes, filename: str | None, limits: SandboxLimits) -> dict[str, Any]:
@@ -224,12 +235,13 @@ def _fork_reader(data: bytes, filename: str | None, limits: SandboxLimits) -> di
             f"reading the network used more than {limits.cpu_s} s of CPU and was stopped",
             "a network that reads and solves within the limit (GRIDPFN_UPLOAD_CPU_S)",
         )
+    log.warning("upload reader stopped without an answer (wait status %d)", status)
     return refusal(
         413,
         "body",
-        f"reading the network stopped without an answer (status {status}); it may need more "
+        "reading the network stopped without an answer; it may need more "
         f"than the {limits.memory_bytes // 2**20} MiB an upload may use",
-        "a smaller or simpler network (GRIDPFN_UPLOAD_MEMORY_MB)",
+        "a smaller or simpler network (the limit is GRIDPFN_UPLOAD_MEMORY_MB)",
     )
 
 

@@ -1,7 +1,8 @@
 """Start-up work of the engine: load the registry (the newest checkpoint per model and network, and
 physics-fit for any network), and warm every served model (and the exact GP) so the first request pays
-no first-call costs. Older versions are not loaded here: a request that pins one (`version`) loads it,
-with the registry's own warm-up pass, so start-up time does not grow with the releases kept."""
+no first-call costs; describe the built-in networks once, for the network list. Older versions are not
+loaded here: a request that pins one (`version`) loads it, with the registry's own warm-up pass, so
+start-up time does not grow with the releases kept."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from models.limits import MIN_CONTEXT_ROWS
-from service.engine import gridsim_calls
+from service.engine import gridsim_calls, networks
 from service.engine.runtime import Runtime
 from service.settings import Settings
 
@@ -88,6 +89,9 @@ def warm(rt: Runtime) -> None:
     # are frozen with the rest of start-up instead of making every later full GC pass long (bench/results/service-notes.md)
     loads, _, _ = gridsim_calls.simulate_context(SimpleNamespace(n=2, delta=0.1, seed=0), ieee33)
     gridsim_calls.solve(loads, ieee33)
+    # the built-ins' descriptions, once: GET /v1/networks then never waits for a worker thread behind model work
+    for name in networks.built_in_names():
+        networks.built_in(name)
 
 
 def gp_method(settings: Settings, max_iter: int | None = None) -> Any:

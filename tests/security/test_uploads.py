@@ -350,3 +350,74 @@ def test_nonsense_system_values_are_refused(hostile_server, base_json, entry, va
     document["_object"][entry] = value
     body = assert_refused(_post(hostile_server, json.dumps(document)))
     assert body["errors"][0]["field"] == entry
+
+
+@pytest.mark.parametrize("column, name, value", [(3, "BR_R", "-0.01"), (4, "BR_X", "-0.02"), (5, "BR_B", "-0.001")])
+def test_a_matpower_line_with_a_negative_constant_is_a_422_naming_its_branch(hostile_server, column, name, value):
+    """Was a 201, and every later use of the network a 500 (its stored form's rebuild refused the line)."""
+    from tests.gridsim.feeder_cases import CASE3_M
+
+    row = "1\t2\t0.0575\t0.0293\t0\t0\t0\t0\t0\t0\t1\t-360\t360;"
+    cells = row.rstrip(";").split("\t")
+    cells[column - 1] = value
+    response = _post(hostile_server, CASE3_M.replace(row, "\t".join(cells) + ";"), "text/plain")
+    body = assert_refused(response)
+    assert response.status_code == 422 and body["errors"][0]["field"] == "mpc.branch"
+    assert body["errors"][0]["message"].startswith(f"row 1, column {column} ({name}): {value} "), body
+
+
+def _bus_renumbered(base: dict, index: int) -> str:
+    """The base feeder with its last bus given pandapower index `index` (and every reference to it)."""
+    document = json.loads(json.dumps(base))
+    old = _table(document, "bus")["index"][-1]
+    for name in ("bus", "line", "trafo", "load", "sgen", "switch"):
+        split = _table(document, name)
+        if name == "bus":
+            split["index"][-1] = index
+        for column in ("bus", "from_bus", "to_bus", "hv_bus", "lv_bus"):
+            if column in split["columns"]:
+                position = split["columns"].index(column)
+                for row in split["data"]:
+                    row[position] = index if row[position] == old else row[position]
+        _set_table(document, name, split)
+    return json.dumps(document)
+
+
+def test_a_bus_index_of_2_25_is_refused_before_anything_is_sized_by_it(hostile_server, base_json):
+    """Was a 201 (~8 KB), then 4.8 s and +511 MiB of the server for every rebuild; 2^26 a 422 quoting a
+    MemoryError. Refused by the reader, naming the index and its range; 2^20 - 1 is still a bus index."""
+    with watched(hostile_server) as watch:
+        response = _post(hostile_server, _bus_renumbered(base_json, 2**25 - 1))
+    body = assert_refused(response)
+    assert response.status_code == 422 and body["errors"][0]["field"] == "bus.index", body
+    assert "[0, 1048576)" in body["errors"][0]["expected"]
+    assert_stayed_healthy(watch, hostile_server)
+    assert _post(hostile_server, _bus_renumbered(base_json, 2**20 - 1)).status_code == 201
+
+
+def test_a_matpower_bus_number_of_a_billion_is_a_422_naming_its_row(hostile_server):
+    from tests.gridsim.feeder_cases import CASE3_M
+
+    case = CASE3_M.replace("\t3\t1\t0.09", "\t1000000000\t1\t0.09").replace("2\t3\t0.3076", "2\t1000000000\t0.3076")
+    body = assert_refused(_post(hostile_server, case, "text/plain"))
+    assert body["status"] == 422 and body["errors"][0]["field"] == "mpc.bus", body
+    assert body["errors"][0]["message"] == "row 3, column 1: 1000000000 is not a bus number from 1 to 1048576"
+
+
+def test_absurd_values_are_refused_in_words_not_exception_names(hostile_server, base_json):
+    """x = 1e300 ohm/km answered 'FloatingPointError: underflow encountered in divide'; now refused up front with
+    its range, and a case the power flow cannot compute (a tap ratio of 1e300) in words."""
+    from tests.gridsim.feeder_cases import CASE3_M
+
+    document = json.loads(json.dumps(base_json))
+    line = _table(document, "line")
+    line["data"][0][line["columns"].index("x_ohm_per_km")] = 1e300
+    _set_table(document, "line", line)
+    body = assert_refused(_post(hostile_server, json.dumps(document)))
+    assert body["errors"][0]["field"] == "line.x_ohm_per_km" and "1e+06 ohm/km" in body["errors"][0]["expected"]
+    row = "1\t2\t0.0575\t0.0293\t0\t0\t0\t0\t0\t0\t1\t-360\t360;"
+    tapped = CASE3_M.replace(row, row.replace("0\t0\t0\t0\t0\t0\t1", "0\t0\t0\t0\t1e300\t0\t1"))
+    response = _post(hostile_server, tapped, "text/plain")
+    body = assert_refused(response)
+    assert response.status_code == 422 and body["errors"][0]["field"] == "net", body
+    assert "Error" not in response.text and "allocate" not in response.text

@@ -15,7 +15,8 @@ from starlette.responses import Response
 
 from gridsim.feeders import MAX_TITLE, normal_title
 from service.engine.errors import InvalidInput, NotFound, StoreUnavailable
-from service.engine.networks import built_in, built_in_names, summary
+from service.engine.networks import built_in, built_in_names, built_in_ready, summary
+from service.engine.runtime import Runtime
 from service.http.auth import TenantDep, require_api_key
 from service.http.deps import RuntimeDep, problems
 from service.http.responses import json_response
@@ -140,10 +141,16 @@ async def create(rt: RuntimeDep, tenant: TenantDep, request: Request) -> Respons
     return response
 
 
+async def _built_in(rt: Runtime, name: str) -> dict[str, Any]:
+    """A built-in's description: as computed at start-up, never queued behind model work (a worker thread only
+    when the warm-up did not compute it)."""
+    return built_in_ready(name) or await rt.executor.run(built_in, name)
+
+
 @router.get("", response_model=NetworkList, summary="Built-in and uploaded networks")
 async def list_networks(rt: RuntimeDep, tenant: TenantDep) -> Response:
     store = rt.networks
-    found = [summary(await rt.executor.run(built_in, name), None) for name in built_in_names()]
+    found = [summary(await _built_in(rt, name), None) for name in built_in_names()]
     try:
         for network_id in await store.ids():
             info = await store.get(network_id, tenant=tenant)
@@ -163,7 +170,7 @@ async def list_networks(rt: RuntimeDep, tenant: TenantDep) -> Response:
 async def read(rt: RuntimeDep, tenant: TenantDep, network_id: str = IdPath) -> Response:
     models = rt.registry.models_for(network_id)
     if network_id in built_in_names():
-        return json_response({**await rt.executor.run(built_in, network_id), "models": models, "expires_in_s": None})
+        return json_response({**await _built_in(rt, network_id), "models": models, "expires_in_s": None})
     store = rt.networks
     try:
         info = await store.get(network_id, tenant=tenant)

@@ -81,8 +81,15 @@ def test_full_queue_answers_503_with_retry_after(model_dir, scenarios, monkeypat
             time.sleep(0.01)
         try:
             response = c.post("/v1/predict", json={"model": MODEL, "context_id": cid, "queries": rows(x[:1])})
+            # the built-ins' descriptions (computed at start-up) never wait for the model worker: they were a
+            # worker job per built-in on every list, 3 s behind another key's study, a 503 with the pool full
+            listed, read = c.get("/v1/networks"), c.get("/v1/networks/mv_oberrhein_sub0")
         finally:
             release.set()
+        assert listed.status_code == 200 and read.status_code == 200, (listed.text, read.text)
+        built_ins = {"ieee33", "kerber_landnetz_kabel_1", "mv_oberrhein_sub0"}
+        assert built_ins <= {n["id"] for n in listed.json()["networks"]}
+        assert read.json()["n_buses"] == len(read.json()["buses"]) > 0
         body = assert_problem(response, 503)
         assert body["type"].endswith("overloaded") and int(response.headers["retry-after"]) >= 1
         assert metric(c, "gridpfn_rejected_total", reason="queue_full") >= 1

@@ -169,9 +169,11 @@ def test_limits_become_client_errors(feeder_json):
             with pytest.raises(TooLarge, match="over the limit"):
                 await small.snapshot(feeder_json, None)
             big_case = b"mpc.bus = [" + (b"2 1 0.1 0.05 0 0 1 1 0 10 1 1.1 0.9" + b" 0" * 87 + b";\n") * 19_000 + b"];"
-            with pytest.raises(TooLarge, match="MemoryError") as refused:
+            with pytest.raises(TooLarge, match="MiB an upload may use") as refused:
                 await tight.snapshot(big_case, "big.m")
-            assert refused.value.entries[0]["field"] == "body"
+            entry = refused.value.entries[0]  # the setting named, no exception names or allocation sizes
+            assert entry["field"] == "body" and "GRIDPFN_UPLOAD_MEMORY_MB" in entry["expected"]
+            assert "Error" not in entry["message"] and "allocate" not in entry["message"]
         finally:
             await asyncio.gather(slow.close(), tight.close())
 

@@ -255,3 +255,45 @@ def test_another_server_process_drops_its_copy_within_the_recheck(model_dir, red
             with pytest.raises(GridPFNError) as again:
                 deleting.delete_network(nid)
             assert again.value.status == 404
+
+
+def test_a_stored_network_that_no_longer_rebuilds_is_a_422_naming_it_not_a_500(redis_server, redis_url):
+    """An upload accepted before a reader grew stricter (here a line with a negative resistance, which MATPOWER
+    uploads let through) is in the store, but its rebuild is refused: every use was a 500 "unexpected
+    NetworkError". Now a 422 naming the request's field, the network and the reason, and what to do; its
+    description still reads and it can be deleted. Stored through the store API, as that older server stored it."""
+    import asyncio
+
+    from service.engine.networks import Networks, snapshot_upload
+    from service.engine.store import open_store
+    from service.engine.tenants import KEYS_OFF
+
+    info, _ = snapshot_upload(_feeder_of_its_own(0.45).encode(), None)
+    broken = small_feeder()
+    broken.load.loc[0, "p_mw"] = 0.45
+    broken.line.loc[1, "r_ohm_per_km"] = -0.3
+    nid = secrets.token_hex(32)  # an id of its own: no other test's upload is touched
+
+    async def store() -> None:
+        backend = open_store(redis_url)
+        try:
+            await Networks(backend, 3600).put({**info, "id": nid}, pp.to_json(broken), tenant=KEYS_OFF)
+        finally:
+            await backend.close()
+
+    asyncio.run(store())
+    with httpx.Client(base_url=redis_server.url, timeout=60) as client:
+        assert client.get(f"/v1/networks/{nid}").status_code == 200
+        uses = [
+            (client.post("/v1/simulate", json={"network": nid, "loads": [[0.4] * 4]}), "network"),
+            (client.post("/v1/simulate", json={"network": nid, "loads": [[0.4] * 4]}), "network"),  # remembered
+            (client.post("/v1/context-sets", json={"simulate": {"network": nid, "n": 40}}), "simulate.network"),
+            (client.get(f"/ui/api/networks/{nid}/loads"), "network_id"),
+            (client.get("/v1/models/network-fit", params={"network": nid}), "network"),
+        ]
+        for response, field in uses:
+            problem = assert_problem(response, 422, field)
+            assert f"network {nid!r} is stored but cannot be used" in problem["detail"], problem
+            assert "line.r_ohm_per_km" in problem["detail"] and "upload it again" in problem["errors"][0]["expected"]
+        assert client.delete(f"/v1/networks/{nid}").status_code == 204
+        assert_problem(client.post("/v1/simulate", json={"network": nid, "loads": [[0.4] * 4]}), 404, "network")
