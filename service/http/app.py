@@ -18,7 +18,12 @@ from service.engine.runtime import Runtime
 from service.engine.store import open_store
 from service.http import docs_pages, openapi, problems
 from service.http.hot_routes import HotRoutes
-from service.http.middleware import BodyLimitMiddleware, HTTPMetricsMiddleware, SecurityHeadersMiddleware
+from service.http.middleware import (
+    BodyLimitMiddleware,
+    HTTPMetricsMiddleware,
+    RequestSettingsMiddleware,
+    SecurityHeadersMiddleware,
+)
 from service.http.routers import (
     batch_jobs,
     context_sets,
@@ -110,6 +115,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # innermost of ours: body limit, metrics and Server-Timing still apply. With hot routes off it
     # still answers Arrow request bodies, which FastAPI cannot parse, and leaves JSON to FastAPI.
     app.add_middleware(HotRoutes, fastapi_app=app, json=settings.hot_routes)
+    # the configured row limits, for the hot routes' and FastAPI's validation of a body (service.http.limits)
+    app.add_middleware(RequestSettingsMiddleware, settings=settings)
     # batch-job uploads stream to disk under their own limit (JobSettings.upload_limit: the row limit's bytes), a
     # study's profile table under its form's (service.http.form_stream); no body is read before its key is checked
     app.add_middleware(

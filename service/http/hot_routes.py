@@ -3,9 +3,10 @@
 Why: a single-query predict spent more of the event loop's time in FastAPI's routing,
 dependency solving, exception and response plumbing than in the model — several times its
 share (bench/results/service-notes.md) — and the event loop is what caps single-query requests/s. This ASGI layer
-answers the same requests from the same pieces: the bearer check of `service.http.auth`, the request
-schema's own JSON validation (pydantic parses and validates in one pass), `service.engine.inference`
-for the work, `service.http.responses` for the answer and the problem shape of
+answers the same requests from the same pieces: the bearer check of `service.http.auth`, the JSON
+decoding of the FastAPI routes (`service.http.fast_json.loads`) and the request schema's validation of what it
+decoded, as FastAPI does it (so a list's length is counted before its items are validated: service.http.limits),
+`service.engine.inference` for the work, `service.http.responses` for the answer and the problem shape of
 `service.http.problems` for every failure. The routes stay
 declared in FastAPI, which documents them (/docs, /openapi.json) and answers them when this
 layer is off (`GRIDPFN_HOT_ROUTES=false`); tests check both give the same answers and errors.
@@ -15,6 +16,7 @@ FastAPI has no parser for them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any
@@ -28,7 +30,7 @@ from service.engine import inference
 from service.engine.answers import QueryAnswer
 from service.engine.errors import EngineError, InputRejected
 from service.engine.tenants import Tenant
-from service.http import arrow_request
+from service.http import arrow_request, fast_json
 from service.http.auth import check_authorization_header
 from service.http.middleware import READ_BODY
 from service.http.problems import ProblemError, problem_of, problem_response, unexpected_response, validation_problem
@@ -64,6 +66,24 @@ def _headers(scope: Scope) -> tuple[str | None, str | None, str | None]:
         elif name == b"accept":
             accept = value.decode("latin-1") if accept is None else accept
     return content_type, authorization, accept
+
+
+# FastAPI's error for a request without a body (fastapi.dependencies.utils)
+_NO_BODY = {"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}
+
+
+def _validated(schema: type[BaseModel], body: bytes) -> BaseModel:
+    """The JSON body as `schema`, or the 422 FastAPI's route gives for it: decoded and validated as it does."""
+    if not body:
+        raise validation_problem([_NO_BODY])
+    try:
+        data = fast_json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise validation_problem([fast_json.decode_error(exc)]) from None
+    try:
+        return schema.model_validate(data, from_attributes=True)
+    except ValidationError as exc:
+        raise validation_problem(exc.errors(include_url=False), "body") from None
 
 
 class HotRoutes:
@@ -113,10 +133,7 @@ class HotRoutes:
         if arrow:
             request = arrow_request.parse(schema, body, runtime.settings.max_queries)
         else:
-            try:
-                request = schema.model_validate_json(body)
-            except ValidationError as exc:
-                raise validation_problem(exc.errors(include_url=False), "body") from None
+            request = _validated(schema, body)
         try:
             answered = await flow(runtime, request, tenant)
         except InputRejected as exc:

@@ -1,6 +1,7 @@
 """The ASGI middleware around every request: security headers (outermost: every answer, refusals and
 500s included), metrics and Server-Timing (also answering what nothing else handled), then the body
-limit, which refuses request bodies over the configured size with 413 before any parsing happens.
+limit, which refuses request bodies over the configured size with 413 before any parsing happens, and the
+request's Settings made current for the limits on a body's lists (service.http.limits).
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.engine.errors import TooLarge
+from service.http import limits
 from service.http.auth import check_authorization_header
 from service.http.problems import ProblemError, problem_of, problem_response, unexpected_response
 from service.metrics import Metrics
+from service.settings import Settings
 
 log = logging.getLogger(__name__)
 CLIENT_CLOSED = 499  # the metrics' status of a request whose client went away before its answer (nginx's code)
@@ -126,6 +129,21 @@ class HTTPMetricsMiddleware:
         finally:
             route = getattr(scope.get("route"), "path", "unmatched")
             self._observe((scope["method"], route, str(status)), time.perf_counter() - start)
+
+
+class RequestSettingsMiddleware:
+    """Makes the app's Settings current while a request runs, so that its body's lists are counted against their
+    configured limits before their items are validated (service.http.limits), by FastAPI and the hot routes."""
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app, self.settings = app, settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        token = limits.REQUEST_SETTINGS.set(self.settings)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            limits.REQUEST_SETTINGS.reset(token)
 
 
 class BodyLimitMiddleware:

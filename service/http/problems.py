@@ -132,6 +132,8 @@ def _expected_from(err: dict[str, Any]) -> str | None:
         return str(ctx["expected"])
     if err.get("type") == "json_invalid" and fast_json.too_deep(str(ctx.get("error", ""))):
         return f"JSON nested at most {fast_json.MAX_JSON_DEPTH} levels deep"
+    if err.get("type") == "json_invalid" and ctx.get("error") == fast_json.TOO_MANY_DIGITS:
+        return f"JSON numbers of at most {fast_json.MAX_INT_DIGITS} digits"
     bounds = [
         f"{name} {ctx[key]}" for key, name in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")) if key in ctx
     ]
@@ -164,29 +166,37 @@ def _field_path(loc: Iterable[Any]) -> str:
     return path
 
 
+def _problem_entry(err: dict[str, Any], location: str | None) -> dict[str, Any]:
+    """One pydantic error in the problem shape."""
+    loc = ([location] if location else []) + list(err.get("loc", ()))
+    where = str(loc.pop(0)) if loc and loc[0] in ("body", "query", "path", "header") else "body"
+    message = err.get("msg", "invalid")
+    if err.get("type") == "float_type" and "input" in err and err["input"] is None:
+        message = "is null (missing): queries and options must be complete"
+    if err.get("type") == "json_invalid":  # FastAPI's loc is a character offset, not a field: name the body
+        loc, reason = [], (err.get("ctx") or {}).get("error")
+        message = f"Invalid JSON: {reason}" if reason and reason not in message else message
+    return field_error(_field_path(loc) or where, message, _expected_from(err), where)
+
+
 def validation_problem(pydantic_errors: Iterable[dict[str, Any]], location: str | None = None) -> ProblemError:
-    """Pydantic's error list, renamed into the problem shape (one entry per bad field).
+    """Pydantic's error list, renamed into the problem shape (one entry per bad field): the first
+    MAX_LISTED_ERRORS of them, the rest only counted (a body of 10,000 bad cells must not answer with, or
+    spend its time on, 10,000 entries).
 
     FastAPI's errors start their `loc` with the location ("body", "query", ...); a model validated
     directly (the hot routes) has none, so its `location` is given.
     """
-    errors = []
-    for err in pydantic_errors:
-        loc = ([location] if location else []) + list(err.get("loc", ()))
-        where = str(loc.pop(0)) if loc and loc[0] in ("body", "query", "path", "header") else "body"
-        message = err.get("msg", "invalid")
-        if err.get("type") == "float_type" and "input" in err and err["input"] is None:
-            message = "is null (missing): queries and options must be complete"
-        if err.get("type") == "json_invalid":  # FastAPI's loc is a character offset, not a field: name the body
-            loc, reason = [], (err.get("ctx") or {}).get("error")
-            message = f"Invalid JSON: {reason}" if reason and reason not in message else message
-        errors.append(field_error(_field_path(loc) or where, message, _expected_from(err), where))
+    errors, count = [], 0
+    for count, err in enumerate(pydantic_errors, 1):
+        if count <= MAX_LISTED_ERRORS:
+            errors.append(_problem_entry(err, location))
     detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5]) or "invalid request"
-    if len(errors) > 5:
-        detail += f"; and {len(errors) - 5} more"
-    if len(errors) > MAX_LISTED_ERRORS:  # a body of 10,000 bad cells must not answer with 10,000 entries
-        detail += f" ({len(errors)} errors, the first {MAX_LISTED_ERRORS} listed)"
-    return ProblemError(422, "validation-error", "Invalid request", detail, errors[:MAX_LISTED_ERRORS])
+    if count > 5:
+        detail += f"; and {count - 5} more"
+    if count > MAX_LISTED_ERRORS:
+        detail += f" ({count} errors, the first {MAX_LISTED_ERRORS} listed)"
+    return ProblemError(422, "validation-error", "Invalid request", detail, errors)
 
 
 def install(app: FastAPI) -> None:

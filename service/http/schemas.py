@@ -15,16 +15,25 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from gridsim.feeders import MAX_BUSES
 from models.limits import READING_MAX_PU, READING_MIN_PU, READING_TOLERANCE_PU
 from models.off_context import EXTRAPOLATION_THRESHOLD
 from service.constants import SHA256_HEX, SHA256_ID
 from service.engine import load_table
 from service.engine.answers import VoltageBand
 from service.engine.gridsim_calls import BUILT_IN_NETWORKS, DEFAULT_NETWORK
+from service.http.limits import (
+    CONTEXT_ROWS,
+    GP_QUERIES,
+    MAX_FEATURES,
+    MAX_LOAD_BUSES,
+    MIN_LEVEL,
+    QUERIES,
+    SIMULATE_ROWS,
+    rows_within,
+)
 
 
 class Strict(BaseModel):
@@ -85,11 +94,12 @@ def refused(message: str, expected: str) -> PydanticCustomError:
 
 
 def _within(low: int, high: int, what: str):
-    """Row-length check whose error carries the expected shape (a plain max_length would not); the
-    network's exact width is the engine's check (service.engine.checks), once the network is known."""
+    """Row-length check whose error carries the expected shape (a plain max_length would not), before any
+    cell is validated (a row of a million values is refused unread); the network's exact width is the engine's
+    check (service.engine.checks), once the network is known."""
 
-    def check(row: list[float]) -> list[float]:
-        if not low <= len(row) <= high:
+    def check(row: Any) -> Any:
+        if isinstance(row, list) and not low <= len(row) <= high:
             raise PydanticCustomError(
                 "row_length",
                 "has {got} values",
@@ -97,66 +107,77 @@ def _within(low: int, high: int, what: str):
             )
         return row
 
-    return AfterValidator(check)
+    return BeforeValidator(check)
 
 
-# a feeder has at most MAX_BUSES buses: at most 2 (MAX_BUSES - 1) loads and MAX_BUSES - 1 voltages. A row stops at
+# a feeder has at most MAX_BUSES buses: at most MAX_FEATURES loads and MAX_LOAD_BUSES voltages. A row stops at
 # its first bad cell (fail_fast): a 4.5 MB body of out-of-range loads made 640,000 error objects and held the event
-# loop 5.7 s (the answer lists at most problems.MAX_LISTED_ERRORS of them anyway).
+# loop 5.7 s (the answer lists at most problems.MAX_LISTED_ERRORS of them anyway). A matrix's rows are counted
+# against their configured limit before any is validated (service.http.limits): its errors, one per bad row, are
+# at most as many as the rows the service takes.
 FAIL_FAST = Field(fail_fast=True)
 LoadRow = Annotated[
     list[Load],
     FAIL_FAST,
-    _within(1, 2 * (MAX_BUSES - 1), "loads (P then Q of each load bus)"),
-    Field(json_schema_extra={"minItems": 1, "maxItems": 2 * (MAX_BUSES - 1)}),
+    _within(1, MAX_FEATURES, "loads (P then Q of each load bus)"),
+    Field(json_schema_extra={"minItems": 1, "maxItems": MAX_FEATURES}),
 ]
 VoltageRow = Annotated[
     list[Voltage],
     FAIL_FAST,
-    _within(1, MAX_BUSES - 1, "voltages (|V| of each non-slack bus)"),
-    Field(json_schema_extra={"minItems": 1, "maxItems": MAX_BUSES - 1}),
+    _within(1, MAX_LOAD_BUSES, "voltages (|V| of each non-slack bus)"),
+    Field(json_schema_extra={"minItems": 1, "maxItems": MAX_LOAD_BUSES}),
 ]
-Matrix = Annotated[list[LoadRow], Field(min_length=1)]
-VoltageMatrix = Annotated[list[VoltageRow], Field(min_length=1)]
+Queries = Annotated[list[LoadRow], Field(min_length=1), rows_within(QUERIES, "queries")]
+GPQueries = Annotated[list[LoadRow], Field(min_length=1), rows_within(GP_QUERIES, "queries")]
+SimulatedLoads = Annotated[list[LoadRow], Field(min_length=1), rows_within(SIMULATE_ROWS, "loads")]
 # A context's rows may miss values (null: a load not metered, a voltage not read in that row or never;
 # service.engine.sparse): only a model that accepts them (network-fit) is given such a context.
 SparseLoadRow = Annotated[
     list[Load | None],
     FAIL_FAST,
-    _within(1, 2 * (MAX_BUSES - 1), "loads (P then Q of each load bus; null: not metered)"),
-    Field(json_schema_extra={"minItems": 1, "maxItems": 2 * (MAX_BUSES - 1)}),
+    _within(1, MAX_FEATURES, "loads (P then Q of each load bus; null: not metered)"),
+    Field(json_schema_extra={"minItems": 1, "maxItems": MAX_FEATURES}),
 ]
 SparseVoltageRow = Annotated[
     list[Voltage | None],
     FAIL_FAST,
-    _within(1, MAX_BUSES - 1, "voltages (|V| of each non-slack bus; null: not read)"),
-    Field(json_schema_extra={"minItems": 1, "maxItems": MAX_BUSES - 1}),
+    _within(1, MAX_LOAD_BUSES, "voltages (|V| of each non-slack bus; null: not read)"),
+    Field(json_schema_extra={"minItems": 1, "maxItems": MAX_LOAD_BUSES}),
 ]
+CONTEXT_X = "(n, loads) in the network's feature order; null where a load was not metered"
+CONTEXT_Y = (
+    "(n, voltages) p.u.; null where a bus was not read (every row reads at least one); "
+    'a context with nulls is for model "network-fit"'
+)
+# An inline context's rows (named context.x / context.y, as service.engine.checks names them), and an uploaded
+# context set's (body.x / body.y)
 ContextX = Annotated[
-    list[SparseLoadRow],
-    Field(min_length=1, description="(n, loads) in the network's feature order; null where a load was not metered"),
+    list[SparseLoadRow], Field(min_length=1, description=CONTEXT_X), rows_within(CONTEXT_ROWS, "context.x")
 ]
 ContextY = Annotated[
-    list[SparseVoltageRow],
-    Field(
-        min_length=1,
-        description="(n, voltages) p.u.; null where a bus was not read (every row reads at least one); "
-        'a context with nulls is for model "network-fit"',
-    ),
+    list[SparseVoltageRow], Field(min_length=1, description=CONTEXT_Y), rows_within(CONTEXT_ROWS, "context.y")
+]
+UploadedX = Annotated[
+    list[SparseLoadRow], Field(min_length=1, description=CONTEXT_X), rows_within(CONTEXT_ROWS, "body.x")
+]
+UploadedY = Annotated[
+    list[SparseVoltageRow], Field(min_length=1, description=CONTEXT_Y), rows_within(CONTEXT_ROWS, "body.y")
 ]
 TypicalLoads = Annotated[
     list[Load],
     FAIL_FAST,
-    _within(1, 2 * (MAX_BUSES - 1), "loads (a typical value per load feature, in x's order)"),
+    _within(1, MAX_FEATURES, "loads (a typical value per load feature, in x's order)"),
     Field(
-        json_schema_extra={"minItems": 1, "maxItems": 2 * (MAX_BUSES - 1)},
+        json_schema_extra={"minItems": 1, "maxItems": MAX_FEATURES},
         description="pseudo-measurements: a typical value per load feature, used where x is null "
         "(default: each load's rating, its base consumption and generation per customer class, times what the "
         "row's metered loads of that class run at, else the context's; the base loads where it meters none)",
     ),
 ]
 ContextId = Annotated[str, Field(pattern=SHA256_ID, description="sha256 id from POST /v1/context-sets")]
-Level = Annotated[float, Field(gt=0.0, lt=1.0, strict=True)]
+# A quantile level: within [MIN_LEVEL, 1 - MIN_LEVEL], where every model answers finitely (service.http.limits)
+Level = Annotated[float, Field(ge=MIN_LEVEL, le=1.0 - MIN_LEVEL, strict=True)]
 
 
 def _distinct(levels: list[float]) -> list[float]:
@@ -216,8 +237,8 @@ class ContextSetCreate(Strict):
 
     model_config = ConfigDict(json_schema_extra={"oneOf": ONE_SOURCE})
 
-    x: ContextX | None = None
-    y: ContextY | None = None
+    x: UploadedX | None = None
+    y: UploadedY | None = None
     network: NetworkName | None = Field(
         None, description="the network of x and y (default ieee33); with simulate, simulate.network names it"
     )
@@ -267,7 +288,7 @@ class OneContext(Strict):
 class QueryOptions(OneContext):
     """Context, queries and the statistics wanted; shared by the PFN and the GP endpoints."""
 
-    queries: Matrix
+    queries: Queries
     quantiles: Levels = []
     voltage_band: VoltageBand | None = Field(None, description="[low, high] p.u., low < 1 <= high; adds p_outside_band")
 
@@ -281,10 +302,12 @@ class PredictRequest(QueryOptions):
 class GPPredictRequest(QueryOptions):
     """Context, queries and statistics for the exact GP alone."""
 
+    queries: GPQueries
+
 
 class SimulateRequest(Strict):
     network: NetworkName = DEFAULT_NETWORK
-    loads: Matrix = Field(description="(m, features) load vectors in the network's feature order")
+    loads: SimulatedLoads = Field(description="(m, features) load vectors in the network's feature order")
 
 
 class Timing(BaseModel):

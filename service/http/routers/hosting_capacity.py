@@ -22,10 +22,11 @@ from service.engine.runtime import Runtime
 from service.engine.tenants import Tenant
 from service.http.auth import TenantDep, require_api_key
 from service.http.deps import RuntimeDep, problems
+from service.http.limits import MAX_LOAD_BUSES, MAX_STEPS
 from service.http.responses import json_response
 from service.http.routers import batch_jobs
 from service.http.routers.studies import ClassBuses, Name, table_route, table_upload, upload_doc
-from service.http.schemas import Matrix, ModelVersion, OneContext, StrictBool, StrictInt, refused
+from service.http.schemas import FAIL_FAST, LoadRow, ModelVersion, OneContext, StrictBool, StrictInt, refused
 from service.jobs.jobspec import HOSTING_SOURCE, HostingJob
 
 router = APIRouter(
@@ -37,6 +38,9 @@ router = APIRouter(
 
 Share = Annotated[float, Field(ge=0.0, le=1.0, strict=True, allow_inf_nan=False)]
 Scale = Annotated[float, Field(ge=0.0, le=10.0, allow_inf_nan=False, strict=True)]
+# The study's rows: a time series or a load range, at most MAX_STEPS of them as a study's steps (its work, rows x
+# candidates x search passes, is the engine's check: service.engine.hosting); the first bad row is refused.
+StudyRows = Annotated[list[LoadRow], Field(min_length=1, max_length=MAX_STEPS), FAIL_FAST]
 
 
 class HostingOptions(OneContext):
@@ -45,7 +49,7 @@ class HostingOptions(OneContext):
 
     model: str = Field("network-fit", description="a name from GET /v1/models")
     version: ModelVersion | None = None
-    buses: Annotated[list[StrictInt], Field(min_length=1)] | None = Field(
+    buses: Annotated[list[StrictInt], Field(min_length=1, max_length=MAX_LOAD_BUSES), FAIL_FAST] | None = Field(
         None, description="candidate bus numbers (default: every load bus)"
     )
     upper_pu: float = Field(
@@ -75,13 +79,13 @@ class HostingOptions(OneContext):
 class HostingCapacityRequest(HostingOptions):
     """The context and model (as for predict), the study's load rows, PV profile and candidates."""
 
-    loads: Matrix | None = Field(
+    loads: StudyRows | None = Field(
         None, description="(rows, features) load vectors (a time series or a load range); default: see load_scales"
     )
-    load_scales: Annotated[list[Scale], Field(min_length=1, max_length=1000)] | None = Field(
+    load_scales: Annotated[list[Scale], Field(min_length=1, max_length=1000), FAIL_FAST] | None = Field(
         None, description=f"rows = the network's base loads x each scale (default {list(hosting.DEFAULT_SCALES)})"
     )
-    pv_profile: Annotated[list[Share], Field(min_length=1)] | None = Field(
+    pv_profile: Annotated[list[Share], Field(min_length=1, max_length=MAX_STEPS), FAIL_FAST] | None = Field(
         None, description="PV output per row as a share of its size, in [0, 1] (default 1: full output)"
     )
 

@@ -16,7 +16,7 @@ from service.http.auth import TenantDep, require_api_key
 from service.http.deps import RuntimeDep, problems
 from service.http.fast_json import OrjsonRoute
 from service.http.responses import json_response
-from service.http.schemas import Matrix, ModelVersion, OneContext, StrictInt
+from service.http.schemas import ModelVersion, OneContext, Queries, StrictInt
 
 router = APIRouter(prefix="/v1", tags=["planning"], route_class=OrjsonRoute, dependencies=[Depends(require_api_key)])
 
@@ -27,7 +27,7 @@ class MeterPlacementRequest(OneContext):
 
     model: str = Field(engine.PLACING_MODEL, description="network-fit (the model whose posterior placement updates)")
     version: ModelVersion | None = None
-    queries: Matrix = Field(
+    queries: Queries = Field(
         description="(queries, features) load vectors the next meter should serve; their number times the "
         "context's unmetered buses at most GRIDPFN_MAX_QUERIES (else 413)"
     )

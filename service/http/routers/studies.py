@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 from starlette.responses import Response
 
@@ -39,10 +39,11 @@ from service.http.auth import TenantDep, check_authorization_header, require_api
 from service.http.deps import RuntimeDep, problems
 from service.http.fast_json import OrjsonRoute
 from service.http.form_stream import FormStream
+from service.http.limits import MAX_DER_ADDITIONS, MAX_LOAD_BUSES, MAX_STEPS
 from service.http.problems import ProblemError, field_error
 from service.http.responses import json_response
 from service.http.routers import batch_jobs
-from service.http.schemas import Levels, ModelVersion, OneContext, Strict, StrictBool, StrictInt, refused
+from service.http.schemas import FAIL_FAST, Levels, ModelVersion, OneContext, Strict, StrictBool, StrictInt, refused
 from service.jobs.inputs import STUDY_LABELS
 
 
@@ -75,14 +76,17 @@ router = APIRouter(
 Factor = Annotated[float, Field(ge=0.0, le=100.0, allow_inf_nan=False, strict=True)]
 Power = Annotated[float, Field(ge=-1e7, le=1e7, allow_inf_nan=False, strict=True)]
 Year = Annotated[int, Field(ge=0, le=100, strict=True)]
-MAX_STEPS = 100_000
 MAX_CLASSES = 1000
+# Every list and object stops at its first bad item (FAIL_FAST) and has a bound (service.http.limits): a body of
+# a million bad items made a million errors, and held the event loop for tens of seconds.
 BUS_KEY = re.compile(r"[0-9]{1,9}", re.ASCII)  # a bus number as a JSON object key
 # A customer class's or profile's name (a load's `profile` or `type`, as the network gives it; at most 256
 # characters, as gridsim.pandapower_json reads labels)
 Name = Annotated[str, Field(min_length=1, max_length=256)]
 # Customer classes a request defines: class name -> its load bus numbers
-ClassBuses = Annotated[dict[Name, Annotated[list[StrictInt], Field(max_length=1000)]], Field(max_length=MAX_CLASSES)]
+ClassBuses = Annotated[
+    dict[Name, Annotated[list[StrictInt], Field(max_length=1000), FAIL_FAST]], Field(max_length=MAX_CLASSES), FAIL_FAST
+]
 
 
 class DERAddition(Strict):
@@ -97,14 +101,16 @@ class DERAddition(Strict):
 class ScenarioSpec(Strict):
     name: Annotated[str, Field(max_length=200)] | None = None
     load_scale: Factor = Field(1.0, description="every load's consumption x this (generation kept)")
-    bus_load_scale: dict[str, Factor] | None = Field(None, description="per load bus number: a further factor")
+    bus_load_scale: Annotated[dict[str, Factor], Field(max_length=MAX_LOAD_BUSES), FAIL_FAST] | None = Field(
+        None, description="per load bus number: a further factor"
+    )
     generation_scale: Factor = Field(1.0, description="the network's own generation (sgens) x this")
-    der: Annotated[list[DERAddition], Field(max_length=10_000)] = []
+    der: Annotated[list[DERAddition], Field(max_length=MAX_DER_ADDITIONS), FAIL_FAST] = []
     growth_rate: float = Field(
         0.0, ge=-0.5, le=1.0, allow_inf_nan=False, strict=True, description="consumption growth per year"
     )
-    years: Annotated[list[Year], Field(min_length=1, max_length=100)] = [0]
-    class_scaling: Annotated[dict[Name, Factor], Field(max_length=MAX_CLASSES)] | None = Field(
+    years: Annotated[list[Year], Field(min_length=1, max_length=100), FAIL_FAST] = [0]
+    class_scaling: Annotated[dict[Name, Factor], Field(max_length=MAX_CLASSES), FAIL_FAST] | None = Field(
         None,
         description="per customer class (the network's own, GET /v1/networks/{id} `classes`, or the request's "
         "`classes`): its loads' consumption and its sgens' generation x this",
@@ -125,6 +131,10 @@ class ScenarioSpec(Strict):
 
 Number = Annotated[float, Field(allow_inf_nan=False, strict=True)]
 # A time series' factors' ranges: service.engine.factor_ranges, which a profile table's columns are held to too.
+# A factor per step, or per step and load bus: as many steps as the timestamps (at most MAX_STEPS)
+StepFactors = Annotated[list[Number], Field(max_length=MAX_STEPS), FAIL_FAST]
+BusFactors = Annotated[list[Number], Field(max_length=MAX_LOAD_BUSES), FAIL_FAST]
+Factors = StepFactors | Annotated[list[BusFactors], Field(max_length=MAX_STEPS), FAIL_FAST]
 
 
 def _in_range(values: list[Any] | None, low: float, high: float) -> list[Any] | None:
@@ -145,18 +155,20 @@ def _in_range(values: list[Any] | None, low: float, high: float) -> list[Any] | 
 
 
 class TimeSeriesSpec(Strict):
-    timestamps: Annotated[list[Annotated[str, Field(max_length=64)]], Field(min_length=1, max_length=MAX_STEPS)]
-    load: list[Number] | list[list[Number]] | None = Field(
+    timestamps: Annotated[
+        list[Annotated[str, Field(max_length=64)]], Field(min_length=1, max_length=MAX_STEPS), FAIL_FAST
+    ]
+    load: Factors | None = Field(
         None,
         description=f"consumption factor per step, or per step and load bus (feature order), in {list(LOAD_RANGE)}; "
         "default 1",
     )
-    pv: list[Number] | list[list[Number]] | None = Field(
+    pv: Factors | None = Field(
         None,
         description="generation output share per step, or per step and load bus (own and added DER), in "
         f"{list(PV_RANGE)}; default 1",
     )
-    profiles: Annotated[dict[Name, list[Number]], Field(max_length=4 * MAX_CLASSES)] | None = Field(
+    profiles: Annotated[dict[Name, StepFactors], Field(max_length=4 * MAX_CLASSES), FAIL_FAST] | None = Field(
         None,
         description="factors per step by name: a customer class's (its consumption and generation), "
         "`<class>_pload` / `<class>_qload` for a load class's P and Q apart (SimBench), or one a DER follows; "
@@ -185,10 +197,29 @@ class TimeSeriesSpec(Strict):
         return _in_range(values, *PV_RANGE)
 
 
+MAX_SCENARIOS = 1000
+
+
+def _der_in_all(scenarios: Any) -> Any:
+    """The DER additions of every scenario together within MAX_DER_ADDITIONS, counted before any is validated
+    (each scenario's are bounded by it too, and there may be MAX_SCENARIOS scenarios)."""
+    if isinstance(scenarios, list) and len(scenarios) <= MAX_SCENARIOS:
+        count = sum(len(s["der"]) for s in scenarios if isinstance(s, dict) and isinstance(s.get("der"), list))
+        if count > MAX_DER_ADDITIONS:
+            raise PydanticCustomError(
+                "too_many_der",
+                "hold {count} DER additions in all",
+                {"count": count, "expected": f"at most {MAX_DER_ADDITIONS} DER additions across the scenarios"},
+            )
+    return scenarios
+
+
 class StudyRequest(OneContext):
     model: str = Field("network-fit", description="a name from GET /v1/models")
     version: ModelVersion | None = None
-    scenarios: Annotated[list[ScenarioSpec], Field(min_length=1, max_length=1000)]
+    scenarios: Annotated[
+        list[ScenarioSpec], Field(min_length=1, max_length=MAX_SCENARIOS), BeforeValidator(_der_in_all)
+    ]
     time_series: TimeSeriesSpec | None = None
     voltage_band: VoltageBand | None = Field(None, description="[low, high] p.u.; default [0.95, 1.05]")
     quantiles: Levels = Field(
