@@ -61,9 +61,11 @@ __all__ = [
     "snapshot",
     "from_pandapower_json",
     "from_matpower",
+    "MATPOWER_OFFSET",
     "network_id",
     "describe",
     "numbering",
+    "number_offset",
     "tree_layout",
 ]
 
@@ -779,13 +781,17 @@ def network_id(network: Network) -> str:
     return hashlib.sha256(b"gridpfn-network-v1" + text.encode()).hexdigest()
 
 
-def from_pandapower_json(text: str | bytes, name: str | None = None) -> Network:
+def from_pandapower_json(text: str | bytes, name: str | None = None, number_offset: int | None = None) -> Network:
     """A user network from `pandapower.to_json(net)` output, read as data (`gridsim.pandapower_json`: no
     object decoder, an allow-list of tables and columns) and validated (see `snapshot`). Buses are numbered
-    by pandapower index, or as a built-in numbers them when the net is that built-in unchanged (`numbering`)."""
+    by pandapower index, or as a built-in numbers them when the net is that built-in unchanged (`numbering`);
+    with `number_offset`, pandapower index + it: an upload's stored JSON rebuilt as the upload was numbered
+    (a MATPOWER case's is `MATPOWER_OFFSET`: `number_offset(network)` gives any network's)."""
     from gridsim.pandapower_json import read_pandapower_json
 
     net = read_pandapower_json(text)
+    if number_offset is not None:
+        return snapshot(net, name=name, number_offset=number_offset)
     network = snapshot(net, name=name)
     twin = built_in_twins().get(twin_key(network))
     if twin is not None:  # a built-in's own net: its bus numbers, so the built-in's column names fit it
@@ -793,17 +799,23 @@ def from_pandapower_json(text: str | bytes, name: str | None = None) -> Network:
     return network
 
 
+def number_offset(network: Network) -> int:
+    """What is added to a bus's pandapower index to give its number (0: numbered by index; a MATPOWER case's and
+    ieee33's: 1). Rebuilding the network's `source_json` with it (`from_pandapower_json`) numbers it the same."""
+    first = network.bus_numbers[0]
+    return int(first - network.pandapower_bus(first))
+
+
 def numbering(network: Network, uploaded: bool = False) -> str:
     """How the network's buses are numbered, in words (GET /v1/networks/{id}); for an `uploaded` pandapower
     net numbered by index, why it does not take a built-in's numbering."""
-    first = network.bus_numbers[0]
-    offset = first - network.pandapower_bus(first)
+    offset = number_offset(network)
     key = twin_key(network)
     twin = next((t for t in built_in_twins().values() if t[2] == key), None)
     if twin is not None and offset == twin[1]:
         return f"as the built-in {twin[0]}: pandapower bus index + {offset} (the slack is bus {network.slack_bus})"
     if offset != 0:
-        return f"pandapower bus index + {offset} (a MATPOWER case: row k of mpc.bus is bus k)"
+        return f"pandapower bus index + {offset} (a MATPOWER case: its own bus numbers, column 1 of mpc.bus)"
     text = f"pandapower bus index (the slack is bus {network.slack_bus})"
     if uploaded:
         text += (
@@ -813,10 +825,14 @@ def numbering(network: Network, uploaded: bool = False) -> str:
     return text
 
 
+# a MATPOWER case's buses keep its own numbers (column 1 of mpc.bus): pandapower indexes them from 0 (gridsim.matpower)
+MATPOWER_OFFSET = 1
+
+
 def from_matpower(data: str | bytes, name: str | None = None, f_hz: float = 50.0) -> Network:
     """A user network from a MATPOWER case (version 2): `.m` text or `.mat` bytes, read by `gridsim.matpower`
-    and converted by pandapower.converter.from_ppc. Buses are numbered 1..n in the case's row order
-    (MATPOWER's own numbers for consecutively numbered cases)."""
+    and converted by pandapower.converter.from_ppc. Buses keep the case's own numbers (pandapower index +
+    `MATPOWER_OFFSET`); its stored JSON rebuilds so numbered with `from_pandapower_json(..., number_offset=1)`."""
     from pandapower.converter.pypower import from_ppc
 
     from gridsim.matpower import check_lines, parse_m, parse_mat, to_ppc
@@ -835,7 +851,7 @@ def from_matpower(data: str | bytes, name: str | None = None, f_hz: float = 50.0
             "a MATPOWER case file (version 2) whose branches and generators name its buses",
         ) from exc
     check_lines(net, ppc)
-    return snapshot(net, name=name, number_offset=1)
+    return snapshot(net, name=name, number_offset=MATPOWER_OFFSET)
 
 
 def tree_layout(network: Network) -> np.ndarray:

@@ -8,10 +8,12 @@ where they agree, gets one id. Stored under `gridpfn:net:<id>` (the description)
 sets' TTL; the built-ins are always there and never stored.
 
 Requests name their network by that id; `Networks.resolve` gives the gridsim `Network` behind it
-(an upload rebuilt once per process from its stored JSON, then kept in a small LRU), which every
-width check, model pick and power flow uses. `Networks.delete` removes an upload from the store; every
-server process sharing that store stops answering from its rebuilt copy within `recheck_s`
-(GRIDPFN_CONTEXT_RECHECK_S, as for context sets), the deleting process at once.
+(an upload rebuilt once per process from its stored JSON, numbered as its description is: a MATPOWER
+case by its own bus numbers, `rebuild_offset`; then kept in a small LRU), which every width check,
+model pick and power flow uses; a batch job keeps the upload's JSON, and that numbering in its spec.
+`Networks.delete` removes an upload from the store; every server process sharing that store stops
+answering from its rebuilt copy within `recheck_s` (GRIDPFN_CONTEXT_RECHECK_S, as for context sets),
+the deleting process at once.
 """
 
 from __future__ import annotations
@@ -123,10 +125,20 @@ def built_in_names() -> tuple[str, ...]:
     return KNOWN_NETWORKS
 
 
-def _rebuild(source_json: bytes, network_id: str) -> Any:
+def rebuild_offset(info: dict[str, Any] | None) -> int | None:
+    """What `_rebuild` adds to a stored upload's pandapower bus indices, so that every use numbers its buses as
+    its description (the upload's answer, GET /v1/networks/{id}) does: a MATPOWER case's own numbers
+    (gridsim.feeders.MATPOWER_OFFSET; its stored JSON, read alone, is numbered from 0); None for pandapower JSON,
+    numbered by the reader as at the upload (by index, or as the built-in it is unchanged)."""
+    from gridsim.feeders import MATPOWER_OFFSET
+
+    return MATPOWER_OFFSET if info is not None and info.get("format") == "matpower" else None
+
+
+def _rebuild(source_json: bytes, network_id: str, number_offset: int | None = None) -> Any:
     from gridsim.feeders import from_pandapower_json
 
-    return from_pandapower_json(source_json, name=network_id)
+    return from_pandapower_json(source_json, name=network_id, number_offset=number_offset)
 
 
 def unusable_network(name: str, reason: NetworkError, field: str, location: str) -> InvalidInput:
@@ -193,15 +205,22 @@ class Networks:
             self.resolved.pop(network_id, None)
             entry = None
         if entry is None:  # keys on: the owner is checked before anything is rebuilt for this caller
-            info = None if tenant.tag is None else await self.get(network_id, tenant=None)
+            # the description also says how the upload is numbered (`rebuild_offset`): gone, the upload is
+            # deleted or expired (delete removes it first)
+            info = await self.get(network_id, tenant=None)
             owner = None if info is None else info.get("owner")
-            if tenant.tag is not None and (info is None or not tenant.sees(owner)):
+            if info is None or (tenant.tag is not None and not tenant.sees(owner)):
                 raise NotFound("network", network_id, field, location)
             source = await self.store.get(SOURCE_PREFIX + network_id)
             if source is None:
                 raise NotFound("network", network_id, field, location)
+            offset = rebuild_offset(info)
             try:
-                net = await self.run(_rebuild, source, network_id) if self.run else _rebuild(source, network_id)
+                net = (
+                    await self.run(_rebuild, source, network_id, offset)
+                    if self.run
+                    else _rebuild(source, network_id, offset)
+                )
             except NetworkError as exc:  # kept as the entry, so that the next request is refused without a rebuild
                 net = exc
             entry = self.resolved[network_id] = (net, owner, time.monotonic())

@@ -81,14 +81,15 @@ class PreparedJob:
 
 
 def job_network(spec: JobSpec, files: JobFiles) -> Any:
-    """The gridsim Network the job runs on."""
+    """The gridsim Network the job runs on: an upload rebuilt from the job's copy of its JSON, its buses numbered
+    as at submit (`spec.number_offset`: a MATPOWER case's own numbers, as its description and `spec.features`)."""
     import gridsim
 
     if spec.network in gridsim.KNOWN_NETWORKS:
         return gridsim.network(spec.network)
     from gridsim.feeders import from_pandapower_json
 
-    return from_pandapower_json(files.network.read_text(), name=spec.network)
+    return from_pandapower_json(files.network.read_text(), name=spec.network, number_offset=spec.number_offset)
 
 
 def _model(spec: JobSpec, network: Any, models: Models) -> Any:

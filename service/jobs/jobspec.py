@@ -49,6 +49,10 @@ class JobSpec(BaseModel):
     model_version: str
     context_id: str
     network: str
+    # an uploaded network's bus-number offset (gridsim.feeders.number_offset): its JSON in the job's directory is
+    # rebuilt numbered as at submit, so `features`/`outputs` name its buses; None: the JSON reader's own numbering
+    # (built-ins, and specs written before it was kept)
+    number_offset: int | None = None
     features: tuple[str, ...]
     outputs: tuple[str, ...]
     quantiles: tuple[float, ...] = ()

@@ -160,7 +160,9 @@ class JobService:
         chunk_rows: int | None = None,
     ) -> JobSpec:
         """The job's spec, owned by `tenant`; an uploaded network's JSON goes into the job's directory (workers
-        rebuild it from there)."""
+        rebuild it from there, numbered as `net` is: the spec's `number_offset`)."""
+        from gridsim.feeders import number_offset
+
         if net.source_json:
             self.files(job_id).network.write_text(net.source_json)
         return JobSpec(
@@ -169,6 +171,7 @@ class JobService:
             model_version=str(loaded.version),
             context_id=context_id,
             network=net.name,
+            number_offset=number_offset(net) if net.source_json else None,
             features=tuple(net.feature_names),
             outputs=tuple(net.output_names),
             quantiles=tuple(float(q) for q in options.quantiles),

@@ -67,10 +67,15 @@ def test_an_absurd_line_constant_is_refused_with_its_range():
 @pytest.mark.parametrize("case", [CASE3_M, CASE4_M, _renumbered("3", MAX_BUS_INDEX)], ids=["case3", "case4", "max"])
 def test_what_the_matpower_reader_accepts_its_stored_form_rebuilds_to(case):
     """The rebuild a server runs on every later use (service.engine.networks._rebuild) accepts it: the same buses,
-    loads and lines (numbered from pandapower's index, as every rebuild of an upload is)."""
+    loads and lines, numbered as the upload is (the case's own numbers, with the offset the service keeps for a
+    MATPOWER upload; the JSON read alone is numbered from pandapower's index)."""
     network = feeders.from_matpower(case)
-    again = feeders.from_pandapower_json(network.source_json, name=network.name)
-    assert [b + 1 for b in again.bus_numbers] == list(network.bus_numbers)
+    assert feeders.number_offset(network) == feeders.MATPOWER_OFFSET == 1
+    again = feeders.from_pandapower_json(network.source_json, name=network.name, number_offset=1)
+    assert again.bus_numbers == network.bus_numbers and again.feature_names == network.feature_names
+    assert again.output_names == network.output_names and again.slack_bus == network.slack_bus
+    by_index = feeders.from_pandapower_json(network.source_json, name=network.name)
+    assert [b + 1 for b in by_index.bus_numbers] == list(network.bus_numbers)
     np.testing.assert_array_equal(again.base_x, network.base_x)
     np.testing.assert_allclose(again.r_ohm, network.r_ohm, rtol=1e-12)
 
