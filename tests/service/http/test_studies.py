@@ -437,7 +437,7 @@ def test_a_study_jobs_csv_result_quotes_text_a_spreadsheet_would_run(memory_serv
         assert _wait(client, job_id)["state"] == "done"
         wide = client.get(f"/v1/batch-jobs/{job_id}/result?format=csv").text
         long = client.get(f"/v1/batch-jobs/{job_id}/result?format=csv&layout=long").text
-        parquet = pd.read_parquet(io.BytesIO(client.get(f"/v1/batch-jobs/{job_id}/result").content))
+        parquet = pd.read_parquet(pa.BufferReader(client.get(f"/v1/batch-jobs/{job_id}/result").content))
     for text in (wide, long):
         frame = pd.read_csv(io.StringIO(text))
         assert set(frame["scenario"]) == {"'" + name}
