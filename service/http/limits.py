@@ -89,3 +89,9 @@ def rows_within(limit: RowLimit, field: str) -> BeforeValidator:
         return value
 
     return BeforeValidator(check)
+
+
+# A simulate spec's seed (context sets and batch jobs): what a signed 64-bit integer holds. A seed of 310-4300
+# digits (past orjson's reading, so read by Python's parser) reached the context's stored metadata, which orjson
+# cannot write: a 500.
+MAX_SEED = 2**63 - 1

@@ -29,6 +29,7 @@ from service.http.limits import (
     GP_QUERIES,
     MAX_FEATURES,
     MAX_LOAD_BUSES,
+    MAX_SEED,
     MIN_LEVEL,
     QUERIES,
     SIMULATE_ROWS,
@@ -229,7 +230,7 @@ class SimulateSpec(Strict):
     network: NetworkName = DEFAULT_NETWORK
     delta: Annotated[float, Field(gt=0.0, lt=1.0, strict=True)] = 0.1
     n: Annotated[int, Field(ge=1, strict=True)] = 500
-    seed: Annotated[int, Field(ge=0, strict=True)] = 0
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED, strict=True)] = 0
 
 
 class ContextSetCreate(Strict):

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from service.http.fast_json import MAX_INT_DIGITS
-from service.http.limits import MAX_DER_ADDITIONS, MAX_LOAD_BUSES, MAX_STEPS, MIN_LEVEL
+from service.http.limits import MAX_DER_ADDITIONS, MAX_LOAD_BUSES, MAX_SEED, MAX_STEPS, MIN_LEVEL
 from service.http.problems import MAX_LISTED_ERRORS
 from tests.security.conftest import SECURITY_ENV, assert_refused, assert_stayed_healthy, watched
 from tests.service.conftest import MODEL
@@ -224,3 +224,20 @@ def test_an_integer_longer_than_python_reads_is_a_422_naming_the_body(hostile_se
             error = problem["errors"][0]
             assert error["field"] == "body" and f"more than {MAX_INT_DIGITS} digits" in error["message"], problem
             assert error["expected"] == f"JSON numbers of at most {MAX_INT_DIGITS} digits", problem
+
+
+def test_a_seed_past_64_bits_is_a_422_naming_it(hostile_server, cid):
+    """A seed of 21-4300 digits (read by Python's parser past orjson's 64 bits) is refused naming `simulate.seed`, on
+    a context set and a batch job: 310 digits and more reached the stored metadata, which orjson cannot write (a 500)."""
+    seed = "1" * 400
+    bodies = {
+        "/v1/context-sets": f'{{"simulate": {{"network": "ieee33", "n": 20, "seed": {seed}}}}}',
+        "/v1/batch-jobs": f'{{"context_id": "{cid}", "model": "{MODEL}", "simulate": {{"n": 10, "seed": {seed}}}}}',
+    }
+    json_type = {"content-type": "application/json"}
+    with hostile_server.client() as client:
+        for path, body in bodies.items():
+            problem = assert_refused(client.post(path, content=body, headers=json_type))
+            assert problem["status"] == 422 and problem["errors"][0]["field"] == "simulate.seed", (path, problem)
+        largest = f'{{"simulate": {{"network": "ieee33", "n": 20, "seed": {MAX_SEED}}}}}'
+        assert client.post("/v1/context-sets", content=largest, headers=json_type).status_code == 201
