@@ -111,6 +111,19 @@ def _within(low: int, high: int, what: str):
     return BeforeValidator(check)
 
 
+def entries_within(limit: int) -> BeforeValidator:
+    """An object's entries counted before any is validated: one error for an object over `limit` entries (2 million
+    bad `bus_load_scale` keys held the event loop 3.6 s). pydantic's fail_fast takes no dict before 2.14, and the
+    lowest pydantic declared is 2.8; within the limit an object's errors are at most `limit`."""
+
+    def check(value: Any) -> Any:
+        if isinstance(value, dict) and len(value) > limit:
+            raise refused(f"{len(value)} entries, over the limit", f"at most {limit} entries")
+        return value
+
+    return BeforeValidator(check)
+
+
 # a feeder has at most MAX_BUSES buses: at most MAX_FEATURES loads and MAX_LOAD_BUSES voltages. A row stops at
 # its first bad cell (fail_fast): a 4.5 MB body of out-of-range loads made 640,000 error objects and held the event
 # loop 5.7 s (the answer lists at most problems.MAX_LISTED_ERRORS of them anyway). A matrix's rows are counted

@@ -136,7 +136,7 @@ def test_valid_lists_past_their_fixed_bound_are_refused_naming_it(hostile_server
         (_study(cid, time_series=_series(profiles={"PV5": [1.0] * (MAX_STEPS + 1)})), "time_series.profiles.PV5",
          f"length between 0 and {MAX_STEPS}"),
         (_study(cid, scenarios=[{"bus_load_scale": {str(b): 1.0 for b in range(MAX_LOAD_BUSES + 1)}}]),
-         "scenarios[0].bus_load_scale", f"length between 0 and {MAX_LOAD_BUSES}"),
+         "scenarios[0].bus_load_scale", f"at most {MAX_LOAD_BUSES} entries"),
         # DER additions are counted over every scenario, before any is validated
         (_study(cid, scenarios=[{"der": [{"bus": 18, "kw": 1.0}] * (MAX_DER_ADDITIONS // 2 + 1)}] * 2), "scenarios",
          f"at most {MAX_DER_ADDITIONS} DER additions across the scenarios"),

@@ -43,7 +43,17 @@ from service.http.limits import MAX_DER_ADDITIONS, MAX_LOAD_BUSES, MAX_STEPS
 from service.http.problems import ProblemError, field_error
 from service.http.responses import json_response
 from service.http.routers import batch_jobs
-from service.http.schemas import FAIL_FAST, Levels, ModelVersion, OneContext, Strict, StrictBool, StrictInt, refused
+from service.http.schemas import (
+    FAIL_FAST,
+    Levels,
+    ModelVersion,
+    OneContext,
+    Strict,
+    StrictBool,
+    StrictInt,
+    entries_within,
+    refused,
+)
 from service.jobs.inputs import STUDY_LABELS
 
 
@@ -77,15 +87,18 @@ Factor = Annotated[float, Field(ge=0.0, le=100.0, allow_inf_nan=False, strict=Tr
 Power = Annotated[float, Field(ge=-1e7, le=1e7, allow_inf_nan=False, strict=True)]
 Year = Annotated[int, Field(ge=0, le=100, strict=True)]
 MAX_CLASSES = 1000
-# Every list and object stops at its first bad item (FAIL_FAST) and has a bound (service.http.limits): a body of
-# a million bad items made a million errors, and held the event loop for tens of seconds.
+# Every list stops at its first bad item (FAIL_FAST), every object at its count (entries_within), and each has a
+# bound (service.http.limits): a body of a million bad items made a million errors, and held the event loop for
+# tens of seconds.
 BUS_KEY = re.compile(r"[0-9]{1,9}", re.ASCII)  # a bus number as a JSON object key
 # A customer class's or profile's name (a load's `profile` or `type`, as the network gives it; at most 256
 # characters, as gridsim.pandapower_json reads labels)
 Name = Annotated[str, Field(min_length=1, max_length=256)]
 # Customer classes a request defines: class name -> its load bus numbers
 ClassBuses = Annotated[
-    dict[Name, Annotated[list[StrictInt], Field(max_length=1000), FAIL_FAST]], Field(max_length=MAX_CLASSES), FAIL_FAST
+    dict[Name, Annotated[list[StrictInt], Field(max_length=1000), FAIL_FAST]],
+    Field(max_length=MAX_CLASSES),
+    entries_within(MAX_CLASSES),
 ]
 
 
@@ -101,19 +114,21 @@ class DERAddition(Strict):
 class ScenarioSpec(Strict):
     name: Annotated[str, Field(max_length=200)] | None = None
     load_scale: Factor = Field(1.0, description="every load's consumption x this (generation kept)")
-    bus_load_scale: Annotated[dict[str, Factor], Field(max_length=MAX_LOAD_BUSES), FAIL_FAST] | None = Field(
-        None, description="per load bus number: a further factor"
-    )
+    bus_load_scale: (
+        Annotated[dict[str, Factor], Field(max_length=MAX_LOAD_BUSES), entries_within(MAX_LOAD_BUSES)] | None
+    ) = Field(None, description="per load bus number: a further factor")
     generation_scale: Factor = Field(1.0, description="the network's own generation (sgens) x this")
     der: Annotated[list[DERAddition], Field(max_length=MAX_DER_ADDITIONS), FAIL_FAST] = []
     growth_rate: float = Field(
         0.0, ge=-0.5, le=1.0, allow_inf_nan=False, strict=True, description="consumption growth per year"
     )
     years: Annotated[list[Year], Field(min_length=1, max_length=100), FAIL_FAST] = [0]
-    class_scaling: Annotated[dict[Name, Factor], Field(max_length=MAX_CLASSES), FAIL_FAST] | None = Field(
-        None,
-        description="per customer class (the network's own, GET /v1/networks/{id} `classes`, or the request's "
-        "`classes`): its loads' consumption and its sgens' generation x this",
+    class_scaling: Annotated[dict[Name, Factor], Field(max_length=MAX_CLASSES), entries_within(MAX_CLASSES)] | None = (
+        Field(
+            None,
+            description="per customer class (the network's own, GET /v1/networks/{id} `classes`, or the request's "
+            "`classes`): its loads' consumption and its sgens' generation x this",
+        )
     )
 
     @field_validator("bus_load_scale")
@@ -168,7 +183,9 @@ class TimeSeriesSpec(Strict):
         description="generation output share per step, or per step and load bus (own and added DER), in "
         f"{list(PV_RANGE)}; default 1",
     )
-    profiles: Annotated[dict[Name, StepFactors], Field(max_length=4 * MAX_CLASSES), FAIL_FAST] | None = Field(
+    profiles: (
+        Annotated[dict[Name, StepFactors], Field(max_length=4 * MAX_CLASSES), entries_within(4 * MAX_CLASSES)] | None
+    ) = Field(
         None,
         description="factors per step by name: a customer class's (its consumption and generation), "
         "`<class>_pload` / `<class>_qload` for a load class's P and Q apart (SimBench), or one a DER follows; "
