@@ -62,6 +62,7 @@ terms scale with the impedances squared: a relative error rho in them is ~2 rho)
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 from collections.abc import Callable, Sequence
@@ -729,18 +730,9 @@ class NetworkFitMethod(Method):
         recorded value, no tap, so that what the readings depart by is the guesses' levels' (and each bus's own): the
         other reading of a context where such levels and impedance errors explain the readings alike (`hedged`)."""
         k = self.downstream.shape[0]
-        held = FirstPass(np.full(k, np.inf), BRANCH_PRIOR_GRID[-1], np.zeros(3 * k + 1), 0.0)
-        return NetworkFitMethod(
-            self.voltage_model,
-            self.downstream,
-            self.load_positions,
-            self.impedance,
-            self.typical_loads,
-            self.shunts,
-            self.corrected,
-            self.slack_vm_pu,
-            held,
-        )
+        held = copy.copy(self)  # the same network's parts; only the branch stage's prior differs
+        held.first = FirstPass(np.full(k, np.inf), BRANCH_PRIOR_GRID[-1], np.zeros(3 * k + 1), 0.0)
+        return held
 
     def hedged(self, fitted: NetworkFitted, levels: NetworkFitted, recorded: NetworkFitted) -> NetworkFitted:
         """The answer where a context's loads follow a profile, from three fits of it: `fitted` (the feeder's
