@@ -217,6 +217,10 @@ class BranchCorrection:
     # (k,) what they move each bus's s by at the context rows; None: none taken
     level_fit: np.ndarray | None = None
     level_shift: np.ndarray | None = None  # (n, k) where the levels move each row by its own (`fit`'s `level_rows`)
+    # the readings' log evidence under this fit's model (its prior, levels and the readings' relative precisions; the
+    # noise variance maximised out), comparable between fits of the same readings however they weigh them: the
+    # weights' log determinant counted (`_log_weights`). NaN: not measured
+    evidence: float = float("nan")
 
     @property
     def tapped(self) -> np.ndarray:
@@ -521,6 +525,7 @@ class BranchCorrection:
             suspect,
             level_fit,
             level_shift,
+            float(best.evidence) + _log_weights(weights, observed),
         )
 
     @_one_blas_thread
@@ -650,6 +655,24 @@ class _Levels:
         """(e,) the levels' fit given the flows' and offset's raw (unscaled) coefficients `theta` (3k + 1,)."""
         out: np.ndarray = self.inverse @ (self.own_rhs - self.cross.T @ theta)
         return out
+
+
+def _log_weights(weights: np.ndarray | None, observed: np.ndarray) -> float:
+    """Half the log determinant of the readings' precision, `weights` as `_normal_equations` takes them, over the
+    `observed` readings: what a fit weighing readings differently must count for its evidence to compare with
+    another's (the readings' density carries it; its scale cancels with the noise variance maximised out)."""
+    if weights is None:
+        return 0.0
+    w = np.asarray(weights, dtype=np.float64)
+    count = observed.sum(axis=0)
+    if w.ndim == 1:
+        return 0.5 * float((count * np.log(np.clip(w, 1e-300, None))).sum())
+    every = observed.all(axis=0)  # weighed together in every row; the others one by one (`_normal_equations`)
+    apart = np.clip(np.diag(w)[~every], 1e-300, None)
+    total = float((count[~every] * np.log(apart)).sum())
+    if every.any():
+        total += observed.shape[0] * float(np.linalg.slogdet(w[np.ix_(every, every)])[1])
+    return 0.5 * total
 
 
 def _normal_equations(

@@ -173,13 +173,17 @@ class MeteredGeometry(ContextGeometry):
 
 def fitted_geometry(geometry: ContextGeometry, fitted: Any) -> ContextGeometry:
     """`geometry` with its never-metered loads placed about where a model's fit found them to run (`typical_shift`:
-    network-fit's levels, the same in every row), else as it is. A query at the level the readings showed lies in the
-    context: IEEE 33 with the unmetered half at 1.3x its guess, queries drawn like the context were all flagged
-    `extrapolated` though the answer held every bus."""
+    network-fit's levels' mean move) and varying at least as far as they ran there (`typical_spread`: levels that
+    follow a profile), else as it is. A query at the level the readings showed lies in the context: IEEE 33 with the
+    unmetered half at 1.3x its guess, queries drawn like the context were all flagged `extrapolated` though the answer
+    held every bus."""
     shift = getattr(fitted, "typical_shift", None)
     if shift is None or not isinstance(geometry, MeteredGeometry):
         return geometry
-    return replace(geometry, typical=geometry.typical + np.asarray(shift, dtype=np.float64)[geometry.unmetered])
+    typical = geometry.typical + np.asarray(shift, dtype=np.float64)[geometry.unmetered]
+    ran = getattr(fitted, "typical_spread", None)
+    spread = geometry.spread if ran is None else np.maximum(geometry.spread, np.asarray(ran)[geometry.unmetered])
+    return replace(geometry, typical=typical, spread=spread)
 
 
 def typical_loads(context_typical: np.ndarray | None, network: Any, x: np.ndarray | None = None) -> np.ndarray:
