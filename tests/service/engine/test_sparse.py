@@ -751,7 +751,9 @@ def test_queries_at_a_level_that_follows_the_profile_lie_in_the_context(level: f
     """Loads on one profile (each row 0.3-1.2 of nominal), half never metered and at `level` times what the metered
     half shows: the level moves each row as its profile runs, and the geometry puts the unmetered loads about where it
     moved them and as far as they ran (`typical_spread`): queries drawn like the context are not flagged (29-35 % were
-    at 1.5x, though the answer held every bus); rows at 2-2.2 of nominal, far past the context's highest, all are."""
+    at 1.5x, though the answer held every bus); rows at 2-2.2 of nominal, far past the context's highest, all are, and
+    at 1.5-1.7 most are, as far as the metered loads alone put them (`MeteredGeometry.extrapolation`: at 0.5x 0-18 %
+    were, the unmetered loads moving less than the reference took them to)."""
     net = gridsim.network("ieee33")
     rng = np.random.default_rng(3)
     never = rng.random(net.n_load) < 0.5
@@ -761,14 +763,15 @@ def test_queries_at_a_level_that_follows_the_profile_lie_in_the_context(level: f
         profile = rng.uniform(low, high, (rows, 1))
         return net.base_x * profile * (1.0 + 0.02 * rng.standard_normal((rows, 2 * net.n_load))) * factor
 
-    cx, in_range, beyond = drawn(300), drawn(300), drawn(300, 2.0, 2.2)
+    cx, in_range, beyond, far = drawn(300), drawn(300), drawn(300, 1.5, 1.7), drawn(300, 2.0, 2.2)
     cy = gridsim.solve(cx, network=net, solver="batched").vm_pu
     cx[:, np.r_[never, never]] = np.nan
     fitted = sparse.fit(method_for(net), cx, cy, None, net)
     placed = sparse.fitted_geometry(sparse.context_geometry(cx, None, net), fitted)
     assert fitted.levels_found and fitted.typical_spread is not None
     assert extrapolated(placed.extrapolation(in_range)).mean() <= 0.05
-    assert extrapolated(placed.extrapolation(beyond)).mean() == 1.0
+    assert extrapolated(placed.extrapolation(beyond)).mean() >= 0.6, extrapolated(placed.extrapolation(beyond)).mean()
+    assert extrapolated(placed.extrapolation(far)).mean() == 1.0
 
 
 @pytest.mark.parametrize("seed", [1, 2])
