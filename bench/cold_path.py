@@ -145,7 +145,6 @@ def main() -> None:
             seed += 1
             times["exact GP"].append(_timed(client, "/v1/gp/predict", fresh(seed)))
             log.info("repeat %d: %s", repeat, {k: f"{v[-1]:.3f}" for k, v in times.items()})
-    gp = statistics.median(times["exact GP"])
     noise = f"meter noise {args.noise:g} p.u. on them" if args.noise else "no meter noise"
     band = "no voltage band" if args.band is None else f"voltage band {args.band[0]:g}-{args.band[1]:g} p.u. asked"
     truth = "the service network model to the bit" if args.truth == "batched" else "as measured, 1e-9 p.u. from it"
@@ -156,13 +155,8 @@ def main() -> None:
         f"time (JSON both ways, encoded and decoded with orjson), median of {args.repeats} fresh contexts each; the "
         f"context's voltages from the {args.truth} solver ({truth}), {noise}; {band}.",
         "",
-        "| model | median s | all runs s | exact GP / model |",
-        "|---|---|---|---|",
     ]
-    for name, runs in times.items():
-        median = statistics.median(runs)
-        lines.append(f"| {name} | {median:.3f} | {', '.join(f'{t:.3f}' for t in runs)} | {gp / median:.1f}x |")
-    bench_report.write(args.out, lines)
+    _write(args.out, lines, times, "exact GP", "model")
 
 
 def _main_grid(args: argparse.Namespace) -> None:
@@ -171,7 +165,6 @@ def _main_grid(args: argparse.Namespace) -> None:
     seed = int(time.time())  # contexts no earlier run has sent: the server's fit caches stay cold
     with served(DEFAULT_ROOT, max_rows=N_QUERIES) as url, httpx.Client(base_url=url, timeout=600.0) as client:
         times = _grid_times(client, args.grid, args.metered, args.repeats, seed)
-    gp = statistics.median(times["exact GP, fully metered"])
     lines = [
         f"# Cold path on {args.grid}: a new 500-row context and 4,000 queries in one JSON request, partly metered",
         "",
@@ -180,13 +173,19 @@ def _main_grid(args: argparse.Namespace) -> None:
         f"contexts each (500 and 4,000 random steps of the grid's year, voltages from the batched solver, no meter "
         f"noise); a random {args.metered:.0%} of the load buses metered (the others null in every context row).",
         "",
-        "| request | median s | all runs s | exact GP / this |",
-        "|---|---|---|---|",
     ]
+    _write(args.out, lines, times, "exact GP, fully metered", "request")
+
+
+def _write(out: Path, lines: list[str], times: dict[str, list[float]], gp_name: str, what: str) -> None:
+    """The results file: `lines` (title and provenance), then a row per timed request with the GP's median over its."""
+    gp = statistics.median(times[gp_name])
+    lines += [f"| {what} | median s | all runs s | exact GP / {'model' if what == 'model' else 'this'} |"]
+    lines.append("|---|---|---|---|")
     for name, runs in times.items():
         median = statistics.median(runs)
         lines.append(f"| {name} | {median:.3f} | {', '.join(f'{t:.3f}' for t in runs)} | {gp / median:.1f}x |")
-    bench_report.write(args.out, lines)
+    bench_report.write(out, lines)
 
 
 if __name__ == "__main__":
