@@ -16,7 +16,8 @@ Two more sections, the `default` variant only (no `typical_loads`), in the same 
   and queries above): `generators unmetered`: every load bus whose base generation exceeds its base consumption
   (`Network.base_generation > base_consumption` over the load buses) never metered (P and Q null in every row),
   every other one metered (a grid with no such bus is skipped, and the report says so); `half metered`: the random
-  half above (at noise 0 the first table's 50 % `default` row again). Each with the context's voltage readings
+  half above (at noise 0 the first table's 50 % `default` row again); `half with no meter`: that half's voltages
+  not read either (a bus with no meter at all; every bus scored). Each with the context's voltage readings
   exact or with N(0, (1e-3 p.u.)^2) noise per reading (simbench_data.add_meter_noise; the same context otherwise);
   queries: the 1000 other steps, every load given, scored against the noise-free truth.
 - **An unseen level** (`levels`): the IEEE 33 section's contexts (as modelled or lines off, seeds 1-3), and each
@@ -71,6 +72,8 @@ IEEE_SEEDS = (1, 2, 3, 4, 5, 6)  # the lines' factors are drawn per seed: two se
 IEEE_FEEDERS = {None: "as modelled", "lines": "lines x0.7-1.3 not told", "regulator": "+1.25 % regulator not told"}
 SECTIONS = ("shares", "patterns", "ieee33", "levels")
 LEVELS, LEVEL_SEEDS = (1.3, 0.5), (1, 2, 3)  # the unmetered half's level, relative to what the metered half shows
+UNREAD = "half with no meter"  # the half metered pattern, those buses' voltages not read either
+PATTERNS = ("generators unmetered", "half metered", UNREAD)
 PROFILE_LEVELS = (1.0, 1.3, 1.5, 0.5)  # the same on IEEE 33 with its loads on one profile (1: none departing)
 OUT = Path(__file__).parent / "results" / "partial-metering.md"
 
@@ -118,6 +121,9 @@ def pattern_case(code: str, pattern: str, noise: float, seed: int):
         if not never.any():
             return None
     cy = simbench_data.add_meter_noise(cy, noise, np.random.default_rng([seed, int(round(noise * 1e6))]))
+    if pattern == UNREAD:  # no meter at all on those buses: their voltages are not read either
+        cy = np.array(cy, dtype=np.float64)
+        cy[:, simbench_data.simbench_network(code).load_positions[never]] = np.nan
     return _unmetered(cx, never), cy, qx, qy
 
 
@@ -238,7 +244,7 @@ def main() -> None:
                         r = answer(client, cx, cy, qx, qy, net_id, typical)
                         shares.append(_row([code, f"{share:.0%}", seed, label], r))
                         logging.info("%s %.0f%% seed %d %s: %s", code, 100 * share, seed, label, r)
-            for pattern in ("generators unmetered", "half metered") if "patterns" in args.sections else ():
+            for pattern in PATTERNS if "patterns" in args.sections else ():
                 for noise in NOISES:
                     for seed in SEEDS:
                         case = pattern_case(code, pattern, noise, seed)
@@ -307,7 +313,7 @@ def main() -> None:
     if patterns:
         lines += [
             "",
-            "## SimBench, which load buses are metered (generators or a random half), voltage readings exact or noisy: "
+            "## SimBench, which load buses are metered (generators or a random half, that half with no meter at all), voltage readings exact or noisy: "
             "the default",
             "",
             "| grid | metering | noise p.u. | seed " + head,
