@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from models.off_context import EXTRAPOLATION_CAP, ContextGeometry
+from models.off_context import EXTRAPOLATION_CAP, ContextGeometry, Totals
 from models.typical_loads import MIN_ROWS, class_errors, class_rows, customer_errors, profile_shares, sizes_of
 from models.typical_loads import estimated as estimated_typical_loads
 from models.typical_loads import per_row as per_row_loads
@@ -267,7 +267,10 @@ def geometry(
         # as far as the farthest of n rows drawn with that spread would lie: chi2(d) / n at about 3 of its stds
         reference = (unmetered.size + 3.0 * np.sqrt(2.0 * unmetered.size)) / n
         empty = np.zeros(0)
-        return MeteredGeometry(empty, empty, np.zeros((0, 0)), reference, columns, unmetered, typical, spread, n)
+        totals = Totals.of(x)
+        return MeteredGeometry(
+            empty, empty, np.zeros((0, 0)), reference, totals, columns, unmetered, typical, spread, n
+        )
     measured = x[:, columns]
     base = ContextGeometry.of(measured)
     spread = np.maximum(_spread_per_size(measured, size[columns]) * size[unmetered], UNMETERED_STD_FLOOR)
@@ -285,6 +288,7 @@ def geometry(
         base.std,
         base.precision,
         reference,
+        Totals.of(x),
         columns,
         unmetered,
         typical,
