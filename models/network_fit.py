@@ -777,8 +777,8 @@ class NetworkFitMethod(Method):
             candidates = (("levels", levels, found), ("fitted", fitted, True))
             others = [
                 fit
-                for name, fit, candidate in candidates
-                if candidate
+                for name, fit, eligible in candidates
+                if eligible
                 and misfit[name] <= RECORDED_MISFIT * misfit["recorded"]
                 and not evidence[name] < evidence["recorded"] - HEDGE_EVIDENCE
             ]

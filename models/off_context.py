@@ -73,24 +73,15 @@ class Totals:
         columns[x.shape[1] // 2 :] = False  # P only
         rows = seen[:, columns].all(axis=1)
         if not columns.any() or rows.sum() < 3:
-            return cls(columns & False, np.zeros(1), np.ones(1), np.eye(1), np.inf)
-        sums = cls._sums(x[rows], columns)
-        mean, std, precision, reference = _leverage_parts(sums)
+            return cls(np.zeros_like(columns), np.zeros(1), np.ones(1), np.eye(1), np.inf)
+        mean, std, precision, reference = _leverage_parts(x[np.ix_(rows, columns)].sum(axis=1, keepdims=True))
         return cls(columns, mean, std, precision, reference)
-
-    @staticmethod
-    def _sums(x: np.ndarray, columns: np.ndarray) -> np.ndarray:
-        """(n, 1) each row's total P over `columns` (the first half of x's columns are the loads' P)."""
-        p = columns.copy()
-        p[x.shape[1] // 2 :] = False
-        sums: np.ndarray = x[:, p].sum(axis=1, keepdims=True)
-        return sums
 
     def extrapolation(self, x: np.ndarray) -> np.ndarray:
         """(m,) how far out each query's total lies, 1 = as far as the context's farthest row's (0: none summed)."""
         if not np.isfinite(self.reference):
             return np.zeros(x.shape[0])
-        z = (self._sums(x, self.columns) - self.mean) / self.std
+        z = (x[:, self.columns].sum(axis=1, keepdims=True) - self.mean) / self.std
         h = np.maximum(np.einsum("md,md->m", z @ self.precision, z), 0.0)
         out: np.ndarray = np.sqrt(h / self.reference)
         return out
@@ -118,7 +109,7 @@ class ContextGeometry:
     std: np.ndarray  # (d,)
     precision: np.ndarray  # (d, d): (Z^T Z + lambda n I)^-1 on standardised loads
     reference: float  # the largest leverage a context row would have as a query, h / (1 - h)
-    totals: Totals  # the feeder's total demand per half, and how far the context's rows range from it
+    totals: Totals  # the feeder's total P, and how far the context's rows range from it
 
     @classmethod
     def of(cls, context_x: np.ndarray) -> ContextGeometry:
@@ -155,8 +146,12 @@ class ContextGeometry:
     def extrapolation(self, x: np.ndarray) -> np.ndarray:
         """(m,) float64: how far out each query row lies, 1 = as far as the context's farthest row: by its leverage,
         or by its total demand (`Totals`), whichever is farther."""
-        leverage = np.sqrt(self.leverage(x) / self.reference)
-        out: np.ndarray = np.minimum(np.maximum(leverage, self.totals.extrapolation(x)), EXTRAPOLATION_CAP)
+        return self.farther(self.leverage(x), x)
+
+    def farther(self, leverage: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """`extrapolation` of queries x whose `leverage` is known."""
+        by_loads = np.sqrt(leverage / self.reference)
+        out: np.ndarray = np.minimum(np.maximum(by_loads, self.totals.extrapolation(x)), EXTRAPOLATION_CAP)
         return out
 
 

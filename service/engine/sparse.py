@@ -157,7 +157,12 @@ class MeteredGeometry(ContextGeometry):
     metered_reference: float | None = None  # the measured loads' own reference (ContextGeometry.of them)
 
     def leverage(self, x: np.ndarray) -> np.ndarray:
-        q = np.asarray(x, dtype=np.float64)
+        metered, unmetered = self._parts(np.asarray(x, dtype=np.float64))
+        out: np.ndarray = metered + unmetered
+        return out
+
+    def _parts(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(m,) each query's leverage over the measured loads, and (m,) what the loads never measured add to it."""
         h = super().leverage(q[:, self.columns]) if self.columns.size else np.zeros(q.shape[0])
         z = (q[:, self.unmetered] - self.typical) / self.spread
         squared = np.einsum("md,md->m", z, z)
@@ -168,19 +173,19 @@ class MeteredGeometry(ContextGeometry):
             along = z @ e
             inner = np.linalg.inv(np.eye(e.shape[1]) + e.T @ e)
             squared = np.maximum(squared - np.einsum("mc,cb,mb->m", along, inner, along), 0.0)
-        out: np.ndarray = h + self.share * squared / self.rows
-        return out
+        return h, self.share * squared / self.rows
 
     def extrapolation(self, x: np.ndarray) -> np.ndarray:
         """As ContextGeometry's, and at least as far out as the measured loads alone put a query: the reference grows
         with the loads never measured as if they moved as far as the measured ones, so where they move less (the
         unmetered half of IEEE 33 at 0.5x what the metered half shows, loads on one profile) a query whose measured
         loads lay 25-40 % past the context's farthest row was flagged in 0-18 % of cases (every case with them measured)."""
-        combined = super().extrapolation(x)
+        q = np.asarray(x, dtype=np.float64)
+        metered, unmetered = self._parts(q)
+        combined = self.farther(metered + unmetered, q)
         if self.metered_reference is None or not self.columns.size:
             return combined
-        h = ContextGeometry.leverage(self, np.asarray(x, dtype=np.float64)[:, self.columns])
-        own = np.minimum(np.sqrt(h / self.metered_reference), EXTRAPOLATION_CAP)
+        own = np.minimum(np.sqrt(metered / self.metered_reference), EXTRAPOLATION_CAP)
         out: np.ndarray = np.maximum(combined, own)
         return out
 
